@@ -1,0 +1,99 @@
+#include "word_count.h"
+
+#include <cctype>
+#include <functional>
+#include <mutex>
+
+#include "sluice/connectors/datagen.h"
+#include "sluice/connectors/files.h"
+#include "sluice/connectors/print.h"
+
+namespace sluice::examples {
+namespace {
+
+using WordCount = std::pair<std::string, int64_t>;
+
+/// Keeps the latest (largest) count per word and hands the table over at the end of the input.
+class FinalCountsSink final : public Sink<WordCount> {
+ public:
+  explicit FinalCountsSink(std::function<void(const std::map<std::string, int64_t>&)> on_result)
+      : on_result_(std::move(on_result)) {}
+  std::unique_ptr<SinkWriter<WordCount>> create_writer(RuntimeContext&) const override {
+    return std::make_unique<Writer>(on_result_);
+  }
+
+ private:
+  class Writer final : public SinkWriter<WordCount> {
+   public:
+    explicit Writer(std::function<void(const std::map<std::string, int64_t>&)> f) : on_result_(std::move(f)) {}
+    void write(const WordCount& wc, const SinkWriterContext&) override {
+      int64_t& c = counts_[wc.first];
+      c = std::max(c, wc.second);
+    }
+    void flush(bool end_of_input) override {
+      if (end_of_input) on_result_(counts_);
+    }
+
+   private:
+    std::function<void(const std::map<std::string, int64_t>&)> on_result_;
+    std::map<std::string, int64_t> counts_;
+  };
+  std::function<void(const std::map<std::string, int64_t>&)> on_result_;
+};
+
+struct Charge {
+  std::string customer;
+  int64_t amount_cents = 0;
+};
+SLUICE_FIELDS(Charge, customer, amount_cents);
+
+}  // namespace
+
+std::vector<std::string> split_words(std::string_view line) {
+  std::vector<std::string> words;
+  std::string cur;
+  for (size_t i = 0; i < line.size(); ++i) {
+    auto c = static_cast<unsigned char>(line[i]);
+    bool inner_apostrophe = c == '\'' && !cur.empty() && i + 1 < line.size() &&
+                            std::isalnum(static_cast<unsigned char>(line[i + 1]));
+    if (std::isalnum(c) || inner_apostrophe) {
+      cur.push_back(static_cast<char>(std::tolower(c)));
+    } else if (!cur.empty()) {
+      words.push_back(std::move(cur));
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) words.push_back(std::move(cur));
+  return words;
+}
+
+void build_word_count(StreamEnvironment& env, std::vector<std::string> inputs,
+                      std::function<void(const std::map<std::string, int64_t>&)> on_result) {
+  env.from_source(files::text_lines(std::move(inputs)), "text")
+      .uid("text-source")
+      .flat_map<WordCount>([](const std::string& line, Collector<WordCount>& out) {
+        for (auto& w : split_words(line)) out.collect(WordCount{std::move(w), 1});
+      })
+      .name("Split")
+      .key_by([](const WordCount& wc) { return wc.first; })
+      .sum<1>()
+      .uid("counts")
+      .sink_to(std::make_shared<FinalCountsSink>(std::move(on_result)), "Final counts")
+      .set_parallelism(1)
+      .uid("final-counts");
+}
+
+void build_running_sum(StreamEnvironment& env, int64_t count, uint64_t seed) {
+  auto charges = datagen::seeded_random(seed, count, [](SeededRandom& rng, int64_t) {
+    return Charge{"customer-" + std::to_string(rng.next_below(5)), static_cast<int64_t>(rng.next_below(10'000))};
+  });
+  env.from_source(charges, "charges")
+      .uid("charges")
+      .key_by(&Charge::customer)
+      .sum(&Charge::amount_cents)
+      .uid("sum-per-customer")
+      .sink_to(print_sink<Charge>(), "Print")
+      .uid("print");
+}
+
+}  // namespace sluice::examples

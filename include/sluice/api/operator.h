@@ -1,0 +1,174 @@
+// Stream operators: the runtime form of a transformation (Flink's StreamOperator / OneInputStreamOperator),
+// and the typed Output through which an operator emits records to the next operator of its chain or to the
+// network.
+//
+// Threading: an operator and its outputs belong to one task thread (the mailbox thread); every method here
+// runs on it. Counters in OperatorMetrics are written by that thread and may be read by any thread.
+//
+// Lifecycle: created -> setup() -> open() -> process_* ... -> end_input() -> finish() -> close().
+// Records pass by rvalue reference: a receiver may move from the record (object reuse, DESIGN.md §12).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sluice/api/functions.h"
+
+namespace sluice {
+
+/// A single-writer counter: increments are plain loads and stores (no lock prefix) because only the task
+/// thread writes; other threads read a possibly slightly stale value.
+class Counter {
+ public:
+  void inc(uint64_t n = 1) noexcept { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+/// Per-operator, per-subtask counters.
+struct OperatorMetrics {
+  Counter records_in;
+  Counter records_out;
+};
+
+/// The untyped half of an output: watermarks and other stream elements that carry no record.
+class OutputBase {
+ public:
+  virtual ~OutputBase() = default;
+  /// Forwards a watermark (ms since epoch) downstream.
+  virtual void emit_watermark(TimestampMs watermark) = 0;
+};
+
+/// Where an operator sends its records. `timestamp` is the record's event time or kNoTimestamp.
+template <class T>
+class Output : public OutputBase {
+ public:
+  virtual void collect(T&& record, TimestampMs timestamp) = 0;
+};
+
+/// Thrown by an operator when user code fails; carries the operator's name so the task can say which
+/// operator failed. The task adds subtask index and attempt.
+class OperatorException : public std::runtime_error {
+ public:
+  OperatorException(std::string operator_name, const std::string& message)
+      : std::runtime_error(message), operator_name_(std::move(operator_name)) {}
+  const std::string& operator_name() const { return operator_name_; }
+
+ private:
+  std::string operator_name_;
+};
+
+/// Runs `fn` and converts any exception other than OperatorException into an OperatorException naming
+/// `operator_name`. Exceptions from downstream operators (already OperatorException) pass through unchanged.
+template <class F>
+decltype(auto) call_user_function(const std::string& operator_name, F&& fn) {
+  try {
+    return std::forward<F>(fn)();
+  } catch (const OperatorException&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw OperatorException(operator_name, e.what());
+  } catch (...) {
+    throw OperatorException(operator_name, "unknown exception");
+  }
+}
+
+/// Services a task offers its operators. Thread-safety: post_mail() and wakeup() may be called from any
+/// thread; the rest only on the task thread.
+class TaskServices {
+ public:
+  virtual ~TaskServices() = default;
+  /// Runs `mail` on the task thread, between records (Flink's mailbox).
+  virtual void post_mail(std::function<void()> mail) = 0;
+  /// Wakes the task if it waits for input (a source reader has data again).
+  virtual void wakeup() = 0;
+  /// Wakes the task no later than `time_ms` on the task's clock.
+  virtual void wakeup_at(TimestampMs time_ms) = 0;
+  /// True once the task was asked to stop.
+  virtual bool is_cancelled() const = 0;
+};
+
+/// Base of every operator. Holds the name, the runtime context and the outputs.
+class StreamOperatorBase {
+ public:
+  virtual ~StreamOperatorBase() = default;
+
+  /// Called once by the task before open(): gives the context and the outputs. `outputs` maps a side-output
+  /// tag id ("" for the main output) to a borrowed Output<U>* (U is the tag's type) or is empty for sinks.
+  void setup(RuntimeContext* ctx, TaskServices* services, std::unordered_map<std::string, OutputBase*> outputs) {
+    ctx_ = ctx;
+    services_ = services;
+    outputs_ = std::move(outputs);
+    auto it = outputs_.find("");
+    main_output_ = it == outputs_.end() ? nullptr : it->second;
+  }
+
+  /// Opens user functions. Runs on the task thread before the first element.
+  virtual void open() {}
+  /// A watermark arrived; the default forwards it.
+  virtual void process_watermark(TimestampMs watermark) {
+    current_watermark_ = watermark;
+    if (main_output_ != nullptr) main_output_->emit_watermark(watermark);
+    for (auto& [tag, out] : outputs_) {
+      if (!tag.empty()) out->emit_watermark(watermark);
+    }
+  }
+  /// All input has been consumed (bounded input ended); called after the final watermark.
+  virtual void end_input() {}
+  /// Emits anything buffered; called once after end_input() on a successful finish.
+  virtual void finish() {}
+  /// Releases resources; called on success and on failure or cancellation.
+  virtual void close() {}
+
+  const std::string& name() const { return ctx_->operator_name(); }
+  RuntimeContext& runtime_context() { return *ctx_; }
+  OperatorMetrics& metrics() { return metrics_; }
+  TimestampMs current_watermark() const { return current_watermark_; }
+  /// The output for side-output `tag_id`, or nullptr when nothing reads it.
+  OutputBase* side_output(const std::string& tag_id) {
+    auto it = outputs_.find(tag_id);
+    return it == outputs_.end() ? nullptr : it->second;
+  }
+
+ protected:
+  RuntimeContext* ctx_ = nullptr;
+  TaskServices* services_ = nullptr;
+  OutputBase* main_output_ = nullptr;
+  std::unordered_map<std::string, OutputBase*> outputs_;
+  OperatorMetrics metrics_;
+  TimestampMs current_watermark_ = std::numeric_limits<int64_t>::min();
+};
+
+/// An operator with one typed input.
+template <class In>
+class OneInputOperator : public StreamOperatorBase {
+ public:
+  /// Processes one record; may move from `record`.
+  virtual void process_element(In&& record, TimestampMs timestamp) = 0;
+};
+
+/// An operator whose main output carries records of type Out.
+template <class Out>
+class OutputOf {
+ protected:
+  static Output<Out>* typed(OutputBase* base) { return static_cast<Output<Out>*>(base); }
+};
+
+template <class In, class Out>
+template <class U>
+void ProcessFunction<In, Out>::Context::output(const OutputTag<U>& tag, U value) {
+  void* out = side_output(tag.id());
+  if (out != nullptr) static_cast<Output<U>*>(static_cast<OutputBase*>(out))->collect(std::move(value), timestamp());
+}
+
+}  // namespace sluice

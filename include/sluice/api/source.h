@@ -1,0 +1,147 @@
+// The split-based source interface (the model of Flink's FLIP-27 "Refactor Source Interface").
+//
+// A Source is a factory. Its SplitEnumerator runs once per job in the coordinator (JobManager side): it
+// discovers splits (a Kafka partition, a file, a change stream) and assigns them to readers. A SourceReader
+// runs in each parallel source subtask on the task thread: it receives splits and emits records. SplitT is a
+// value type with a TypeSerializer (splits and their positions go into checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/api/functions.h"
+
+namespace sluice {
+
+/// Whether a source ends (bounded: a file, a fixed range) or runs forever (a topic, a change stream).
+enum class Boundedness { kBounded, kContinuousUnbounded };
+
+/// What SourceReader::poll_next reports.
+enum class InputStatus {
+  kMoreAvailable,     ///< call poll_next again soon
+  kNothingAvailable,  ///< no data now; the reader calls SourceReaderContext::wakeup() when there is
+  kEndOfInput,        ///< the reader has finished all its splits and will get no more
+};
+
+/// Where a reader emits records. Runs on the task thread.
+template <class T>
+class ReaderOutput {
+ public:
+  virtual ~ReaderOutput() = default;
+  /// Emits a record without an event timestamp.
+  virtual void collect(T&& record) = 0;
+  /// Emits a record with an event timestamp (ms since epoch).
+  virtual void collect(T&& record, TimestampMs timestamp) = 0;
+  /// Emits a watermark (ms since epoch): no record with timestamp <= watermark follows from this reader.
+  virtual void emit_watermark(TimestampMs watermark) = 0;
+  void collect(const T& record) {
+    T copy = record;
+    collect(std::move(copy));
+  }
+};
+
+/// What a reader may ask of its subtask. Thread-safety: wakeup() may be called from any thread (a fetcher
+/// thread); the rest only on the task thread.
+class SourceReaderContext {
+ public:
+  virtual ~SourceReaderContext() = default;
+  virtual int subtask_index() const = 0;
+  virtual int parallelism() const = 0;
+  /// Asks the enumerator for a split; the answer arrives as add_splits() or notify_no_more_splits().
+  virtual void send_split_request() = 0;
+  /// Tells the task that poll_next may have data again (after it returned kNothingAvailable).
+  virtual void wakeup() = 0;
+  /// Asks the task to call poll_next again no later than `time_ms` on clock() (for rate limits and polling).
+  virtual void wakeup_at(TimestampMs time_ms) = 0;
+  /// The processing-time clock.
+  virtual const Clock& clock() const = 0;
+};
+
+/// Reads the records of the splits assigned to one subtask. All methods run on the task thread.
+template <class T, class SplitT>
+class SourceReader {
+ public:
+  virtual ~SourceReader() = default;
+  /// Called once before the first poll_next.
+  virtual void start() {}
+  /// Emits available records (a batch is fine) and reports whether more are available.
+  virtual InputStatus poll_next(ReaderOutput<T>& output) = 0;
+  /// Hands the reader new splits.
+  virtual void add_splits(std::vector<SplitT> splits) = 0;
+  /// No further splits will be assigned to this reader.
+  virtual void notify_no_more_splits() = 0;
+  /// The splits this reader owns with their current positions, for a checkpoint.
+  virtual std::vector<SplitT> snapshot_state(int64_t /*checkpoint_id*/) { return {}; }
+  /// Releases resources; called on success, failure and cancellation.
+  virtual void close() {}
+};
+
+/// What an enumerator may ask of the coordinator. Methods are called under the coordinator's lock.
+template <class SplitT>
+class SplitEnumeratorContext {
+ public:
+  virtual ~SplitEnumeratorContext() = default;
+  virtual int current_parallelism() const = 0;
+  /// Assigns a split to a reader subtask (delivered to its mailbox).
+  virtual void assign_split(SplitT split, int subtask) = 0;
+  /// Tells a reader it will get no more splits.
+  virtual void signal_no_more_splits(int subtask) = 0;
+};
+
+/// Discovers and assigns splits. Its methods run serialized (under the coordinator's lock), never
+/// concurrently with each other.
+template <class SplitT>
+class SplitEnumerator {
+ public:
+  virtual ~SplitEnumerator() = default;
+  virtual void start() {}
+  /// A reader asked for a split.
+  virtual void handle_split_request(int subtask) = 0;
+  /// Splits given back after a reader failed (restored on failover).
+  virtual void add_splits_back(std::vector<SplitT> splits, int subtask) = 0;
+  /// A reader registered.
+  virtual void add_reader(int /*subtask*/) {}
+  virtual void close() {}
+};
+
+/// A source of records of type T made of splits of type SplitT. Thread-safe factory: create_* may be called
+/// from several threads.
+template <class T, class SplitT>
+class Source {
+ public:
+  using RecordType = T;
+  using SplitType = SplitT;
+  virtual ~Source() = default;
+  virtual Boundedness boundedness() const = 0;
+  virtual std::unique_ptr<SplitEnumerator<SplitT>> create_enumerator(SplitEnumeratorContext<SplitT>& ctx) const = 0;
+  virtual std::unique_ptr<SourceReader<T, SplitT>> create_reader(SourceReaderContext& ctx) const = 0;
+};
+
+/// An enumerator over a fixed list of splits: each request gets the next split, then "no more splits".
+/// Suits files and generated ranges.
+template <class SplitT>
+class StaticSplitEnumerator final : public SplitEnumerator<SplitT> {
+ public:
+  StaticSplitEnumerator(SplitEnumeratorContext<SplitT>& ctx, std::vector<SplitT> splits)
+      : ctx_(ctx), pending_(std::move(splits)) {}
+  void handle_split_request(int subtask) override {
+    if (pending_.empty()) {
+      ctx_.signal_no_more_splits(subtask);
+      return;
+    }
+    SplitT s = std::move(pending_.front());
+    pending_.erase(pending_.begin());
+    ctx_.assign_split(std::move(s), subtask);
+  }
+  void add_splits_back(std::vector<SplitT> splits, int /*subtask*/) override {
+    for (auto& s : splits) pending_.push_back(std::move(s));
+  }
+
+ private:
+  SplitEnumeratorContext<SplitT>& ctx_;
+  std::vector<SplitT> pending_;
+};
+
+}  // namespace sluice

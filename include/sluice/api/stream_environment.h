@@ -1,0 +1,66 @@
+// StreamEnvironment: where a job starts (Flink's StreamExecutionEnvironment). It holds the configuration,
+// creates source streams and runs the job on the local mini-cluster.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/api/data_stream.h"
+#include "sluice/api/job.h"
+#include "sluice/api/source_operator.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/config.h"
+
+namespace sluice {
+
+struct LocalJobProbe;
+
+/// Not thread-safe: build and execute a job from one thread. execute() consumes the graph built so far.
+class StreamEnvironment {
+ public:
+  explicit StreamEnvironment(Configuration config = {});
+
+  /// An environment configured from command-line flags (`-p 4`, `-Dkey=value`, `--key=value`).
+  /// Throws SluiceException (kConfiguration) on a malformed flag.
+  static StreamEnvironment from_args(int argc, const char* const* argv);
+
+  Configuration& config() { return graph_->config(); }
+  /// Default parallelism of operators that do not set their own.
+  StreamEnvironment& set_parallelism(int parallelism);
+  /// Default max parallelism (number of key groups).
+  StreamEnvironment& set_max_parallelism(int max_parallelism);
+  /// The processing-time clock (a ManualClock in tests). Must outlive execution.
+  StreamEnvironment& set_clock(const Clock& clock) {
+    clock_ = &clock;
+    return *this;
+  }
+
+  /// A stream read from a split-based source.
+  template <class Src>
+  DataStream<typename Src::RecordType> from_source(std::shared_ptr<Src> source, std::string name) {
+    using T = typename Src::RecordType;
+    using SplitT = typename Src::SplitType;
+    std::shared_ptr<const Source<T, SplitT>> base = std::move(source);
+    auto factory = std::make_shared<SourceOperatorFactory<T, SplitT>>(std::move(base));
+    int node = graph_->add_node("Source: " + name, factory).id;
+    detail::PendingInput p{node, PartitionerKind::kForward, false, "", std::make_shared<TypedEdgeOps<T>>()};
+    return DataStream<T>(graph_, {p});
+  }
+
+  /// Runs the job and blocks until it ends. Graph and configuration errors come back as a failed JobResult.
+  JobResult execute(std::string job_name = "Sluice Job");
+  /// Starts the job and returns a client to cancel or wait for it. Throws SluiceException when the job cannot
+  /// start (graph or configuration error).
+  JobClient execute_async(std::string job_name = "Sluice Job", LocalJobProbe* probe = nullptr);
+
+  /// The graph built so far (for tests and tools).
+  const StreamGraph& stream_graph() const { return *graph_; }
+
+ private:
+  std::shared_ptr<StreamGraph> graph_;
+  const Clock* clock_ = &SystemClock::instance();
+};
+
+}  // namespace sluice

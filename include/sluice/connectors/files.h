@@ -1,0 +1,455 @@
+// File connectors: a source reading files line by line (text lines, JSON lines) and a sink writing one part
+// file per subtask (DESIGN.md §8 "files").
+//
+// FileSource<T> (bounded). Paths are files, directories (every regular file directly inside, in name
+// order; subdirectories are not entered) or glob(3) patterns (`/data/in/*.jsonl`, expanded in sorted
+// order; matching directories are expanded like directories). A file named twice is read once. Paths are
+// resolved when the job starts: a missing path, or a pattern or directory that yields no file, fails the
+// job at start with ErrorCode::kConnector naming the pattern.
+// Each file is one split (FileSplit): byte offset and line number of the next line, so a checkpoint records
+// exactly where each file's reading resumes. Splits are handed out one at a time to the reader subtask that
+// asks (StaticSplitEnumerator), so a few large files do not all land on one subtask while others idle.
+// A reader reads its file in 64 KiB chunks and emits at most 1024 lines per poll_next, which keeps its task
+// responsive to checkpoints and cancellation. Lines end at '\n'; a "\r\n" ending is removed as a whole; the
+// last line needs no newline. Lines are limited to max_line_bytes (default 16 MiB) so a file without
+// newlines cannot exhaust memory; a longer line is a bad record.
+//
+// Formats (LineFormat<T>): text lines (T = std::string, every line is a record, empty ones too) and
+// JSON lines (one JSON document per line, read with Value::from_json and, for typed records, from_value of
+// json_mapping.h; blank lines are skipped). Custom formats pass their own LineFormat.
+//
+// Bad input (DESIGN.md §7): a line that does not decode fails the job (BadRecordPolicy::kFail, the default)
+// with a SluiceException (ErrorCode::kConnector) whose message names the file, the line number, the byte
+// offset, the reason and the line's first 80 bytes. With on_bad_record(BadRecordPolicy::kDeadLetter, path)
+// it is instead appended to the dead-letter file as
+//   {"source":"file","path":..,"line":..,"offset":..,"error":..,"record":"<the raw line>"}
+// (plus "record_base64" with the exact bytes when the line is not valid UTF-8, since "record" then holds
+// U+FFFD replacements), counted in stats()->bad_records, and reading goes on with the next line.
+//
+// FileSink<T>: subtask i writes `<directory>/part-<i>.txt` (text: to_display_string of each record, one per
+// line) or `part-<i>.jsonl` (JSON lines: to_json of each record). The directory is created when missing.
+// Writes are buffered (64 KiB); flush() writes the buffer and fsyncs the file (on checkpoints and at the
+// end of input); close() writes what is left and closes it. The first attempt of a subtask truncates its part
+// file; a restarted attempt appends (at-least-once: records after the last checkpoint may repeat). Part files
+// of subtasks that no longer exist (a lower parallelism than a previous run) are left alone.
+// Errors (cannot create the directory, open, write or sync) throw SluiceException (ErrorCode::kConnector)
+// naming the path and strerror, which fails the task.
+//
+// Threading: sources and sinks are thread-safe factories, configured (on_bad_record, max_line_bytes) before
+// they are handed to a job; readers and writers run on their task thread. BadRecordStats may be read from
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/api/sink.h"
+#include "sluice/api/source.h"
+#include "sluice/connectors/bad_record.h"
+#include "sluice/core/error.h"
+#include "sluice/core/json_mapping.h"
+#include "sluice/core/type_serializer.h"
+#include "sluice/core/value.h"
+
+namespace sluice {
+
+/// One file to read and where reading resumes.
+struct FileSplit {
+  std::string path;
+  int64_t offset = 0;  ///< byte offset of the next line to read
+  int64_t line = 1;    ///< 1-based number of that line
+  friend bool operator==(const FileSplit&, const FileSplit&) = default;
+};
+SLUICE_FIELDS(FileSplit, path, offset, line);
+
+/// How a line becomes a record of type T.
+template <class T>
+struct LineFormat {
+  /// For error messages: "text lines", "JSON lines".
+  std::string name;
+  /// Skip lines that are empty or only spaces, tabs and '\r' instead of decoding them.
+  bool skip_blank_lines = false;
+  /// Decodes `line` (without its line ending) into `out` (default-constructed). Returns an error whose
+  /// message is the reason the line is bad. Called on the reader's task thread.
+  std::function<Status(std::string_view line, T& out)> decode;
+};
+
+/// Text lines: every line is a record (a std::string).
+LineFormat<std::string> text_lines_format();
+
+/// JSON lines: each non-blank line is one JSON document, read into T with from_json (json_mapping.h).
+template <JsonMappable T>
+LineFormat<T> json_lines_format() {
+  return LineFormat<T>{"JSON lines", true, [](std::string_view line, T& out) { return from_json(line, out); }};
+}
+
+namespace detail {
+
+/// Resolves files, directories and glob patterns to the files to read (see the file comment). Returns a
+/// kConfiguration error when `patterns` is empty and a kConnector error naming the pattern when one yields
+/// no file or cannot be read.
+[[nodiscard]] Result<std::vector<std::string>> expand_file_paths(const std::vector<std::string>& patterns);
+
+/// True when `line` is empty or holds only spaces, tabs and '\r'.
+bool is_blank_line(std::string_view line) noexcept;
+
+/// Reads the lines of one file from a byte offset, in chunks. Not thread-safe (one reader's task thread).
+/// Errors (open, seek, read) throw SluiceException (kConnector) naming the path and strerror.
+class LineReader {
+ public:
+  static constexpr size_t kChunkBytes = 64 * 1024;
+  /// How many bytes of an over-long line next() keeps in Line::text.
+  static constexpr size_t kLongLineHeadBytes = 4096;
+
+  struct Line {
+    std::string_view text;  ///< without "\n" / "\r\n"; valid until the next call to next() or close()
+    int64_t bytes = 0;      ///< bytes the line occupies in the file, line ending included
+    bool too_long = false;  ///< longer than max_line_bytes: `text` holds its first kLongLineHeadBytes
+  };
+
+  explicit LineReader(size_t max_line_bytes) : max_line_bytes_(max_line_bytes) {}
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  ~LineReader();
+
+  /// Opens `path` and positions it at `offset` bytes.
+  void open(const std::string& path, int64_t offset);
+  bool is_open() const noexcept { return fd_ >= 0; }
+  /// Reads the next line into `line`; returns false at the end of the file.
+  bool next(Line& line);
+  void close() noexcept;
+
+ private:
+  // Reads more bytes after end_; returns false at the end of the file.
+  bool fill();
+  // Consumes the rest of an over-long line up to and including its '\n'; returns the bytes consumed.
+  int64_t skip_rest_of_line();
+
+  size_t max_line_bytes_;
+  std::string path_;
+  int fd_ = -1;
+  bool eof_ = false;
+  std::vector<char> buf_;
+  size_t begin_ = 0;  // start of the unread bytes in buf_
+  size_t end_ = 0;    // end of the bytes read into buf_
+  size_t scan_ = 0;   // bytes in [begin_, scan_) hold no '\n'
+  std::string long_line_head_;
+};
+
+/// The error that fails a job on a bad line (kConnector; names path, line, offset, reason and an excerpt).
+Error bad_line_error(std::string_view format_name, std::string_view path, int64_t line, int64_t offset,
+                     std::string_view raw, std::string_view reason);
+
+/// The dead-letter entry of a bad line (see the file comment).
+Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,
+                     std::string_view reason);
+
+/// Logs (once per reader) that bad lines go to the dead-letter file.
+void log_first_dead_letter(std::string_view path, int64_t line, const std::string& dead_letter_path);
+
+/// Creates `directory` and its parents when missing; throws SluiceException (kConnector) on failure.
+void create_output_directory(const std::string& directory);
+
+/// A file written through a 64 KiB buffer with write(2). Not thread-safe (one writer's task thread).
+/// Errors throw SluiceException (kConnector) naming the path and strerror.
+class PartFileWriter {
+ public:
+  static constexpr size_t kBufferBytes = 64 * 1024;
+
+  PartFileWriter() = default;
+  PartFileWriter(const PartFileWriter&) = delete;
+  PartFileWriter& operator=(const PartFileWriter&) = delete;
+  /// Closes the file without writing the buffer (close() was not called: the task failed).
+  ~PartFileWriter();
+
+  /// Opens (creating) `path`, truncating it when `truncate`, else appending.
+  void open(std::string path, bool truncate);
+  const std::string& path() const noexcept { return path_; }
+  /// The buffer to append whole lines to; call write_if_full() after each line.
+  std::string& buffer() noexcept { return buf_; }
+  void write_if_full() {
+    if (buf_.size() >= kBufferBytes) write_buffer();
+  }
+  /// Writes the buffer, then fsyncs the file.
+  void flush_and_sync();
+  /// Writes the buffer and closes the file (idempotent).
+  void close();
+
+ private:
+  void write_buffer();
+
+  std::string path_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+/// `<directory>/part-<subtask>.<extension>`.
+std::string part_file_path(const std::string& directory, int subtask, std::string_view extension);
+
+}  // namespace detail
+
+/// A bounded source of the lines of files (see the file comment).
+template <class T>
+class FileSource final : public Source<T, FileSplit> {
+ public:
+  static constexpr int64_t kDefaultMaxLineBytes = int64_t{16} << 20;
+
+  /// Reads `paths` (files, directories, glob patterns) with `format`.
+  FileSource(std::vector<std::string> paths, LineFormat<T> format)
+      : paths_(std::move(paths)), format_(std::move(format)) {}
+
+  /// One std::string record per line.
+  static std::shared_ptr<FileSource> text_lines(std::vector<std::string> paths)
+    requires std::is_same_v<T, std::string>
+  {
+    return std::make_shared<FileSource>(std::move(paths), text_lines_format());
+  }
+
+  /// One record per non-blank line, parsed as JSON: a Value, or any JsonMappable type (SLUICE_FIELDS
+  /// structs) through from_value.
+  static std::shared_ptr<FileSource> json_lines(std::vector<std::string> paths)
+    requires JsonMappable<T>
+  {
+    return std::make_shared<FileSource>(std::move(paths), json_lines_format<T>());
+  }
+
+  /// Sets what happens to lines that do not decode; kDeadLetter needs `dead_letter_path` (opened for
+  /// appending, with its directories, when the job starts). Call before handing the source to a job.
+  FileSource& on_bad_record(BadRecordPolicy policy, std::string dead_letter_path = "") {
+    policy_ = policy;
+    dead_letter_path_ = std::move(dead_letter_path);
+    return *this;
+  }
+
+  /// Sets the longest line accepted (bytes, line ending excluded; at least 1). Call before starting a job.
+  FileSource& max_line_bytes(int64_t bytes) {
+    max_line_bytes_ = bytes < 1 ? 1 : bytes;
+    return *this;
+  }
+
+  /// Counters shared by all readers of this source (across jobs that use it).
+  const std::shared_ptr<BadRecordStats>& stats() const noexcept { return stats_; }
+  const std::vector<std::string>& paths() const noexcept { return paths_; }
+
+  Boundedness boundedness() const override { return Boundedness::kBounded; }
+
+  /// Resolves the paths and opens the dead-letter file; throws SluiceException when either fails.
+  std::unique_ptr<SplitEnumerator<FileSplit>> create_enumerator(SplitEnumeratorContext<FileSplit>& ctx) const override {
+    std::vector<std::string> files = detail::expand_file_paths(paths_).value_or_throw();
+    dead_letter_file();
+    std::vector<FileSplit> splits;
+    splits.reserve(files.size());
+    for (std::string& f : files) splits.push_back(FileSplit{std::move(f), 0, 1});
+    return std::make_unique<StaticSplitEnumerator<FileSplit>>(ctx, std::move(splits));
+  }
+
+  std::unique_ptr<SourceReader<T, FileSplit>> create_reader(SourceReaderContext& ctx) const override {
+    return std::make_unique<Reader>(ctx, format_, policy_, dead_letter_file(), stats_,
+                                    static_cast<size_t>(max_line_bytes_));
+  }
+
+ private:
+  // The dead-letter file, opened once and shared by all readers; nullptr under kFail.
+  std::shared_ptr<DeadLetterFile> dead_letter_file() const {
+    if (policy_ != BadRecordPolicy::kDeadLetter) return nullptr;
+    std::lock_guard lock(mu_);
+    if (!dead_letter_) dead_letter_ = DeadLetterFile::open(dead_letter_path_).value_or_throw();
+    return dead_letter_;
+  }
+
+  class Reader final : public SourceReader<T, FileSplit> {
+   public:
+    Reader(SourceReaderContext& ctx, LineFormat<T> format, BadRecordPolicy policy,
+           std::shared_ptr<DeadLetterFile> dead_letter, std::shared_ptr<BadRecordStats> stats, size_t max_line_bytes)
+        : ctx_(ctx),
+          format_(std::move(format)),
+          policy_(policy),
+          dead_letter_(std::move(dead_letter)),
+          stats_(std::move(stats)),
+          lines_(max_line_bytes),
+          max_line_bytes_(max_line_bytes) {}
+
+    void start() override { ctx_.send_split_request(); }
+
+    InputStatus poll_next(ReaderOutput<T>& out) override {
+      if (splits_.empty()) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
+      FileSplit& split = splits_.front();
+      if (!lines_.is_open()) lines_.open(split.path, split.offset);
+      typename detail::LineReader::Line line;
+      for (int n = 0; n < kBatch; ++n) {
+        if (!lines_.next(line)) {
+          finish_split();
+          return InputStatus::kMoreAvailable;
+        }
+        const int64_t line_no = split.line;
+        const int64_t offset = split.offset;
+        split.offset += line.bytes;
+        split.line += 1;
+        if (line.too_long) {
+          bad_line(split.path, line_no, offset, line.text,
+                   "the line is longer than max_line_bytes (" + std::to_string(max_line_bytes_) +
+                       " bytes); the record holds at most its first " +
+                       std::to_string(detail::LineReader::kLongLineHeadBytes) + " bytes");
+          continue;
+        }
+        if (format_.skip_blank_lines && detail::is_blank_line(line.text)) continue;
+        T record{};
+        Status st = format_.decode(line.text, record);
+        if (!st.ok()) {
+          bad_line(split.path, line_no, offset, line.text, st.error().message());
+          continue;
+        }
+        out.collect(std::move(record));
+      }
+      return InputStatus::kMoreAvailable;
+    }
+
+    void add_splits(std::vector<FileSplit> splits) override {
+      for (FileSplit& s : splits) splits_.push_back(std::move(s));
+    }
+    void notify_no_more_splits() override { no_more_splits_ = true; }
+
+    std::vector<FileSplit> snapshot_state(int64_t /*checkpoint_id*/) override {
+      sync_dead_letters();
+      return {splits_.begin(), splits_.end()};
+    }
+
+    void close() override {
+      lines_.close();
+      sync_dead_letters();
+    }
+
+   private:
+    static constexpr int kBatch = 1024;
+
+    void finish_split() {
+      lines_.close();
+      sync_dead_letters();
+      splits_.pop_front();
+      if (splits_.empty() && !no_more_splits_) ctx_.send_split_request();
+    }
+
+    void bad_line(const std::string& path, int64_t line_no, int64_t offset, std::string_view raw,
+                  std::string_view reason) {
+      if (policy_ == BadRecordPolicy::kFail) {
+        throw SluiceException(detail::bad_line_error(format_.name, path, line_no, offset, raw, reason));
+      }
+      dead_letter_->append(detail::bad_line_entry(path, line_no, offset, raw, reason)).value_or_throw();
+      stats_->bad_records.fetch_add(1, std::memory_order_relaxed);
+      if (!logged_) {
+        detail::log_first_dead_letter(path, line_no, dead_letter_->path());
+        logged_ = true;
+      }
+      unsynced_ = true;
+    }
+
+    void sync_dead_letters() {
+      if (!unsynced_) return;
+      unsynced_ = false;
+      dead_letter_->sync().value_or_throw();
+    }
+
+    SourceReaderContext& ctx_;
+    LineFormat<T> format_;
+    BadRecordPolicy policy_;
+    std::shared_ptr<DeadLetterFile> dead_letter_;
+    std::shared_ptr<BadRecordStats> stats_;
+    detail::LineReader lines_;
+    size_t max_line_bytes_;
+    std::deque<FileSplit> splits_;
+    bool no_more_splits_ = false;
+    bool logged_ = false;
+    bool unsynced_ = false;
+  };
+
+  std::vector<std::string> paths_;
+  LineFormat<T> format_;
+  BadRecordPolicy policy_ = BadRecordPolicy::kFail;
+  std::string dead_letter_path_;
+  int64_t max_line_bytes_ = kDefaultMaxLineBytes;
+  std::shared_ptr<BadRecordStats> stats_ = std::make_shared<BadRecordStats>();
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<DeadLetterFile> dead_letter_;
+};
+
+/// What a FileSink writes per record.
+enum class FileSinkFormat {
+  kText,       ///< to_display_string(record), one per line, in part-<i>.txt
+  kJsonLines,  ///< to_json(record), one per line, in part-<i>.jsonl
+};
+
+/// Writes one part file per subtask into a directory (see the file comment).
+template <class T>
+class FileSink final : public Sink<T> {
+ public:
+  FileSink(std::string directory, FileSinkFormat format) : directory_(std::move(directory)), format_(format) {}
+
+  /// Text part files (part-<i>.txt).
+  static std::shared_ptr<FileSink> text(std::string directory) {
+    return std::make_shared<FileSink>(std::move(directory), FileSinkFormat::kText);
+  }
+  /// JSON-lines part files (part-<i>.jsonl).
+  static std::shared_ptr<FileSink> json_lines(std::string directory) {
+    return std::make_shared<FileSink>(std::move(directory), FileSinkFormat::kJsonLines);
+  }
+
+  const std::string& directory() const noexcept { return directory_; }
+
+  std::unique_ptr<SinkWriter<T>> create_writer(RuntimeContext& ctx) const override {
+    detail::create_output_directory(directory_);
+    std::string path = detail::part_file_path(directory_, ctx.subtask_index(),
+                                              format_ == FileSinkFormat::kText ? "txt" : "jsonl");
+    return std::make_unique<Writer>(format_, std::move(path), /*truncate=*/ctx.attempt_number() == 0);
+  }
+
+ private:
+  class Writer final : public SinkWriter<T> {
+   public:
+    Writer(FileSinkFormat format, std::string path, bool truncate) : format_(format) {
+      file_.open(std::move(path), truncate);
+    }
+    void write(const T& record, const SinkWriterContext&) override {
+      std::string& buf = file_.buffer();
+      if (format_ == FileSinkFormat::kText) {
+        append_display_string(record, buf);
+      } else {
+        append_json(record, buf);
+      }
+      buf.push_back('\n');
+      file_.write_if_full();
+    }
+    void flush(bool /*end_of_input*/) override { file_.flush_and_sync(); }
+    void close() override { file_.close(); }
+
+   private:
+    FileSinkFormat format_;
+    detail::PartFileWriter file_;
+  };
+
+  std::string directory_;
+  FileSinkFormat format_;
+};
+
+namespace files {
+
+/// A FileSource of text lines (one std::string per line).
+inline std::shared_ptr<FileSource<std::string>> text_lines(std::vector<std::string> paths) {
+  return FileSource<std::string>::text_lines(std::move(paths));
+}
+
+/// A FileSource of JSON lines read into T (Value by default, or a SLUICE_FIELDS struct).
+template <JsonMappable T = Value>
+std::shared_ptr<FileSource<T>> json_lines(std::vector<std::string> paths) {
+  return FileSource<T>::json_lines(std::move(paths));
+}
+
+}  // namespace files
+}  // namespace sluice

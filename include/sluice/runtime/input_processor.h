@@ -1,0 +1,49 @@
+// StreamInputProcessor: reads the buffers of a task's input channels (its input gate), parses the stream
+// elements, reassembles records that span buffers, keeps the watermark valve (the task's watermark is the
+// minimum over its channels that have not finished, DESIGN.md §1) and feeds the RecordInput.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/graph/exchange.h"
+#include "sluice/runtime/channel.h"
+
+namespace sluice {
+
+/// Task-thread only.
+class StreamInputProcessor {
+ public:
+  enum class Status { kProcessed, kNothingAvailable, kEndOfInput };
+
+  StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input);
+
+  /// Processes all elements of one available buffer (round robin over channels).
+  Status process_next();
+  /// True once every channel delivered end-of-partition.
+  bool finished() const { return finished_channels_ == channels_.size(); }
+
+ private:
+  struct ChannelState {
+    bool finished = false;
+    TimestampMs watermark = std::numeric_limits<int64_t>::min();
+    // A record whose payload spans buffers: bytes gathered so far, bytes still missing, its timestamp.
+    std::vector<uint8_t> partial;
+    uint32_t missing = 0;
+    TimestampMs partial_ts = 0;
+  };
+  void process_buffer(size_t channel, const NetworkBuffer& buffer);
+  void on_watermark(size_t channel, TimestampMs wm);
+  void on_end_of_partition(size_t channel);
+  void update_combined_watermark();
+
+  std::vector<ChannelReceiver*> channels_;
+  std::vector<ChannelState> state_;
+  RecordInput& input_;
+  size_t next_ = 0;
+  size_t finished_channels_ = 0;
+  TimestampMs combined_watermark_ = std::numeric_limits<int64_t>::min();
+};
+
+}  // namespace sluice

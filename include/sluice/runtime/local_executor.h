@@ -1,0 +1,28 @@
+// The local mini-cluster (DESIGN.md §2 "local mode"): JobManager and TaskManager parts in one process.
+// Chains the stream graph, checks slots, sizes the network buffer pool, wires in-memory channels and runs one
+// thread per task. A failed task fails the job: every task is cancelled and the first error is reported.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sluice/api/job.h"
+#include "sluice/core/clock.h"
+#include "sluice/graph/stream_graph.h"
+
+namespace sluice {
+
+class NetworkBufferPool;
+
+/// Introspection for tests and metrics (the job's buffer pool).
+struct LocalJobProbe {
+  const NetworkBufferPool* buffer_pool = nullptr;
+  int task_count = 0;
+};
+
+/// Submits `graph` to a new local mini-cluster and returns at once. Errors in the graph (kGraph) or
+/// configuration (kConfiguration) are returned before anything runs.
+Result<JobClient> submit_local_job(std::shared_ptr<StreamGraph> graph, std::string job_name, const Clock& clock,
+                                   LocalJobProbe* probe = nullptr);
+
+}  // namespace sluice

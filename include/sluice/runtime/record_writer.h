@@ -1,0 +1,56 @@
+// RecordWriter: writes serialized stream elements into the channels of one result partition (one producer
+// subtask's share of a job edge), packing many records per network buffer and blocking on missing credit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "sluice/graph/exchange.h"
+#include "sluice/runtime/channel.h"
+
+namespace sluice {
+
+/// Blocks a task until credit returns (implemented by Task: waits on its wakeup signal and throws
+/// TaskCancelledException when the task is cancelled meanwhile).
+class CreditWaiter {
+ public:
+  virtual ~CreditWaiter() = default;
+  /// Forgets earlier wakeups; the writer checks for credit once more after this and before waiting.
+  virtual void prepare_wait_for_credit() = 0;
+  /// Waits until notified or a short deadline; throws when the task was cancelled.
+  virtual void wait_for_credit() = 0;
+};
+
+/// Task-thread only.
+class RecordWriter final : public RecordWriterBase {
+ public:
+  RecordWriter(std::vector<ChannelSender*> channels, CreditWaiter& waiter);
+
+  int num_channels() const override { return static_cast<int>(channels_.size()); }
+  void write_record(int channel, std::span<const uint8_t> bytes, TimestampMs timestamp) override;
+  void broadcast_record(std::span<const uint8_t> bytes, TimestampMs timestamp) override;
+  void broadcast_watermark(TimestampMs watermark) override;
+
+  /// Sends every partly filled buffer (on idle and on the buffer timeout).
+  void flush_all();
+  /// Appends end-of-partition to every channel and sends everything.
+  void finish();
+  /// Buffers filled and sent so far.
+  uint64_t buffers_sent() const { return buffers_sent_; }
+  /// True when some channel holds a partly filled buffer.
+  bool has_unflushed_data() const { return unflushed_ > 0; }
+
+ private:
+  NetworkBuffer* buffer_for(int channel, uint32_t min_space);
+  void send_current(int channel);
+
+  std::vector<ChannelSender*> channels_;
+  std::vector<NetworkBuffer*> current_;
+  CreditWaiter& waiter_;
+  uint64_t buffers_sent_ = 0;
+  int unflushed_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,92 @@
+#include "sluice/connectors/bad_record.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace sluice {
+
+namespace {
+
+Error io_error(std::string_view what, const std::string& path, int err) {
+  return Error(ErrorCode::kConnector,
+               fmt::format("dead-letter file '{}': {} failed: {}", path, what, std::strerror(err)));
+}
+
+}  // namespace
+
+std::string_view bad_record_policy_name(BadRecordPolicy policy) noexcept {
+  switch (policy) {
+    case BadRecordPolicy::kFail:
+      return "fail";
+    case BadRecordPolicy::kDeadLetter:
+      return "dead-letter";
+  }
+  return "unknown";
+}
+
+Result<std::shared_ptr<DeadLetterFile>> DeadLetterFile::open(std::string path) {
+  if (path.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 "the dead-letter policy needs a dead-letter file path: pass one with "
+                 "on_bad_record(BadRecordPolicy::kDeadLetter, path)");
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec && !std::filesystem::is_directory(parent)) {
+      return Error(ErrorCode::kConnector, fmt::format("dead-letter file '{}': cannot create directory '{}': {}",
+                                                      path, parent.string(), ec.message()));
+    }
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("open", path, errno);
+  return std::shared_ptr<DeadLetterFile>(new DeadLetterFile(std::move(path), fd));
+}
+
+DeadLetterFile::~DeadLetterFile() { ::close(fd_); }
+
+Status DeadLetterFile::write_line_locked() {
+  const char* p = line_.data();
+  size_t left = line_.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return io_error("write", path_, errno);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+Status DeadLetterFile::append(const Value& entry) {
+  std::lock_guard lock(mu_);
+  line_.clear();
+  entry.write_json(line_);
+  line_.push_back('\n');
+  return write_line_locked();
+}
+
+Status DeadLetterFile::append_line(std::string_view json_line) {
+  std::lock_guard lock(mu_);
+  line_.assign(json_line);
+  line_.push_back('\n');
+  return write_line_locked();
+}
+
+Status DeadLetterFile::sync() {
+  std::lock_guard lock(mu_);
+  if (::fdatasync(fd_) != 0) return io_error("fdatasync", path_, errno);
+  return ok_status();
+}
+
+}  // namespace sluice

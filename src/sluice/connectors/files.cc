@@ -1,0 +1,370 @@
+#include "sluice/connectors/files.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <unordered_set>
+
+namespace sluice {
+
+namespace {
+
+[[noreturn]] void throw_io(std::string_view who, std::string_view what, std::string_view path, int err) {
+  throw SluiceException(
+      Error(ErrorCode::kConnector, fmt::format("{}: {} '{}' failed: {}", who, what, path, std::strerror(err))));
+}
+
+bool has_glob_magic(std::string_view pattern) noexcept {
+  return pattern.find_first_of("*?[") != std::string_view::npos;
+}
+
+// Appends the regular files directly inside `dir`, sorted by name. Returns a kConnector error when the
+// directory cannot be listed.
+Status list_directory(const std::string& dir, std::vector<std::string>& out) {
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) found.push_back(it->path().string());
+  }
+  if (ec) {
+    return Error(ErrorCode::kConnector,
+                 fmt::format("file source: cannot list directory '{}': {}", dir, ec.message()));
+  }
+  std::sort(found.begin(), found.end());
+  out.insert(out.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+  return ok_status();
+}
+
+// Expands a glob(3) pattern into its sorted matches. Returns a kConnector error naming the pattern when
+// nothing matches or a directory cannot be read.
+Result<std::vector<std::string>> glob_pattern(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> matches;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) matches.emplace_back(g.gl_pathv[i]);
+  }
+  const int err = errno;
+  globfree(&g);
+  switch (rc) {
+    case 0:
+      return matches;
+    case GLOB_NOMATCH:
+      return Error(ErrorCode::kConnector,
+                   fmt::format("file source: no file matches the pattern '{}'; check the path and the pattern",
+                               pattern));
+    case GLOB_ABORTED:
+      return Error(ErrorCode::kConnector, fmt::format("file source: reading a directory for the pattern '{}' "
+                                                      "failed: {}",
+                                                      pattern, std::strerror(err)));
+    default:
+      return Error(ErrorCode::kConnector, fmt::format("file source: expanding the pattern '{}' failed", pattern));
+  }
+}
+
+// Cuts `s` to at most `max` bytes without splitting a UTF-8 sequence.
+std::string_view utf8_prefix(std::string_view s, size_t max) noexcept {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+}  // namespace
+
+LineFormat<std::string> text_lines_format() {
+  return LineFormat<std::string>{"text lines", false, [](std::string_view line, std::string& out) {
+                                   out.assign(line);
+                                   return ok_status();
+                                 }};
+}
+
+namespace detail {
+
+Result<std::vector<std::string>> expand_file_paths(const std::vector<std::string>& patterns) {
+  if (patterns.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 "file source: no paths given; pass files, directories or glob patterns");
+  }
+  std::vector<std::string> files;
+  std::unordered_set<std::string> seen;
+  for (const std::string& pattern : patterns) {
+    const bool is_glob = has_glob_magic(pattern);
+    std::vector<std::string> candidates;
+    if (is_glob) {
+      Result<std::vector<std::string>> matches = glob_pattern(pattern);
+      if (!matches.ok()) return matches.error();
+      candidates = std::move(matches).value();
+    } else {
+      candidates.push_back(pattern);
+    }
+    std::vector<std::string> found;
+    for (const std::string& c : candidates) {
+      struct stat st {};
+      if (::stat(c.c_str(), &st) != 0) {
+        return Error(ErrorCode::kConnector, fmt::format("file source: cannot read '{}'{}: {}", c,
+                                                        is_glob ? fmt::format(" (matched by '{}')", pattern) : "",
+                                                        std::strerror(errno)));
+      }
+      if (S_ISDIR(st.st_mode)) {
+        SLUICE_RETURN_IF_ERROR(list_directory(c, found));
+      } else if (S_ISREG(st.st_mode)) {
+        found.push_back(c);
+      } else if (!is_glob) {
+        return Error(ErrorCode::kConnector,
+                     fmt::format("file source: '{}' is neither a regular file nor a directory", c));
+      }
+    }
+    if (found.empty()) {
+      return Error(ErrorCode::kConnector,
+                   fmt::format("file source: '{}' yields no regular file to read (an empty directory, or only "
+                               "special files match)",
+                               pattern));
+    }
+    for (std::string& f : found) {
+      if (seen.insert(f).second) files.push_back(std::move(f));
+    }
+  }
+  return files;
+}
+
+bool is_blank_line(std::string_view line) noexcept {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// LineReader
+
+LineReader::~LineReader() { close(); }
+
+void LineReader::open(const std::string& path, int64_t offset) {
+  close();
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw_io("file source", "opening", path, errno);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_io("file source", "reading the size of", path, errno);
+  if (offset > st.st_size) {
+    throw SluiceException(Error(
+        ErrorCode::kConnector,
+        fmt::format("file source: '{}' has {} bytes, fewer than the offset {} where reading resumes: the file "
+                    "was truncated or replaced since the checkpoint",
+                    path, static_cast<int64_t>(st.st_size), offset)));
+  }
+  if (offset > 0 && ::lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    throw_io("file source", "seeking in", path, errno);
+  }
+  eof_ = false;
+  begin_ = end_ = scan_ = 0;
+  if (buf_.size() < kChunkBytes) buf_.resize(kChunkBytes);
+}
+
+void LineReader::close() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  begin_ = end_ = scan_ = 0;
+  // A buffer grown for a long line shrinks back, so one long line does not pin its memory.
+  if (buf_.size() > kChunkBytes) {
+    buf_.resize(kChunkBytes);
+    buf_.shrink_to_fit();
+  }
+}
+
+bool LineReader::fill() {
+  if (eof_) return false;
+  if (begin_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    scan_ -= begin_;
+    begin_ = 0;
+  }
+  if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
+  for (;;) {
+    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io("file source", "reading", path_, errno);
+    }
+    if (n == 0) {
+      eof_ = true;
+      return false;
+    }
+    end_ += static_cast<size_t>(n);
+    return true;
+  }
+}
+
+int64_t LineReader::skip_rest_of_line() {
+  int64_t skipped = static_cast<int64_t>(end_ - begin_);
+  begin_ = end_ = scan_ = 0;
+  while (fill()) {
+    const void* nl = std::memchr(buf_.data(), '\n', end_);
+    if (nl != nullptr) {
+      const size_t pos = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
+      skipped += static_cast<int64_t>(pos + 1);
+      begin_ = scan_ = pos + 1;
+      return skipped;
+    }
+    skipped += static_cast<int64_t>(end_);
+    begin_ = end_ = scan_ = 0;
+  }
+  return skipped;
+}
+
+bool LineReader::next(Line& line) {
+  line.too_long = false;
+  for (;;) {
+    if (scan_ < end_) {
+      const void* nl = std::memchr(buf_.data() + scan_, '\n', end_ - scan_);
+      if (nl != nullptr) {
+        const size_t pos = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
+        size_t len = pos - begin_;
+        line.bytes = static_cast<int64_t>(len + 1);
+        if (len > 0 && buf_[pos - 1] == '\r') --len;
+        if (len > max_line_bytes_) {
+          long_line_head_.assign(buf_.data() + begin_, std::min(len, kLongLineHeadBytes));
+          line.text = long_line_head_;
+          line.too_long = true;
+        } else {
+          line.text = std::string_view(buf_.data() + begin_, len);
+        }
+        begin_ = scan_ = pos + 1;
+        return true;
+      }
+      scan_ = end_;
+    }
+    // No '\n' in [begin_, end_). One byte more than the limit may still be the '\r' of "\r\n".
+    if (end_ - begin_ > max_line_bytes_ + 1) {
+      long_line_head_.assign(buf_.data() + begin_, std::min(end_ - begin_, kLongLineHeadBytes));
+      line.bytes = skip_rest_of_line();
+      line.text = long_line_head_;
+      line.too_long = true;
+      return true;
+    }
+    if (!fill()) {
+      if (begin_ == end_) return false;
+      // The last line has no newline.
+      const size_t len = end_ - begin_;
+      line.bytes = static_cast<int64_t>(len);
+      if (len > max_line_bytes_) {
+        long_line_head_.assign(buf_.data() + begin_, std::min(len, kLongLineHeadBytes));
+        line.text = long_line_head_;
+        line.too_long = true;
+      } else {
+        line.text = std::string_view(buf_.data() + begin_, len);
+      }
+      begin_ = scan_ = end_;
+      return true;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bad lines
+
+Error bad_line_error(std::string_view format_name, std::string_view path, int64_t line, int64_t offset,
+                     std::string_view raw, std::string_view reason) {
+  constexpr size_t kExcerptBytes = 80;
+  std::string excerpt;
+  const std::string_view head = utf8_prefix(raw, kExcerptBytes);
+  append_json_string(head, excerpt);
+  if (head.size() < raw.size()) excerpt += "...";
+  return Error(ErrorCode::kConnector,
+               fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
+                           "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
+                           "on_bad_record(BadRecordPolicy::kDeadLetter, path)",
+                           path, line, offset, format_name, reason, excerpt));
+}
+
+Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,
+                     std::string_view reason) {
+  Value entry = Value::object({{"source", Value("file")},
+                               {"path", Value(path)},
+                               {"line", Value(line)},
+                               {"offset", Value(offset)},
+                               {"error", Value(reason)},
+                               {"record", Value(raw)}});
+  // JSON strings hold UTF-8 text only: keep the exact bytes of a line that is not valid UTF-8.
+  if (!simdjson::validate_utf8(raw.data(), raw.size())) entry.set("record_base64", Value::bytes(raw));
+  return entry;
+}
+
+void log_first_dead_letter(std::string_view path, int64_t line, const std::string& dead_letter_path) {
+  spdlog::warn(
+      "file source: line {} of '{}' could not be read and went to the dead-letter file '{}'; further bad lines "
+      "of this reader go there without a log line (count: BadRecordStats::bad_records)",
+      line, path, dead_letter_path);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Sink files
+
+void create_output_directory(const std::string& directory) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  // Several subtasks create the same directory at once: losing that race is not an error.
+  if (ec && !std::filesystem::is_directory(directory)) {
+    throw SluiceException(Error(ErrorCode::kConnector, fmt::format("file sink: cannot create directory '{}': {}",
+                                                                   directory, ec.message())));
+  }
+}
+
+std::string part_file_path(const std::string& directory, int subtask, std::string_view extension) {
+  return (std::filesystem::path(directory) / fmt::format("part-{}.{}", subtask, extension)).string();
+}
+
+PartFileWriter::~PartFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void PartFileWriter::open(std::string path, bool truncate) {
+  path_ = std::move(path);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+  if (fd_ < 0) throw_io("file sink", "opening", path_, errno);
+  buf_.reserve(kBufferBytes + kBufferBytes / 4);
+}
+
+void PartFileWriter::write_buffer() {
+  const char* p = buf_.data();
+  size_t left = buf_.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io("file sink", "writing", path_, errno);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  buf_.clear();
+}
+
+void PartFileWriter::flush_and_sync() {
+  if (fd_ < 0) return;
+  write_buffer();
+  if (::fsync(fd_) != 0) throw_io("file sink", "syncing", path_, errno);
+}
+
+void PartFileWriter::close() {
+  if (fd_ < 0) return;
+  write_buffer();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw_io("file sink", "closing", path_, errno);
+}
+
+}  // namespace detail
+}  // namespace sluice

@@ -1,0 +1,145 @@
+#include "sluice/core/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace sluice {
+namespace {
+
+std::string lower_trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  std::string r(s);
+  std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
+  return r;
+}
+
+// Splits "32 kb" into 32 and "kb".
+bool split_number_unit(const std::string& s, int64_t& number, std::string& unit) {
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, number);
+  if (ec != std::errc() || number < 0) return false;
+  while (p != end && *p == ' ') ++p;
+  unit.assign(p, end);
+  return true;
+}
+
+Error config_error(std::string_view key, std::string_view text, std::string_view expected) {
+  return Error(ErrorCode::kConfiguration, "option '" + std::string(key) + "' has value '" + std::string(text) +
+                                              "', expected " + std::string(expected));
+}
+
+}  // namespace
+
+Result<int64_t> parse_memory_size(std::string_view text) {
+  std::string s = lower_trim(text);
+  int64_t n = 0;
+  std::string unit;
+  if (!split_number_unit(s, n, unit)) return config_error("memory size", text, "a size such as 32kb");
+  int64_t mul = 1;
+  if (unit.empty() || unit == "b" || unit == "bytes") {
+    mul = 1;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    mul = 1024;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    mul = 1024 * 1024;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    mul = 1024LL * 1024 * 1024;
+  } else {
+    return config_error("memory size", text, "a unit of b, kb, mb or gb");
+  }
+  return n * mul;
+}
+
+Result<int64_t> parse_duration_ms(std::string_view text) {
+  std::string s = lower_trim(text);
+  int64_t n = 0;
+  std::string unit;
+  if (!split_number_unit(s, n, unit)) return config_error("duration", text, "a duration such as 100ms or 1s");
+  if (unit.empty() || unit == "ms") return n;
+  if (unit == "s" || unit == "sec") return n * 1000;
+  if (unit == "min" || unit == "m") return n * 60'000;
+  if (unit == "h") return n * 3'600'000;
+  return config_error("duration", text, "a unit of ms, s, min or h");
+}
+
+std::optional<std::string> Configuration::get_string(std::string_view key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+int64_t Configuration::get(const ConfigOption<int64_t>& option) const {
+  auto v = get_string(option.key);
+  if (!v) return option.default_value;
+  // Memory-size and duration options accept units; plain integers parse under either.
+  auto key = option.key;
+  bool is_duration = key.find("timeout") != std::string_view::npos || key.find("interval") != std::string_view::npos;
+  Result<int64_t> r = is_duration ? parse_duration_ms(*v) : parse_memory_size(*v);
+  if (!r.ok()) throw SluiceException(config_error(key, *v, is_duration ? "a duration" : "an integer or size"));
+  return *r;
+}
+
+int32_t Configuration::get(const ConfigOption<int32_t>& option) const {
+  auto v = get_string(option.key);
+  if (!v) return option.default_value;
+  int32_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || p != v->data() + v->size()) throw SluiceException(config_error(option.key, *v, "an integer"));
+  return n;
+}
+
+bool Configuration::get(const ConfigOption<bool>& option) const {
+  auto v = get_string(option.key);
+  if (!v) return option.default_value;
+  std::string s = lower_trim(*v);
+  if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "0" || s == "no" || s == "off") return false;
+  throw SluiceException(config_error(option.key, *v, "true or false"));
+}
+
+std::string Configuration::get(const ConfigOption<std::string>& option) const {
+  auto v = get_string(option.key);
+  return v ? *v : option.default_value;
+}
+
+Result<Configuration> Configuration::from_args(int argc, const char* const* argv, std::vector<std::string>* rest) {
+  Configuration c;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    std::string key, value;
+    if (a.starts_with("-D")) {
+      a.remove_prefix(2);
+    } else if (a == "-p" || a == "--parallelism") {
+      if (i + 1 >= argc) return Error(ErrorCode::kConfiguration, std::string(a) + " needs a value");
+      c.set_string(std::string(options::kParallelism.key), argv[++i]);
+      continue;
+    } else if (a.starts_with("--")) {
+      a.remove_prefix(2);
+      if (a.find('=') == std::string_view::npos) {
+        if (i + 1 >= argc) return Error(ErrorCode::kConfiguration, "--" + std::string(a) + " needs a value");
+        key = a == "parallelism" ? std::string(options::kParallelism.key) : std::string(a);
+        c.set_string(key, argv[++i]);
+        continue;
+      }
+    } else {
+      if (rest == nullptr) {
+        return Error(ErrorCode::kConfiguration,
+                     "unexpected argument '" + std::string(a) + "'; options are -Dkey=value or --key=value");
+      }
+      rest->emplace_back(a);
+      continue;
+    }
+    auto eq = a.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return Error(ErrorCode::kConfiguration, "argument '" + std::string(argv[i]) + "' is not of the form key=value");
+    }
+    key = std::string(a.substr(0, eq));
+    if (key == "parallelism") key = std::string(options::kParallelism.key);
+    c.set_string(key, std::string(a.substr(eq + 1)));
+  }
+  return c;
+}
+
+}  // namespace sluice

@@ -1,0 +1,38 @@
+#include "sluice/runtime/buffer_pool.h"
+
+#include <fmt/format.h>
+
+namespace sluice {
+
+NetworkBufferPool::NetworkBufferPool(uint32_t segment_size, size_t max_buffers)
+    : segment_size_(segment_size), max_buffers_(max_buffers) {}
+
+NetworkBufferPool::~NetworkBufferPool() = default;
+
+Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
+  std::lock_guard lock(mu_);
+  if (buffers_.size() + n > max_buffers_) {
+    return Error(ErrorCode::kNetwork,
+                 fmt::format("network buffer pool exhausted: {} buffers requested, {} of {} in use; raise the pool or "
+                             "lower taskmanager.network.memory.buffers-per-channel",
+                             n, buffers_.size(), max_buffers_));
+  }
+  std::vector<NetworkBuffer*> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    segments_.push_back(std::make_unique<uint8_t[]>(segment_size_));
+    auto b = std::make_unique<NetworkBuffer>();
+    b->data = segments_.back().get();
+    b->capacity = segment_size_;
+    out.push_back(b.get());
+    buffers_.push_back(std::move(b));
+  }
+  return out;
+}
+
+size_t NetworkBufferPool::allocated() const {
+  std::lock_guard lock(mu_);
+  return buffers_.size();
+}
+
+}  // namespace sluice

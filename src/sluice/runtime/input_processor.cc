@@ -1,0 +1,124 @@
+#include "sluice/runtime/input_processor.h"
+
+#include <cstring>
+#include <string>
+
+#include "sluice/runtime/stream_element.h"
+
+namespace sluice {
+namespace {
+
+[[noreturn]] void corrupt(size_t channel, const std::string& what) {
+  throw SluiceException(Error(ErrorCode::kNetwork,
+                              "corrupt network buffer on input channel " + std::to_string(channel) + ": " + what));
+}
+
+}  // namespace
+
+StreamInputProcessor::StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input)
+    : channels_(std::move(channels)), state_(channels_.size()), input_(input) {}
+
+StreamInputProcessor::Status StreamInputProcessor::process_next() {
+  if (finished()) return Status::kEndOfInput;
+  const size_t n = channels_.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t c = next_;
+    next_ = next_ + 1 == n ? 0 : next_ + 1;
+    if (state_[c].finished) continue;
+    NetworkBuffer* b = channels_[c]->poll();
+    if (b == nullptr) continue;
+    // Recycle even when a user function throws mid-buffer, so the sender is never left without credit.
+    struct Recycle {
+      ChannelReceiver* ch;
+      NetworkBuffer* b;
+      ~Recycle() { ch->recycle(b); }
+    } recycle{channels_[c], b};
+    process_buffer(c, *b);
+    return finished() ? Status::kEndOfInput : Status::kProcessed;
+  }
+  return Status::kNothingAvailable;
+}
+
+void StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer) {
+  ChannelState& st = state_[c];
+  const uint8_t* p = buffer.data;
+  const uint8_t* end = buffer.data + buffer.size;
+  if (st.missing > 0) {
+    uint32_t n = static_cast<uint32_t>(std::min<size_t>(st.missing, static_cast<size_t>(end - p)));
+    st.partial.insert(st.partial.end(), p, p + n);
+    p += n;
+    st.missing -= n;
+    if (st.missing > 0) return;
+    DataInput in(st.partial.data(), st.partial.size());
+    input_.process_record(in, st.partial_ts);
+  }
+  while (p < end) {
+    auto tag = static_cast<ElementTag>(*p);
+    switch (tag) {
+      case ElementTag::kRecord:
+      case ElementTag::kRecordWithTimestamp: {
+        const bool with_ts = tag == ElementTag::kRecordWithTimestamp;
+        const size_t header = with_ts ? kMaxRecordHeaderSize : 5;
+        if (static_cast<size_t>(end - p) < header) corrupt(c, "truncated record header");
+        uint32_t len;
+        std::memcpy(&len, p + 1, 4);
+        TimestampMs ts = kNoTimestamp;
+        if (with_ts) std::memcpy(&ts, p + 5, 8);
+        p += header;
+        size_t avail = static_cast<size_t>(end - p);
+        if (len <= avail) {
+          DataInput in(p, len);
+          input_.process_record(in, ts);
+          if (!in.at_end()) corrupt(c, "a record's serializer read fewer bytes than were written");
+          p += len;
+        } else {
+          st.partial.assign(p, end);
+          st.missing = len - static_cast<uint32_t>(avail);
+          st.partial_ts = ts;
+          return;
+        }
+        break;
+      }
+      case ElementTag::kWatermark: {
+        if (end - p < static_cast<ptrdiff_t>(kWatermarkElementSize)) corrupt(c, "truncated watermark");
+        TimestampMs wm;
+        std::memcpy(&wm, p + 1, 8);
+        p += kWatermarkElementSize;
+        on_watermark(c, wm);
+        break;
+      }
+      case ElementTag::kEndOfPartition:
+        on_end_of_partition(c);
+        return;
+      default:
+        corrupt(c, "unknown element tag " + std::to_string(static_cast<int>(tag)));
+    }
+  }
+}
+
+void StreamInputProcessor::on_watermark(size_t c, TimestampMs wm) {
+  ChannelState& st = state_[c];
+  if (wm <= st.watermark) return;
+  st.watermark = wm;
+  update_combined_watermark();
+}
+
+void StreamInputProcessor::update_combined_watermark() {
+  TimestampMs m = std::numeric_limits<int64_t>::max();
+  for (const auto& s : state_) {
+    if (!s.finished) m = std::min(m, s.watermark);
+  }
+  if (m > combined_watermark_) {
+    combined_watermark_ = m;
+    input_.process_watermark(m);
+  }
+}
+
+void StreamInputProcessor::on_end_of_partition(size_t c) {
+  state_[c].finished = true;
+  ++finished_channels_;
+  // A finished channel no longer holds the watermark back.
+  if (!finished()) update_combined_watermark();
+}
+
+}  // namespace sluice

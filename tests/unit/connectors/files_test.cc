@@ -1,0 +1,568 @@
+// Job-level tests of the file source (text and JSON lines, globs, bad input), the file sink and the print sink.
+#include "sluice/connectors/files.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/connectors/print.h"
+#include "test_util/collect_sink.h"
+
+namespace shop {
+
+struct Charge {
+  std::string id;
+  int64_t amount_cents = 0;
+  std::optional<std::string> note;
+  friend bool operator==(const Charge&, const Charge&) = default;
+  friend bool operator<(const Charge& a, const Charge& b) { return a.id < b.id; }
+};
+SLUICE_FIELDS(Charge, id, amount_cents, note);
+
+}  // namespace shop
+
+namespace sluice {
+namespace {
+
+using shop::Charge;
+using testing::CollectedRecords;
+using testing::CollectSink;
+
+/// A fresh directory under /tmp, removed with everything in it when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/sluice-files-test-XXXXXX";
+    const char* p = ::mkdtemp(tmpl);
+    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& content) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f << content;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+template <class T>
+std::vector<T> sorted(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+template <class Src, class T = typename Src::RecordType>
+JobResult run_to_collect(std::shared_ptr<Src> source, int parallelism, std::shared_ptr<CollectedRecords<T>> out) {
+  StreamEnvironment env;
+  env.set_parallelism(parallelism);
+  env.from_source(source, "files").sink_to(std::make_shared<CollectSink<T>>(out));
+  return env.execute("files test");
+}
+
+std::string error_text(const JobResult& r) { return r.error ? r.error->to_string() : std::string("(no error)"); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Text lines
+
+TEST(FileSourceTest, TextLinesStripLineEndingsAndKeepEmptyLines) {
+  TempDir dir;
+  write_file(dir / "a.txt", "first\nsecond\r\n\nlast without newline");
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(FileSource<std::string>::text_lines({dir / "a.txt"}), 1, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(out->all(), (std::vector<std::string>{"first", "second", "", "last without newline"}));
+}
+
+class FileSourceParallelismTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(FileSourceParallelismTest, TextLinesOfManyFilesArriveOnceAndInFileOrder) {
+  TempDir dir;
+  constexpr int kFiles = 5;
+  constexpr int kLines = 3000;  // more than one poll_next batch per file
+  std::vector<std::string> expected;
+  for (int f = 0; f < kFiles; ++f) {
+    std::string content;
+    for (int i = 0; i < kLines; ++i) {
+      std::string line = "f" + std::to_string(f) + ":" + std::to_string(i);
+      content += line + "\n";
+      expected.push_back(line);
+    }
+    write_file(dir / ("part" + std::to_string(f) + ".txt"), content);
+  }
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(files::text_lines({dir.path()}), GetParam(), out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(sorted(out->all()), sorted(expected));
+  // One file is one split: its lines reach one subtask, in file order.
+  std::map<int, int> subtask_of_file;
+  std::map<int, int> next_line;
+  const auto per_subtask = out->per_subtask();
+  for (size_t s = 0; s < per_subtask.size(); ++s) {
+    for (const std::string& line : per_subtask[s]) {
+      const int f = std::stoi(line.substr(1, line.find(':') - 1));
+      const int i = std::stoi(line.substr(line.find(':') + 1));
+      auto [it, inserted] = subtask_of_file.emplace(f, static_cast<int>(s));
+      ASSERT_EQ(it->second, static_cast<int>(s)) << "file " << f << " was read by two subtasks";
+      ASSERT_EQ(next_line[f], i) << "file " << f << " out of order";
+      next_line[f] = i + 1;
+    }
+  }
+}
+
+TEST_P(FileSourceParallelismTest, JsonLinesAsValuesSkipBlankLines) {
+  TempDir dir;
+  std::vector<std::string> expected;
+  for (int f = 0; f < 4; ++f) {
+    std::string content;
+    for (int i = 0; i < 500; ++i) {
+      const std::string doc = R"({"file":)" + std::to_string(f) + R"(,"i":)" + std::to_string(i) + "}";
+      content += doc + "\n";
+      if (i % 100 == 0) content += "  \r\n\n";
+      expected.push_back(doc);
+    }
+    write_file(dir / ("events-" + std::to_string(f) + ".jsonl"), content);
+  }
+  auto out = std::make_shared<CollectedRecords<Value>>();
+  JobResult r = run_to_collect(FileSource<Value>::json_lines({dir / "*.jsonl"}), GetParam(), out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  std::vector<std::string> got;
+  for (const Value& v : out->all()) got.push_back(v.to_json());
+  EXPECT_EQ(sorted(got), sorted(expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(Parallelism, FileSourceParallelismTest, ::testing::Values(1, 3));
+
+TEST(FileSourceTest, JsonLinesIntoStructs) {
+  TempDir dir;
+  write_file(dir / "charges.jsonl",
+             R"({"id":"c1","amount_cents":100})"
+             "\n"
+             R"({"id":"c2","amount_cents":250,"note":"gift","extra":true})"
+             "\n");
+  auto out = std::make_shared<CollectedRecords<Charge>>();
+  JobResult r = run_to_collect(files::json_lines<Charge>({dir / "charges.jsonl"}), 3, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(sorted(out->all()), (std::vector<Charge>{{"c1", 100, std::nullopt}, {"c2", 250, "gift"}}));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Paths and globs
+
+TEST(FilePathsTest, GlobsDirectoriesAndDuplicates) {
+  TempDir dir;
+  write_file(dir / "b.jsonl", "");
+  write_file(dir / "a.jsonl", "");
+  write_file(dir / "c.txt", "");
+  write_file(dir / "sub/d.jsonl", "");
+  Result<std::vector<std::string>> files = detail::expand_file_paths({dir / "*.jsonl", dir / "c.txt", dir / "a.jsonl"});
+  ASSERT_TRUE(files.ok()) << files.error().to_string();
+  EXPECT_EQ(*files, (std::vector<std::string>{dir / "a.jsonl", dir / "b.jsonl", dir / "c.txt"}));
+  // A directory: its regular files, sorted, without entering subdirectories.
+  files = detail::expand_file_paths({dir.path()});
+  ASSERT_TRUE(files.ok()) << files.error().to_string();
+  EXPECT_EQ(*files, (std::vector<std::string>{dir / "a.jsonl", dir / "b.jsonl", dir / "c.txt"}));
+  // A glob matching a directory expands it.
+  files = detail::expand_file_paths({dir / "s*"});
+  ASSERT_TRUE(files.ok()) << files.error().to_string();
+  EXPECT_EQ(*files, (std::vector<std::string>{dir / "sub/d.jsonl"}));
+}
+
+TEST(FilePathsTest, EmptyMatchesAreErrorsNamingThePattern) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "empty");
+  Result<std::vector<std::string>> files = detail::expand_file_paths({dir / "*.csv"});
+  ASSERT_FALSE(files.ok());
+  EXPECT_EQ(files.error().code(), ErrorCode::kConnector);
+  EXPECT_NE(files.error().message().find(dir / "*.csv"), std::string::npos) << files.error().message();
+  files = detail::expand_file_paths({dir / "empty"});
+  ASSERT_FALSE(files.ok());
+  EXPECT_NE(files.error().message().find(dir / "empty"), std::string::npos) << files.error().message();
+  files = detail::expand_file_paths({dir / "missing.txt"});
+  ASSERT_FALSE(files.ok());
+  EXPECT_NE(files.error().message().find("No such file"), std::string::npos) << files.error().message();
+  EXPECT_EQ(detail::expand_file_paths({}).error().code(), ErrorCode::kConfiguration);
+}
+
+TEST(FileSourceTest, AGlobWithoutMatchesFailsTheJobAtStart) {
+  TempDir dir;
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(files::text_lines({dir / "nothing-*.log"}), 2, out);
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_EQ(r.error->code(), ErrorCode::kConnector);
+  EXPECT_NE(r.error->message().find(dir / "nothing-*.log"), std::string::npos) << error_text(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bad input
+
+TEST(FileSourceTest, ABadJsonLineFailsTheJobNamingFileLineAndOffset) {
+  TempDir dir;
+  const std::string good = R"({"id":"c1","amount_cents":1})";
+  const std::string bad = R"({"id":"c2","amount_cents": oops})";
+  write_file(dir / "in.jsonl", good + "\n" + good + "\n" + bad + "\n" + good + "\n");
+  auto out = std::make_shared<CollectedRecords<Value>>();
+  JobResult r = run_to_collect(files::json_lines({dir / "in.jsonl"}), 1, out);
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  const std::string msg = error_text(r);
+  EXPECT_NE(msg.find("'" + (dir / "in.jsonl") + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("byte offset " + std::to_string(2 * (good.size() + 1))), std::string::npos) << msg;
+  EXPECT_NE(msg.find(R"(oops)"), std::string::npos) << msg;  // the excerpt
+  EXPECT_NE(msg.find("connector"), std::string::npos) << msg;
+}
+
+TEST(FileSourceTest, AMappingErrorFailsTheJobNamingTheField) {
+  TempDir dir;
+  write_file(dir / "in.jsonl", R"({"id":"c1","amount_cents":"12"})"
+                               "\n");
+  auto out = std::make_shared<CollectedRecords<Charge>>();
+  JobResult r = run_to_collect(files::json_lines<Charge>({dir / "in.jsonl"}), 1, out);
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  const std::string msg = error_text(r);
+  EXPECT_NE(msg.find("line 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("field 'amount_cents': expected integer, found string"), std::string::npos) << msg;
+}
+
+TEST(FileSourceTest, DeadLetterPolicyDivertsBadLinesWithPositionAndReason) {
+  TempDir dir;
+  const std::string l1 = R"({"id":"c1","amount_cents":1})";
+  const std::string l2 = R"({"id":"c2", broken)";
+  const std::string l3 = R"({"id":"c3","amount_cents":"x"})";
+  const std::string l4 = "\xff\xfe not utf8";
+  const std::string l5 = R"({"id":"c5","amount_cents":5})";
+  write_file(dir / "in.jsonl", l1 + "\n" + l2 + "\r\n" + l3 + "\n" + l4 + "\n" + l5);
+  const std::string dlq = dir / "dlq/bad.jsonl";
+  auto source = files::json_lines<Charge>({dir / "in.jsonl"});
+  source->on_bad_record(BadRecordPolicy::kDeadLetter, dlq);
+  auto out = std::make_shared<CollectedRecords<Charge>>();
+  JobResult r = run_to_collect(source, 1, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(out->all(), (std::vector<Charge>{{"c1", 1, std::nullopt}, {"c5", 5, std::nullopt}}));
+  EXPECT_EQ(source->stats()->bad_records.load(), 3);
+
+  const std::vector<std::string> entries = split_lines(read_file(dlq));
+  ASSERT_EQ(entries.size(), 3U);
+  struct Expected {
+    int64_t line;
+    int64_t offset;
+    std::string record;
+    std::string reason_part;
+  };
+  const int64_t o2 = static_cast<int64_t>(l1.size() + 1);
+  const int64_t o3 = o2 + static_cast<int64_t>(l2.size() + 2);
+  const int64_t o4 = o3 + static_cast<int64_t>(l3.size() + 1);
+  const std::vector<Expected> expected = {{2, o2, l2, "byte"},
+                                          {3, o3, l3, "field 'amount_cents': expected integer"},
+                                          {4, o4, "\xEF\xBF\xBD\xEF\xBF\xBD not utf8", "UTF-8"}};
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Result<Value> e = Value::from_json(entries[i]);
+    ASSERT_TRUE(e.ok()) << entries[i];
+    EXPECT_EQ(e->find("source")->as_string(), "file");
+    EXPECT_EQ(e->find("path")->as_string(), dir / "in.jsonl");
+    EXPECT_EQ(e->find("line")->as_int64(), expected[i].line) << entries[i];
+    EXPECT_EQ(e->find("offset")->as_int64(), expected[i].offset) << entries[i];
+    EXPECT_EQ(e->find("record")->as_string(), expected[i].record) << entries[i];
+    EXPECT_NE(e->find("error")->as_string().find(expected[i].reason_part), std::string::npos) << entries[i];
+  }
+  // The exact bytes of the line that is not UTF-8 are kept too.
+  Result<Value> e4 = Value::from_json(entries[2]);
+  ASSERT_NE(e4->find("record_base64"), nullptr);
+  EXPECT_EQ(e4->find("record_base64")->as_string(), "//4gbm90IHV0Zjg=");
+}
+
+TEST(FileSourceTest, OverLongLinesAreBadRecordsAndReadingGoesOn) {
+  TempDir dir;
+  const std::string long_line(100, 'x');
+  write_file(dir / "in.txt", "short\n" + long_line + "\r\nafter\n" + long_line);
+  const std::string dlq = dir / "dlq.jsonl";
+  auto source = files::text_lines({dir / "in.txt"});
+  source->max_line_bytes(10).on_bad_record(BadRecordPolicy::kDeadLetter, dlq);
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(source, 1, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(out->all(), (std::vector<std::string>{"short", "after"}));
+  const std::vector<std::string> entries = split_lines(read_file(dlq));
+  ASSERT_EQ(entries.size(), 2U);
+  Result<Value> first = Value::from_json(entries[0]);
+  Result<Value> second = Value::from_json(entries[1]);
+  EXPECT_EQ(first->find("line")->as_int64(), 2);
+  EXPECT_EQ(first->find("offset")->as_int64(), 6);
+  EXPECT_NE(first->find("error")->as_string().find("longer than max_line_bytes"), std::string::npos);
+  EXPECT_EQ(second->find("line")->as_int64(), 4);
+  EXPECT_EQ(second->find("offset")->as_int64(), 6 + 102 + 6);
+}
+
+TEST(FileSourceTest, DeadLetterPolicyWithoutAPathFailsAtStart) {
+  TempDir dir;
+  write_file(dir / "in.txt", "a\n");
+  auto source = files::text_lines({dir / "in.txt"});
+  source->on_bad_record(BadRecordPolicy::kDeadLetter);
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(source, 1, out);
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_EQ(r.error->code(), ErrorCode::kConfiguration) << error_text(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reader positions (what a checkpoint records)
+
+class FakeReaderContext final : public SourceReaderContext {
+ public:
+  int subtask_index() const override { return 0; }
+  int parallelism() const override { return 1; }
+  void send_split_request() override { ++split_requests; }
+  void wakeup() override {}
+  void wakeup_at(TimestampMs) override {}
+  const Clock& clock() const override { return clock_; }
+  int split_requests = 0;
+
+ private:
+  ManualClock clock_;
+};
+
+class VectorOutput final : public ReaderOutput<std::string> {
+ public:
+  using ReaderOutput<std::string>::collect;
+  void collect(std::string&& r) override { records.push_back(std::move(r)); }
+  void collect(std::string&& r, TimestampMs) override { records.push_back(std::move(r)); }
+  void emit_watermark(TimestampMs) override {}
+  std::vector<std::string> records;
+};
+
+TEST(FileSourceReaderTest, SnapshotsRecordExactPositionsAndResumeFromThem) {
+  TempDir dir;
+  std::string content;
+  std::vector<std::string> lines;
+  for (int i = 0; i < 2500; ++i) {
+    lines.push_back(std::string(static_cast<size_t>(i % 7), 'a') + std::to_string(i));
+    content += lines.back() + (i % 2 == 0 ? "\n" : "\r\n");
+  }
+  write_file(dir / "in.txt", content);
+  auto source = files::text_lines({dir / "in.txt"});
+  FakeReaderContext ctx;
+  auto reader = source->create_reader(ctx);
+  reader->start();
+  EXPECT_EQ(ctx.split_requests, 1);
+  reader->add_splits({FileSplit{dir / "in.txt", 0, 1}});
+  VectorOutput out;
+  ASSERT_EQ(reader->poll_next(out), InputStatus::kMoreAvailable);
+  ASSERT_EQ(out.records.size(), 1024U);  // one batch
+  std::vector<FileSplit> snapshot = reader->snapshot_state(1);
+  ASSERT_EQ(snapshot.size(), 1U);
+  int64_t offset = 0;
+  for (size_t i = 0; i < 1024; ++i) offset += static_cast<int64_t>(lines[i].size() + (i % 2 == 0 ? 1 : 2));
+  EXPECT_EQ(snapshot[0], (FileSplit{dir / "in.txt", offset, 1025}));
+  reader->close();
+
+  // A new reader restored from the snapshot continues with line 1025.
+  auto restored = source->create_reader(ctx);
+  restored->start();
+  restored->add_splits(snapshot);
+  restored->notify_no_more_splits();
+  VectorOutput rest;
+  while (restored->poll_next(rest) == InputStatus::kMoreAvailable) {
+  }
+  EXPECT_EQ(rest.records, std::vector<std::string>(lines.begin() + 1024, lines.end()));
+  EXPECT_EQ(restored->poll_next(rest), InputStatus::kEndOfInput);
+  restored->close();
+}
+
+TEST(FileSourceReaderTest, AFileShorterThanTheCheckpointedOffsetIsAnError) {
+  TempDir dir;
+  write_file(dir / "in.txt", "abc\n");
+  auto source = files::text_lines({dir / "in.txt"});
+  FakeReaderContext ctx;
+  auto reader = source->create_reader(ctx);
+  reader->add_splits({FileSplit{dir / "in.txt", 100, 7}});
+  VectorOutput out;
+  try {
+    reader->poll_next(out);
+    FAIL() << "expected an exception";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kConnector);
+    EXPECT_NE(e.error().message().find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FileSplitTest, SerializerRoundTrips) {
+  DataOutput o;
+  serialize(FileSplit{"/a/b.txt", 1234, 56}, o);
+  DataInput in(o.bytes());
+  FileSplit back;
+  deserialize(back, in);
+  EXPECT_EQ(back, (FileSplit{"/a/b.txt", 1234, 56}));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// File sink
+
+TEST(FileSinkTest, TextPartFilesHoldEveryRecordOnce) {
+  TempDir dir;
+  const std::string out_dir = dir / "out/nested";
+  StreamEnvironment env;
+  env.set_parallelism(3);
+  env.from_source(datagen::sequence(0, 9999), "numbers").sink_to(FileSink<int64_t>::text(out_dir));
+  JobResult r = env.execute("file sink");
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  std::vector<std::string> got;
+  for (int s = 0; s < 3; ++s) {
+    const std::string part = out_dir + "/part-" + std::to_string(s) + ".txt";
+    ASSERT_TRUE(std::filesystem::exists(part)) << part;
+    for (std::string& l : split_lines(read_file(part))) got.push_back(std::move(l));
+  }
+  std::vector<std::string> expected;
+  for (int i = 0; i <= 9999; ++i) expected.push_back(std::to_string(i));
+  EXPECT_EQ(sorted(got), sorted(expected));
+}
+
+TEST(FileSinkTest, JsonLinesPartFilesReadBackThroughTheFileSource) {
+  TempDir dir;
+  std::vector<Charge> charges;
+  for (int i = 0; i < 3000; ++i) {
+    charges.push_back(Charge{"c" + std::to_string(i), i * 10,
+                             i % 3 == 0 ? std::optional<std::string>("n\"" + std::to_string(i)) : std::nullopt});
+  }
+  {
+    StreamEnvironment env;
+    env.set_parallelism(2);
+    env.from_source(datagen::from_collection(charges), "charges")
+        .sink_to(FileSink<Charge>::json_lines(dir / "out"));
+    JobResult r = env.execute("write");
+    ASSERT_TRUE(r.ok()) << error_text(r);
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/part-0.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/part-1.jsonl"));
+  auto out = std::make_shared<CollectedRecords<Charge>>();
+  JobResult r = run_to_collect(files::json_lines<Charge>({dir / "out"}), 3, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(sorted(out->all()), sorted(charges));
+}
+
+TEST(FileSinkTest, AnUnwritableDirectoryFailsTheJobNamingThePath) {
+  TempDir dir;
+  write_file(dir / "blocker", "a file, not a directory");
+  StreamEnvironment env;
+  env.from_source(datagen::sequence(0, 10), "numbers").sink_to(FileSink<int64_t>::text(dir / "blocker/out"));
+  JobResult r = env.execute("file sink");
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_NE(error_text(r).find(dir / "blocker/out"), std::string::npos) << error_text(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Print sink
+
+/// A temporary FILE* the print sink writes to; text() reads back what was written.
+class CapturedStream {
+ public:
+  CapturedStream() : f_(std::tmpfile()) {
+    if (f_ == nullptr) throw std::runtime_error("tmpfile failed");
+  }
+  ~CapturedStream() { std::fclose(f_); }
+  std::FILE* get() const { return f_; }
+  std::string text() const {
+    std::fflush(f_);
+    std::rewind(f_);
+    std::string s;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f_)) > 0) s.append(buf, n);
+    return s;
+  }
+
+ private:
+  std::FILE* f_;
+};
+
+TEST(PrintSinkTest, ParallelismOnePrintsWithTheIdentifierOnly) {
+  CapturedStream stream;
+  StreamEnvironment env;
+  env.set_parallelism(1);
+  env.from_source(datagen::from_collection<Charge>({{"c1", 5, std::nullopt}, {"c2", 6, "x"}}), "charges")
+      .sink_to(std::make_shared<PrintSink<Charge>>("charges", stream.get()));
+  JobResult r = env.execute("print");
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(stream.text(), "charges> {\"id\":\"c1\",\"amount_cents\":5,\"note\":null}\n"
+                           "charges> {\"id\":\"c2\",\"amount_cents\":6,\"note\":\"x\"}\n");
+}
+
+TEST(PrintSinkTest, ParallelSubtasksPrefixTheirNumberAndLinesNeverInterleave) {
+  CapturedStream stream;
+  constexpr int kRecords = 20'000;
+  StreamEnvironment env;
+  env.set_parallelism(3);
+  env.from_source(datagen::seeded_random(7, kRecords,
+                                         [](SeededRandom&, int64_t i) {
+                                           return std::string(static_cast<size_t>(i % 50), 'x') + "#" +
+                                                  std::to_string(i);
+                                         }),
+                  "strings")
+      .sink_to(std::make_shared<PrintSink<std::string>>("", stream.get()));
+  JobResult r = env.execute("print");
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  const std::vector<std::string> lines = split_lines(stream.text());
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kRecords));
+  std::vector<int> seen(kRecords, 0);
+  for (const std::string& line : lines) {
+    ASSERT_GE(line.size(), 3U) << line;
+    ASSERT_TRUE(line[0] >= '1' && line[0] <= '3' && line.substr(1, 2) == "> ") << line;
+    const std::string body = line.substr(3);
+    const size_t hash = body.find('#');
+    ASSERT_NE(hash, std::string::npos) << line;
+    const int i = std::stoi(body.substr(hash + 1));
+    ASSERT_EQ(body, std::string(static_cast<size_t>(i % 50), 'x') + "#" + std::to_string(i)) << line;
+    ++seen[static_cast<size_t>(i)];
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), kRecords);
+}
+
+TEST(PrintSinkTest, PrefixWithIdentifierAndSubtask) {
+  CapturedStream stream;
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  env.from_source(datagen::sequence(1, 4), "n").sink_to(std::make_shared<PrintSink<int64_t>>("nums", stream.get()));
+  JobResult r = env.execute("print");
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  std::vector<std::string> lines = sorted(split_lines(stream.text()));
+  ASSERT_EQ(lines.size(), 4U);
+  for (const std::string& l : lines) {
+    EXPECT_TRUE(l.rfind("nums:1> ", 0) == 0 || l.rfind("nums:2> ", 0) == 0) << l;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,209 @@
+// Job-level tests of the local runtime: per-key order, backpressure bounds, failures and cancellation.
+#include "sluice/runtime/local_executor.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/runtime/buffer_pool.h"
+#include "test_util/collect_sink.h"
+
+namespace sluice {
+namespace {
+
+using testing::CollectedRecords;
+using testing::CollectSink;
+
+struct Event {
+  int64_t key = 0;
+  int64_t seq = 0;
+};
+SLUICE_FIELDS(Event, key, seq);
+
+int thread_count() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+class PerKeyOrderTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PerKeyOrderTest, EachKeysSequenceArrivesInOrder) {
+  const int p = GetParam();
+  constexpr int64_t kKeys = 97;
+  constexpr int64_t kRecords = 200'000;
+  StreamEnvironment env;
+  env.set_parallelism(p);
+  // Record i belongs to key i % kKeys and is that key's (i / kKeys)-th record.
+  auto source = std::make_shared<DataGeneratorSource<Event>>(
+      [](int64_t i) { return Event{i % kKeys, i / kKeys}; }, kRecords);
+  auto out = std::make_shared<CollectedRecords<Event>>();
+  // One source subtask keeps a single total order per key at the source; key_by must preserve it.
+  env.from_source(source, "events")
+      .set_parallelism(1)
+      .map([](Event e) { return e; })
+      .set_parallelism(1)
+      .key_by(&Event::key)
+      .map([](Event e) { return e; })
+      .sink_to(std::make_shared<CollectSink<Event>>(out));
+  JobResult r = env.execute("per-key order");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  std::map<int64_t, int64_t> next;
+  std::map<int64_t, int> subtask_of_key;
+  auto per_subtask = out->per_subtask();
+  size_t total = 0;
+  for (size_t s = 0; s < per_subtask.size(); ++s) {
+    for (const Event& e : per_subtask[s]) {
+      ++total;
+      auto [it, inserted] = subtask_of_key.emplace(e.key, static_cast<int>(s));
+      ASSERT_EQ(it->second, static_cast<int>(s)) << "key " << e.key << " reached two subtasks";
+      ASSERT_EQ(next[e.key], e.seq) << "key " << e.key << " out of order";
+      next[e.key] = e.seq + 1;
+    }
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kRecords));
+}
+
+INSTANTIATE_TEST_SUITE_P(Parallelism, PerKeyOrderTest, ::testing::Values(1, 2, 4, 8));
+
+TEST(BackpressureTest, InFlightBuffersStayWithinTheConfiguredBoundAndNothingIsLost) {
+  constexpr int64_t kRecords = 300'000;
+  constexpr int kCredits = 2;
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  env.config().set(options::kBuffersPerChannel, kCredits);
+  env.config().set(options::kBufferSize, int64_t{4096});
+  std::atomic<int64_t> generated{0};
+  auto source = std::make_shared<DataGeneratorSource<Event>>(
+      [&generated](int64_t i) {
+        generated.fetch_add(1, std::memory_order_relaxed);
+        return Event{i % 1000, i};
+      },
+      kRecords);
+  auto gate = std::make_shared<testing::Gate>();
+  auto out = std::make_shared<CollectedRecords<Event>>();
+  env.from_source(source, "fast")
+      .key_by(&Event::key)
+      .map([](Event e) { return e; })
+      .disable_chaining()
+      .sink_to(std::make_shared<testing::GatedSink<Event>>(gate, out));
+  LocalJobProbe probe;
+  JobClient client = env.execute_async("backpressure", &probe);
+  const NetworkBufferPool& pool = *probe.buffer_pool;
+  // Two exchanges (source -> map hash, map -> sink forward): 2x2 + 2 channels.
+  const int64_t bound = static_cast<int64_t>(pool.max_buffers());
+  EXPECT_EQ(bound, (2 * 2 + 2) * kCredits);
+  // With the sink closed the pipeline fills every credit and then the source must stop.
+  ASSERT_TRUE(testing::wait_until([&] { return pool.in_flight() == bound; }))
+      << "in flight " << pool.in_flight() << " of " << bound;
+  const int64_t stalled_at = generated.load();
+  // Every buffer holds at most 4096 / 21 records; plus one record per task blocked mid-write.
+  const int64_t max_buffered = bound * (4096 / 21 + 1) + 16;
+  EXPECT_LT(stalled_at, max_buffered) << "the source kept producing while the sink was blocked";
+  EXPECT_LT(stalled_at, kRecords);
+  gate->open_fully();
+  JobResult r = client.wait();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(out->size(), static_cast<size_t>(kRecords));
+  EXPECT_LE(pool.peak_in_flight(), bound);
+  EXPECT_EQ(pool.allocated(), static_cast<size_t>(bound));
+  EXPECT_EQ(pool.in_flight(), 0);
+}
+
+TEST(FailureTest, ExceptionInMapFailsTheJobNamingOperatorAndSubtask) {
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(0, 100'000), "numbers")
+      .rebalance()
+      .map([](int64_t v) -> int64_t {
+        if (v == 4242) throw std::runtime_error("bad record 4242");
+        return v;
+      })
+      .name("Explode")
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobResult r = env.execute("failing");
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  ASSERT_TRUE(r.error.has_value());
+  const std::string msg = r.error->to_string();
+  EXPECT_NE(msg.find("operator 'Explode'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("subtask "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad record 4242"), std::string::npos) << msg;
+}
+
+TEST(CancelTest, CancelStopsAnUnboundedJobAndLeavesNoThread) {
+  const int before = thread_count();
+  {
+    StreamEnvironment env;
+    env.set_parallelism(4);
+    auto source = std::make_shared<DataGeneratorSource<int64_t>>([](int64_t i) { return i; },
+                                                                 DataGeneratorSource<int64_t>::kUnbounded);
+    std::atomic<int64_t> seen{0};
+    env.from_source(source, "endless")
+        .key_by([](int64_t v) { return v % 10; })
+        .filter([&seen](int64_t) {
+          seen.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        })
+        .sink_to(std::make_shared<CollectSink<int64_t>>(std::make_shared<CollectedRecords<int64_t>>()));
+    JobClient client = env.execute_async("endless");
+    ASSERT_TRUE(testing::wait_until([&] { return seen.load() > 10'000; }));
+    EXPECT_EQ(client.status(), JobStatus::kRunning);
+    client.cancel();
+    JobResult r = client.wait();
+    EXPECT_EQ(r.status, JobStatus::kCanceled);
+  }
+  EXPECT_EQ(thread_count(), before);
+}
+
+TEST(GraphErrorTest, InvalidGraphReturnsAFailedResultWithTheReason) {
+  StreamEnvironment env;
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(0, 10), "n").set_parallelism(2).forward().map([](int64_t v) { return v; })
+      .set_parallelism(3);
+  JobResult r = env.execute("bad");
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_EQ(r.error->code(), ErrorCode::kGraph);
+  EXPECT_NE(r.error->message().find("forward()"), std::string::npos) << r.error->message();
+}
+
+TEST(SlotsTest, TooFewSlotsIsAConfigurationError) {
+  StreamEnvironment env;
+  env.set_parallelism(4);
+  env.config().set(options::kTaskSlots, 2);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(0, 10), "n").sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobResult r = env.execute("slots");
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_EQ(r.error->code(), ErrorCode::kConfiguration);
+}
+
+TEST(RecordCountsTest, JobResultReportsPerOperatorCounts) {
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(1, 1000), "n")
+      .filter([](int64_t v) { return v % 2 == 0; })
+      .name("Evens")
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobResult r = env.execute("counts");
+  ASSERT_TRUE(r.ok());
+  const OperatorStats* f = r.find("Evens");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->records_in, 1000u);
+  EXPECT_EQ(f->records_out, 500u);
+  EXPECT_EQ(f->parallelism, 2);
+  EXPECT_EQ(out->size(), 500u);
+}
+
+}  // namespace
+}  // namespace sluice
