@@ -327,6 +327,52 @@ TEST(FileSourceTest, OverLongLinesAreBadRecordsAndReadingGoesOn) {
   EXPECT_EQ(second->find("offset")->as_int64(), 6 + 102 + 6);
 }
 
+TEST(FileSourceTest, LinesAcrossChunkBoundariesAndLongerThanAChunk) {
+  TempDir dir;
+  // Lines of varying length cross many 64 KiB chunk boundaries; one line needs a grown buffer, two exceed
+  // the limit (one ends in the middle of the file, the other is the file's unterminated last line).
+  constexpr size_t kMax = 100'000;
+  std::string content;
+  std::vector<std::string> expected;
+  std::vector<int64_t> bad_offsets;
+  std::vector<int64_t> bad_lines;
+  int64_t line_no = 0;
+  auto add = [&](const std::string& line, bool bad, const char* ending) {
+    ++line_no;
+    if (bad) {
+      bad_offsets.push_back(static_cast<int64_t>(content.size()));
+      bad_lines.push_back(line_no);
+    } else {
+      expected.push_back(line);
+    }
+    content += line + ending;
+  };
+  for (int i = 0; i < 40'000; ++i) {
+    add(std::string(static_cast<size_t>(i % 13), 'a') + std::to_string(i), false, i % 5 == 0 ? "\r\n" : "\n");
+    if (i == 1000) add(std::string(90'000, 'g'), false, "\n");    // longer than a chunk, within the limit
+    if (i == 20000) add(std::string(250'000, 'h'), true, "\n");   // too long, spans several chunks
+    if (i == 30000) add(std::string(kMax, 'k'), false, "\r\n");   // exactly the limit, plus "\r\n"
+  }
+  add(std::string(kMax + 1, 'z'), true, "");
+  write_file(dir / "in.txt", content);
+  const std::string dlq = dir / "dlq.jsonl";
+  auto source = files::text_lines({dir / "in.txt"});
+  source->max_line_bytes(static_cast<int64_t>(kMax)).on_bad_record(BadRecordPolicy::kDeadLetter, dlq);
+  auto out = std::make_shared<CollectedRecords<std::string>>();
+  JobResult r = run_to_collect(source, 1, out);
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_TRUE(out->all() == expected) << "records differ";
+  const std::vector<std::string> entries = split_lines(read_file(dlq));
+  ASSERT_EQ(entries.size(), 2U);
+  for (size_t i = 0; i < 2; ++i) {
+    Result<Value> e = Value::from_json(entries[i]);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->find("line")->as_int64(), bad_lines[i]);
+    EXPECT_EQ(e->find("offset")->as_int64(), bad_offsets[i]);
+    EXPECT_EQ(e->find("record")->as_string().size(), detail::LineReader::kLongLineHeadBytes);
+  }
+}
+
 TEST(FileSourceTest, DeadLetterPolicyWithoutAPathFailsAtStart) {
   TempDir dir;
   write_file(dir / "in.txt", "a\n");
