@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sluice/api/functions.h"
+#include "sluice/core/error.h"
 
 namespace sluice {
 
@@ -60,12 +61,15 @@ class Output : public OutputBase {
 /// operator failed. The task adds subtask index and attempt.
 class OperatorException : public std::runtime_error {
  public:
-  OperatorException(std::string operator_name, const std::string& message)
-      : std::runtime_error(message), operator_name_(std::move(operator_name)) {}
+  OperatorException(std::string operator_name, const std::string& message, ErrorCode code = ErrorCode::kRuntime)
+      : std::runtime_error(message), operator_name_(std::move(operator_name)), code_(code) {}
   const std::string& operator_name() const { return operator_name_; }
+  /// kRuntime for exceptions from user code; the original code for a SluiceException (e.g. kConnector).
+  ErrorCode code() const { return code_; }
 
  private:
   std::string operator_name_;
+  ErrorCode code_;
 };
 
 /// Runs `fn` and converts any exception other than OperatorException into an OperatorException naming
@@ -76,6 +80,8 @@ decltype(auto) call_user_function(const std::string& operator_name, F&& fn) {
     return std::forward<F>(fn)();
   } catch (const OperatorException&) {
     throw;
+  } catch (const SluiceException& e) {
+    throw OperatorException(operator_name, e.error().to_string(), e.error().code());
   } catch (const std::exception& e) {
     throw OperatorException(operator_name, e.what());
   } catch (...) {
@@ -107,6 +113,7 @@ class StreamOperatorBase {
   /// tag id ("" for the main output) to a borrowed Output<U>* (U is the tag's type) or is empty for sinks.
   void setup(RuntimeContext* ctx, TaskServices* services, std::unordered_map<std::string, OutputBase*> outputs) {
     ctx_ = ctx;
+    name_ = &ctx->operator_name();  // cached: name() is read on every record by call_user_function
     services_ = services;
     outputs_ = std::move(outputs);
     auto it = outputs_.find("");
@@ -130,7 +137,7 @@ class StreamOperatorBase {
   /// Releases resources; called on success and on failure or cancellation.
   virtual void close() {}
 
-  const std::string& name() const { return ctx_->operator_name(); }
+  const std::string& name() const { return *name_; }
   RuntimeContext& runtime_context() { return *ctx_; }
   OperatorMetrics& metrics() { return metrics_; }
   TimestampMs current_watermark() const { return current_watermark_; }
@@ -142,6 +149,7 @@ class StreamOperatorBase {
 
  protected:
   RuntimeContext* ctx_ = nullptr;
+  const std::string* name_ = nullptr;
   TaskServices* services_ = nullptr;
   OutputBase* main_output_ = nullptr;
   std::unordered_map<std::string, OutputBase*> outputs_;

@@ -131,7 +131,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void check_cancelled() const {
     if (is_cancelled()) throw TaskCancelledException{};
   }
-  Error describe_failure(const std::string& operator_name, const std::string& message) const;
+  Error describe_failure(const std::string& operator_name, const std::string& message,
+                         ErrorCode code = ErrorCode::kRuntime) const;
 
   Options options_;
   TaskListener& listener_;

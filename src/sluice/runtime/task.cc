@@ -97,8 +97,8 @@ void Task::wait_for_credit() {
   check_cancelled();
 }
 
-Error Task::describe_failure(const std::string& operator_name, const std::string& message) const {
-  return Error(ErrorCode::kRuntime,
+Error Task::describe_failure(const std::string& operator_name, const std::string& message, ErrorCode code) const {
+  return Error(code,
                fmt::format("operator '{}' failed in subtask {} of {} (attempt {}) of task '{}': {}", operator_name,
                            options_.subtask_index, options_.parallelism, options_.attempt, options_.vertex_name,
                            message));
@@ -113,7 +113,7 @@ void Task::run() {
     final_state = TaskState::kCanceled;
   } catch (const OperatorException& e) {
     final_state = TaskState::kFailed;
-    error = describe_failure(e.operator_name(), e.what());
+    error = describe_failure(e.operator_name(), e.what(), e.code());
   } catch (const SluiceException& e) {
     final_state = TaskState::kFailed;
     error = e.error().with_context(fmt::format("task '{}' failed", display_name()));
