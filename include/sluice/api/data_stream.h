@@ -18,6 +18,7 @@
 #include "sluice/api/keyed_operators.h"
 #include "sluice/api/operators.h"
 #include "sluice/api/sink_operator.h"
+#include "sluice/api/timestamps_and_watermarks_operator.h"
 #include "sluice/graph/stream_graph.h"
 #include "sluice/graph/typed_edge_ops.h"
 
@@ -25,6 +26,8 @@ namespace sluice {
 
 template <class K, class T>
 class KeyedStream;
+template <class T1, class T2>
+class ConnectedStreams;
 
 namespace detail {
 
@@ -124,6 +127,15 @@ class DataStream {
     return transform<Out>("Process", false, [fn]() { return std::make_unique<ProcessOperator<T, Out, P>>(fn); });
   }
 
+  /// Assigns event timestamps and generates watermarks with `strategy` (upstream watermarks are replaced).
+  DataStream<T> assign_timestamps_and_watermarks(const WatermarkStrategy<T>& strategy) {
+    auto s = std::make_shared<const WatermarkStrategy<T>>(strategy);
+    int64_t interval = graph_->config().get(options::kAutoWatermarkInterval);
+    return transform<T>("Timestamps/Watermarks", false, [s, interval]() {
+      return std::make_unique<TimestampsAndWatermarksOperator<T>>(s, interval);
+    });
+  }
+
   /// Partitions by key: records with equal keys go to the same subtask, in order. Sel: `K(const T&)` or a
   /// pointer to a member of T. K needs a TypeSerializer (its bytes choose the key group).
   template <class Sel>
@@ -151,6 +163,10 @@ class DataStream {
   DataStream<T> rescale() const { return repartition(PartitionerKind::kRescale); }
   DataStream<T> broadcast() const { return repartition(PartitionerKind::kBroadcast); }
   DataStream<T> forward() const { return repartition(PartitionerKind::kForward); }
+
+  /// Connects this stream with `other` for a two-input operator (include sluice/api/connected_streams.h).
+  template <class U>
+  ConnectedStreams<T, U> connect(const DataStream<U>& other) const;
 
   /// The side output named by `tag` of the process operator that produced this stream.
   template <class U>
@@ -199,6 +215,8 @@ class DataStream {
   /// The id of the node that produced this stream (for tests and tools).
   int node_id() const { return single_node("node_id"); }
   const std::shared_ptr<StreamGraph>& graph() const { return graph_; }
+  /// The upstream ends of the edges the next transformation will create.
+  const std::vector<detail::PendingInput>& pending_inputs() const { return inputs_; }
 
  protected:
   template <class U>

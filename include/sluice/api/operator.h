@@ -48,6 +48,9 @@ class OutputBase {
   virtual ~OutputBase() = default;
   /// Forwards a watermark (ms since epoch) downstream.
   virtual void emit_watermark(TimestampMs watermark) = 0;
+  /// Forwards a watermark status: idle outputs do not hold back downstream watermarks (Flink's
+  /// WatermarkStatus).
+  virtual void emit_watermark_status(bool idle) = 0;
 };
 
 /// Where an operator sends its records. `timestamp` is the record's event time or kNoTimestamp.
@@ -100,6 +103,11 @@ class TaskServices {
   virtual void wakeup() = 0;
   /// Wakes the task no later than `time_ms` on the task's clock.
   virtual void wakeup_at(TimestampMs time_ms) = 0;
+  /// Runs `callback(time)` on the task thread once the task's clock reaches `time_ms` (Flink's
+  /// ProcessingTimeService). Task thread only.
+  virtual void register_processing_timer(TimestampMs time_ms, std::function<void(TimestampMs)> callback) = 0;
+  /// The task's processing-time clock.
+  virtual const Clock& processing_clock() const = 0;
   /// True once the task was asked to stop.
   virtual bool is_cancelled() const = 0;
 };
@@ -108,6 +116,9 @@ class TaskServices {
 class StreamOperatorBase {
  public:
   virtual ~StreamOperatorBase() = default;
+
+  /// The typed input `index` (an InputHandle<T>*) for the runtime to feed; nullptr for sources.
+  virtual void* input_handle(int /*index*/) { return nullptr; }
 
   /// Called once by the task before open(): gives the context and the outputs. `outputs` maps a side-output
   /// tag id ("" for the main output) to a borrowed Output<U>* (U is the tag's type) or is empty for sinks.
@@ -128,6 +139,13 @@ class StreamOperatorBase {
     if (main_output_ != nullptr) main_output_->emit_watermark(watermark);
     for (auto& [tag, out] : outputs_) {
       if (!tag.empty()) out->emit_watermark(watermark);
+    }
+  }
+  /// The input became idle (true) or active again (false); the default forwards it.
+  virtual void process_watermark_status(bool idle) {
+    if (main_output_ != nullptr) main_output_->emit_watermark_status(idle);
+    for (auto& [tag, out] : outputs_) {
+      if (!tag.empty()) out->emit_watermark_status(idle);
     }
   }
   /// All input has been consumed (bounded input ended); called after the final watermark.
@@ -157,12 +175,91 @@ class StreamOperatorBase {
   TimestampMs current_watermark_ = std::numeric_limits<int64_t>::min();
 };
 
+/// One typed input of an operator: where the runtime (or the previous operator of a chain) delivers records
+/// and watermarks of type T. A one-input operator is its own input; a two-input operator has two.
+template <class T>
+class InputHandle {
+ public:
+  virtual ~InputHandle() = default;
+  virtual void process_element(T&& record, TimestampMs timestamp) = 0;
+  virtual void process_input_watermark(TimestampMs watermark) = 0;
+  virtual void process_input_watermark_status(bool idle) = 0;
+  virtual OperatorMetrics& input_metrics() = 0;
+};
+
 /// An operator with one typed input.
 template <class In>
-class OneInputOperator : public StreamOperatorBase {
+class OneInputOperator : public StreamOperatorBase, public InputHandle<In> {
  public:
   /// Processes one record; may move from `record`.
-  virtual void process_element(In&& record, TimestampMs timestamp) = 0;
+  void process_element(In&& record, TimestampMs timestamp) override = 0;
+  void process_input_watermark(TimestampMs watermark) final { this->process_watermark(watermark); }
+  void process_input_watermark_status(bool idle) final { this->process_watermark_status(idle); }
+  OperatorMetrics& input_metrics() final { return this->metrics_; }
+  void* input_handle(int index) override { return index == 0 ? static_cast<InputHandle<In>*>(this) : nullptr; }
+};
+
+/// An operator with two typed inputs (Flink's TwoInputStreamOperator), for connect() and joins. Its
+/// watermark is the minimum of its two inputs' watermarks.
+template <class In1, class In2>
+class TwoInputOperator : public StreamOperatorBase {
+ public:
+  virtual void process_element1(In1&& record, TimestampMs timestamp) = 0;
+  virtual void process_element2(In2&& record, TimestampMs timestamp) = 0;
+  InputHandle<In1>* input1() { return &input1_; }
+  InputHandle<In2>* input2() { return &input2_; }
+  void* input_handle(int index) override {
+    if (index == 0) return static_cast<InputHandle<In1>*>(&input1_);
+    if (index == 1) return static_cast<InputHandle<In2>*>(&input2_);
+    return nullptr;
+  }
+
+ private:
+  template <class T, int kIndex>
+  class Handle final : public InputHandle<T> {
+   public:
+    explicit Handle(TwoInputOperator* op) : op_(op) {}
+    void process_element(T&& r, TimestampMs ts) override {
+      if constexpr (kIndex == 0) {
+        op_->process_element1(std::move(r), ts);
+      } else {
+        op_->process_element2(std::move(r), ts);
+      }
+    }
+    void process_input_watermark(TimestampMs wm) override { op_->on_input_watermark(kIndex, wm); }
+    void process_input_watermark_status(bool idle) override { op_->on_input_status(kIndex, idle); }
+    OperatorMetrics& input_metrics() override { return op_->metrics(); }
+
+   private:
+    TwoInputOperator* op_;
+  };
+  void on_input_watermark(int index, TimestampMs wm) {
+    input_watermarks_[index] = wm;
+    advance_combined_watermark();
+  }
+  // An idle input does not hold back the combined watermark; the operator is idle when both inputs are.
+  void on_input_status(int index, bool idle) {
+    bool was_idle = input_idle_[0] && input_idle_[1];
+    input_idle_[index] = idle;
+    bool now_idle = input_idle_[0] && input_idle_[1];
+    if (!now_idle) advance_combined_watermark();
+    if (now_idle != was_idle) process_watermark_status(now_idle);
+  }
+  void advance_combined_watermark() {
+    TimestampMs combined = std::numeric_limits<int64_t>::max();
+    bool any = false;
+    for (int i = 0; i < 2; ++i) {
+      if (!input_idle_[i]) {
+        combined = std::min(combined, input_watermarks_[i]);
+        any = true;
+      }
+    }
+    if (any && combined > current_watermark_) process_watermark(combined);
+  }
+  Handle<In1, 0> input1_{this};
+  Handle<In2, 1> input2_{this};
+  TimestampMs input_watermarks_[2] = {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::min()};
+  bool input_idle_[2] = {false, false};
 };
 
 /// An operator whose main output carries records of type Out.

@@ -40,6 +40,11 @@ class ReaderOutput {
     T copy = record;
     collect(std::move(copy));
   }
+  /// An output for the records of one split, with its own watermark generator, so the source's watermark is
+  /// the minimum over its splits (Flink's per-split watermarks). Valid until release_output_for_split().
+  virtual ReaderOutput<T>& output_for_split(const std::string& /*split_id*/) { return *this; }
+  /// The split has finished: it no longer holds back the watermark.
+  virtual void release_output_for_split(const std::string& /*split_id*/) {}
 };
 
 /// What a reader may ask of its subtask. Thread-safety: wakeup() may be called from any thread (a fetcher

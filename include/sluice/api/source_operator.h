@@ -5,12 +5,16 @@
 // reader as a mail on the reader's task thread, so readers never see concurrent calls.
 #pragma once
 
+#include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "sluice/api/operator.h"
 #include "sluice/api/source.h"
+#include "sluice/api/watermark_strategy.h"
 #include "sluice/graph/stream_graph.h"
 
 namespace sluice {
@@ -86,31 +90,140 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
   std::vector<Reader> readers_;
 };
 
-/// Drives a SourceReader on the task thread and emits its records into the chain.
+/// Drives a SourceReader on the task thread and emits its records into the chain, applying the source's
+/// WatermarkStrategy: timestamps are assigned per record, one watermark generator runs per split output (and
+/// one for the reader's main output once it is used), and every `auto-watermark-interval` the operator emits
+/// the minimum over the outputs that are not idle; when all are idle it marks its output idle.
 template <class T, class SplitT>
 class SourceOperator final : public SourceOperatorBase,
                              SplitReceiver<SplitT>,
                              SourceReaderContext,
-                             ReaderOutput<T>,
                              OutputOf<T> {
  public:
-  SourceOperator(std::shared_ptr<const Source<T, SplitT>> source, SourceCoordinator<T, SplitT>* coordinator)
-      : source_(std::move(source)), coordinator_(coordinator) {}
+  SourceOperator(std::shared_ptr<const Source<T, SplitT>> source, SourceCoordinator<T, SplitT>* coordinator,
+                 std::shared_ptr<const WatermarkStrategy<T>> strategy, int64_t watermark_interval_ms)
+      : source_(std::move(source)),
+        coordinator_(coordinator),
+        strategy_(std::move(strategy)),
+        interval_ms_(watermark_interval_ms),
+        main_(this, "") {}
 
   void open() override {
     out_ = this->typed(this->main_output_);
+    main_.init();
     reader_ = source_->create_reader(*this);
     coordinator_->register_reader(subtask_index(), this, services_);
     call_user_function(name(), [&] { reader_->start(); });
+    if (strategy_ != nullptr && interval_ms_ > 0) schedule_periodic_emit();
   }
   InputStatus emit_next() override {
-    return call_user_function(name(), [&] { return reader_->poll_next(*this); });
+    return call_user_function(name(), [&] { return reader_->poll_next(main_); });
   }
   void close() override {
     if (reader_) reader_->close();
   }
 
  private:
+  /// One output (the main one, or one split's) with its generator and its watermark.
+  class SplitOutput final : public ReaderOutput<T>, WatermarkOutput {
+   public:
+    SplitOutput(SourceOperator* op, std::string split_id) : op_(op), split_id_(std::move(split_id)) {}
+    /// Creates the generator; needs the runtime context, so it runs at open() (or later for split outputs).
+    void init() {
+      if (op_->strategy_ != nullptr) generator_ = op_->strategy_->create_generator(op_->ctx_->clock());
+    }
+    using ReaderOutput<T>::collect;
+    void collect(T&& record) override { collect(std::move(record), kNoTimestamp); }
+    void collect(T&& record, TimestampMs ts) override {
+      participating_ = true;
+      if (op_->strategy_ != nullptr) {
+        ts = op_->strategy_->timestamp_of(record, ts);
+        generator_->on_event(record, ts, *this);
+      }
+      op_->metrics_.records_out.inc();
+      op_->out_->collect(std::move(record), ts);
+    }
+    void emit_watermark(TimestampMs wm) override {
+      participating_ = true;
+      idle_ = false;
+      if (wm > watermark_) {
+        watermark_ = wm;
+        op_->update_watermark();
+      }
+    }
+    void mark_idle() override {
+      idle_ = true;
+      op_->update_watermark();
+    }
+    void mark_active() override {
+      idle_ = false;
+      op_->update_watermark();
+    }
+    ReaderOutput<T>& output_for_split(const std::string& id) override { return op_->split_output(id); }
+    void release_output_for_split(const std::string& id) override { op_->release_split_output(id); }
+    void periodic_emit() {
+      if (generator_) generator_->on_periodic_emit(*this);
+    }
+    bool participating() const { return participating_; }
+    bool idle() const { return idle_; }
+    TimestampMs watermark() const { return watermark_; }
+
+   private:
+    SourceOperator* op_;
+    std::string split_id_;
+    std::unique_ptr<WatermarkGenerator<T>> generator_;
+    TimestampMs watermark_ = std::numeric_limits<int64_t>::min();
+    bool participating_ = false;
+    bool idle_ = false;
+  };
+
+  ReaderOutput<T>& split_output(const std::string& id) {
+    auto it = splits_.find(id);
+    if (it == splits_.end()) {
+      it = splits_.emplace(id, std::make_unique<SplitOutput>(this, id)).first;
+      it->second->init();
+      it->second->emit_watermark(std::numeric_limits<int64_t>::min() + 1);  // participates from now on
+    }
+    return *it->second;
+  }
+  void release_split_output(const std::string& id) {
+    splits_.erase(id);
+    update_watermark();
+  }
+
+  void schedule_periodic_emit() {
+    services_->register_processing_timer(ctx_->clock().now_ms() + interval_ms_, [this](TimestampMs) {
+      main_.periodic_emit();
+      for (auto& [id, out] : splits_) out->periodic_emit();
+      schedule_periodic_emit();
+    });
+  }
+
+  // The combined watermark: minimum over participating outputs that are not idle.
+  void update_watermark() {
+    TimestampMs combined = std::numeric_limits<int64_t>::max();
+    bool any_active = false;
+    bool any_participating = false;
+    auto consider = [&](const SplitOutput& o) {
+      if (!o.participating()) return;
+      any_participating = true;
+      if (o.idle()) return;
+      any_active = true;
+      combined = std::min(combined, o.watermark());
+    };
+    consider(main_);
+    for (auto& [id, out] : splits_) consider(*out);
+    if (!any_participating) return;
+    const bool idle = !any_active;
+    if (idle != output_idle_) {
+      output_idle_ = idle;
+      if (!idle && combined > current_watermark_) process_watermark(combined);
+      process_watermark_status(idle);
+      return;
+    }
+    if (!idle && combined > current_watermark_) process_watermark(combined);
+  }
+
   // SplitReceiver
   void receive_splits(std::vector<SplitT> splits) override {
     call_user_function(name(), [&] { reader_->add_splits(std::move(splits)); });
@@ -127,42 +240,39 @@ class SourceOperator final : public SourceOperatorBase,
   void wakeup() override { services_->wakeup(); }
   void wakeup_at(TimestampMs t) override { services_->wakeup_at(t); }
   const Clock& clock() const override { return ctx_->clock(); }
-  // ReaderOutput
-  using ReaderOutput<T>::collect;
-  void collect(T&& record) override {
-    metrics_.records_out.inc();
-    out_->collect(std::move(record), kNoTimestamp);
-  }
-  void collect(T&& record, TimestampMs ts) override {
-    metrics_.records_out.inc();
-    out_->collect(std::move(record), ts);
-  }
-  void emit_watermark(TimestampMs wm) override {
-    if (wm > current_watermark_) process_watermark(wm);
-  }
 
   std::shared_ptr<const Source<T, SplitT>> source_;
   SourceCoordinator<T, SplitT>* coordinator_;
   std::unique_ptr<SourceReader<T, SplitT>> reader_;
+  std::shared_ptr<const WatermarkStrategy<T>> strategy_;
+  int64_t interval_ms_;
   Output<T>* out_ = nullptr;
+  SplitOutput main_;
+  std::map<std::string, std::unique_ptr<SplitOutput>> splits_;
+  bool output_idle_ = false;
 };
 
 /// Creates SourceOperators and the source's coordinator.
 template <class T, class SplitT>
 class SourceOperatorFactory final : public OperatorFactory {
  public:
-  explicit SourceOperatorFactory(std::shared_ptr<const Source<T, SplitT>> source) : source_(std::move(source)) {}
+  SourceOperatorFactory(std::shared_ptr<const Source<T, SplitT>> source,
+                        std::shared_ptr<const WatermarkStrategy<T>> strategy, int64_t watermark_interval_ms)
+      : source_(std::move(source)), strategy_(std::move(strategy)), interval_ms_(watermark_interval_ms) {}
   bool is_source() const override { return true; }
   std::shared_ptr<SourceCoordinatorBase> create_coordinator(int parallelism) const override {
     return std::make_shared<SourceCoordinator<T, SplitT>>(*source_, parallelism);
   }
   std::unique_ptr<StreamOperatorBase> create(SourceCoordinatorBase* coordinator) const override {
-    return std::make_unique<SourceOperator<T, SplitT>>(source_, static_cast<SourceCoordinator<T, SplitT>*>(coordinator));
+    return std::make_unique<SourceOperator<T, SplitT>>(
+        source_, static_cast<SourceCoordinator<T, SplitT>*>(coordinator), strategy_, interval_ms_);
   }
   const Source<T, SplitT>& source() const { return *source_; }
 
  private:
   std::shared_ptr<const Source<T, SplitT>> source_;
+  std::shared_ptr<const WatermarkStrategy<T>> strategy_;
+  int64_t interval_ms_;
 };
 
 }  // namespace sluice

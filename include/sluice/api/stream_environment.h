@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/api/connected_streams.h"
 #include "sluice/api/data_stream.h"
 #include "sluice/api/job.h"
 #include "sluice/api/source_operator.h"
@@ -37,18 +38,39 @@ class StreamEnvironment {
     return *this;
   }
 
-  /// A stream read from a split-based source.
+  /// A stream read from a split-based source; records keep the timestamps the reader attached and no
+  /// watermarks are generated (except the final one of a bounded source).
   template <class Src>
   DataStream<typename Src::RecordType> from_source(std::shared_ptr<Src> source, std::string name) {
+    return from_source_impl(std::move(source), nullptr, std::move(name));
+  }
+
+  /// A stream read from a split-based source with event timestamps and watermarks generated per split.
+  template <class Src>
+  DataStream<typename Src::RecordType> from_source(std::shared_ptr<Src> source,
+                                                   const WatermarkStrategy<typename Src::RecordType>& strategy,
+                                                   std::string name) {
+    return from_source_impl(std::move(source),
+                            std::make_shared<const WatermarkStrategy<typename Src::RecordType>>(strategy),
+                            std::move(name));
+  }
+
+ private:
+  template <class Src>
+  DataStream<typename Src::RecordType> from_source_impl(
+      std::shared_ptr<Src> source, std::shared_ptr<const WatermarkStrategy<typename Src::RecordType>> strategy,
+      std::string name) {
     using T = typename Src::RecordType;
     using SplitT = typename Src::SplitType;
     std::shared_ptr<const Source<T, SplitT>> base = std::move(source);
-    auto factory = std::make_shared<SourceOperatorFactory<T, SplitT>>(std::move(base));
+    auto factory = std::make_shared<SourceOperatorFactory<T, SplitT>>(
+        std::move(base), std::move(strategy), graph_->config().get(options::kAutoWatermarkInterval));
     int node = graph_->add_node("Source: " + name, factory).id;
     detail::PendingInput p{node, PartitionerKind::kForward, false, "", std::make_shared<TypedEdgeOps<T>>()};
     return DataStream<T>(graph_, {p});
   }
 
+ public:
   /// Runs the job and blocks until it ends. Graph and configuration errors come back as a failed JobResult.
   JobResult execute(std::string job_name = "Sluice Job");
   /// Starts the job and returns a client to cancel or wait for it. Throws SluiceException when the job cannot

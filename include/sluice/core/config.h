@@ -87,6 +87,9 @@ inline const ConfigOption<int32_t> kBuffersPerChannel{
 inline const ConfigOption<int64_t> kBufferTimeout{
     "execution.buffer-timeout", 10,
     "Longest time (ms) a partly filled output buffer waits before it is sent; a task also sends them when idle."};
+inline const ConfigOption<int64_t> kAutoWatermarkInterval{
+    "pipeline.auto-watermark-interval", 200,
+    "Processing time (ms) between periodic watermark emissions of watermark generators."};
 inline const ConfigOption<bool> kChaining{"pipeline.operator-chaining", true,
                                           "Chain adjacent operators with forward edges into one task."};
 }  // namespace options

@@ -27,6 +27,8 @@ class RecordWriterBase {
   virtual void broadcast_record(std::span<const uint8_t> bytes, TimestampMs timestamp) = 0;
   /// Appends a watermark to every channel.
   virtual void broadcast_watermark(TimestampMs watermark) = 0;
+  /// Appends a watermark status (idle or active) to every channel.
+  virtual void broadcast_watermark_status(bool idle) = 0;
 };
 
 /// Receives the records of one input (typed behind this interface). Runs on the consuming task's thread.
@@ -37,6 +39,8 @@ class RecordInput {
   virtual void process_record(DataInput& in, TimestampMs timestamp) = 0;
   /// Processes the input's combined watermark.
   virtual void process_watermark(TimestampMs watermark) = 0;
+  /// The input as a whole became idle (every channel idle or finished) or active again.
+  virtual void process_watermark_status(bool idle) = 0;
 };
 
 }  // namespace sluice

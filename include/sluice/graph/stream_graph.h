@@ -43,8 +43,8 @@ class EdgeOps {
                                                           int subtask_index, int max_parallelism) const = 0;
   /// An output that hands each record to every output in `outputs` (copies for all but the last).
   virtual std::unique_ptr<OutputBase> make_broadcasting_output(std::vector<OutputBase*> outputs) const = 0;
-  /// A RecordInput that deserializes records of T and feeds `head` (an OneInputOperator<T>).
-  virtual std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head) const = 0;
+  /// A RecordInput that deserializes records of T and feeds input `input_index` of `head`.
+  virtual std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head, int input_index) const = 0;
 };
 
 class SourceCoordinatorBase;
@@ -89,6 +89,7 @@ struct StreamEdge {
   bool partitioner_explicit = false;  ///< false: forward if parallelisms match, else rebalance (as Flink)
   std::string side_output_tag;        ///< "" for the main output
   std::shared_ptr<EdgeOps> ops;       ///< typed by the record type of the edge
+  int input_index = 0;                ///< which input of the target (1 = the second input of a two-input operator)
 };
 
 /// The graph the API builds.
@@ -98,7 +99,7 @@ class StreamGraph {
 
   StreamNode& add_node(std::string name, std::shared_ptr<OperatorFactory> factory);
   StreamEdge& add_edge(int source, int target, PartitionerKind kind, bool explicit_partitioner,
-                       std::string side_output_tag, std::shared_ptr<EdgeOps> ops);
+                       std::string side_output_tag, std::shared_ptr<EdgeOps> ops, int input_index = 0);
 
   StreamNode& node(int id) { return nodes_.at(static_cast<size_t>(id)); }
   const StreamNode& node(int id) const { return nodes_.at(static_cast<size_t>(id)); }

@@ -17,15 +17,17 @@ namespace sluice {
 template <class T>
 class ChainingOutput final : public Output<T> {
  public:
-  explicit ChainingOutput(OneInputOperator<T>* target) : target_(target) {}
+  explicit ChainingOutput(InputHandle<T>* target) : target_(target), counter_(&target->input_metrics().records_in) {}
   void collect(T&& record, TimestampMs ts) override {
-    target_->metrics().records_in.inc();
+    counter_->inc();
     target_->process_element(std::move(record), ts);
   }
-  void emit_watermark(TimestampMs wm) override { target_->process_watermark(wm); }
+  void emit_watermark(TimestampMs wm) override { target_->process_input_watermark(wm); }
+  void emit_watermark_status(bool idle) override { target_->process_input_watermark_status(idle); }
 
  private:
-  OneInputOperator<T>* target_;
+  InputHandle<T>* target_;
+  Counter* counter_;
 };
 
 /// Hands each record to several outputs: copies for all but the last, which gets the original.
@@ -44,6 +46,9 @@ class BroadcastingOutput final : public Output<T> {
   }
   void emit_watermark(TimestampMs wm) override {
     for (auto* o : outputs_) o->emit_watermark(wm);
+  }
+  void emit_watermark_status(bool idle) override {
+    for (auto* o : outputs_) o->emit_watermark_status(idle);
   }
 
  private:
@@ -95,6 +100,7 @@ class NetworkOutput final : public Output<T> {
     writer_.write_record(policy_.select(record), buf_.bytes(), ts);
   }
   void emit_watermark(TimestampMs wm) override { writer_.broadcast_watermark(wm); }
+  void emit_watermark_status(bool idle) override { writer_.broadcast_watermark_status(idle); }
 
  private:
   RecordWriterBase& writer_;
@@ -113,6 +119,7 @@ class BroadcastNetworkOutput final : public Output<T> {
     writer_.broadcast_record(buf_.bytes(), ts);
   }
   void emit_watermark(TimestampMs wm) override { writer_.broadcast_watermark(wm); }
+  void emit_watermark_status(bool idle) override { writer_.broadcast_watermark_status(idle); }
 
  private:
   RecordWriterBase& writer_;
@@ -123,16 +130,18 @@ class BroadcastNetworkOutput final : public Output<T> {
 template <class T>
 class TypedRecordInput final : public RecordInput {
  public:
-  explicit TypedRecordInput(OneInputOperator<T>* head) : head_(head) {}
+  explicit TypedRecordInput(InputHandle<T>* head) : head_(head), counter_(&head->input_metrics().records_in) {}
   void process_record(DataInput& in, TimestampMs ts) override {
     TypeSerializer<T>::deserialize(reuse_, in);
-    head_->metrics().records_in.inc();
+    counter_->inc();
     head_->process_element(std::move(reuse_), ts);
   }
-  void process_watermark(TimestampMs wm) override { head_->process_watermark(wm); }
+  void process_watermark(TimestampMs wm) override { head_->process_input_watermark(wm); }
+  void process_watermark_status(bool idle) override { head_->process_input_watermark_status(idle); }
 
  private:
-  OneInputOperator<T>* head_;
+  InputHandle<T>* head_;
+  Counter* counter_;
   T reuse_{};
 };
 
@@ -143,7 +152,7 @@ class TypedEdgeOps : public EdgeOps {
   TypedEdgeOps() = default;
 
   std::unique_ptr<OutputBase> make_chaining_output(StreamOperatorBase* target) const override {
-    return std::make_unique<ChainingOutput<T>>(checked_cast(target));
+    return std::make_unique<ChainingOutput<T>>(checked_cast(target, 0));
   }
   std::unique_ptr<OutputBase> make_network_output(RecordWriterBase& writer, PartitionerKind partitioner,
                                                   int subtask_index, int max_parallelism) const override {
@@ -167,8 +176,8 @@ class TypedEdgeOps : public EdgeOps {
   std::unique_ptr<OutputBase> make_broadcasting_output(std::vector<OutputBase*> outputs) const override {
     return std::make_unique<BroadcastingOutput<T>>(std::move(outputs));
   }
-  std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head) const override {
-    return std::make_unique<TypedRecordInput<T>>(checked_cast(head));
+  std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head, int input_index) const override {
+    return std::make_unique<TypedRecordInput<T>>(checked_cast(head, input_index));
   }
 
  protected:
@@ -177,10 +186,13 @@ class TypedEdgeOps : public EdgeOps {
   }
 
  private:
-  static OneInputOperator<T>* checked_cast(StreamOperatorBase* op) {
-    auto* typed = dynamic_cast<OneInputOperator<T>*>(op);
-    if (typed == nullptr) throw SluiceException(Error(ErrorCode::kInternal, "edge type does not match operator input"));
-    return typed;
+  // The graph was built by typed API calls, so input `index` of the target is an InputHandle<T>.
+  static InputHandle<T>* checked_cast(StreamOperatorBase* op, int index) {
+    void* handle = op->input_handle(index);
+    if (handle == nullptr) {
+      throw SluiceException(Error(ErrorCode::kInternal, "operator has no input " + std::to_string(index)));
+    }
+    return static_cast<InputHandle<T>*>(handle);
   }
 };
 

@@ -27,6 +27,10 @@ class StreamInputProcessor {
  private:
   struct ChannelState {
     bool finished = false;
+    bool idle = false;
+    // An active channel counts towards the combined watermark only once its watermark reached it (Flink's
+    // StatusWatermarkValve "aligned" channels), so a channel waking from idleness cannot move it back.
+    bool aligned = true;
     TimestampMs watermark = std::numeric_limits<int64_t>::min();
     // A record whose payload spans buffers: bytes gathered so far, bytes still missing, its timestamp.
     std::vector<uint8_t> partial;
@@ -37,6 +41,7 @@ class StreamInputProcessor {
   void on_watermark(size_t channel, TimestampMs wm);
   void on_end_of_partition(size_t channel);
   void update_combined_watermark();
+  void on_watermark_status(size_t channel, bool idle);
 
   std::vector<ChannelReceiver*> channels_;
   std::vector<ChannelState> state_;
@@ -44,6 +49,7 @@ class StreamInputProcessor {
   size_t next_ = 0;
   size_t finished_channels_ = 0;
   TimestampMs combined_watermark_ = std::numeric_limits<int64_t>::min();
+  bool input_idle_ = false;
 };
 
 }  // namespace sluice

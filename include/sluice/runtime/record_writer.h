@@ -32,6 +32,7 @@ class RecordWriter final : public RecordWriterBase {
   void write_record(int channel, std::span<const uint8_t> bytes, TimestampMs timestamp) override;
   void broadcast_record(std::span<const uint8_t> bytes, TimestampMs timestamp) override;
   void broadcast_watermark(TimestampMs watermark) override;
+  void broadcast_watermark_status(bool idle) override;
 
   /// Sends every partly filled buffer (on idle and on the buffer timeout).
   void flush_all();

@@ -15,6 +15,7 @@ enum class ElementTag : uint8_t {
   kRecordWithTimestamp = 2,  ///< u32 length, i64 timestamp (ms), payload
   kWatermark = 3,            ///< i64 watermark (ms)
   kEndOfPartition = 4,       ///< the producer subtask has finished; nothing follows
+  kWatermarkStatus = 5,      ///< u8: 1 = idle, 0 = active
 };
 
 /// Largest header: tag + length + timestamp.

@@ -92,8 +92,8 @@ class Task final : public TaskServices, public CreditWaiter {
   OutputBase* own_output(std::unique_ptr<OutputBase> output);
   /// Adds the writer of one outgoing job edge; returns it for wiring network outputs.
   RecordWriter* add_record_writer(std::vector<ChannelSender*> channels);
-  /// Sets the input (non-source tasks).
-  void set_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input);
+  /// Adds an input (non-source tasks): input 0, then input 1 for two-input operators.
+  void add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input);
   WakeupSignal& wakeup_signal() { return wakeup_; }
   const std::vector<std::unique_ptr<StreamOperatorBase>>& operators() const { return operators_; }
 
@@ -112,6 +112,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void post_mail(std::function<void()> mail) override;
   void wakeup() override { wakeup_.notify(); }
   void wakeup_at(TimestampMs time_ms) override;
+  void register_processing_timer(TimestampMs time_ms, std::function<void(TimestampMs)> callback) override;
+  const Clock& processing_clock() const override { return *options_.clock; }
   bool is_cancelled() const override { return cancelled_.load(std::memory_order_acquire); }
 
   // --- CreditWaiter ---
@@ -124,7 +126,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void run_source_loop(SourceOperatorBase& source);
   void run_input_loop();
   void process_mails();
-  void fire_due_wakeups();
+  void fire_due_timers();
+  StreamInputProcessor::Status process_input();
   void maybe_flush();
   void flush_outputs();
   void idle_wait();
@@ -140,8 +143,9 @@ class Task final : public TaskServices, public CreditWaiter {
   std::vector<std::unique_ptr<TaskRuntimeContext>> contexts_;
   std::vector<std::unique_ptr<OutputBase>> outputs_;
   std::vector<std::unique_ptr<RecordWriter>> writers_;
-  std::unique_ptr<RecordInput> record_input_;
-  std::unique_ptr<StreamInputProcessor> input_;
+  std::vector<std::unique_ptr<RecordInput>> record_inputs_;
+  std::vector<std::unique_ptr<StreamInputProcessor>> inputs_;
+  size_t next_input_ = 0;
 
   WakeupSignal wakeup_;
   std::atomic<bool> cancelled_{false};
@@ -151,9 +155,15 @@ class Task final : public TaskServices, public CreditWaiter {
   std::mutex mail_mu_;
   std::deque<std::function<void()>> mails_;
   std::atomic<bool> has_mail_{false};
-  // Processing-time wakeups requested by wakeup_at (task thread only after start; guarded for posting).
-  std::priority_queue<TimestampMs, std::vector<TimestampMs>, std::greater<>> wakeups_;
-  std::mutex wakeup_mu_;
+  // Processing-time timers (task thread only), earliest first; ties fire in registration order.
+  struct ProcessingTimer {
+    TimestampMs time;
+    uint64_t seq;
+    std::function<void(TimestampMs)> callback;
+    bool operator>(const ProcessingTimer& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<ProcessingTimer, std::vector<ProcessingTimer>, std::greater<>> timers_;
+  uint64_t timer_seq_ = 0;
   int64_t last_flush_ns_ = 0;
 };
 

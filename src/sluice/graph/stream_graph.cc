@@ -23,7 +23,7 @@ StreamNode& StreamGraph::add_node(std::string name, std::shared_ptr<OperatorFact
 }
 
 StreamEdge& StreamGraph::add_edge(int source, int target, PartitionerKind kind, bool explicit_partitioner,
-                                  std::string side_output_tag, std::shared_ptr<EdgeOps> ops) {
+                                  std::string side_output_tag, std::shared_ptr<EdgeOps> ops, int input_index) {
   StreamEdge e;
   e.id = static_cast<int>(edges_.size());
   e.source = source;
@@ -32,6 +32,7 @@ StreamEdge& StreamGraph::add_edge(int source, int target, PartitionerKind kind, 
   e.partitioner_explicit = explicit_partitioner;
   e.side_output_tag = std::move(side_output_tag);
   e.ops = std::move(ops);
+  e.input_index = input_index;
   edges_.push_back(std::move(e));
   node(source).out_edges.push_back(edges_.back().id);
   node(target).in_edges.push_back(edges_.back().id);

@@ -87,6 +87,13 @@ void StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer)
         on_watermark(c, wm);
         break;
       }
+      case ElementTag::kWatermarkStatus: {
+        if (end - p < 2) corrupt(c, "truncated watermark status");
+        bool idle = p[1] != 0;
+        p += 2;
+        on_watermark_status(c, idle);
+        break;
+      }
       case ElementTag::kEndOfPartition:
         on_end_of_partition(c);
         return;
@@ -100,14 +107,35 @@ void StreamInputProcessor::on_watermark(size_t c, TimestampMs wm) {
   ChannelState& st = state_[c];
   if (wm <= st.watermark) return;
   st.watermark = wm;
+  if (st.idle) on_watermark_status(c, false);  // a watermark implies the channel is active
+  if (!st.aligned && st.watermark >= combined_watermark_) st.aligned = true;
   update_combined_watermark();
+}
+
+void StreamInputProcessor::on_watermark_status(size_t c, bool idle) {
+  ChannelState& st = state_[c];
+  if (st.idle == idle) return;
+  st.idle = idle;
+  if (!idle) st.aligned = st.watermark >= combined_watermark_;
+  bool all_idle = true;
+  for (const auto& s : state_) all_idle = all_idle && (s.finished || s.idle);
+  if (all_idle != input_idle_) {
+    input_idle_ = all_idle;
+    input_.process_watermark_status(all_idle);
+  }
+  if (!all_idle) update_combined_watermark();
 }
 
 void StreamInputProcessor::update_combined_watermark() {
   TimestampMs m = std::numeric_limits<int64_t>::max();
+  bool any = false;
   for (const auto& s : state_) {
-    if (!s.finished) m = std::min(m, s.watermark);
+    if (!s.finished && !s.idle && s.aligned) {
+      m = std::min(m, s.watermark);
+      any = true;
+    }
   }
+  if (!any && !finished()) return;  // every open channel idle: hold the watermark
   if (m > combined_watermark_) {
     combined_watermark_ = m;
     input_.process_watermark(m);

@@ -222,10 +222,13 @@ Status LocalJob::deploy(const JobGraph& jg) {
     }
   }
 
-  // Channels and writers. writers[edge][producer subtask]; receivers[vertex][consumer subtask].
+  // Channels and writers. writers[edge][producer subtask]; receivers[vertex][consumer subtask][input index].
   std::vector<std::vector<RecordWriter*>> writers(jg.edges.size());
-  std::vector<std::vector<std::vector<ChannelReceiver*>>> receivers(jg.vertices.size());
-  for (const auto& v : jg.vertices) receivers[static_cast<size_t>(v.id)].resize(static_cast<size_t>(v.parallelism));
+  std::vector<std::vector<std::vector<std::vector<ChannelReceiver*>>>> receivers(jg.vertices.size());
+  for (const auto& v : jg.vertices) {
+    receivers[static_cast<size_t>(v.id)].assign(static_cast<size_t>(v.parallelism),
+                                                std::vector<std::vector<ChannelReceiver*>>(2));
+  }
   for (const auto& e : jg.edges) {
     const auto& ec = edge_channels[static_cast<size_t>(e.id)];
     for (size_t i = 0; i < ec.targets.size(); ++i) {
@@ -235,7 +238,9 @@ Status LocalJob::deploy(const JobGraph& jg) {
         if (!buffers.ok()) return buffers.error();
         channels_.push_back(std::make_unique<LocalChannel>(*pool_, std::move(*buffers)));
         senders.push_back(channels_.back().get());
-        receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)].push_back(channels_.back().get());
+        const int input_index = graph_->edge(e.stream_edge).input_index;
+        receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)][static_cast<size_t>(input_index)]
+            .push_back(channels_.back().get());
       }
       writers[static_cast<size_t>(e.id)].push_back(vertex_tasks[static_cast<size_t>(e.source_vertex)][i]->add_record_writer(std::move(senders)));
     }
@@ -290,10 +295,21 @@ Status LocalJob::deploy(const JobGraph& jg) {
         }
         op_of_node.at(*it)->setup(ctx_of_node.at(*it), task, std::move(outputs));
       }
-      if (!v.inputs.empty()) {
-        const JobEdge& first = jg.edges[static_cast<size_t>(v.inputs[0])];
-        auto input = graph_->edge(first.stream_edge).ops->make_record_input(op_of_node.at(v.chained_nodes[0]));
-        task->set_input(receivers[static_cast<size_t>(v.id)][static_cast<size_t>(i)], std::move(input));
+      // One input processor per input index of the head (two for connect and joins).
+      for (int input_index = 0; input_index < 2; ++input_index) {
+        const JobEdge* first = nullptr;
+        for (int je : v.inputs) {
+          const JobEdge& e = jg.edges[static_cast<size_t>(je)];
+          if (graph_->edge(e.stream_edge).input_index == input_index) {
+            first = &e;
+            break;
+          }
+        }
+        if (first == nullptr) continue;
+        auto input = graph_->edge(first->stream_edge)
+                         .ops->make_record_input(op_of_node.at(v.chained_nodes[0]), input_index);
+        task->add_input(receivers[static_cast<size_t>(v.id)][static_cast<size_t>(i)][static_cast<size_t>(input_index)],
+                        std::move(input));
       }
     }
   }

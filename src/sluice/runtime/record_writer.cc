@@ -74,6 +74,15 @@ void RecordWriter::broadcast_watermark(TimestampMs watermark) {
   }
 }
 
+void RecordWriter::broadcast_watermark_status(bool idle) {
+  for (int c = 0; c < num_channels(); ++c) {
+    NetworkBuffer* b = buffer_for(c, 2);
+    b->data[b->size] = static_cast<uint8_t>(ElementTag::kWatermarkStatus);
+    b->data[b->size + 1] = idle ? 1 : 0;
+    b->size += 2;
+  }
+}
+
 void RecordWriter::flush_all() {
   if (unflushed_ == 0) return;
   for (int c = 0; c < num_channels(); ++c) {

@@ -53,10 +53,10 @@ RecordWriter* Task::add_record_writer(std::vector<ChannelSender*> channels) {
   return writers_.back().get();
 }
 
-void Task::set_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input) {
+void Task::add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input) {
   for (auto* c : channels) c->set_receiver_wakeup(&wakeup_);
-  record_input_ = std::move(input);
-  input_ = std::make_unique<StreamInputProcessor>(std::move(channels), *record_input_);
+  record_inputs_.push_back(std::move(input));
+  inputs_.push_back(std::make_unique<StreamInputProcessor>(std::move(channels), *record_inputs_.back()));
 }
 
 std::string Task::display_name() const {
@@ -87,8 +87,11 @@ void Task::post_mail(std::function<void()> mail) {
 }
 
 void Task::wakeup_at(TimestampMs time_ms) {
-  std::lock_guard lock(wakeup_mu_);
-  wakeups_.push(time_ms);
+  register_processing_timer(time_ms, [](TimestampMs) {});
+}
+
+void Task::register_processing_timer(TimestampMs time_ms, std::function<void(TimestampMs)> callback) {
+  timers_.push(ProcessingTimer{time_ms, timer_seq_++, std::move(callback)});
 }
 
 void Task::wait_for_credit() {
@@ -169,7 +172,7 @@ void Task::run_source_loop(SourceOperatorBase& source) {
     wakeup_.clear();
     check_cancelled();
     process_mails();
-    fire_due_wakeups();
+    fire_due_timers();
     InputStatus st = source.emit_next();
     if (st == InputStatus::kEndOfInput) return;
     if (st == InputStatus::kNothingAvailable) {
@@ -185,8 +188,8 @@ void Task::run_input_loop() {
     wakeup_.clear();
     check_cancelled();
     process_mails();
-    fire_due_wakeups();
-    auto st = input_->process_next();
+    fire_due_timers();
+    auto st = process_input();
     if (st == StreamInputProcessor::Status::kEndOfInput) return;
     if (st == StreamInputProcessor::Status::kNothingAvailable) {
       idle_wait();
@@ -207,10 +210,29 @@ void Task::process_mails() {
   for (auto& m : batch) m();
 }
 
-void Task::fire_due_wakeups() {
-  std::lock_guard lock(wakeup_mu_);
-  TimestampMs now = options_.clock->now_ms();
-  while (!wakeups_.empty() && wakeups_.top() <= now) wakeups_.pop();
+StreamInputProcessor::Status Task::process_input() {
+  // Round robin over the inputs that have not ended; the task's input ends when all have.
+  const size_t n = inputs_.size();
+  bool all_finished = true;
+  for (size_t k = 0; k < n; ++k) {
+    StreamInputProcessor& in = *inputs_[next_input_];
+    next_input_ = next_input_ + 1 == n ? 0 : next_input_ + 1;
+    if (in.finished()) continue;
+    all_finished = false;
+    if (in.process_next() == StreamInputProcessor::Status::kProcessed) return StreamInputProcessor::Status::kProcessed;
+  }
+  for (const auto& in : inputs_) all_finished = all_finished && in->finished();
+  return all_finished ? StreamInputProcessor::Status::kEndOfInput : StreamInputProcessor::Status::kNothingAvailable;
+}
+
+void Task::fire_due_timers() {
+  if (timers_.empty()) return;
+  const TimestampMs now = options_.clock->now_ms();
+  while (!timers_.empty() && timers_.top().time <= now) {
+    ProcessingTimer t = timers_.top();
+    timers_.pop();
+    t.callback(t.time);  // may register new timers
+  }
 }
 
 void Task::maybe_flush() {
@@ -230,13 +252,10 @@ void Task::idle_wait() {
   flush_outputs();
   last_flush_ns_ = steady_ns();
   auto deadline = std::chrono::steady_clock::now() + kMaxIdleWait;
-  {
-    std::lock_guard lock(wakeup_mu_);
-    if (!wakeups_.empty()) {
-      TimestampMs delta = wakeups_.top() - options_.clock->now_ms();
-      if (delta <= 0) return;
-      deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(delta));
-    }
+  if (!timers_.empty()) {
+    TimestampMs delta = timers_.top().time - options_.clock->now_ms();
+    if (delta <= 0) return;
+    deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(delta));
   }
   wakeup_.wait_until(deadline);
 }

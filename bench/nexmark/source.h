@@ -1,0 +1,117 @@
+// NexmarkSource: the Nexmark generator as a bounded, split-based Sluice source.
+//
+// The enumerator cuts events 0..events-1 into one contiguous range per reader subtask. A reader generates
+// its ranges in order at full speed (no rate limit: `rate` only spaces event time), emits each event with
+// its event timestamp and, after every batch, the watermark timestamp(next event) - 1: generated
+// timestamps never decrease within a range, and several events may share a millisecond, so this is the
+// largest watermark no later event of the reader can violate. The end of input brings the final
+// watermark (the runtime's). Events are the same whatever the parallelism: event n depends only on n.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "nexmark/generator.h"
+#include "sluice/api/source.h"
+
+namespace sluice::nexmark {
+
+/// A range [next, end) of event numbers; `next` advances as the reader emits.
+struct NexmarkSplit {
+  int64_t next = 0;
+  int64_t end = 0;
+};
+SLUICE_FIELDS(NexmarkSplit, next, end);
+
+class NexmarkSource final : public Source<Event, NexmarkSplit> {
+ public:
+  /// Events generated per poll_next call (then a watermark).
+  static constexpr int64_t kBatch = 1024;
+
+  /// A source of `config.events` events. Fails (kConfiguration) when the config does not validate or
+  /// has no events.
+  static Result<std::shared_ptr<NexmarkSource>> create(NexmarkConfig config) {
+    if (Status s = config.validate(); !s.ok()) return s.error();
+    if (config.events == 0) {
+      return Error(ErrorCode::kConfiguration, "nexmark source: events must be > 0 (the source is bounded)");
+    }
+    return std::shared_ptr<NexmarkSource>(new NexmarkSource(config));
+  }
+
+  const NexmarkGenerator& generator() const { return generator_; }
+
+  Boundedness boundedness() const override { return Boundedness::kBounded; }
+
+  std::unique_ptr<SplitEnumerator<NexmarkSplit>> create_enumerator(
+      SplitEnumeratorContext<NexmarkSplit>& ctx) const override {
+    return std::make_unique<StaticSplitEnumerator<NexmarkSplit>>(ctx, splits(ctx.current_parallelism()));
+  }
+
+  std::unique_ptr<SourceReader<Event, NexmarkSplit>> create_reader(SourceReaderContext& ctx) const override {
+    return std::make_unique<Reader>(ctx, generator_);
+  }
+
+  /// The ranges for `parallelism` readers: range i is [events * i / p, events * (i + 1) / p).
+  std::vector<NexmarkSplit> splits(int parallelism) const {
+    const int64_t count = generator_.config().events;
+    const int64_t p = parallelism;
+    auto boundary = [&](int64_t i) { return (count / p) * i + (count % p) * i / p; };
+    std::vector<NexmarkSplit> out;
+    for (int64_t i = 0; i < p; ++i) out.push_back(NexmarkSplit{boundary(i), boundary(i + 1)});
+    return out;
+  }
+
+ private:
+  explicit NexmarkSource(NexmarkConfig config) : generator_(config) {}
+
+  class Reader final : public SourceReader<Event, NexmarkSplit> {
+   public:
+    Reader(SourceReaderContext& ctx, NexmarkGenerator gen) : ctx_(ctx), gen_(std::move(gen)) {}
+    void start() override { ctx_.send_split_request(); }
+
+    InputStatus poll_next(ReaderOutput<Event>& out) override {
+      if (splits_.empty()) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
+      NexmarkSplit& s = splits_.front();
+      const int64_t stop = std::min(s.end, s.next + kBatch);
+      for (int64_t n = s.next; n < stop; ++n) out.collect(gen_.event(n), gen_.timestamp(n));
+      s.next = stop;
+      if (s.next >= s.end) {
+        splits_.pop_front();
+        if (splits_.empty() && !no_more_splits_) ctx_.send_split_request();
+      }
+      emit_watermark(out);
+      return InputStatus::kMoreAvailable;
+    }
+
+    void add_splits(std::vector<NexmarkSplit> splits) override {
+      for (auto& s : splits) {
+        if (s.next < s.end) splits_.push_back(s);
+      }
+    }
+    void notify_no_more_splits() override { no_more_splits_ = true; }
+    std::vector<NexmarkSplit> snapshot_state(int64_t) override { return {splits_.begin(), splits_.end()}; }
+
+   private:
+    /// The earliest timestamp still to come from any owned split, minus one. Nothing when no split is
+    /// left: a later split (given back after a failure) may start earlier.
+    void emit_watermark(ReaderOutput<Event>& out) const {
+      if (splits_.empty()) return;
+      TimestampMs next = gen_.timestamp(splits_.front().next);
+      for (const auto& s : splits_) next = std::min(next, gen_.timestamp(s.next));
+      out.emit_watermark(next - 1);
+    }
+
+    SourceReaderContext& ctx_;
+    const NexmarkGenerator gen_;
+    std::deque<NexmarkSplit> splits_;
+    bool no_more_splits_ = false;
+  };
+
+  NexmarkGenerator generator_;
+};
+
+}  // namespace sluice::nexmark

@@ -1,0 +1,196 @@
+// sluice-bench: end-to-end benchmarks on the local mini-cluster.
+//
+//   sluice-bench nexmark --query q1 --events 10000000 --parallelism 2 [--rate 10000] [--format json]
+//
+// Runs one Nexmark query over generated events into a discarding sink and prints one line: query, events,
+// parallelism, wall seconds, events/s, events per CPU-second, peak RSS and output records. CPU time is the
+// process's user + system time (getrusage RUSAGE_SELF) measured around execute(), so it includes every
+// task thread; peak RSS is ru_maxrss. The generator's one-off tables are built before timing starts.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "nexmark/queries.h"
+#include "nexmark/source.h"
+#include "sluice/api/stream_environment.h"
+
+namespace {
+
+using sluice::DataStream;
+using sluice::nexmark::Event;
+
+/// Counts records and otherwise drops them; each writer adds its count to `total` when it closes.
+template <class T>
+class DiscardingSink final : public sluice::Sink<T> {
+ public:
+  explicit DiscardingSink(std::shared_ptr<std::atomic<int64_t>> total) : total_(std::move(total)) {}
+  std::unique_ptr<sluice::SinkWriter<T>> create_writer(sluice::RuntimeContext&) const override {
+    return std::make_unique<Writer>(total_);
+  }
+
+ private:
+  class Writer final : public sluice::SinkWriter<T> {
+   public:
+    explicit Writer(std::shared_ptr<std::atomic<int64_t>> total) : total_(std::move(total)) {}
+    void write(const T&, const sluice::SinkWriterContext&) override { ++count_; }
+    void flush(bool) override {}
+    void close() override {
+      total_->fetch_add(count_);
+      count_ = 0;
+    }
+
+   private:
+    std::shared_ptr<std::atomic<int64_t>> total_;
+    int64_t count_ = 0;
+  };
+  std::shared_ptr<std::atomic<int64_t>> total_;
+};
+
+template <class T>
+void discard(DataStream<T> stream, const std::shared_ptr<std::atomic<int64_t>>& total) {
+  stream.sink_to(std::make_shared<DiscardingSink<T>>(total), "Discard");
+}
+
+struct QueryEntry {
+  std::string_view name;
+  std::string_view description;
+  void (*build)(DataStream<Event>, const std::shared_ptr<std::atomic<int64_t>>&);
+};
+
+constexpr std::array<QueryEntry, 3> kQueries{{
+    {"q0", "pass-through (identity map over every event)",
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query0(e), t); }},
+    {"q1", "currency conversion (every bid, price * 0.908)",
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query1(e), t); }},
+    {"q2", "selection (auction, price) of bids with auction % 123 == 0",
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query2(e), t); }},
+}};
+
+const QueryEntry* find_query(std::string_view name) {
+  for (const auto& q : kQueries) {
+    if (q.name == name) return &q;
+  }
+  return nullptr;
+}
+
+double cpu_seconds(const rusage& u) {
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+struct NexmarkOptions {
+  std::string query;
+  int64_t events = 10'000'000;
+  int parallelism = 1;
+  double rate = 10'000;
+  uint64_t seed = 0;
+  std::string format = "text";
+};
+
+int run_nexmark(const NexmarkOptions& opt) {
+  const QueryEntry* query = find_query(opt.query);
+  if (query == nullptr) {
+    std::string available;
+    for (const auto& q : kQueries) available += fmt::format("\n  {}  {}", q.name, q.description);
+    fmt::print(stderr, "error: unknown query '{}'; available queries:{}\n", opt.query, available);
+    return 2;
+  }
+  sluice::nexmark::NexmarkConfig config;
+  config.events = opt.events;
+  config.rate = opt.rate;
+  config.seed = opt.seed;
+  auto source = sluice::nexmark::NexmarkSource::create(config);
+  if (!source.ok()) {
+    fmt::print(stderr, "error: {}\n", source.error().to_string());
+    return 2;
+  }
+  // Build the generator's channel table before timing.
+  for (int64_t n = 0; n < config.total_proportion(); ++n) (void)(*source)->generator().event(n);
+
+  sluice::StreamEnvironment env;
+  env.set_parallelism(opt.parallelism);
+  auto output_records = std::make_shared<std::atomic<int64_t>>(0);
+  query->build(env.from_source(*source, "Nexmark"), output_records);
+
+  rusage before{};
+  rusage after{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto start = std::chrono::steady_clock::now();
+  sluice::JobResult result = env.execute(fmt::format("nexmark {}", query->name));
+  const auto end = std::chrono::steady_clock::now();
+  getrusage(RUSAGE_SELF, &after);
+  if (!result.ok()) {
+    fmt::print(stderr, "error: job {}: {}\n", sluice::job_status_name(result.status),
+               result.error ? result.error->to_string() : "no error recorded");
+    return 1;
+  }
+
+  const double wall = std::chrono::duration<double>(end - start).count();
+  const double cpu = cpu_seconds(after) - cpu_seconds(before);
+  const double events = static_cast<double>(opt.events);
+  const double peak_rss_mib = static_cast<double>(after.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  if (opt.format == "json") {
+    fmt::print(
+        "{{\"benchmark\":\"nexmark\",\"query\":\"{}\",\"events\":{},\"parallelism\":{},\"rate\":{},"
+        "\"wall_seconds\":{:.3f},\"cpu_seconds\":{:.3f},\"events_per_second\":{:.0f},"
+        "\"events_per_cpu_second\":{:.0f},\"peak_rss_mib\":{:.1f},\"output_records\":{}}}\n",
+        query->name, opt.events, opt.parallelism, opt.rate, wall, cpu, events / wall, events / cpu, peak_rss_mib,
+        output_records->load());
+  } else {
+    fmt::print(
+        "nexmark {}: events {}, parallelism {}, wall {:.3f} s, {:.0f} events/s, cpu {:.3f} s, {:.0f} events/cpu-s, "
+        "peak RSS {:.1f} MiB, output records {}\n",
+        query->name, opt.events, opt.parallelism, wall, events / wall, cpu, events / cpu, peak_rss_mib,
+        output_records->load());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice-bench: end-to-end benchmarks of Sluice on the local mini-cluster", "sluice-bench"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+
+  NexmarkOptions opt;
+  auto* nexmark = app.add_subcommand("nexmark", "Run a Nexmark query over generated events into a discarding sink");
+  std::string query_help = "Query to run:";
+  for (const auto& q : kQueries) query_help += fmt::format(" {} ({});", q.name, q.description);
+  nexmark->add_option("-q,--query", opt.query, query_help)->required();
+  nexmark->add_option("-n,--events", opt.events, "Number of events to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  nexmark->add_option("-p,--parallelism", opt.parallelism, "Parallelism of the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  nexmark->add_option("-r,--rate", opt.rate, "Events per second of event time (spaces timestamps; no throttling)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  nexmark->add_option("--seed", opt.seed, "Seed of the generator (runs are reproducible)")->capture_default_str();
+  nexmark->add_option("--format", opt.format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  try {
+    if (nexmark->parsed()) return run_nexmark(opt);
+  } catch (const sluice::SluiceException& e) {
+    fmt::print(stderr, "error: {}\n", e.error().to_string());
+    return 1;
+  }
+  return 0;
+}
