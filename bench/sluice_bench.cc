@@ -6,11 +6,11 @@
 // parallelism, wall seconds, events/s, events per CPU-second, peak RSS and output records. CPU time is the
 // process's user + system time (getrusage RUSAGE_SELF) measured around execute(), so it includes every
 // task thread; peak RSS is ru_maxrss. The generator's one-off tables are built before timing starts.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -58,7 +58,7 @@ class DiscardingSink final : public sluice::Sink<T> {
 
 template <class T>
 void discard(DataStream<T> stream, const std::shared_ptr<std::atomic<int64_t>>& total) {
-  stream.sink_to(std::make_shared<DiscardingSink<T>>(total), "Discard");
+  stream.sink_to(std::make_shared<DiscardingSink<T>>(total), "Discard").uid("discard");
 }
 
 struct QueryEntry {
@@ -69,11 +69,17 @@ struct QueryEntry {
 
 constexpr std::array<QueryEntry, 3> kQueries{{
     {"q0", "pass-through (identity map over every event)",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query0(e), t); }},
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
+       discard(sluice::nexmark::query0(e), t);
+     }},
     {"q1", "currency conversion (every bid, price * 0.908)",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query1(e), t); }},
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
+       discard(sluice::nexmark::query1(e), t);
+     }},
     {"q2", "selection (auction, price) of bids with auction % 123 == 0",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) { discard(sluice::nexmark::query2(e), t); }},
+     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
+       discard(sluice::nexmark::query2(e), t);
+     }},
 }};
 
 const QueryEntry* find_query(std::string_view name) {
@@ -101,7 +107,8 @@ int run_nexmark(const NexmarkOptions& opt) {
   const QueryEntry* query = find_query(opt.query);
   if (query == nullptr) {
     std::string available;
-    for (const auto& q : kQueries) available += fmt::format("\n  {}  {}", q.name, q.description);
+    for (const auto& q : kQueries)
+      available += fmt::format("\n  {}  {}", q.name, q.description);
     fmt::print(stderr, "error: unknown query '{}'; available queries:{}\n", opt.query, available);
     return 2;
   }
@@ -115,12 +122,13 @@ int run_nexmark(const NexmarkOptions& opt) {
     return 2;
   }
   // Build the generator's channel table before timing.
-  for (int64_t n = 0; n < config.total_proportion(); ++n) (void)(*source)->generator().event(n);
+  for (int64_t n = 0; n < config.total_proportion(); ++n)
+    (void)(*source)->generator().event(n);
 
   sluice::StreamEnvironment env;
   env.set_parallelism(opt.parallelism);
   auto output_records = std::make_shared<std::atomic<int64_t>>(0);
-  query->build(env.from_source(*source, "Nexmark"), output_records);
+  query->build(env.from_source(*source, "Nexmark").uid("nexmark-source"), output_records);
 
   rusage before{};
   rusage after{};
@@ -167,7 +175,8 @@ int main(int argc, char** argv) {
   NexmarkOptions opt;
   auto* nexmark = app.add_subcommand("nexmark", "Run a Nexmark query over generated events into a discarding sink");
   std::string query_help = "Query to run:";
-  for (const auto& q : kQueries) query_help += fmt::format(" {} ({});", q.name, q.description);
+  for (const auto& q : kQueries)
+    query_help += fmt::format(" {} ({});", q.name, q.description);
   nexmark->add_option("-q,--query", opt.query, query_help)->required();
   nexmark->add_option("-n,--events", opt.events, "Number of events to generate")
       ->capture_default_str()

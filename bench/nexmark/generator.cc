@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -19,9 +20,8 @@ namespace {
 
 // Small value sets keep the example queries finding results on small inputs (PersonGenerator).
 constexpr std::array<std::string_view, 6> kUsStates{"AZ", "CA", "ID", "OR", "WA", "WY"};
-constexpr std::array<std::string_view, 10> kUsCities{"Phoenix",  "Los Angeles", "San Francisco", "Boise",
-                                                     "Portland", "Bend",        "Redmond",       "Seattle",
-                                                     "Kent",     "Cheyenne"};
+constexpr std::array<std::string_view, 10> kUsCities{"Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland",
+                                                     "Bend",    "Redmond",     "Seattle",       "Kent",  "Cheyenne"};
 constexpr std::array<std::string_view, 11> kFirstNames{"Peter", "Paul",  "Luke",  "John",   "Saul",  "Vicky",
                                                        "Kate",  "Julie", "Sarah", "Deiter", "Walter"};
 constexpr std::array<std::string_view, 9> kLastNames{"Shultz", "Abrams", "Spencer", "White", "Bartels",
@@ -39,12 +39,20 @@ constexpr uint64_t kHotUrlSeed = 0x6e65786d61726b01ULL;
 constexpr uint64_t kChannelUrlSeed = 0x6e65786d61726b02ULL;
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
 
+/// Uniform in [0, bound) from 16 random bits (multiply-shift; bias below bound / 65536).
+inline int from_16_bits(uint64_t bits16, int bound) {
+  return static_cast<int>((bits16 * static_cast<uint64_t>(bound)) >> 16);
+}
+
 /// A random string of kMinStringLength..max_length-1 letters, each one `special` with probability 1/13,
-/// trimmed of surrounding spaces (StringsGenerator.nextString).
+/// trimmed of surrounding spaces (StringsGenerator.nextString). One 64-bit draw per character.
 std::string next_string(EventRandom& rng, int max_length, char special = ' ') {
   int len = kMinStringLength + rng.next_int(max_length - kMinStringLength);
   std::string s(static_cast<size_t>(len), ' ');
-  for (char& c : s) c = rng.next_int(13) == 0 ? special : static_cast<char>('a' + rng.next_int(26));
+  for (char& c : s) {
+    const uint64_t r = rng.next_u64();
+    c = from_16_bits(r & 0xFFFF, 13) == 0 ? special : static_cast<char>('a' + from_16_bits((r >> 16) & 0xFFFF, 26));
+  }
   if (special == ' ') {
     const size_t first = s.find_first_not_of(' ');
     if (first == std::string::npos) return {};
@@ -54,19 +62,33 @@ std::string next_string(EventRandom& rng, int max_length, char special = ' ') {
   return s;
 }
 
-/// `length` random lowercase letters (StringsGenerator.nextExactString), 12 letters per 64 random bits.
+/// Four lowercase letters from 64 random bits, as a little-endian word: letter k is
+/// from_16_bits(bits 16k..16k+15, 26). Two multiplies handle two 16-bit lanes each (a lane times 26 needs
+/// 21 bits, so lanes 32 bits apart do not overlap).
+inline uint32_t four_letters(uint64_t r) {
+  constexpr uint64_t kLanes = 0x0000FFFF0000FFFFULL;
+  const uint64_t even = (r & kLanes) * 26;
+  const uint64_t odd = ((r >> 16) & kLanes) * 26;
+  const auto l0 = static_cast<uint32_t>((even >> 16) & 0xFF);
+  const auto l1 = static_cast<uint32_t>((odd >> 16) & 0xFF);
+  const auto l2 = static_cast<uint32_t>((even >> 48) & 0xFF);
+  const auto l3 = static_cast<uint32_t>((odd >> 48) & 0xFF);
+  return (l0 | l1 << 8 | l2 << 16 | l3 << 24) + 0x61616161U;
+}
+
+/// `length` random lowercase letters (StringsGenerator.nextExactString), four per 64-bit draw.
 std::string next_exact_string(EventRandom& rng, int length) {
   std::string s(static_cast<size_t>(length), 'a');
-  uint64_t bits = 0;
-  int left = 0;
-  for (char& c : s) {
-    if (left == 0) {
-      bits = rng.next_u64();
-      left = 12;  // 26^12 < 2^57
-    }
-    c = static_cast<char>('a' + bits % 26);
-    bits /= 26;
-    --left;
+  char* p = s.data();
+  const auto n = static_cast<size_t>(length);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uint32_t word = four_letters(rng.next_u64());
+    std::memcpy(p + i, &word, 4);
+  }
+  if (i < n) {
+    const uint32_t word = four_letters(rng.next_u64());
+    std::memcpy(p + i, &word, n - i);
   }
   return s;
 }
@@ -78,7 +100,9 @@ std::string_view pick(EventRandom& rng, const std::array<std::string_view, N>& v
 }
 
 /// Java's Math.round(double) for the non-negative values used here.
-int64_t java_round(double x) { return static_cast<int64_t>(std::floor(x + 0.5)); }
+int64_t java_round(double x) {
+  return static_cast<int64_t>(std::floor(x + 0.5));
+}
 
 /// Padding so that current_size + padding averages desired_average_size, uniform within +-20%
 /// (StringsGenerator.nextExtra).
@@ -92,7 +116,9 @@ std::string next_extra(EventRandom& rng, int current_size, int desired_average_s
 }
 
 /// A price in cents, log-uniform between $1 and $1,000,000 (PriceGenerator.nextPrice).
-int64_t next_price(EventRandom& rng) { return java_round(std::pow(10.0, rng.next_double() * 6.0) * 100.0); }
+int64_t next_price(EventRandom& rng) {
+  return java_round(std::pow(10.0, rng.next_double() * 6.0) * 100.0);
+}
 
 /// "dddd dddd dddd dddd".
 std::string next_credit_card(EventRandom& rng) {
@@ -159,7 +185,9 @@ struct ChannelTable {
   }
 };
 
-Status config_error(std::string what) { return Error(ErrorCode::kConfiguration, "nexmark config: " + what); }
+Status config_error(std::string what) {
+  return Error(ErrorCode::kConfiguration, "nexmark config: " + what);
+}
 
 }  // namespace
 
@@ -205,7 +233,9 @@ int64_t EventRandom::next_long(int64_t bound) {
   return static_cast<int64_t>(next_u64() % static_cast<uint64_t>(bound));
 }
 
-double EventRandom::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double EventRandom::next_double() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
 NexmarkGenerator::NexmarkGenerator(NexmarkConfig config)
     : config_(config), inter_event_delay_us_(1'000'000.0 / config.rate) {
@@ -307,8 +337,7 @@ Auction NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& r
   a.initial_bid = next_price(rng);
   // The auction lasts on average until num_in_flight_auctions more auctions have been created.
   const int64_t events_for_auctions =
-      (static_cast<int64_t>(config_.num_in_flight_auctions) * config_.total_proportion()) /
-      config_.auction_proportion;
+      (static_cast<int64_t>(config_.num_in_flight_auctions) * config_.total_proportion()) / config_.auction_proportion;
   const int64_t horizon_ms = timestamp(n + events_for_auctions) - ts;
   a.date_time = ts;
   a.expires = ts + 1 + rng.next_long(std::max<int64_t>(horizon_ms * 2, 1));

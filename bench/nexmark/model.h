@@ -48,8 +48,7 @@ struct Auction {
   std::string extra;
   friend auto operator<=>(const Auction&, const Auction&) = default;
 };
-SLUICE_FIELDS(Auction, id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
-              extra);
+SLUICE_FIELDS(Auction, id, item_name, description, initial_bid, reserve, date_time, expires, seller, category, extra);
 
 /// A bid by a person (bidder) on an auction.
 struct Bid {

@@ -21,7 +21,9 @@ DataStream<Q1Result> query1(DataStream<Event> events) {
 DataStream<Q2Result> query2(DataStream<Event> events) {
   return events.filter([](const Event& e) { return e.is_bid() && e.bid().auction % kQ2AuctionModulus == 0; })
       .name("Q2 Selection")
-      .map([](const Event& e) { return Q2Result{e.bid().auction, e.bid().price}; })
+      .map([](const Event& e) {
+        return Q2Result{e.bid().auction, e.bid().price};
+      })
       .name("Q2 Project");
 }
 

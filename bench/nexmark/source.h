@@ -61,7 +61,8 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     const int64_t p = parallelism;
     auto boundary = [&](int64_t i) { return (count / p) * i + (count % p) * i / p; };
     std::vector<NexmarkSplit> out;
-    for (int64_t i = 0; i < p; ++i) out.push_back(NexmarkSplit{boundary(i), boundary(i + 1)});
+    for (int64_t i = 0; i < p; ++i)
+      out.push_back(NexmarkSplit{boundary(i), boundary(i + 1)});
     return out;
   }
 
@@ -77,7 +78,8 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
       if (splits_.empty()) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
       NexmarkSplit& s = splits_.front();
       const int64_t stop = std::min(s.end, s.next + kBatch);
-      for (int64_t n = s.next; n < stop; ++n) out.collect(gen_.event(n), gen_.timestamp(n));
+      for (int64_t n = s.next; n < stop; ++n)
+        out.collect(gen_.event(n), gen_.timestamp(n));
       s.next = stop;
       if (s.next >= s.end) {
         splits_.pop_front();
@@ -101,7 +103,8 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     void emit_watermark(ReaderOutput<Event>& out) const {
       if (splits_.empty()) return;
       TimestampMs next = gen_.timestamp(splits_.front().next);
-      for (const auto& s : splits_) next = std::min(next, gen_.timestamp(s.next));
+      for (const auto& s : splits_)
+        next = std::min(next, gen_.timestamp(s.next));
       out.emit_watermark(next - 1);
     }
 

@@ -28,6 +28,8 @@ template <class K, class T>
 class KeyedStream;
 template <class T1, class T2>
 class ConnectedStreams;
+template <class K, class T, class W>
+class WindowedStream;
 
 namespace detail {
 
@@ -337,6 +339,19 @@ class KeyedStream : public DataStream<T> {
     requires std::is_arithmetic_v<T>
   {
     return reduce([](const T& a, const T& b) { return static_cast<T>(a + b); }).name("Keyed Sum");
+  }
+
+  /// Cuts the keyed stream into windows (include sluice/api/windowed_stream.h).
+  template <class Assigner>
+  WindowedStream<K, T, typename Assigner::WindowType> window(std::shared_ptr<Assigner> assigner);
+
+  /// The key selector (for operators built on this stream).
+  const Selector& selector() const { return selector_; }
+
+  /// Adds a one-input operator fed by this keyed stream (hash partitioned).
+  template <class U, class Make>
+  DataStream<U> add_transform(std::string name, bool stateful, Make make) {
+    return this->template transform<U>(std::move(name), stateful, std::move(make));
   }
 
   /// Runs a KeyedProcessFunction<K, T, Out>.

@@ -1,0 +1,405 @@
+// InternalTimerService<K, N>: event-time and processing-time timers per (key, namespace, timestamp) of one
+// operator subtask (Flink's InternalTimerServiceImpl).
+//
+// A timer is identified by its key, namespace and timestamp: registering it twice keeps one timer, and a
+// timer fires exactly once (it is removed before its callback runs). Each time domain keeps one priority
+// queue ordered by timestamp, ties in registration order, plus a dedup set per key group (Flink's
+// KeyGroupPartitionedPriorityQueue), so timers are snapshotted and rescaled with their key groups like
+// keyed state. Register and delete are O(log n); the next timestamp is O(1).
+//
+// Timers are registered for the backend's current key. Firing (advance_watermark, on_processing_time)
+// makes each timer's key current in the backend before calling `on_timer(key, ns, ts)`; the callback may
+// register and delete timers, and a timer it registers at or before the time being advanced to fires in
+// the same call. An event-time timer at or before the current watermark fires at the next watermark
+// advance; a processing-time timer in the past fires at the next on_processing_time call. If a callback
+// throws, its timer is gone and the exception propagates (the task fails and restores from a checkpoint).
+//
+// The watermark is not snapshotted (as in Flink): it restarts at kInitialWatermark after a restore.
+//
+// Lifecycle: created after its backend (which must outlive it) → restore (optional) → running →
+// snapshot at checkpoints. Threading: the owning task thread only; callbacks must not re-enter
+// advance_watermark or on_processing_time.
+#pragma once
+
+#include <absl/container/node_hash_set.h>
+#include <absl/hash/hash.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/clock.h"
+#include "sluice/core/data_io.h"
+#include "sluice/core/error.h"
+#include "sluice/core/key_group.h"
+#include "sluice/core/type_serializer.h"
+#include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/heap_state.h"
+#include "sluice/state/state.h"
+
+namespace sluice {
+
+namespace detail {
+/// Magic bytes at the start of a whole-range timer snapshot.
+inline constexpr char kTimersMagic[4] = {'S', 'L', 'T', 'M'};
+}  // namespace detail
+
+template <class K, class N = VoidNamespace>
+class InternalTimerService {
+ public:
+  /// The watermark before the first one arrives (Flink's Long.MIN_VALUE).
+  static constexpr TimestampMs kInitialWatermark = std::numeric_limits<int64_t>::min();
+
+  /// A timer service for the keys of `backend`, which must outlive it.
+  explicit InternalTimerService(HeapKeyedStateBackend<K>& backend)
+      : backend_(backend),
+        event_time_(backend.key_group_range().size()),
+        processing_time_(backend.key_group_range().size()) {}
+  InternalTimerService(const InternalTimerService&) = delete;
+  InternalTimerService& operator=(const InternalTimerService&) = delete;
+
+  /// Registers an event-time timer for the current key (no-op if it exists). Throws kState without a key.
+  void register_event_time_timer(const N& ns, TimestampMs ts) { add(event_time_, ns, ts); }
+  /// Deletes the event-time timer of the current key, `ns` and `ts` if it exists.
+  void delete_event_time_timer(const N& ns, TimestampMs ts) { remove(event_time_, ns, ts); }
+  /// Registers a processing-time timer for the current key (no-op if it exists).
+  void register_processing_time_timer(const N& ns, TimestampMs ts) { add(processing_time_, ns, ts); }
+  /// Deletes the processing-time timer of the current key, `ns` and `ts` if it exists.
+  void delete_processing_time_timer(const N& ns, TimestampMs ts) { remove(processing_time_, ns, ts); }
+
+  /// The last watermark passed to advance_watermark (kInitialWatermark before the first).
+  TimestampMs current_watermark() const noexcept { return watermark_; }
+  /// The processing time of the backend's clock.
+  TimestampMs current_processing_time() const { return backend_.clock().now_ms(); }
+
+  /// Sets the watermark to `watermark` and fires, in timestamp order, every event-time timer with
+  /// timestamp <= watermark, calling on_timer(const K& key, const N& ns, TimestampMs ts) with the key
+  /// made current in the backend.
+  template <class Fn>
+  void advance_watermark(TimestampMs watermark, Fn&& on_timer) {
+    watermark_ = watermark;
+    fire_until(event_time_, watermark, on_timer);
+  }
+
+  /// Fires, in timestamp order, every processing-time timer with timestamp <= now (the task calls this when
+  /// the time from next_processing_time() has come).
+  template <class Fn>
+  void on_processing_time(TimestampMs now, Fn&& on_timer) {
+    fire_until(processing_time_, now, on_timer);
+  }
+
+  /// The earliest processing-time timer, for scheduling the task's wake-up.
+  std::optional<TimestampMs> next_processing_time() const { return processing_time_.next(); }
+  /// The earliest event-time timer.
+  std::optional<TimestampMs> next_event_time() const { return event_time_.next(); }
+
+  size_t num_event_time_timers() const noexcept { return event_time_.size(); }
+  size_t num_processing_time_timers() const noexcept { return processing_time_.size(); }
+
+  /// Appends the timers of key group `kg` (docs/state-format.md). Throws kState outside the range.
+  void snapshot_key_group(KeyGroup kg, DataOutput& out) const {
+    int32_t g = group_index(kg);
+    out.write_varint(detail::kStateFormatVersion);
+    out.write_varint(static_cast<uint64_t>(kg.value));
+    event_time_.write_group(g, out);
+    processing_time_.write_group(g, out);
+  }
+
+  /// Restores the timers of one key group written by any subtask with the same max parallelism; existing
+  /// timers are kept (duplicates collapse). Errors: kState outside the range or for a timer of another key
+  /// group, kSerialization for corrupt bytes.
+  [[nodiscard]] Status restore_key_group(KeyGroup kg, DataInput& in) {
+    try {
+      restore_group(kg, in);
+      return ok_status();
+    } catch (const SluiceException& e) {
+      return e.error().with_context("restoring timers of key group " + std::to_string(kg.value));
+    }
+  }
+
+  /// Appends the timers of the whole range: header, then every key group.
+  void snapshot(DataOutput& out) const {
+    const KeyGroupRange& range = backend_.key_group_range();
+    out.write_bytes(detail::kTimersMagic, sizeof(detail::kTimersMagic));
+    out.write_varint(detail::kStateFormatVersion);
+    out.write_varint(static_cast<uint64_t>(backend_.max_parallelism()));
+    out.write_varint(static_cast<uint64_t>(range.size()));
+    for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+      out.write_varint(static_cast<uint64_t>(kg));
+      size_t length_at = out.size();
+      out.write_fixed<uint64_t>(0);
+      snapshot_key_group(KeyGroup{kg}, out);
+      detail::end_length_prefixed(out, length_at);
+    }
+  }
+
+  /// Restores a whole-range timer snapshot, keeping the key groups of this backend's range.
+  [[nodiscard]] Status restore(DataInput& in) {
+    try {
+      char magic[4];
+      in.read_bytes(magic, sizeof(magic));
+      if (std::memcmp(magic, detail::kTimersMagic, sizeof(magic)) != 0) in.fail("not a timer snapshot (bad magic)");
+      check_version(in.read_varint(), in);
+      uint64_t maxp = in.read_varint();
+      if (maxp != static_cast<uint64_t>(backend_.max_parallelism())) {
+        return Error(ErrorCode::kState, "restoring timers: the snapshot was taken with max parallelism " +
+                                            std::to_string(maxp) + " but this operator has max parallelism " +
+                                            std::to_string(backend_.max_parallelism()));
+      }
+      uint64_t num_groups = in.read_varint();
+      for (uint64_t i = 0; i < num_groups; ++i) {
+        uint64_t kg = in.read_varint();
+        if (kg >= maxp) in.fail("key group " + std::to_string(kg) + " out of range");
+        uint64_t length = in.read_fixed<uint64_t>();
+        if (length > in.remaining()) in.fail("key group length exceeds the remaining bytes");
+        std::string_view bytes = in.read_view(static_cast<size_t>(length));
+        KeyGroup group{static_cast<int32_t>(kg)};
+        if (!backend_.key_group_range().contains(group)) continue;
+        DataInput group_in(bytes);
+        restore_group(group, group_in);
+      }
+      if (!in.at_end()) in.fail("trailing bytes after the last key group");
+      return ok_status();
+    } catch (const SluiceException& e) {
+      return e.error().with_context("restoring timers");
+    }
+  }
+
+ private:
+  // One time domain: a binary min-heap of (timestamp, sequence) over nodes kept in per-key-group
+  // node_hash_sets (stable addresses; a node knows its heap position, so delete is O(log n)).
+  class TimerQueue {
+   public:
+    struct Node {
+      K key;
+      N ns;
+      TimestampMs ts;
+      uint64_t key_hash;
+      size_t hash;
+      int32_t group;
+      mutable uint64_t seq;
+      mutable size_t heap_pos;
+    };
+    struct Probe {
+      const K* key;
+      const N* ns;
+      TimestampMs ts;
+      size_t hash;
+    };
+    struct Fired {
+      K key;
+      N ns;
+      TimestampMs ts;
+      uint64_t key_hash;
+    };
+
+    explicit TimerQueue(int32_t num_groups) : groups_(static_cast<size_t>(num_groups)) {}
+
+    size_t size() const noexcept { return heap_.size(); }
+    std::optional<TimestampMs> next() const {
+      if (heap_.empty()) return std::nullopt;
+      return heap_.front().ts;
+    }
+
+    bool add(int32_t g, const K& key, uint64_t key_hash, const N& ns, TimestampMs ts) {
+      size_t h = node_hash(key_hash, ns, ts);
+      Set& set = groups_[g];
+      if (set.find(Probe{&key, &ns, ts, h}) != set.end()) return false;
+      auto [it, inserted] = set.insert(Node{key, ns, ts, key_hash, h, g, next_seq_++, heap_.size()});
+      heap_.push_back(HeapEntry{ts, it->seq, &*it});
+      sift_up(heap_.size() - 1);
+      return inserted;
+    }
+
+    bool remove(int32_t g, const K& key, uint64_t key_hash, const N& ns, TimestampMs ts) {
+      Set& set = groups_[g];
+      auto it = set.find(Probe{&key, &ns, ts, node_hash(key_hash, ns, ts)});
+      if (it == set.end()) return false;
+      remove_heap_at(it->heap_pos);
+      set.erase(it);
+      return true;
+    }
+
+    // Removes the earliest timer and returns it; the queue must not be empty.
+    Fired pop() {
+      const Node* top = heap_.front().node;
+      Set& set = groups_[top->group];
+      remove_heap_at(0);
+      auto handle = set.extract(set.find(*top));
+      Node& n = handle.value();
+      return Fired{std::move(n.key), std::move(n.ns), n.ts, n.key_hash};
+    }
+
+    // Writes the timers of group g ordered by (timestamp, sequence): count, then key, namespace, ts.
+    void write_group(int32_t g, DataOutput& out) const {
+      std::vector<const Node*> nodes;
+      nodes.reserve(groups_[g].size());
+      for (const Node& n : groups_[g]) nodes.push_back(&n);
+      std::sort(nodes.begin(), nodes.end(),
+                [](const Node* a, const Node* b) { return a->ts != b->ts ? a->ts < b->ts : a->seq < b->seq; });
+      out.write_varint(nodes.size());
+      for (const Node* n : nodes) {
+        TypeSerializer<K>::serialize(n->key, out);
+        TypeSerializer<N>::serialize(n->ns, out);
+        out.write_fixed<int64_t>(n->ts);
+      }
+    }
+
+    static size_t node_hash(uint64_t key_hash, const N& ns, TimestampMs ts) {
+      return absl::HashOf(key_hash, detail::StateHasher<N>{}(ns), ts);
+    }
+
+   private:
+    struct NodeHash {
+      using is_transparent = void;
+      size_t operator()(const Node& n) const { return n.hash; }
+      size_t operator()(const Probe& p) const { return p.hash; }
+    };
+    struct NodeEq {
+      using is_transparent = void;
+      bool operator()(const Node& a, const Node& b) const {
+        return a.hash == b.hash && a.ts == b.ts && a.key == b.key && a.ns == b.ns;
+      }
+      bool operator()(const Node& a, const Probe& p) const {
+        return a.hash == p.hash && a.ts == p.ts && a.key == *p.key && a.ns == *p.ns;
+      }
+      bool operator()(const Probe& p, const Node& a) const { return (*this)(a, p); }
+    };
+    using Set = absl::node_hash_set<Node, NodeHash, NodeEq>;
+    struct HeapEntry {
+      TimestampMs ts;
+      uint64_t seq;
+      const Node* node;
+    };
+
+    static bool before(const HeapEntry& a, const HeapEntry& b) noexcept {
+      return a.ts != b.ts ? a.ts < b.ts : a.seq < b.seq;
+    }
+    void place(size_t i, const HeapEntry& e) noexcept {
+      heap_[i] = e;
+      e.node->heap_pos = i;
+    }
+    void sift_up(size_t i) noexcept {
+      HeapEntry e = heap_[i];
+      while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(e, heap_[parent])) break;
+        place(i, heap_[parent]);
+        i = parent;
+      }
+      place(i, e);
+    }
+    void sift_down(size_t i) noexcept {
+      HeapEntry e = heap_[i];
+      const size_t n = heap_.size();
+      while (true) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
+        if (!before(heap_[child], e)) break;
+        place(i, heap_[child]);
+        i = child;
+      }
+      place(i, e);
+    }
+    void remove_heap_at(size_t i) noexcept {
+      HeapEntry last = heap_.back();
+      heap_.pop_back();
+      if (i == heap_.size()) return;
+      place(i, last);
+      if (i > 0 && before(last, heap_[(i - 1) / 2])) {
+        sift_up(i);
+      } else {
+        sift_down(i);
+      }
+    }
+
+    std::vector<Set> groups_;
+    std::vector<HeapEntry> heap_;
+    uint64_t next_seq_ = 0;
+  };
+
+  void add(TimerQueue& queue, const N& ns, TimestampMs ts) {
+    const auto& ctx = current();
+    queue.add(ctx.group, ctx.key, ctx.key_hash, ns, ts);
+  }
+  void remove(TimerQueue& queue, const N& ns, TimestampMs ts) {
+    const auto& ctx = current();
+    queue.remove(ctx.group, ctx.key, ctx.key_hash, ns, ts);
+  }
+
+  const detail::KeyContext<K>& current() const {
+    const auto& ctx = backend_.key_context();
+    if (ctx.group < 0) [[unlikely]]
+      detail::throw_state_error("a timer was registered or deleted with no current key: timers belong to keys");
+    return ctx;
+  }
+
+  template <class Fn>
+  void fire_until(TimerQueue& queue, TimestampMs time, Fn& on_timer) {
+    while (true) {
+      std::optional<TimestampMs> next = queue.next();
+      if (!next || *next > time) return;
+      typename TimerQueue::Fired timer = queue.pop();
+      backend_.set_current_key_with_hash(timer.key, timer.key_hash);
+      on_timer(std::as_const(timer.key), std::as_const(timer.ns), timer.ts);
+    }
+  }
+
+  int32_t group_index(KeyGroup kg) const {
+    const KeyGroupRange& range = backend_.key_group_range();
+    if (!range.contains(kg)) {
+      detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside the timer service's range " +
+                                range.to_string());
+    }
+    return kg.value - range.start();
+  }
+
+  static void check_version(uint64_t version, DataInput& in) {
+    if (version != detail::kStateFormatVersion) {
+      in.fail("unsupported timer format version " + std::to_string(version) + " (this build reads version " +
+              std::to_string(detail::kStateFormatVersion) + ")");
+    }
+  }
+
+  void restore_group(KeyGroup kg, DataInput& in) {
+    int32_t g = group_index(kg);
+    check_version(in.read_varint(), in);
+    uint64_t written_kg = in.read_varint();
+    if (written_kg != static_cast<uint64_t>(kg.value)) {
+      detail::throw_state_error("the bytes given for key group " + std::to_string(kg.value) + " hold key group " +
+                                std::to_string(written_kg));
+    }
+    read_timers(event_time_, g, kg, in, "an event-time timer");
+    read_timers(processing_time_, g, kg, in, "a processing-time timer");
+    if (!in.at_end()) in.fail("trailing bytes after the timers of key group " + std::to_string(kg.value));
+  }
+
+  void read_timers(TimerQueue& queue, int32_t g, KeyGroup kg, DataInput& in, const char* what) {
+    size_t count = detail::read_count(in, sizeof(int64_t));
+    for (size_t i = 0; i < count; ++i) {
+      const uint8_t* key_start = in.current();
+      TypeSerializer<K>::deserialize(read_key_, in);
+      uint64_t kh = key_hash({key_start, static_cast<size_t>(in.current() - key_start)});
+      KeyGroup found = key_group_for_hash(kh, backend_.max_parallelism());
+      if (found != kg) detail::throw_entry_in_wrong_key_group(what, found, kg, backend_.max_parallelism());
+      TypeSerializer<N>::deserialize(read_ns_, in);
+      TimestampMs ts = in.read_fixed<int64_t>();
+      queue.add(g, read_key_, kh, read_ns_, ts);
+    }
+  }
+
+  HeapKeyedStateBackend<K>& backend_;
+  TimerQueue event_time_;
+  TimerQueue processing_time_;
+  TimestampMs watermark_ = kInitialWatermark;
+  K read_key_{};
+  N read_ns_{};
+};
+
+}  // namespace sluice

@@ -1,0 +1,295 @@
+#include "sluice/state/timer_service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sluice/core/clock.h"
+#include "sluice/core/data_io.h"
+#include "sluice/core/error.h"
+#include "sluice/core/key_group.h"
+#include "sluice/state/heap_keyed_state_backend.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using Fired = std::tuple<std::string, int64_t, TimestampMs>;  // key, namespace, timestamp
+
+class TimerServiceTest : public ::testing::Test {
+ protected:
+  // Records each firing and checks that the backend's current key is the timer's key.
+  auto recorder() {
+    return [this](const std::string& key, const int64_t& ns, TimestampMs ts) {
+      EXPECT_EQ(backend_.current_key(), key);
+      fired_.emplace_back(key, ns, ts);
+    };
+  }
+
+  ManualClock clock_{0};
+  HeapKeyedStateBackend<std::string> backend_{KeyGroupRange(0, 127), 128, clock_};
+  InternalTimerService<std::string, int64_t> timers_{backend_};
+  std::vector<Fired> fired_;
+};
+
+TEST_F(TimerServiceTest, FiresInTimestampOrderWithTheKeySet) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 30);
+  timers_.register_event_time_timer(0, 10);
+  backend_.set_current_key("b");
+  timers_.register_event_time_timer(0, 20);
+  timers_.register_event_time_timer(0, 10);  // same time, other key: a separate timer, after a's (ties by insertion)
+  EXPECT_EQ(timers_.current_watermark(), (InternalTimerService<std::string, int64_t>::kInitialWatermark));
+  EXPECT_EQ(timers_.next_event_time(), 10);
+
+  timers_.advance_watermark(20, recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 10}, Fired{"b", 0, 10}, Fired{"b", 0, 20}));
+  EXPECT_EQ(timers_.current_watermark(), 20);
+  EXPECT_EQ(timers_.num_event_time_timers(), 1u);
+  fired_.clear();
+  timers_.advance_watermark(100, recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 30}));
+}
+
+TEST_F(TimerServiceTest, DeduplicatesByKeyNamespaceAndTimestamp) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(1, 10);
+  timers_.register_event_time_timer(1, 10);
+  timers_.register_event_time_timer(2, 10);  // other namespace
+  backend_.set_current_key("b");
+  timers_.register_event_time_timer(1, 10);  // other key
+  EXPECT_EQ(timers_.num_event_time_timers(), 3u);
+  timers_.advance_watermark(10, recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 1, 10}, Fired{"a", 2, 10}, Fired{"b", 1, 10}));
+}
+
+TEST_F(TimerServiceTest, FiresOnlyOnce) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 5);
+  timers_.advance_watermark(5, recorder());
+  timers_.advance_watermark(6, recorder());
+  timers_.advance_watermark(100, recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 5}));
+  EXPECT_EQ(timers_.num_event_time_timers(), 0u);
+}
+
+TEST_F(TimerServiceTest, TimersRegisteredWhileFiringFireInTheSameAdvanceWhenDue) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 10);
+  timers_.advance_watermark(20, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+    fired_.emplace_back(key, ns, ts);
+    if (ts == 10) {
+      timers_.register_event_time_timer(0, 15);  // due: fires now
+      timers_.register_event_time_timer(0, 25);  // not due
+      backend_.set_current_key("b");            // timers belong to the key that is current
+      timers_.register_event_time_timer(0, 12);
+    }
+  });
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 10}, Fired{"b", 0, 12}, Fired{"a", 0, 15}));
+  EXPECT_EQ(timers_.next_event_time(), 25);
+}
+
+TEST_F(TimerServiceTest, ReRegisteringTheFiringTimerCreatesANewOne) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 10);
+  timers_.advance_watermark(10, [&](const std::string&, const int64_t&, TimestampMs ts) {
+    fired_.emplace_back("a", 0, ts);
+    if (fired_.size() == 1) timers_.register_event_time_timer(0, 10);
+  });
+  EXPECT_EQ(fired_.size(), 2u);  // fired, re-registered at a due time, fired again (as in Flink)
+}
+
+TEST_F(TimerServiceTest, DeletedTimersDoNotFire) {
+  backend_.set_current_key("a");
+  for (TimestampMs ts : {10, 20, 30, 40, 50}) timers_.register_event_time_timer(0, ts);
+  timers_.delete_event_time_timer(0, 30);
+  timers_.delete_event_time_timer(0, 10);  // the head of the queue
+  timers_.delete_event_time_timer(0, 99);  // absent: no-op
+  timers_.delete_event_time_timer(1, 20);  // other namespace: no-op
+  backend_.set_current_key("b");
+  timers_.delete_event_time_timer(0, 20);  // other key: no-op
+  EXPECT_EQ(timers_.num_event_time_timers(), 3u);
+  timers_.advance_watermark(100, recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 20}, Fired{"a", 0, 40}, Fired{"a", 0, 50}));
+}
+
+TEST_F(TimerServiceTest, DeleteDuringFiring) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 10);
+  timers_.register_event_time_timer(0, 20);
+  timers_.advance_watermark(100, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+    fired_.emplace_back(key, ns, ts);
+    timers_.delete_event_time_timer(0, 20);
+  });
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 10}));
+}
+
+TEST_F(TimerServiceTest, ProcessingTimeTimers) {
+  EXPECT_EQ(timers_.next_processing_time(), std::nullopt);
+  backend_.set_current_key("a");
+  timers_.register_processing_time_timer(0, 200);
+  timers_.register_processing_time_timer(0, 100);
+  timers_.register_event_time_timer(0, 50);  // another domain
+  EXPECT_EQ(timers_.next_processing_time(), 100);
+  clock_.set(150);
+  EXPECT_EQ(timers_.current_processing_time(), 150);
+  timers_.on_processing_time(clock_.now_ms(), recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 100}));
+  EXPECT_EQ(timers_.next_processing_time(), 200);
+  timers_.delete_processing_time_timer(0, 200);
+  EXPECT_EQ(timers_.next_processing_time(), std::nullopt);
+  EXPECT_EQ(timers_.num_event_time_timers(), 1u);
+}
+
+TEST_F(TimerServiceTest, RegisteringWithoutACurrentKeyThrows) {
+  try {
+    timers_.register_event_time_timer(0, 1);
+    FAIL() << "expected kState";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kState);
+  }
+}
+
+TEST_F(TimerServiceTest, ManyTimersFireInOrder) {
+  // A pseudo-random but fixed sequence of registrations and deletions against a sorted reference.
+  std::set<std::tuple<TimestampMs, std::string>> expected;
+  uint64_t x = 12345;
+  for (int i = 0; i < 5000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    std::string key = "k" + std::to_string((x >> 33) % 50);
+    TimestampMs ts = static_cast<TimestampMs>((x >> 20) % 1000);
+    backend_.set_current_key(key);
+    if ((x >> 60) < 3) {
+      timers_.delete_event_time_timer(0, ts);
+      expected.erase({ts, key});
+    } else {
+      timers_.register_event_time_timer(0, ts);
+      expected.insert({ts, key});
+    }
+  }
+  EXPECT_EQ(timers_.num_event_time_timers(), expected.size());
+  timers_.advance_watermark(1000, recorder());
+  ASSERT_EQ(fired_.size(), expected.size());
+  auto it = expected.begin();
+  for (size_t i = 0; i < fired_.size(); ++i, ++it) {
+    EXPECT_EQ(std::get<2>(fired_[i]), std::get<0>(*it)) << i;
+    if (i > 0) {
+      EXPECT_LE(std::get<2>(fired_[i - 1]), std::get<2>(fired_[i]));
+    }
+  }
+}
+
+TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
+  for (const char* key : {"a", "b", "c", "d"}) {
+    backend_.set_current_key(key);
+    timers_.register_event_time_timer(1, 10);
+    timers_.register_event_time_timer(2, 20);
+    timers_.register_processing_time_timer(1, 300);
+  }
+  DataOutput out;
+  timers_.snapshot(out);
+
+  ManualClock clock;
+  HeapKeyedStateBackend<std::string> backend(KeyGroupRange(0, 127), 128, clock);
+  InternalTimerService<std::string, int64_t> restored(backend);
+  DataInput in(out.bytes());
+  ASSERT_TRUE(restored.restore(in).ok());
+  EXPECT_EQ(restored.num_event_time_timers(), 8u);
+  EXPECT_EQ(restored.num_processing_time_timers(), 4u);
+  EXPECT_EQ(restored.next_processing_time(), 300);
+  std::vector<Fired> fired;
+  restored.advance_watermark(15, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+    EXPECT_EQ(backend.current_key(), key);
+    fired.emplace_back(key, ns, ts);
+  });
+  EXPECT_EQ(fired.size(), 4u);
+  restored.on_processing_time(300, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+    fired.emplace_back(key, ns, ts);
+  });
+  EXPECT_EQ(fired.size(), 8u);
+  EXPECT_EQ(restored.num_event_time_timers(), 4u);
+
+  // Restoring the same timers again does not duplicate them.
+  DataInput again(out.bytes());
+  ASSERT_TRUE(restored.restore(again).ok());
+  EXPECT_EQ(restored.num_event_time_timers(), 8u);
+}
+
+TEST(TimerRescaleTest, KeyGroupsMoveToTheirNewOwnersAndFireOnce) {
+  ManualClock clock;
+  constexpr int kMaxP = 128;
+  constexpr int64_t kKeys = 300;
+  std::vector<std::unique_ptr<HeapKeyedStateBackend<int64_t>>> old_backends;
+  std::vector<std::unique_ptr<InternalTimerService<int64_t>>> old_timers;
+  for (int i = 0; i < 2; ++i) {
+    old_backends.push_back(std::make_unique<HeapKeyedStateBackend<int64_t>>(
+        KeyGroupRange::for_operator_index(kMaxP, 2, i), kMaxP, clock));
+    old_timers.push_back(std::make_unique<InternalTimerService<int64_t>>(*old_backends.back()));
+  }
+  for (int64_t k = 0; k < kKeys; ++k) {
+    int owner = operator_index_for_key_group(kMaxP, 2, old_backends[0]->key_group_of(k));
+    old_backends[owner]->set_current_key(k);
+    old_timers[owner]->register_event_time_timer(VoidNamespace{}, 1000 + k);
+  }
+
+  std::vector<int64_t> fired;
+  for (int i = 0; i < 3; ++i) {
+    KeyGroupRange range = KeyGroupRange::for_operator_index(kMaxP, 3, i);
+    HeapKeyedStateBackend<int64_t> backend(range, kMaxP, clock);
+    InternalTimerService<int64_t> timers(backend);
+    // Per key group, from whichever old subtask owned it.
+    for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+      int old_owner = operator_index_for_key_group(kMaxP, 2, KeyGroup{kg});
+      DataOutput out;
+      old_timers[old_owner]->snapshot_key_group(KeyGroup{kg}, out);
+      DataInput in(out.bytes());
+      ASSERT_TRUE(timers.restore_key_group(KeyGroup{kg}, in).ok());
+    }
+    timers.advance_watermark(std::numeric_limits<TimestampMs>::max(), [&](const int64_t& key, const VoidNamespace&, TimestampMs ts) {
+      EXPECT_EQ(ts, 1000 + key);
+      EXPECT_TRUE(range.contains(backend.key_group_of(key)));
+      fired.push_back(key);
+    });
+  }
+  std::sort(fired.begin(), fired.end());
+  ASSERT_EQ(fired.size(), static_cast<size_t>(kKeys));
+  for (int64_t k = 0; k < kKeys; ++k) EXPECT_EQ(fired[k], k);
+}
+
+TEST(TimerRestoreErrorsTest, WrongKeyGroupAndCorruptBytes) {
+  ManualClock clock;
+  HeapKeyedStateBackend<int64_t> backend(KeyGroupRange(0, 127), 128, clock);
+  InternalTimerService<int64_t> timers(backend);
+  backend.set_current_key(1);
+  timers.register_event_time_timer(VoidNamespace{}, 5);
+  KeyGroup kg = backend.current_key_group();
+  DataOutput out;
+  timers.snapshot_key_group(kg, out);
+
+  HeapKeyedStateBackend<int64_t> half(KeyGroupRange(0, 63), 128, clock);
+  InternalTimerService<int64_t> other(half);
+  KeyGroup outside{kg.value < 64 ? 100 : 10};
+  DataInput in(out.bytes());
+  Status st = other.restore_key_group(outside, in);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kState);
+
+  std::string truncated(out.view().substr(0, out.size() - 2));
+  InternalTimerService<int64_t> fresh(backend);
+  DataInput cut(truncated);
+  Status corrupt = fresh.restore_key_group(kg, cut);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_EQ(corrupt.error().code(), ErrorCode::kSerialization);
+}
+
+}  // namespace
+}  // namespace sluice
