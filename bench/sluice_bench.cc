@@ -185,8 +185,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   nexmark->add_option("-r,--rate", opt.rate, "Events per second of event time (spaces timestamps; no throttling)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   nexmark->add_option("--seed", opt.seed, "Seed of the generator (runs are reproducible)")->capture_default_str();
   nexmark->add_option("--format", opt.format, "Output format")
       ->capture_default_str()

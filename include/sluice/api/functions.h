@@ -129,19 +129,4 @@ class ProcessFunction : public RichFunction {
   virtual void process_element(const In& value, Context& ctx, Collector<Out>& out) = 0;
 };
 
-/// A process function on a keyed stream: the context also gives the current key.
-template <class K, class In, class Out>
-class KeyedProcessFunction : public RichFunction {
- public:
-  using KeyType = K;
-  using InputType = In;
-  using OutputType = Out;
-  class Context : public ProcessFunction<In, Out>::Context {
-   public:
-    /// The key of the record being processed.
-    virtual const K& current_key() const = 0;
-  };
-  virtual void process_element(const In& value, Context& ctx, Collector<Out>& out) = 0;
-};
-
 }  // namespace sluice

@@ -6,10 +6,14 @@
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
 
+#include <memory>
+#include <optional>
+
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "sluice/api/keyed_process_function.h"
 #include "sluice/api/operators.h"
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
@@ -70,36 +74,114 @@ class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
   KeyedMap<K, T> values_;
 };
 
-/// Runs a KeyedProcessFunction (Flink's KeyedProcessOperator).
+/// The keyed state backend and timer service of one keyed operator subtask, with the task-timer plumbing for
+/// processing-time timers. Owned by keyed operators; task thread only.
+template <class K, class N>
+class KeyedContextHolder {
+ public:
+  void open(RuntimeContext& ctx, TaskServices* services) {
+    services_ = services;
+    clock_ = &ctx.clock();
+    backend_ = std::make_unique<HeapKeyedStateBackend<K>>(
+        KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
+        ctx.max_parallelism(), ctx.clock());
+    timers_ = std::make_unique<InternalTimerService<K, N>>(*backend_);
+  }
+  HeapKeyedStateBackend<K>& backend() { return *backend_; }
+  InternalTimerService<K, N>& timers() { return *timers_; }
+
+  /// Keeps one task timer armed for the earliest processing-time timer; `fire(key, ns, ts)` runs due timers.
+  template <class Fire>
+  void schedule_processing_time(Fire fire) {
+    std::optional<TimestampMs> next = timers_->next_processing_time();
+    if (!next || (armed_ && *armed_ <= *next)) return;
+    armed_ = *next;
+    services_->register_processing_timer(*next, [this, fire](TimestampMs) {
+      armed_.reset();
+      timers_->on_processing_time(clock_->now_ms(), fire);
+      schedule_processing_time(fire);
+    });
+  }
+
+ private:
+  TaskServices* services_ = nullptr;
+  const Clock* clock_ = nullptr;
+  std::unique_ptr<HeapKeyedStateBackend<K>> backend_;
+  std::unique_ptr<InternalTimerService<K, N>> timers_;
+  std::optional<TimestampMs> armed_;
+};
+
+/// Runs a KeyedProcessFunction (Flink's KeyedProcessOperator): keyed state, timers, current key.
 template <class K, class In, class Out, class Sel, class P>
 class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
  public:
   KeyedProcessOperator(Sel selector, P fn) : selector_(std::move(selector)), fn_(std::move(fn)), context_(this) {}
   void open() override {
+    keyed_.open(*this->ctx_, this->services_);
+    fn_.set_keyed_state(&keyed_.backend());
     fn_.open(*this->ctx_);
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
   void close() override { fn_.close(); }
   void process_element(In&& record, TimestampMs ts) override {
-    context_.key = std::invoke(selector_, std::as_const(record));
+    K key = std::invoke(selector_, std::as_const(record));
+    keyed_.backend().set_current_key(key);
     context_.ts = ts;
+    context_.domain = TimeDomain::kEventTime;
     collector_.set_timestamp(ts);
     call_user_function(this->name(), [&] { fn_.process_element(std::as_const(record), context_, collector_); });
+    schedule();
+  }
+  void process_watermark(TimestampMs wm) override {
+    keyed_.timers().advance_watermark(wm, [this](const K&, const VoidNamespace&, TimestampMs t) {
+      fire(t, TimeDomain::kEventTime);
+    });
+    StreamOperatorBase::process_watermark(wm);
+    schedule();
   }
 
  private:
-  struct Ctx final : KeyedProcessFunction<K, In, Out>::Context {
+  void fire(TimestampMs t, TimeDomain domain) {
+    context_.ts = t;
+    context_.domain = domain;
+    collector_.set_timestamp(domain == TimeDomain::kEventTime ? t : kNoTimestamp);
+    call_user_function(this->name(), [&] { fn_.on_timer(t, context_, collector_); });
+  }
+  void schedule() {
+    keyed_.schedule_processing_time([this](const K&, const VoidNamespace&, TimestampMs t) {
+      fire(t, TimeDomain::kProcessingTime);
+    });
+  }
+
+  struct Ctx final : KeyedProcessFunction<K, In, Out>::OnTimerContext, TimerService {
     explicit Ctx(KeyedProcessOperator* o) : op(o) {}
     TimestampMs timestamp() const override { return ts; }
-    TimestampMs current_watermark() const override { return op->current_watermark(); }
-    const K& current_key() const override { return key; }
+    TimestampMs current_watermark() const override { return op->keyed_.timers().current_watermark(); }
+    const K& current_key() const override { return op->keyed_.backend().current_key(); }
+    TimerService& timer_service() override { return *this; }
+    TimeDomain time_domain() const override { return domain; }
     void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }
+    // TimerService
+    TimestampMs current_processing_time() const override { return op->ctx_->clock().now_ms(); }
+    void register_event_time_timer(TimestampMs t) override {
+      op->keyed_.timers().register_event_time_timer(VoidNamespace{}, t);
+    }
+    void register_processing_time_timer(TimestampMs t) override {
+      op->keyed_.timers().register_processing_time_timer(VoidNamespace{}, t);
+    }
+    void delete_event_time_timer(TimestampMs t) override {
+      op->keyed_.timers().delete_event_time_timer(VoidNamespace{}, t);
+    }
+    void delete_processing_time_timer(TimestampMs t) override {
+      op->keyed_.timers().delete_processing_time_timer(VoidNamespace{}, t);
+    }
     KeyedProcessOperator* op;
-    K key{};
     TimestampMs ts = kNoTimestamp;
+    TimeDomain domain = TimeDomain::kEventTime;
   };
   Sel selector_;
   P fn_;
+  KeyedContextHolder<K, VoidNamespace> keyed_;
   Ctx context_;
   detail::TimestampedCollector<Out> collector_;
 };

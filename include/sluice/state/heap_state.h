@@ -348,13 +348,20 @@ class HeapKvState : public HeapStateBase<K> {
     return this->ttl_.visibility == StateTtlConfig::Visibility::kReturnExpiredIfNotCleanedUp;
   }
 
-  /// Starts a state access: without TTL returns 0 and does nothing else; with TTL reads the clock, runs a
-  /// step of incremental cleanup and returns the time. Call it before looking up the entry to use.
+  /// Starts a read: without TTL returns 0 and does nothing else; with TTL reads the clock, runs a step of
+  /// incremental cleanup and returns the time. Runs before the lookup, so the cleanup cannot move the
+  /// entry whose value the read returns by reference.
   TimestampMs begin_access() {
     if (!ttl_on()) return 0;
     TimestampMs now = this->clock_.now_ms();
     if (cleanup_) incremental_cleanup(now);
     return now;
+  }
+  /// The time of a write (0 without TTL). A write ends with end_write, which runs the cleanup step after
+  /// the value is stored, so a value passed by reference from this state is never moved before it is read.
+  TimestampMs write_time() const { return ttl_on() ? this->clock_.now_ms() : 0; }
+  void end_write(TimestampMs now) {
+    if (cleanup_) incremental_cleanup(now);
   }
 
   Table table_;
@@ -484,10 +491,11 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
   template <class V>
   void write(V&& value) {
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     Slot& slot = this->slot_at(g, this->insert_current(g).first);
     slot.value = std::forward<V>(value);
     slot.ts = now;
+    this->end_write(now);
   }
 
   void write_slot(const Slot& slot, DataOutput& out) const override {
@@ -552,10 +560,11 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
   void add_all(const std::vector<T>& values) override {
     if (values.empty()) return;
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     Slot& slot = this->slot_at(g, this->insert_current(g).first);
     slot.values.insert(slot.values.end(), values.begin(), values.end());
     if (this->ttl_on()) slot.ts.resize(slot.values.size(), now);
+    this->end_write(now);
   }
 
   void update(std::vector<T> values) override {
@@ -564,10 +573,11 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
       return;
     }
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     Slot& slot = this->slot_at(g, this->insert_current(g).first);
     slot.values = std::move(values);
     if (this->ttl_on()) slot.ts.assign(slot.values.size(), now);
+    this->end_write(now);
   }
 
   void clear() override {
@@ -604,10 +614,11 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
   template <class V>
   void append_one(V&& value) {
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     Slot& slot = this->slot_at(g, this->insert_current(g).first);
     slot.values.push_back(std::forward<V>(value));
     if (this->ttl_on()) slot.ts.push_back(now);
+    this->end_write(now);
   }
 
   void remove_expired(Slot& slot, TimestampMs now) {
@@ -699,22 +710,24 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
 
   void put(const UK& key, UV value) override {
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     auto& entry = this->slot_at(g, this->insert_current(g).first).map[key];
     entry.value = std::move(value);
     entry.ts = now;
+    this->end_write(now);
   }
 
   void put_all(const std::vector<std::pair<UK, UV>>& entries) override {
     if (entries.empty()) return;
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     auto& map = this->slot_at(g, this->insert_current(g).first).map;
     for (const auto& [k, v] : entries) {
       auto& entry = map[k];
       entry.value = v;
       entry.ts = now;
     }
+    this->end_write(now);
   }
 
   void remove(const UK& key) override {
@@ -858,7 +871,7 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
 
   void add(const T& value) override {
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     uint32_t pos = this->find_current(g);
     if (pos != Base::kNotFound) {
       Slot& slot = this->slot_at(g, pos);
@@ -868,11 +881,12 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
         slot.value = reduce_(std::as_const(slot.value), value);
       }
       slot.ts = now;
-      return;
+    } else {
+      Slot& slot = this->slot_at(g, this->insert_current(g).first);
+      slot.value = value;
+      slot.ts = now;
     }
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
-    slot.value = value;
-    slot.ts = now;
+    this->end_write(now);
   }
 
   void clear() override {
@@ -966,7 +980,7 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
 
   void add(const In& value) override {
     int32_t g = this->group();
-    TimestampMs now = this->begin_access();
+    TimestampMs now = this->write_time();
     uint32_t pos = this->find_current(g);
     if (pos != Base::kNotFound) {
       Slot& slot = this->slot_at(g, pos);
@@ -978,13 +992,14 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
         fn_->add(value, slot.value);
       }
       slot.ts = now;
-      return;
+    } else {
+      Acc acc = fn_->create_accumulator();  // before inserting: a throwing user function leaves no entry
+      fn_->add(value, acc);
+      Slot& slot = this->slot_at(g, this->insert_current(g).first);
+      slot.value = std::move(acc);
+      slot.ts = now;
     }
-    Acc acc = fn_->create_accumulator();  // before inserting: a throwing user function leaves no entry
-    fn_->add(value, acc);
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
-    slot.value = std::move(acc);
-    slot.ts = now;
+    this->end_write(now);
   }
 
   void clear() override {
