@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   auto* nexmark = app.add_subcommand("nexmark", "Run a Nexmark query over generated events into a discarding sink");
   std::string query_help = "Query to run:";
   for (const auto& q : kQueries)
-    query_help += fmt::format(" {} ({});", q.name, q.description);
+    query_help += fmt::format(" {}: {};", q.name, q.description);
   nexmark->add_option("-q,--query", opt.query, query_help)->required();
   nexmark->add_option("-n,--events", opt.events, "Number of events to generate")
       ->capture_default_str()

@@ -141,7 +141,7 @@ class DataStream {
   /// Partitions by key: records with equal keys go to the same subtask, in order. Sel: `K(const T&)` or a
   /// pointer to a member of T. K needs a TypeSerializer (its bytes choose the key group).
   template <class Sel>
-  auto key_by(Sel selector) {
+  auto key_by(Sel selector) const {
     using K = std::decay_t<std::invoke_result_t<Sel&, const T&>>;
     std::vector<detail::PendingInput> in = inputs_;
     auto ops = std::make_shared<KeyedEdgeOps<T, K, Sel>>(selector);

@@ -388,6 +388,7 @@ class HeapKeyedStateBackend {
     ctx_.key_hash = h;
     ctx_.key_group = kg;
     ctx_.group = kg.value - range_.start();
+    ++ctx_.epoch;
   }
 
   const detail::KeyContext<K>& key_context() const noexcept { return ctx_; }

@@ -1,14 +1,11 @@
 // The heap backend's state objects: one class per state kind, templated on the key type K, the namespace
 // type N and the value types, all `final` (no virtual call when the concrete type is known).
 //
-// Storage (a StateTable per state): one hash table per key group of the backend's range, holding entries
-// (key, namespace, value). A table is an index map: a dense vector of entries plus an absl::flat_hash_set
-// of positions into it, so
-//  * a lookup is one hash probe; the hash combines the key's stable XXH3 hash (already computed by
-//    set_current_key for its key group) with the namespace's hash, so no key is hashed twice;
-//  * snapshots and rescaling move whole key groups;
-//  * the TTL cleanup cursor is a plain (key group, position) pair that survives inserts and rehashes.
-// Erasing moves the group's last entry into the hole.
+// Storage (a StateTable per state): one absl::flat_hash_map per key group of the backend's range, from
+// (key, namespace) to the value, so snapshots and rescaling move whole key groups. The table hash
+// combines the key's stable XXH3 hash (already computed by set_current_key for its key group) with the
+// namespace's hash and is stored in the entry: no key is hashed or serialized twice, not even on rehash.
+// A state remembers the entry it found last, so value() followed by update() for the same key probes once.
 //
 // Namespaces: each state object has a current namespace, set with set_current_namespace() (Flink's
 // InternalKvState.setCurrentNamespace); states of VoidNamespace have only the one. The current key belongs
@@ -18,7 +15,6 @@
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
-#include <absl/container/flat_hash_set.h>
 #include <absl/hash/hash.h>
 
 #include <algorithm>
@@ -105,98 +101,83 @@ struct KeyContext {
   uint64_t key_hash = 0;   ///< key_hash() of the key's serialized bytes
   KeyGroup key_group{};    ///< key_hash % max parallelism
   int32_t group = -1;      ///< key_group - range start; -1 while no key is set
+  uint64_t epoch = 1;      ///< changes whenever the key does (states cache their last lookup per epoch)
 };
 
-/// The per-key-group index map described at the top of this file. S is the stored value ("slot").
+/// One absl::flat_hash_map per key group of the range, from (key, namespace) to the slot S. Each entry
+/// stores its table hash, so lookups with a known key hash and rehashing never serialize a key again.
 template <class K, class N, class S>
 class StateTable {
  public:
-  struct Entry {
-    K key;
-    N ns;
-    size_t hash;
-    S slot;
+  struct EntryKey {
+    K key{};
+    [[no_unique_address]] N ns{};
+    size_t hash = 0;
   };
-  static constexpr uint32_t kNotFound = std::numeric_limits<uint32_t>::max();
-
-  explicit StateTable(int32_t num_groups) : groups_(std::make_unique<Group[]>(num_groups)), num_groups_(num_groups) {}
-
-  int32_t num_groups() const noexcept { return num_groups_; }
-  size_t size() const noexcept { return size_; }
-  std::vector<Entry>& entries(int32_t g) noexcept { return groups_[g].entries; }
-  const std::vector<Entry>& entries(int32_t g) const noexcept { return groups_[g].entries; }
-
-  /// Position of (key, ns) in group g, or kNotFound.
-  uint32_t find(int32_t g, const K& key, const N& ns, size_t hash) const {
-    const Group& grp = groups_[g];
-    auto it = grp.index.find(Probe{&key, &ns, hash});
-    return it == grp.index.end() ? kNotFound : *it;
-  }
-
-  /// Position of (key, ns) in group g, appending an entry with a value-initialized slot when absent;
-  /// `.second` is true when it was appended. Appending may move the group's entries.
-  std::pair<uint32_t, bool> find_or_insert(int32_t g, const K& key, const N& ns, size_t hash) {
-    Group& grp = groups_[g];
-    auto it = grp.index.find(Probe{&key, &ns, hash});
-    if (it != grp.index.end()) return {*it, false};
-    auto pos = static_cast<uint32_t>(grp.entries.size());
-    grp.entries.push_back(Entry{key, ns, hash, S{}});
-    grp.index.insert(pos);
-    ++size_;
-    return {pos, true};
-  }
-
-  /// Removes the entry at `pos` of group g; the group's last entry moves to `pos`.
-  void erase_at(int32_t g, uint32_t pos) {
-    Group& grp = groups_[g];
-    auto last = static_cast<uint32_t>(grp.entries.size() - 1);
-    grp.index.erase(pos);
-    if (pos != last) {
-      grp.index.erase(last);
-      grp.entries[pos] = std::move(grp.entries[last]);
-      grp.entries.pop_back();
-      grp.index.insert(pos);
-    } else {
-      grp.entries.pop_back();
-    }
-    --size_;
-  }
-
- private:
   struct Probe {
     const K* key;
     const N* ns;
     size_t hash;
   };
-  // The index stores positions; hashing and comparing a position looks at its entry.
-  struct IndexHash {
+  struct KeyHash {
     using is_transparent = void;
-    const std::vector<Entry>* entries = nullptr;
-    size_t operator()(uint32_t pos) const { return (*entries)[pos].hash; }
-    size_t operator()(const Probe& p) const { return p.hash; }
+    size_t operator()(const EntryKey& k) const noexcept { return k.hash; }
+    size_t operator()(const Probe& p) const noexcept { return p.hash; }
   };
-  struct IndexEq {
+  struct KeyEq {
     using is_transparent = void;
-    const std::vector<Entry>* entries = nullptr;
-    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
-    bool operator()(uint32_t pos, const Probe& p) const {
-      const Entry& e = (*entries)[pos];
-      return e.hash == p.hash && e.key == *p.key && e.ns == *p.ns;
+    bool operator()(const EntryKey& a, const EntryKey& b) const {
+      return a.hash == b.hash && a.key == b.key && a.ns == b.ns;
     }
-    bool operator()(const Probe& p, uint32_t pos) const { return (*this)(pos, p); }
+    bool operator()(const EntryKey& a, const Probe& p) const {
+      return a.hash == p.hash && a.key == *p.key && a.ns == *p.ns;
+    }
+    bool operator()(const Probe& p, const EntryKey& a) const { return (*this)(a, p); }
   };
-  // Not movable: the index's functors point at the entries of the same group.
-  struct Group {
-    Group() = default;
-    Group(const Group&) = delete;
-    Group& operator=(const Group&) = delete;
-    std::vector<Entry> entries;
-    absl::flat_hash_set<uint32_t, IndexHash, IndexEq> index{0, IndexHash{&entries}, IndexEq{&entries}};
-  };
+  using Map = absl::flat_hash_map<EntryKey, S, KeyHash, KeyEq>;
+  using Entry = typename Map::value_type;
 
-  std::unique_ptr<Group[]> groups_;
-  int32_t num_groups_;
+  explicit StateTable(int32_t num_groups) : maps_(static_cast<size_t>(num_groups)) {}
+
+  int32_t num_groups() const noexcept { return static_cast<int32_t>(maps_.size()); }
+  size_t size() const noexcept { return size_; }
+  /// Counts inserts and erases: an Entry* stays valid while it does not change.
+  uint64_t mutations() const noexcept { return mutations_; }
+  Map& map(int32_t g) noexcept { return maps_[g]; }
+  const Map& map(int32_t g) const noexcept { return maps_[g]; }
+
+  /// The entry (key, ns) of group g, or nullptr.
+  Entry* find(int32_t g, const K& key, const N& ns, size_t hash) {
+    Map& m = maps_[g];
+    auto it = m.find(Probe{&key, &ns, hash});
+    return it == m.end() ? nullptr : &*it;
+  }
+
+  /// The entry (key, ns) of group g, inserted with a value-initialized slot when absent; `.second` is true
+  /// when it was inserted.
+  std::pair<Entry*, bool> find_or_insert(int32_t g, const K& key, const N& ns, size_t hash) {
+    if (Entry* e = find(g, key, ns, hash)) return {e, false};
+    auto it = maps_[g].try_emplace(EntryKey{key, ns, hash}).first;
+    ++size_;
+    ++mutations_;
+    return {&*it, true};
+  }
+
+  void erase(int32_t g, Entry* e) {
+    ++mutations_;
+    --size_;
+    maps_[g].erase(e->first);
+  }
+  void erase(int32_t g, typename Map::iterator it) {
+    ++mutations_;
+    --size_;
+    maps_[g].erase(it);
+  }
+
+ private:
+  std::vector<Map> maps_;
   size_t size_ = 0;
+  uint64_t mutations_ = 0;
 };
 
 /// The type-erased view of a state that the backend uses for snapshots, restore and iteration.
@@ -243,24 +224,26 @@ class HeapKvState : public HeapStateBase<K> {
   using KeyType = K;
   using Namespace = N;
   using Table = StateTable<K, N, S>;
+  using Entry = typename Table::Entry;
 
   /// Sets the namespace that later calls read and write (Flink's setCurrentNamespace).
   void set_current_namespace(const N& ns) {
     if constexpr (!std::is_same_v<N, VoidNamespace>) {
       ns_ = ns;
       ns_hash_ = StateHasher<N>{}(ns);
+      cached_ = nullptr;
     }
   }
   const N& current_namespace() const noexcept { return ns_; }
 
   size_t num_entries() const noexcept override { return table_.size(); }
-  size_t num_entries_in_group(int32_t group) const noexcept override { return table_.entries(group).size(); }
+  size_t num_entries_in_group(int32_t group) const noexcept override { return table_.map(group).size(); }
 
   void write_group(int32_t group, DataOutput& out) const override {
-    for (const auto& e : table_.entries(group)) {
-      TypeSerializer<K>::serialize(e.key, out);
-      TypeSerializer<N>::serialize(e.ns, out);
-      write_slot(e.slot, out);
+    for (const auto& [k, slot] : table_.map(group)) {
+      TypeSerializer<K>::serialize(k.key, out);
+      TypeSerializer<N>::serialize(k.ns, out);
+      write_slot(slot, out);
     }
   }
 
@@ -270,37 +253,37 @@ class HeapKvState : public HeapStateBase<K> {
       TypeSerializer<K>::deserialize(read_key_, in);
       uint64_t kh = key_hash({key_start, static_cast<size_t>(in.current() - key_start)});
       KeyGroup found = key_group_for_hash(kh, max_parallelism);
-      if (found != kg) throw_entry_in_wrong_key_group("an entry of state '" + this->name_ + "'", found, kg, max_parallelism);
+      if (found != kg) {
+        throw_entry_in_wrong_key_group("an entry of state '" + this->name_ + "'", found, kg, max_parallelism);
+      }
       TypeSerializer<N>::deserialize(read_ns_, in);
-      uint32_t pos = table_.find_or_insert(group, read_key_, read_ns_, entry_hash<N>(kh, StateHasher<N>{}(read_ns_))).first;
-      read_slot(table_.entries(group)[pos].slot, in);
+      size_t h = entry_hash<N>(kh, StateHasher<N>{}(read_ns_));
+      read_slot(table_.find_or_insert(group, read_key_, read_ns_, h).first->second, in);
     }
   }
 
   void for_each_key(const std::function<void(const K&)>& fn) const override {
     for (int32_t g = 0; g < table_.num_groups(); ++g) {
-      for (const auto& e : table_.entries(g)) fn(e.key);
+      for (const auto& [k, slot] : table_.map(g)) fn(k.key);
     }
   }
 
   /// Removes the entry (key, ns) of group index g if present; for HeapKeyedStateBackend::clear, which
   /// knows the key's stable hash and group without making it the current key.
   void erase_entry(int32_t g, const K& key, uint64_t key_hash, const N& ns) {
-    uint32_t pos = table_.find(g, key, ns, entry_hash<N>(key_hash, StateHasher<N>{}(ns)));
-    if (pos != kNotFound) table_.erase_at(g, pos);
+    if (Entry* e = table_.find(g, key, ns, entry_hash<N>(key_hash, StateHasher<N>{}(ns)))) table_.erase(g, e);
   }
 
   /// Appends the keys that have an entry in namespace `ns`.
   void collect_keys(const N& ns, std::vector<K>& out) const {
     for (int32_t g = 0; g < table_.num_groups(); ++g) {
-      for (const auto& e : table_.entries(g)) {
-        if (e.ns == ns) out.push_back(e.key);
+      for (const auto& [k, slot] : table_.map(g)) {
+        if (k.ns == ns) out.push_back(k.key);
       }
     }
   }
 
  protected:
-  static constexpr uint32_t kNotFound = Table::kNotFound;
   // A cleanup step may skip at most this many empty key groups, so an access costs O(1) even when a
   // large range holds few entries.
   static constexpr int32_t kMaxGroupsSkippedPerCleanup = 64;
@@ -326,16 +309,25 @@ class HeapKvState : public HeapStateBase<K> {
   size_t current_hash() const noexcept { return entry_hash<N>(this->ctx_.key_hash, ns_hash_); }
   size_t hash_in(const N& ns) const { return entry_hash<N>(this->ctx_.key_hash, StateHasher<N>{}(ns)); }
 
-  uint32_t find_current(int32_t g) const { return table_.find(g, this->ctx_.key, ns_, current_hash()); }
-  std::pair<uint32_t, bool> insert_current(int32_t g) {
-    return table_.find_or_insert(g, this->ctx_.key, ns_, current_hash());
+  // The entry of the current key and namespace, or nullptr. The entry found last is remembered until the
+  // key, the namespace or the table changes, so value() followed by update() probes the table once.
+  Entry* find_current(int32_t g) {
+    if (cache_valid()) return cached_;
+    Entry* e = table_.find(g, this->ctx_.key, ns_, current_hash());
+    if (e != nullptr) remember(e);
+    return e;
   }
-  uint32_t find_in(int32_t g, const N& ns) const { return table_.find(g, this->ctx_.key, ns, hash_in(ns)); }
-  std::pair<uint32_t, bool> insert_in(int32_t g, const N& ns) {
+  std::pair<Entry*, bool> insert_current(int32_t g) {
+    if (cache_valid()) return {cached_, false};
+    auto result = table_.find_or_insert(g, this->ctx_.key, ns_, current_hash());
+    remember(result.first);
+    return result;
+  }
+  Entry* find_in(int32_t g, const N& ns) { return table_.find(g, this->ctx_.key, ns, hash_in(ns)); }
+  std::pair<Entry*, bool> insert_in(int32_t g, const N& ns) {
     return table_.find_or_insert(g, this->ctx_.key, ns, hash_in(ns));
   }
-  S& slot_at(int32_t g, uint32_t pos) noexcept { return table_.entries(g)[pos].slot; }
-  void erase(int32_t g, uint32_t pos) { table_.erase_at(g, pos); }
+  void erase(int32_t g, Entry* e) { table_.erase(g, e); }
 
   bool ttl_on() const noexcept { return this->ttl_.enabled(); }
   bool expired(TimestampMs last_access, TimestampMs now) const noexcept {
@@ -369,27 +361,48 @@ class HeapKvState : public HeapStateBase<K> {
   size_t ns_hash_ = 0;
 
  private:
-  // Checks up to incremental_cleanup_size entries from the rolling cursor, removing expired ones.
+  bool cache_valid() const noexcept {
+    return cached_ != nullptr && cached_epoch_ == this->ctx_.epoch && cached_mutations_ == table_.mutations();
+  }
+  void remember(Entry* e) noexcept {
+    cached_ = e;
+    cached_epoch_ = this->ctx_.epoch;
+    cached_mutations_ = table_.mutations();
+  }
+
+  // Checks up to incremental_cleanup_size entries from a rolling cursor over the key groups, removing the
+  // expired ones. The cursor is the key of the next entry to check (copy-assigned, so it does not allocate
+  // in steady state); if that entry is gone the scan restarts at the beginning of its key group.
   void incremental_cleanup(TimestampMs now) {
     if (table_.size() == 0) return;
     int budget = this->ttl_.incremental_cleanup_size;
     const int32_t n = table_.num_groups();
     const int32_t max_skips = std::min(n, kMaxGroupsSkippedPerCleanup);
     int32_t skips = 0;
+    auto* map = &table_.map(cursor_group_);
+    auto it = has_cursor_ ? map->find(cursor_key_) : map->end();
+    if (it == map->end()) it = map->begin();
     while (budget > 0) {
-      auto& entries = table_.entries(cursor_group_);
-      if (cursor_pos_ >= entries.size()) {
+      if (it == map->end()) {
         cursor_group_ = cursor_group_ + 1 == n ? 0 : cursor_group_ + 1;
-        cursor_pos_ = 0;
-        if (++skips > max_skips) return;
+        map = &table_.map(cursor_group_);
+        it = map->begin();
+        if (++skips > max_skips) break;
         continue;
       }
       --budget;
-      if (purge_expired(entries[cursor_pos_].slot, now)) {
-        table_.erase_at(cursor_group_, cursor_pos_);  // the last entry moved here: check it next
+      if (purge_expired(it->second, now)) {
+        table_.erase(cursor_group_, it++);
       } else {
-        ++cursor_pos_;
+        ++it;
       }
+    }
+    if (it == map->end()) {
+      cursor_group_ = cursor_group_ + 1 == n ? 0 : cursor_group_ + 1;
+      has_cursor_ = false;
+    } else {
+      cursor_key_ = it->first;
+      has_cursor_ = true;
     }
   }
 
@@ -397,7 +410,11 @@ class HeapKvState : public HeapStateBase<K> {
   N read_ns_{};
   bool cleanup_;
   int32_t cursor_group_ = 0;
-  uint32_t cursor_pos_ = 0;
+  bool has_cursor_ = false;
+  typename Table::EntryKey cursor_key_{};
+  Entry* cached_ = nullptr;
+  uint64_t cached_epoch_ = 0;
+  uint64_t cached_mutations_ = 0;
 };
 
 /// A value with its last-access timestamp (0 and unused without TTL).
@@ -437,6 +454,7 @@ template <class K, class N, class T>
 class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>>, public ValueState<T> {
   using Base = detail::HeapKvState<K, N, detail::TtlSlot<T>>;
   using Slot = detail::TtlSlot<T>;
+  using Entry = typename Base::Entry;
 
  public:
   using ValueType = T;
@@ -448,9 +466,9 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
   const T& value() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return default_;
-    Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return default_;
+    Slot& slot = pos->second;
     if (this->ttl_on()) {
       if (this->expired(slot.ts, now)) {
         if (!this->return_expired()) {
@@ -469,9 +487,9 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
   bool has_value() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return false;
-    if (this->ttl_on() && !this->return_expired() && this->expired(this->slot_at(g, pos).ts, now)) {
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return false;
+    if (this->ttl_on() && !this->return_expired() && this->expired(pos->second.ts, now)) {
       this->erase(g, pos);
       return false;
     }
@@ -483,8 +501,8 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
 
   void clear() override {
     int32_t g = this->group();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) this->erase(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) this->erase(g, pos);
   }
 
  private:
@@ -492,7 +510,7 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
   void write(V&& value) {
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
+    Slot& slot = this->insert_current(g).first->second;
     slot.value = std::forward<V>(value);
     slot.ts = now;
     this->end_write(now);
@@ -523,6 +541,7 @@ template <class K, class N, class T>
 class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>>, public ListState<T> {
   using Base = detail::HeapKvState<K, N, detail::ListSlot<T>>;
   using Slot = detail::ListSlot<T>;
+  using Entry = typename Base::Entry;
 
  public:
   using ElementType = T;
@@ -534,9 +553,9 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
   const std::vector<T>& get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return empty_;
-    Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return empty_;
+    Slot& slot = pos->second;
     if (!this->ttl_on()) return slot.values;
     bool any_expired = std::any_of(slot.ts.begin(), slot.ts.end(), [&](TimestampMs t) { return this->expired(t, now); });
     if (any_expired) {
@@ -561,7 +580,7 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     if (values.empty()) return;
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
+    Slot& slot = this->insert_current(g).first->second;
     slot.values.insert(slot.values.end(), values.begin(), values.end());
     if (this->ttl_on()) slot.ts.resize(slot.values.size(), now);
     this->end_write(now);
@@ -574,7 +593,7 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     }
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
+    Slot& slot = this->insert_current(g).first->second;
     slot.values = std::move(values);
     if (this->ttl_on()) slot.ts.assign(slot.values.size(), now);
     this->end_write(now);
@@ -582,8 +601,8 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
 
   void clear() override {
     int32_t g = this->group();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) this->erase(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) this->erase(g, pos);
   }
 
   /// Appends the lists of `sources` (in order, skipping expired elements) to the list of `target` and
@@ -595,16 +614,16 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     merged_.values.clear();
     merged_.ts.clear();
     for (const N& source : sources) {
-      uint32_t pos = this->find_in(g, source);
-      if (pos == Base::kNotFound) continue;
-      Slot& slot = this->slot_at(g, pos);
+      Entry* pos = this->find_in(g, source);
+      if (pos == nullptr) continue;
+      Slot& slot = pos->second;
       if (this->ttl_on()) remove_expired(slot, now);
       std::move(slot.values.begin(), slot.values.end(), std::back_inserter(merged_.values));
       merged_.ts.insert(merged_.ts.end(), slot.ts.begin(), slot.ts.end());
       this->erase(g, pos);
     }
     if (merged_.values.empty()) return;
-    Slot& slot = this->slot_at(g, this->insert_in(g, target).first);
+    Slot& slot = this->insert_in(g, target).first->second;
     if (this->ttl_on()) remove_expired(slot, now);
     std::move(merged_.values.begin(), merged_.values.end(), std::back_inserter(slot.values));
     slot.ts.insert(slot.ts.end(), merged_.ts.begin(), merged_.ts.end());
@@ -615,7 +634,7 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
   void append_one(V&& value) {
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    Slot& slot = this->slot_at(g, this->insert_current(g).first);
+    Slot& slot = this->insert_current(g).first->second;
     slot.values.push_back(std::forward<V>(value));
     if (this->ttl_on()) slot.ts.push_back(now);
     this->end_write(now);
@@ -671,6 +690,7 @@ template <class K, class N, class UK, class UV>
 class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, UV>>, public MapState<UK, UV> {
   using Base = detail::HeapKvState<K, N, detail::MapSlot<UK, UV>>;
   using Slot = detail::MapSlot<UK, UV>;
+  using Entry = typename Base::Entry;
 
  public:
   using UserKeyType = UK;
@@ -688,9 +708,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   const UV* find(const UK& key) override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return nullptr;
-    auto& map = this->slot_at(g, pos).map;
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return nullptr;
+    auto& map = pos->second.map;
     auto it = map.find(key);
     if (it == map.end()) return nullptr;
     if (this->ttl_on()) {
@@ -711,7 +731,7 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   void put(const UK& key, UV value) override {
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    auto& entry = this->slot_at(g, this->insert_current(g).first).map[key];
+    auto& entry = this->insert_current(g).first->second.map[key];
     entry.value = std::move(value);
     entry.ts = now;
     this->end_write(now);
@@ -721,7 +741,7 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
     if (entries.empty()) return;
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    auto& map = this->slot_at(g, this->insert_current(g).first).map;
+    auto& map = this->insert_current(g).first->second.map;
     for (const auto& [k, v] : entries) {
       auto& entry = map[k];
       entry.value = v;
@@ -733,9 +753,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   void remove(const UK& key) override {
     int32_t g = this->group();
     this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return;
-    auto& map = this->slot_at(g, pos).map;
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return;
+    auto& map = pos->second.map;
     map.erase(key);
     if (map.empty()) this->erase(g, pos);
   }
@@ -743,9 +763,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   bool is_empty() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return true;
-    Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return true;
+    Slot& slot = pos->second;
     if (this->ttl_on() && !this->return_expired() && purge_expired(slot, now)) {
       this->erase(g, pos);
       return true;
@@ -772,8 +792,8 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
 
   void clear() override {
     int32_t g = this->group();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) this->erase(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) this->erase(g, pos);
   }
 
  private:
@@ -783,9 +803,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   void visit(Fn&& fn) {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return;
-    auto& map = this->slot_at(g, pos).map;
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return;
+    auto& map = pos->second.map;
     if (!this->ttl_on()) {
       for (const auto& [k, v] : map) fn(k, v.value);
       return;
@@ -843,6 +863,7 @@ template <class K, class N, class T>
 class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>>, public ReducingState<T> {
   using Base = detail::HeapKvState<K, N, detail::TtlSlot<T>>;
   using Slot = detail::TtlSlot<T>;
+  using Entry = typename Base::Entry;
 
  public:
   using ValueType = T;
@@ -854,9 +875,9 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
   std::optional<T> get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return std::nullopt;
-    Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return std::nullopt;
+    Slot& slot = pos->second;
     if (this->ttl_on()) {
       if (this->expired(slot.ts, now)) {
         std::optional<T> result;
@@ -872,9 +893,9 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
   void add(const T& value) override {
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) {
-      Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) {
+      Slot& slot = pos->second;
       if (this->ttl_on() && this->expired(slot.ts, now)) {
         slot.value = value;
       } else {
@@ -882,7 +903,7 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
       }
       slot.ts = now;
     } else {
-      Slot& slot = this->slot_at(g, this->insert_current(g).first);
+      Slot& slot = this->insert_current(g).first->second;
       slot.value = value;
       slot.ts = now;
     }
@@ -891,8 +912,8 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
 
   void clear() override {
     int32_t g = this->group();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) this->erase(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) this->erase(g, pos);
   }
 
   /// Reduces the values of `sources` (skipping expired ones) into `target` and removes the sources, for the
@@ -902,9 +923,9 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
     TimestampMs now = this->begin_access();
     std::optional<T> merged;
     for (const N& source : sources) {
-      uint32_t pos = this->find_in(g, source);
-      if (pos == Base::kNotFound) continue;
-      Slot& slot = this->slot_at(g, pos);
+      Entry* pos = this->find_in(g, source);
+      if (pos == nullptr) continue;
+      Slot& slot = pos->second;
       if (!this->ttl_on() || !this->expired(slot.ts, now)) {
         if (merged) {
           merged = reduce_(std::as_const(*merged), std::as_const(slot.value));
@@ -916,7 +937,7 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
     }
     if (!merged) return;
     auto [pos, inserted] = this->insert_in(g, target);
-    Slot& slot = this->slot_at(g, pos);
+    Slot& slot = pos->second;
     if (!inserted && !(this->ttl_on() && this->expired(slot.ts, now))) {
       slot.value = reduce_(std::as_const(slot.value), std::as_const(*merged));
     } else {
@@ -950,6 +971,7 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
                                    public AggregatingState<In, Out> {
   using Base = detail::HeapKvState<K, N, detail::TtlSlot<Acc>>;
   using Slot = detail::TtlSlot<Acc>;
+  using Entry = typename Base::Entry;
 
  public:
   using InputType = In;
@@ -963,9 +985,9 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
   std::optional<Out> get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    uint32_t pos = this->find_current(g);
-    if (pos == Base::kNotFound) return std::nullopt;
-    Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos == nullptr) return std::nullopt;
+    Slot& slot = pos->second;
     if (this->ttl_on()) {
       if (this->expired(slot.ts, now)) {
         std::optional<Out> result;
@@ -981,9 +1003,9 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
   void add(const In& value) override {
     int32_t g = this->group();
     TimestampMs now = this->write_time();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) {
-      Slot& slot = this->slot_at(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) {
+      Slot& slot = pos->second;
       if (this->ttl_on() && this->expired(slot.ts, now)) {
         Acc acc = fn_->create_accumulator();
         fn_->add(value, acc);
@@ -995,7 +1017,7 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
     } else {
       Acc acc = fn_->create_accumulator();  // before inserting: a throwing user function leaves no entry
       fn_->add(value, acc);
-      Slot& slot = this->slot_at(g, this->insert_current(g).first);
+      Slot& slot = this->insert_current(g).first->second;
       slot.value = std::move(acc);
       slot.ts = now;
     }
@@ -1004,8 +1026,8 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
 
   void clear() override {
     int32_t g = this->group();
-    uint32_t pos = this->find_current(g);
-    if (pos != Base::kNotFound) this->erase(g, pos);
+    Entry* pos = this->find_current(g);
+    if (pos != nullptr) this->erase(g, pos);
   }
 
   /// Merges the accumulators of `sources` (skipping expired ones) into `target` and removes the sources, for
@@ -1015,9 +1037,9 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
     TimestampMs now = this->begin_access();
     std::optional<Acc> merged;
     for (const N& source : sources) {
-      uint32_t pos = this->find_in(g, source);
-      if (pos == Base::kNotFound) continue;
-      Slot& slot = this->slot_at(g, pos);
+      Entry* pos = this->find_in(g, source);
+      if (pos == nullptr) continue;
+      Slot& slot = pos->second;
       if (!this->ttl_on() || !this->expired(slot.ts, now)) {
         if (merged) {
           merged = fn_->merge(std::move(*merged), std::as_const(slot.value));
@@ -1029,7 +1051,7 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
     }
     if (!merged) return;
     auto [pos, inserted] = this->insert_in(g, target);
-    Slot& slot = this->slot_at(g, pos);
+    Slot& slot = pos->second;
     if (!inserted && !(this->ttl_on() && this->expired(slot.ts, now))) {
       slot.value = fn_->merge(std::move(slot.value), std::as_const(*merged));
     } else {
