@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "sluice/connectors/datagen.h"
@@ -44,22 +46,27 @@ inline int from_16_bits(uint64_t bits16, int bound) {
   return static_cast<int>((bits16 * static_cast<uint64_t>(bound)) >> 16);
 }
 
-/// A random string of kMinStringLength..max_length-1 letters, each one `special` with probability 1/13,
-/// trimmed of surrounding spaces (StringsGenerator.nextString). One 64-bit draw per character.
-std::string next_string(EventRandom& rng, int max_length, char special = ' ') {
-  int len = kMinStringLength + rng.next_int(max_length - kMinStringLength);
-  std::string s(static_cast<size_t>(len), ' ');
-  for (char& c : s) {
+/// The longest string append_string makes (its max_length bound, exclusive).
+constexpr int kMaxRandomStringLength = 128;
+
+/// Appends a random string of kMinStringLength..max_length-1 letters, each one `special` with probability
+/// 1/13, trimmed of surrounding spaces (StringsGenerator.nextString). One 64-bit draw per character.
+void append_string(std::string& out, EventRandom& rng, int max_length, char special = ' ') {
+  assert(max_length > kMinStringLength && max_length <= kMaxRandomStringLength);
+  const int len = kMinStringLength + rng.next_int(max_length - kMinStringLength);
+  std::array<char, kMaxRandomStringLength> buf;
+  for (int i = 0; i < len; ++i) {
     const uint64_t r = rng.next_u64();
-    c = from_16_bits(r & 0xFFFF, 13) == 0 ? special : static_cast<char>('a' + from_16_bits((r >> 16) & 0xFFFF, 26));
+    buf[static_cast<size_t>(i)] =
+        from_16_bits(r & 0xFFFF, 13) == 0 ? special : static_cast<char>('a' + from_16_bits((r >> 16) & 0xFFFF, 26));
   }
+  int first = 0;
+  int last = len;
   if (special == ' ') {
-    const size_t first = s.find_first_not_of(' ');
-    if (first == std::string::npos) return {};
-    s.erase(s.find_last_not_of(' ') + 1);
-    s.erase(0, first);
+    while (first < last && buf[static_cast<size_t>(first)] == ' ') ++first;
+    while (last > first && buf[static_cast<size_t>(last - 1)] == ' ') --last;
   }
-  return s;
+  out.append(buf.data() + first, static_cast<size_t>(last - first));
 }
 
 /// Four lowercase letters from 64 random bits, as a little-endian word: letter k is
@@ -77,18 +84,17 @@ inline uint32_t four_letters(uint64_t r) {
 }
 
 /// `length` random lowercase letters (StringsGenerator.nextExactString), four per 64-bit draw.
-std::string next_exact_string(EventRandom& rng, int length) {
-  std::string s(static_cast<size_t>(length), 'a');
+std::string next_exact_string(EventRandom& rng, size_t length) {
+  std::string s(length, 'a');
   char* p = s.data();
-  const auto n = static_cast<size_t>(length);
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
+  for (; i + 4 <= length; i += 4) {
     const uint32_t word = four_letters(rng.next_u64());
     std::memcpy(p + i, &word, 4);
   }
-  if (i < n) {
+  if (i < length) {
     const uint32_t word = four_letters(rng.next_u64());
-    std::memcpy(p + i, &word, n - i);
+    std::memcpy(p + i, &word, length - i);
   }
   return s;
 }
@@ -99,38 +105,70 @@ std::string_view pick(EventRandom& rng, const std::array<std::string_view, N>& v
   return values[static_cast<size_t>(rng.next_int(static_cast<int32_t>(N)))];
 }
 
+/// The `extra` pool: paddings start at an offset uniform in [0, kExtraPoolOffsets), so the pool holds that
+/// many letters plus the longest padding. 64 KiB keeps it in L2 while two paddings of the same length
+/// coincide only when their offsets do (probability 2^-16).
+constexpr uint64_t kExtraPoolOffsets = uint64_t{1} << 16;
+constexpr uint64_t kExtraPoolSeed = 0x6e65786d61726b03ULL;
+
 /// Java's Math.round(double) for the non-negative values used here.
 int64_t java_round(double x) {
   return static_cast<int64_t>(std::floor(x + 0.5));
 }
 
-/// Padding so that current_size + padding averages desired_average_size, uniform within +-20%
-/// (StringsGenerator.nextExtra).
-std::string next_extra(EventRandom& rng, int current_size, int desired_average_size) {
-  if (current_size > desired_average_size) return {};
+/// The half-width of the uniform padding length around `remaining` bytes (20%, StringsGenerator.nextExtra).
+int32_t extra_delta(int remaining) {
+  return static_cast<int32_t>(java_round(remaining * 0.2));
+}
+
+/// Sets `out` to padding so that current_size + padding averages desired_average_size, its length uniform
+/// in [remaining - delta, remaining + delta) with delta 20% of remaining (StringsGenerator.nextExtra).
+/// One draw: its high 32 bits choose the length exactly as next_int(2 * delta) would, its low 32 bits the
+/// offset of the slice in `pool`.
+void assign_extra(std::string& out, EventRandom& rng, const std::string& pool, int current_size,
+                  int desired_average_size) {
+  if (current_size > desired_average_size) {
+    out.clear();
+    return;
+  }
   const int remaining = desired_average_size - current_size;
-  const auto delta = static_cast<int32_t>(java_round(remaining * 0.2));
-  const int min_size = remaining - delta;
-  const int size = min_size + (delta == 0 ? 0 : rng.next_int(2 * delta));
-  return next_exact_string(rng, size);
+  const int32_t delta = extra_delta(remaining);
+  const uint64_t r = rng.next_u64();
+  const auto spread = static_cast<uint64_t>(2 * delta);
+  const auto size = static_cast<size_t>(remaining - delta) + static_cast<size_t>(((r >> 32) * spread) >> 32);
+  const size_t offset = static_cast<size_t>(((r & 0xFFFFFFFFULL) * kExtraPoolOffsets) >> 32);
+  assert(offset + size <= pool.size());
+  out.assign(pool.data() + offset, size);
 }
 
-/// A price in cents, log-uniform between $1 and $1,000,000 (PriceGenerator.nextPrice).
+/// The pool for `config`: kExtraPoolOffsets letters plus the longest padding any record type can take.
+std::shared_ptr<const std::string> make_extra_pool(const NexmarkConfig& config) {
+  const int max_average =
+      std::max({config.avg_person_byte_size, config.avg_auction_byte_size, config.avg_bid_byte_size, 0});
+  const auto longest = static_cast<size_t>(max_average + extra_delta(max_average) + 1);
+  EventRandom rng(config.seed ^ kExtraPoolSeed, 0);
+  return std::make_shared<const std::string>(next_exact_string(rng, kExtraPoolOffsets + longest));
+}
+
+/// ln(10^6): a price is e^(u * ln 10^6) dollars for u uniform in [0, 1).
+constexpr double kLnMillion = 13.815510557964274;
+
+/// A price in cents, log-uniform between $1 and $1,000,000 (PriceGenerator.nextPrice computes
+/// 10^(6u) with Math.pow; e^(u ln 10^6) is the same law and about a third of the instructions).
 int64_t next_price(EventRandom& rng) {
-  return java_round(std::pow(10.0, rng.next_double() * 6.0) * 100.0);
+  return java_round(std::exp(rng.next_double() * kLnMillion) * 100.0);
 }
 
-/// "dddd dddd dddd dddd".
-std::string next_credit_card(EventRandom& rng) {
-  std::string s(19, ' ');
+/// Sets `out` to "dddd dddd dddd dddd".
+void assign_credit_card(std::string& out, EventRandom& rng) {
+  out.assign(19, ' ');
   for (int group = 0; group < 4; ++group) {
     int v = rng.next_int(10'000);
     for (int d = 3; d >= 0; --d) {
-      s[static_cast<size_t>(group * 5 + d)] = static_cast<char>('0' + v % 10);
+      out[static_cast<size_t>(group * 5 + d)] = static_cast<char>('0' + v % 10);
       v /= 10;
     }
   }
-  return s;
 }
 
 /// Java's Integer.reverse followed by Math.abs (which leaves Integer.MIN_VALUE negative).
@@ -148,7 +186,7 @@ int64_t java_abs_reversed(int32_t v) {
 std::string base_url(EventRandom& rng) {
   std::string url = "https://www.nexmark.com/";
   for (int i = 0; i < 3; ++i) {
-    url += next_string(rng, 5, '_');
+    append_string(url, rng, 5, '_');
     url += '/';
   }
   url += "item.htm?query=1";
@@ -238,7 +276,7 @@ double EventRandom::next_double() {
 }
 
 NexmarkGenerator::NexmarkGenerator(NexmarkConfig config)
-    : config_(config), inter_event_delay_us_(1'000'000.0 / config.rate) {
+    : config_(config), inter_event_delay_us_(1'000'000.0 / config.rate), extra_pool_(make_extra_pool(config)) {
   assert(config_.validate().ok());
 }
 
@@ -253,18 +291,35 @@ EventType NexmarkGenerator::type_of(int64_t n) const {
   return EventType::kBid;
 }
 
+namespace {
+/// The record of type R that `e` holds, switching `e` to a fresh R when it holds another type.
+template <class R>
+R& holding(Event& e) {
+  if (R* r = std::get_if<R>(&e.payload)) return *r;
+  return e.payload.emplace<R>();
+}
+}  // namespace
+
 Event NexmarkGenerator::event(int64_t n) const {
+  Event e;
+  event_into(n, e);
+  return e;
+}
+
+void NexmarkGenerator::event_into(int64_t n, Event& out) const {
   const TimestampMs ts = timestamp(n);
   EventRandom rng(config_.seed, n);
   switch (type_of(n)) {
     case EventType::kPerson:
-      return Event{make_person(n, ts, rng)};
+      make_person(n, ts, rng, holding<Person>(out));
+      return;
     case EventType::kAuction:
-      return Event{make_auction(n, ts, rng)};
+      make_auction(n, ts, rng, holding<Auction>(out));
+      return;
     case EventType::kBid:
-      break;
+      make_bid(n, ts, rng, holding<Bid>(out));
+      return;
   }
-  return Event{make_bid(n, ts, rng)};
 }
 
 int64_t NexmarkGenerator::last_base0_person_id(int64_t n) const {
@@ -305,26 +360,26 @@ int64_t NexmarkGenerator::next_base0_auction_id(int64_t n, EventRandom& rng) con
   return min_auction + rng.next_long(max_auction - min_auction + 1 + kAuctionIdLead);
 }
 
-Person NexmarkGenerator::make_person(int64_t n, TimestampMs ts, EventRandom& rng) const {
-  Person p;
+void NexmarkGenerator::make_person(int64_t n, TimestampMs ts, EventRandom& rng, Person& p) const {
   p.id = last_base0_person_id(n) + kFirstPersonId;
   const std::string_view first = pick(rng, kFirstNames);
   const std::string_view last = pick(rng, kLastNames);
-  p.name.reserve(first.size() + 1 + last.size());
-  p.name.append(first).append(1, ' ').append(last);
-  p.email_address = next_string(rng, 7) + "@" + next_string(rng, 5) + ".com";
-  p.credit_card = next_credit_card(rng);
-  p.city = pick(rng, kUsCities);
-  p.state = pick(rng, kUsStates);
+  p.name.assign(first).append(1, ' ').append(last);
+  p.email_address.clear();
+  append_string(p.email_address, rng, 7);
+  p.email_address += '@';
+  append_string(p.email_address, rng, 5);
+  p.email_address += ".com";
+  assign_credit_card(p.credit_card, rng);
+  p.city.assign(pick(rng, kUsCities));
+  p.state.assign(pick(rng, kUsStates));
   p.date_time = ts;
   const auto current_size = static_cast<int>(kFixedPersonBytes + p.name.size() + p.email_address.size() +
                                              p.credit_card.size() + p.city.size() + p.state.size());
-  p.extra = next_extra(rng, current_size, config_.avg_person_byte_size);
-  return p;
+  assign_extra(p.extra, rng, *extra_pool_, current_size, config_.avg_person_byte_size);
 }
 
-Auction NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& rng) const {
-  Auction a;
+void NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& rng, Auction& a) const {
   a.id = last_base0_auction_id(n) + kFirstAuctionId;
   if (rng.next_int(config_.hot_sellers_ratio) > 0) {
     // A hot seller: the first person of the batch of the last kHotSellerBatch persons.
@@ -341,16 +396,16 @@ Auction NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& r
   const int64_t horizon_ms = timestamp(n + events_for_auctions) - ts;
   a.date_time = ts;
   a.expires = ts + 1 + rng.next_long(std::max<int64_t>(horizon_ms * 2, 1));
-  a.item_name = next_string(rng, 20);
-  a.description = next_string(rng, 100);
+  a.item_name.clear();
+  append_string(a.item_name, rng, 20);
+  a.description.clear();
+  append_string(a.description, rng, 100);
   a.reserve = a.initial_bid + next_price(rng);
   const auto current_size = static_cast<int>(kFixedAuctionBytes + a.item_name.size() + a.description.size());
-  a.extra = next_extra(rng, current_size, config_.avg_auction_byte_size);
-  return a;
+  assign_extra(a.extra, rng, *extra_pool_, current_size, config_.avg_auction_byte_size);
 }
 
-Bid NexmarkGenerator::make_bid(int64_t n, TimestampMs ts, EventRandom& rng) const {
-  Bid b;
+void NexmarkGenerator::make_bid(int64_t n, TimestampMs ts, EventRandom& rng, Bid& b) const {
   if (rng.next_int(config_.hot_auction_ratio) > 0) {
     // A hot auction: the first of the batch of the last kHotAuctionBatch auctions.
     b.auction = (last_base0_auction_id(n) / kHotAuctionBatch) * kHotAuctionBatch;
@@ -373,8 +428,7 @@ Bid NexmarkGenerator::make_bid(int64_t n, TimestampMs ts, EventRandom& rng) cons
   b.channel = ch.name;
   b.url = ch.url;
   b.date_time = ts;
-  b.extra = next_extra(rng, kFixedBidBytes, config_.avg_bid_byte_size);
-  return b;
+  assign_extra(b.extra, rng, *extra_pool_, kFixedBidBytes, config_.avg_bid_byte_size);
 }
 
 uint64_t checksum(std::span<const Event> events) {

@@ -3,13 +3,18 @@
 // Follows the generator of the Nexmark specification as Apache Beam (sdks/java/testing/nexmark) and
 // nexmark-flink implement it (GeneratorConfig, PersonGenerator, AuctionGenerator, BidGenerator,
 // PriceGenerator, StringsGenerator): the same proportions, id spaces, hot keys, active windows, auction
-// lengths, string shapes and record sizes. Two deliberate differences, both for reproducibility:
+// lengths, string shapes and record sizes. Three deliberate differences, two for reproducibility and one
+// for speed:
 //  * Randomness comes from a SplitMix64 stream seeded by (seed, n), so event n is the same whatever the
 //    parallelism or split layout (Java's generators draw from java.util.Random; nexmark-flink's is
 //    unseeded), and the hot channels' URLs are derived from fixed seeds instead of a fresh Random.
 //  * Event time is one global timeline: timestamp(n) = base_time_ms + floor(n * 1e6 / rate) / 1000, with
 //    integer division as in GeneratorConfig.timestampForEvent. (nexmark-flink gives each of its
 //    numEventGenerators its own timeline with a rate divided among them.)
+//  * The `extra` padding is a slice of a pool of random letters built once per generator from the seed,
+//    at a random offset: one 64-bit draw per record picks both its length (the same uniform +-20% law as
+//    StringsGenerator.nextExtra) and its offset. Java draws every letter; that was most of the cost of an
+//    event, and the padding only has to have the right size (see README.md).
 // So the event stream equals the Java one in distribution, not byte for byte.
 //
 // Thread-safety: a NexmarkGenerator is immutable after construction; event() may be called from any
@@ -17,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 
 #include "nexmark/model.h"
 #include "sluice/core/error.h"
@@ -112,6 +119,10 @@ class NexmarkGenerator {
 
   /// Event number n (>= 0); depends only on the config and n.
   Event event(int64_t n) const;
+  /// Writes event number n into `out`, equal to event(n). When `out` already holds a record of the same
+  /// type its strings are assigned in place, so a reused Event costs no allocation once its strings have
+  /// grown (a source reader's hot path).
+  void event_into(int64_t n, Event& out) const;
   /// The event time of event n: base_time_ms + floor(n * inter_event_delay_us) / 1000.
   TimestampMs timestamp(int64_t n) const;
   /// The type of event n, from n modulo the total proportion.
@@ -129,12 +140,14 @@ class NexmarkGenerator {
   int64_t next_base0_auction_id(int64_t n, EventRandom& rng) const;
 
  private:
-  Person make_person(int64_t n, TimestampMs ts, EventRandom& rng) const;
-  Auction make_auction(int64_t n, TimestampMs ts, EventRandom& rng) const;
-  Bid make_bid(int64_t n, TimestampMs ts, EventRandom& rng) const;
+  void make_person(int64_t n, TimestampMs ts, EventRandom& rng, Person& p) const;
+  void make_auction(int64_t n, TimestampMs ts, EventRandom& rng, Auction& a) const;
+  void make_bid(int64_t n, TimestampMs ts, EventRandom& rng, Bid& b) const;
 
   NexmarkConfig config_;
   double inter_event_delay_us_;
+  /// Random letters that `extra` paddings are sliced from; immutable, shared by copies of the generator.
+  std::shared_ptr<const std::string> extra_pool_;
 };
 
 /// XXH3-64 over the canonical serialization of events: each event's TypeSerializer<Event> bytes

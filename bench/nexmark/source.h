@@ -78,8 +78,11 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
       if (splits_.empty()) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
       NexmarkSplit& s = splits_.front();
       const int64_t stop = std::min(s.end, s.next + kBatch);
-      for (int64_t n = s.next; n < stop; ++n)
-        out.collect(gen_.event(n), gen_.timestamp(n));
+      for (int64_t n = s.next; n < stop; ++n) {
+        // One Event reused for every record: strings a downstream operator did not move keep their memory.
+        gen_.event_into(n, scratch_);
+        out.collect(std::move(scratch_), gen_.timestamp(n));
+      }
       s.next = stop;
       if (s.next >= s.end) {
         splits_.pop_front();
@@ -112,6 +115,7 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     const NexmarkGenerator gen_;
     std::deque<NexmarkSplit> splits_;
     bool no_more_splits_ = false;
+    Event scratch_;
   };
 
   NexmarkGenerator generator_;

@@ -371,8 +371,9 @@ class HeapKvState : public HeapStateBase<K> {
   }
 
   // Checks up to incremental_cleanup_size entries from a rolling cursor over the key groups, removing the
-  // expired ones. The cursor is the key of the next entry to check (copy-assigned, so it does not allocate
-  // in steady state); if that entry is gone the scan restarts at the beginning of its key group.
+  // expired ones. The cursor is an iterator, valid while the table has not changed since it was saved;
+  // otherwise the saved key of the entry (copy-assigned, so no allocation in steady state) is looked up
+  // again, and if that entry is gone the scan restarts at the beginning of its key group.
   void incremental_cleanup(TimestampMs now) {
     if (table_.size() == 0) return;
     int budget = this->ttl_.incremental_cleanup_size;
@@ -380,7 +381,8 @@ class HeapKvState : public HeapStateBase<K> {
     const int32_t max_skips = std::min(n, kMaxGroupsSkippedPerCleanup);
     int32_t skips = 0;
     auto* map = &table_.map(cursor_group_);
-    auto it = has_cursor_ ? map->find(cursor_key_) : map->end();
+    auto it = map->end();
+    if (has_cursor_) it = cursor_mutations_ == table_.mutations() ? cursor_it_ : map->find(cursor_key_);
     if (it == map->end()) it = map->begin();
     while (budget > 0) {
       if (it == map->end()) {
@@ -401,7 +403,9 @@ class HeapKvState : public HeapStateBase<K> {
       cursor_group_ = cursor_group_ + 1 == n ? 0 : cursor_group_ + 1;
       has_cursor_ = false;
     } else {
+      cursor_it_ = it;
       cursor_key_ = it->first;
+      cursor_mutations_ = table_.mutations();
       has_cursor_ = true;
     }
   }
@@ -411,7 +415,9 @@ class HeapKvState : public HeapStateBase<K> {
   bool cleanup_;
   int32_t cursor_group_ = 0;
   bool has_cursor_ = false;
+  typename Table::Map::iterator cursor_it_{};
   typename Table::EntryKey cursor_key_{};
+  uint64_t cursor_mutations_ = 0;
   Entry* cached_ = nullptr;
   uint64_t cached_epoch_ = 0;
   uint64_t cached_mutations_ = 0;

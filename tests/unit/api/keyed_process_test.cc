@@ -174,3 +174,41 @@ TEST(WatermarkTest, AnIdleSplitDoesNotHoldBackWindows) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+std::atomic<int> g_seen{0};
+
+TEST(ProcessingTimeWindowTest, TumblingProcessingTimeWindowsFireOnTheManualClock) {
+  ManualClock clock(10'000);
+  StreamEnvironment env;
+  env.set_clock(clock);
+  auto out = std::make_shared<CollectedRecords<KV>>();
+  g_seen = 0;
+  // One record per 1000 ms of (manual) processing time.
+  auto source = std::make_shared<DataGeneratorSource<KV>>([](int64_t i) { return KV{"k", i + 1}; },
+                                                          DataGeneratorSource<KV>::kUnbounded, 1.0);
+  env.from_source(source, "slow")
+      .map([](KV kv) {
+        g_seen++;
+        return kv;
+      })
+      .key_by([](const KV& kv) { return kv.first; })
+      .window(TumblingProcessingTimeWindows::of(std::chrono::milliseconds(1000)))
+      .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+      .sink_to(std::make_shared<CollectSink<KV>>(out));
+  JobClient client = env.execute_async("processing-time windows");
+  ASSERT_TRUE(testing::wait_until([&] { return g_seen.load() == 1; }));  // record 1 in window [10000, 11000)
+  clock.set(11'000);  // window [10000, 11000) ends; the source may emit record 2 into [11000, 12000)
+  ASSERT_TRUE(testing::wait_until([&] { return out->size() == 1; }));
+  ASSERT_TRUE(testing::wait_until([&] { return g_seen.load() == 2; }));
+  clock.set(12'000);
+  ASSERT_TRUE(testing::wait_until([&] { return out->size() == 2; }));
+  client.cancel();
+  client.wait();
+  EXPECT_EQ(out->all(), (std::vector<KV>{{"k", 1}, {"k", 2}}));
+}
+
+}  // namespace
+}  // namespace sluice
