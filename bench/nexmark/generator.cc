@@ -41,24 +41,28 @@ constexpr uint64_t kHotUrlSeed = 0x6e65786d61726b01ULL;
 constexpr uint64_t kChannelUrlSeed = 0x6e65786d61726b02ULL;
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
 
-/// Uniform in [0, bound) from 16 random bits (multiply-shift; bias below bound / 65536).
-inline int from_16_bits(uint64_t bits16, int bound) {
-  return static_cast<int>((bits16 * static_cast<uint64_t>(bound)) >> 16);
-}
-
 /// The longest string append_string makes (its max_length bound, exclusive).
 constexpr int kMaxRandomStringLength = 128;
 
-/// Appends a random string of kMinStringLength..max_length-1 letters, each one `special` with probability
-/// 1/13, trimmed of surrounding spaces (StringsGenerator.nextString). One 64-bit draw per character.
+/// One character of a random string from 16 random bits v: `special` when v * 13 < 2^16 (probability
+/// 5042 / 65536, 1/13 to four digits), else a letter from the rest of the range (uniform to 1 part in 2^16).
+inline char random_char(uint64_t v, char special) {
+  const uint64_t t = v * 13;
+  if (t < 0x10000) return special;
+  return static_cast<char>('a' + ((t - 0x10000) * 26) / (12 * 0x10000));
+}
+
+/// Appends a random string of kMinStringLength..max_length-1 characters, each one `special` with
+/// probability 1/13, trimmed of surrounding spaces (StringsGenerator.nextString). Four characters per
+/// 64-bit draw (Java draws twice per character).
 void append_string(std::string& out, EventRandom& rng, int max_length, char special = ' ') {
   assert(max_length > kMinStringLength && max_length <= kMaxRandomStringLength);
   const int len = kMinStringLength + rng.next_int(max_length - kMinStringLength);
-  std::array<char, kMaxRandomStringLength> buf;
-  for (int i = 0; i < len; ++i) {
+  std::array<char, kMaxRandomStringLength + 3> buf;
+  for (int i = 0; i < len; i += 4) {
     const uint64_t r = rng.next_u64();
-    buf[static_cast<size_t>(i)] =
-        from_16_bits(r & 0xFFFF, 13) == 0 ? special : static_cast<char>('a' + from_16_bits((r >> 16) & 0xFFFF, 26));
+    for (int k = 0; k < 4; ++k)
+      buf[static_cast<size_t>(i + k)] = random_char((r >> (16 * k)) & 0xFFFF, special);
   }
   int first = 0;
   int last = len;
@@ -70,7 +74,7 @@ void append_string(std::string& out, EventRandom& rng, int max_length, char spec
 }
 
 /// Four lowercase letters from 64 random bits, as a little-endian word: letter k is
-/// from_16_bits(bits 16k..16k+15, 26). Two multiplies handle two 16-bit lanes each (a lane times 26 needs
+/// ((bits 16k..16k+15) * 26) >> 16. Two multiplies handle two 16-bit lanes each (a lane times 26 needs
 /// 21 bits, so lanes 32 bits apart do not overlap).
 inline uint32_t four_letters(uint64_t r) {
   constexpr uint64_t kLanes = 0x0000FFFF0000FFFFULL;

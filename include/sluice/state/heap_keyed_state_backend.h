@@ -185,8 +185,10 @@ class HeapKeyedStateBackend {
   /// Names of the registered states and of restored states not registered yet, sorted.
   std::vector<std::string> state_names() const {
     std::vector<std::string> names;
-    for (const auto& [name, s] : states_) names.push_back(name);
-    for (const auto& [name, p] : pending_) names.push_back(name);
+    for (const auto& [name, s] : states_)
+      names.push_back(name);
+    for (const auto& [name, p] : pending_)
+      names.push_back(name);
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -194,9 +196,11 @@ class HeapKeyedStateBackend {
   /// Entries stored over all states (one per key and namespace; expired entries not cleaned up count).
   size_t num_entries() const {
     size_t n = 0;
-    for (const auto& [name, s] : states_) n += s->num_entries();
+    for (const auto& [name, s] : states_)
+      n += s->num_entries();
     for (const auto& [name, p] : pending_) {
-      for (const auto& g : p.groups) n += g.count;
+      for (const auto& g : p.groups)
+        n += g.count;
     }
     return n;
   }
@@ -206,7 +210,8 @@ class HeapKeyedStateBackend {
     if (auto it = states_.find(name); it != states_.end()) return it->second->num_entries();
     size_t n = 0;
     if (auto it = pending_.find(name); it != pending_.end()) {
-      for (const auto& g : it->second.groups) n += g.count;
+      for (const auto& g : it->second.groups)
+        n += g.count;
     }
     return n;
   }
@@ -249,8 +254,7 @@ class HeapKeyedStateBackend {
   /// Merges namespaces `sources` into `target` of a list, reducing or aggregating state for the current
   /// key (merging windows); the sources are removed.
   template <class S>
-  void merge_namespaces(S& state, const typename S::Namespace& target,
-                        std::span<const typename S::Namespace> sources) {
+  void merge_namespaces(S& state, const typename S::Namespace& target, std::span<const typename S::Namespace> sources) {
     state.merge_namespaces(target, sources);
   }
 
@@ -264,8 +268,10 @@ class HeapKeyedStateBackend {
     out.write_varint(detail::kStateFormatVersion);
     out.write_varint(static_cast<uint64_t>(kg.value));
     uint64_t sections = 0;
-    for (const auto& [name, s] : states_) sections += s->num_entries_in_group(g) > 0 ? 1 : 0;
-    for (const auto& [name, p] : pending_) sections += p.groups[g].count > 0 ? 1 : 0;
+    for (const auto& [name, s] : states_)
+      sections += s->num_entries_in_group(g) > 0 ? 1 : 0;
+    for (const auto& [name, p] : pending_)
+      sections += p.groups[g].count > 0 ? 1 : 0;
     out.write_varint(sections);
     for (const auto& [name, s] : states_) {
       size_t n = s->num_entries_in_group(g);
@@ -305,8 +311,10 @@ class HeapKeyedStateBackend {
     out.write_varint(static_cast<uint64_t>(range_.start()));
     out.write_varint(static_cast<uint64_t>(range_.end()));
     out.write_varint(states_.size() + pending_.size());
-    for (const auto& [name, s] : states_) write_metadata(out, name, s->kind(), s->format_flags());
-    for (const auto& [name, p] : pending_) write_metadata(out, name, p.kind, p.flags);
+    for (const auto& [name, s] : states_)
+      write_metadata(out, name, s->kind(), s->format_flags());
+    for (const auto& [name, p] : pending_)
+      write_metadata(out, name, p.kind, p.flags);
     out.write_varint(static_cast<uint64_t>(range_.size()));
     for (int32_t kg = range_.start(); kg <= range_.end(); ++kg) {
       out.write_varint(static_cast<uint64_t>(kg));
@@ -396,8 +404,7 @@ class HeapKeyedStateBackend {
   int32_t group_index(KeyGroup kg) const {
     if (!range_.contains(kg)) {
       detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside this backend's range " +
-                                range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) +
-                                ")");
+                                range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
     }
     return kg.value - range_.start();
   }
@@ -457,8 +464,8 @@ class HeapKeyedStateBackend {
     check_version(in.read_varint(), in);
     uint64_t written_kg = in.read_varint();
     if (written_kg != static_cast<uint64_t>(kg.value)) {
-      detail::throw_state_error("the bytes given for key group " + std::to_string(kg.value) +
-                                " hold key group " + std::to_string(written_kg));
+      detail::throw_state_error("the bytes given for key group " + std::to_string(kg.value) + " hold key group " +
+                                std::to_string(written_kg));
     }
     uint64_t sections = in.read_varint();
     for (uint64_t i = 0; i < sections; ++i) {

@@ -98,10 +98,10 @@ inline bool ttl_expired(TimestampMs last_access, int64_t ttl_ms, TimestampMs now
 template <class K>
 struct KeyContext {
   K key{};
-  uint64_t key_hash = 0;   ///< key_hash() of the key's serialized bytes
-  KeyGroup key_group{};    ///< key_hash % max parallelism
-  int32_t group = -1;      ///< key_group - range start; -1 while no key is set
-  uint64_t epoch = 1;      ///< changes whenever the key does (states cache their last lookup per epoch)
+  uint64_t key_hash = 0;  ///< key_hash() of the key's serialized bytes
+  KeyGroup key_group{};   ///< key_hash % max parallelism
+  int32_t group = -1;     ///< key_group - range start; -1 while no key is set
+  uint64_t epoch = 1;     ///< changes whenever the key does (states cache their last lookup per epoch)
 };
 
 /// One absl::flat_hash_map per key group of the range, from (key, namespace) to the slot S. Each entry
@@ -264,7 +264,8 @@ class HeapKvState : public HeapStateBase<K> {
 
   void for_each_key(const std::function<void(const K&)>& fn) const override {
     for (int32_t g = 0; g < table_.num_groups(); ++g) {
-      for (const auto& [k, slot] : table_.map(g)) fn(k.key);
+      for (const auto& [k, slot] : table_.map(g))
+        fn(k.key);
     }
   }
 
@@ -288,8 +289,8 @@ class HeapKvState : public HeapStateBase<K> {
   // large range holds few entries.
   static constexpr int32_t kMaxGroupsSkippedPerCleanup = 64;
 
-  HeapKvState(std::string name, StateKind kind, const StateTtlConfig& ttl, const KeyContext<K>& ctx,
-              const Clock& clock, int32_t num_groups)
+  HeapKvState(std::string name, StateKind kind, const StateTtlConfig& ttl, const KeyContext<K>& ctx, const Clock& clock,
+              int32_t num_groups)
       : HeapStateBase<K>(std::move(name), kind, ttl, ctx, clock),
         table_(num_groups),
         cleanup_(ttl.enabled() && ttl.cleanup_incrementally && ttl.incremental_cleanup_size > 0) {}
@@ -563,7 +564,8 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     if (pos == nullptr) return empty_;
     Slot& slot = pos->second;
     if (!this->ttl_on()) return slot.values;
-    bool any_expired = std::any_of(slot.ts.begin(), slot.ts.end(), [&](TimestampMs t) { return this->expired(t, now); });
+    bool any_expired =
+        std::any_of(slot.ts.begin(), slot.ts.end(), [&](TimestampMs t) { return this->expired(t, now); });
     if (any_expired) {
       bool keep_copy = this->return_expired();
       if (keep_copy) scratch_ = slot.values;
@@ -813,7 +815,8 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
     if (pos == nullptr) return;
     auto& map = pos->second.map;
     if (!this->ttl_on()) {
-      for (const auto& [k, v] : map) fn(k, v.value);
+      for (const auto& [k, v] : map)
+        fn(k, v.value);
       return;
     }
     for (auto it = map.begin(); it != map.end();) {
@@ -838,8 +841,8 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
     }
   }
   void read_slot(Slot& slot, DataInput& in) override {
-    size_t n = detail::read_count(
-        in, std::max<size_t>(1, detail::min_encoded_size<UK>() + detail::min_encoded_size<UV>()));
+    size_t n =
+        detail::read_count(in, std::max<size_t>(1, detail::min_encoded_size<UK>() + detail::min_encoded_size<UV>()));
     slot.map.clear();
     slot.map.reserve(n);
     for (size_t i = 0; i < n; ++i) {

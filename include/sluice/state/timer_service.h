@@ -239,7 +239,8 @@ class InternalTimerService {
     void write_group(int32_t g, DataOutput& out) const {
       std::vector<const Node*> nodes;
       nodes.reserve(groups_[g].size());
-      for (const Node& n : groups_[g]) nodes.push_back(&n);
+      for (const Node& n : groups_[g])
+        nodes.push_back(&n);
       std::sort(nodes.begin(), nodes.end(),
                 [](const Node* a, const Node* b) { return a->ts != b->ts ? a->ts < b->ts : a->seq < b->seq; });
       out.write_varint(nodes.size());

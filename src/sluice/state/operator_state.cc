@@ -29,7 +29,8 @@ OperatorStateMode read_mode(DataInput& in) {
 void read_header(DataInput& in) {
   char magic[4];
   in.read_bytes(magic, sizeof(magic));
-  if (std::memcmp(magic, kOperatorStateMagic, sizeof(magic)) != 0) in.fail("not an operator state snapshot (bad magic)");
+  if (std::memcmp(magic, kOperatorStateMagic, sizeof(magic)) != 0)
+    in.fail("not an operator state snapshot (bad magic)");
   uint64_t version = in.read_varint();
   if (version != kOperatorStateFormatVersion) {
     in.fail("unsupported operator state format version " + std::to_string(version) + " (this build reads version " +
@@ -57,7 +58,8 @@ void for_each_state(std::string_view snapshot, Fn&& fn) {
     OperatorStateMode mode = read_mode(in);
     uint64_t count = in.read_varint();
     size_t start = in.position();
-    for (uint64_t e = 0; e < count; ++e) in.skip(in.read_length());
+    for (uint64_t e = 0; e < count; ++e)
+      in.skip(in.read_length());
     fn(name, mode, count, snapshot.substr(start, in.position() - start));
   }
   if (!in.at_end()) in.fail("trailing bytes after the last operator state");
@@ -73,8 +75,10 @@ Error mode_conflict(std::string_view name, OperatorStateMode a, OperatorStateMod
 
 std::string_view operator_state_mode_name(OperatorStateMode mode) noexcept {
   switch (mode) {
-    case OperatorStateMode::kSplitDistribute: return "list";
-    case OperatorStateMode::kUnion: return "union list";
+    case OperatorStateMode::kSplitDistribute:
+      return "list";
+    case OperatorStateMode::kUnion:
+      return "union list";
   }
   return "unknown";
 }
@@ -99,8 +103,10 @@ void throw_operator_state_mismatch(std::string_view name, OperatorStateMode regi
 
 std::vector<std::string> OperatorStateStore::state_names() const {
   std::vector<std::string> names;
-  for (const auto& [name, s] : states_) names.push_back(name);
-  for (const auto& [name, p] : pending_) names.push_back(name);
+  for (const auto& [name, s] : states_)
+    names.push_back(name);
+  for (const auto& [name, p] : pending_)
+    names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -130,28 +136,28 @@ Status OperatorStateStore::restore(DataInput& in) {
   try {
     std::string_view bytes(reinterpret_cast<const char*>(in.current()), in.remaining());
     Status status = ok_status();
-    for_each_state(bytes, [&](const std::string& name, OperatorStateMode mode, uint64_t count,
-                              std::string_view elements) {
-      if (!status.ok()) return;
-      if (auto it = states_.find(name); it != states_.end()) {
-        if (it->second->mode() != mode) {
-          status = mode_conflict(name, mode, it->second->mode());
-          return;
-        }
-        DataInput element_in(elements);
-        it->second->read_elements(count, element_in);
-        return;
-      }
-      auto [it, inserted] = pending_.try_emplace(name);
-      if (inserted) {
-        it->second.mode = mode;
-      } else if (it->second.mode != mode) {
-        status = mode_conflict(name, mode, it->second.mode);
-        return;
-      }
-      it->second.count += count;
-      it->second.bytes.append(elements);
-    });
+    for_each_state(bytes,
+                   [&](const std::string& name, OperatorStateMode mode, uint64_t count, std::string_view elements) {
+                     if (!status.ok()) return;
+                     if (auto it = states_.find(name); it != states_.end()) {
+                       if (it->second->mode() != mode) {
+                         status = mode_conflict(name, mode, it->second->mode());
+                         return;
+                       }
+                       DataInput element_in(elements);
+                       it->second->read_elements(count, element_in);
+                       return;
+                     }
+                     auto [it, inserted] = pending_.try_emplace(name);
+                     if (inserted) {
+                       it->second.mode = mode;
+                     } else if (it->second.mode != mode) {
+                       status = mode_conflict(name, mode, it->second.mode);
+                       return;
+                     }
+                     it->second.count += count;
+                     it->second.bytes.append(elements);
+                   });
     in.skip(in.remaining());
     return status;
   } catch (const SluiceException& e) {
@@ -178,20 +184,21 @@ Status OperatorStateStore::redistribute(std::span<const std::string_view> old_sn
   try {
     for (size_t old = 0; old < old_snapshots.size(); ++old) {
       Status status = ok_status();
-      for_each_state(old_snapshots[old], [&](const std::string& name, OperatorStateMode mode, uint64_t count,
-                                             std::string_view elements) {
-        auto [it, inserted] = states.try_emplace(name, Collected{mode, {}, {}});
-        if (!inserted && it->second.mode != mode) {
-          if (status.ok()) status = mode_conflict(name, it->second.mode, mode);
-          return;
-        }
-        DataInput in(elements);
-        for (uint64_t e = 0; e < count; ++e) {
-          std::string_view element = in.read_view(in.read_length());
-          it->second.all.push_back(element);
-          if (same_parallelism && old == static_cast<size_t>(subtask_index)) it->second.same_index.push_back(element);
-        }
-      });
+      for_each_state(old_snapshots[old],
+                     [&](const std::string& name, OperatorStateMode mode, uint64_t count, std::string_view elements) {
+                       auto [it, inserted] = states.try_emplace(name, Collected{mode, {}, {}});
+                       if (!inserted && it->second.mode != mode) {
+                         if (status.ok()) status = mode_conflict(name, it->second.mode, mode);
+                         return;
+                       }
+                       DataInput in(elements);
+                       for (uint64_t e = 0; e < count; ++e) {
+                         std::string_view element = in.read_view(in.read_length());
+                         it->second.all.push_back(element);
+                         if (same_parallelism && old == static_cast<size_t>(subtask_index))
+                           it->second.same_index.push_back(element);
+                       }
+                     });
       SLUICE_RETURN_IF_ERROR(status);
     }
   } catch (const SluiceException& e) {
@@ -230,7 +237,8 @@ Status OperatorStateStore::redistribute(std::span<const std::string_view> old_sn
     out.write_string(name);
     out.write_u8(static_cast<uint8_t>(c.mode));
     out.write_varint(mine.size());
-    for (std::string_view element : mine) out.write_string(element);
+    for (std::string_view element : mine)
+      out.write_string(element);
   }
   return ok_status();
 }

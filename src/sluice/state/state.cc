@@ -24,18 +24,25 @@ Status StateTtlConfig::validate(std::string_view state_name) const {
 
 std::string_view state_kind_name(StateKind kind) noexcept {
   switch (kind) {
-    case StateKind::kValue: return "value";
-    case StateKind::kList: return "list";
-    case StateKind::kMap: return "map";
-    case StateKind::kReducing: return "reducing";
-    case StateKind::kAggregating: return "aggregating";
+    case StateKind::kValue:
+      return "value";
+    case StateKind::kList:
+      return "list";
+    case StateKind::kMap:
+      return "map";
+    case StateKind::kReducing:
+      return "reducing";
+    case StateKind::kAggregating:
+      return "aggregating";
   }
   return "unknown";
 }
 
 namespace detail {
 
-void throw_state_error(std::string message) { throw SluiceException(Error(ErrorCode::kState, std::move(message))); }
+void throw_state_error(std::string message) {
+  throw SluiceException(Error(ErrorCode::kState, std::move(message)));
+}
 
 void throw_no_current_key(std::string_view state_name) {
   throw_state_error("state '" + std::string(state_name) +
@@ -61,8 +68,7 @@ Status check_restored_state(std::string_view name, StateKind restored_kind, uint
                             StateKind registered_kind, uint8_t registered_flags) {
   if (restored_kind != registered_kind) {
     return Error(ErrorCode::kState, "state '" + std::string(name) + "' was snapshotted as a " +
-                                        std::string(state_kind_name(restored_kind)) +
-                                        " state but is registered as a " +
+                                        std::string(state_kind_name(restored_kind)) + " state but is registered as a " +
                                         std::string(state_kind_name(registered_kind)) +
                                         " state; a state cannot change its kind between runs: keep the old "
                                         "descriptor or register the new state under a new name");
@@ -80,8 +86,8 @@ Status check_restored_state(std::string_view name, StateKind restored_kind, uint
 }
 
 void check_backend_range(const KeyGroupRange& range, int max_parallelism) {
-  if (max_parallelism < 1 || max_parallelism > kUpperBoundMaxParallelism || range.size() == 0 ||
-      range.start() < 0 || range.end() >= max_parallelism) {
+  if (max_parallelism < 1 || max_parallelism > kUpperBoundMaxParallelism || range.size() == 0 || range.start() < 0 ||
+      range.end() >= max_parallelism) {
     throw SluiceException(Error(ErrorCode::kConfiguration,
                                 "a keyed state backend needs a non-empty key-group range inside [0, max parallelism) "
                                 "and 1 <= max parallelism <= " +
@@ -95,9 +101,9 @@ void check_descriptor(std::string_view name, const StateTtlConfig& ttl, bool has
     throw SluiceException(Error(ErrorCode::kConfiguration, "a state descriptor needs a non-empty name"));
   }
   if (!has_function) {
-    throw SluiceException(Error(ErrorCode::kConfiguration,
-                                "state '" + std::string(name) +
-                                    "': the descriptor has no reduce or aggregate function; set one"));
+    throw SluiceException(
+        Error(ErrorCode::kConfiguration,
+              "state '" + std::string(name) + "': the descriptor has no reduce or aggregate function; set one"));
   }
   ttl.validate(name).value_or_throw();
 }

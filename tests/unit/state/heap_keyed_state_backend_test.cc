@@ -31,7 +31,9 @@ struct Window {
 };
 SLUICE_FIELDS(Window, start, end);
 
-KeyGroupRange full_range() { return KeyGroupRange(0, kDefaultMaxParallelism - 1); }
+KeyGroupRange full_range() {
+  return KeyGroupRange(0, kDefaultMaxParallelism - 1);
+}
 
 template <class Fn>
 ErrorCode code_of(Fn&& fn) {
@@ -102,9 +104,13 @@ TEST_F(HeapBackendTest, SameNameReturnsSameObjectAndMismatchesThrow) {
   EXPECT_EQ(code_of([&] { backend_.get_partitioned_state<Window>(ValueStateDescriptor<int>{"x"}); }),
             ErrorCode::kState);
   EXPECT_EQ(code_of([&] { backend_.get_state(ValueStateDescriptor<int>{""}); }), ErrorCode::kConfiguration);
-  EXPECT_EQ(code_of([&] { backend_.get_state(ReducingStateDescriptor<int>{"r", nullptr}); }),
+  EXPECT_EQ(code_of([&] {
+              backend_.get_state(ReducingStateDescriptor<int>{"r", nullptr});
+            }),
             ErrorCode::kConfiguration);
-  EXPECT_EQ(code_of([&] { backend_.get_state(ValueStateDescriptor<int>{"t", 0, StateTtlConfig::of(-5)}); }),
+  EXPECT_EQ(code_of([&] {
+              backend_.get_state(ValueStateDescriptor<int>{"t", 0, StateTtlConfig::of(-5)});
+            }),
             ErrorCode::kConfiguration);
 }
 
@@ -120,9 +126,11 @@ TEST(HeapBackendRangeTest, KeyOutsideRangeThrowsNamingGroupAndRange) {
   KeyGroupRange range = KeyGroupRange::for_operator_index(128, 2, 0);  // [0, 63]
   HeapKeyedStateBackend<int64_t> backend(range, 128, clock);
   int64_t outside = 0;
-  while (range.contains(backend.key_group_of(outside))) ++outside;
+  while (range.contains(backend.key_group_of(outside)))
+    ++outside;
   int64_t inside = 0;
-  while (!range.contains(backend.key_group_of(inside))) ++inside;
+  while (!range.contains(backend.key_group_of(inside)))
+    ++inside;
   backend.set_current_key(inside);
   try {
     backend.set_current_key(outside);
@@ -204,9 +212,9 @@ TEST_F(HeapBackendTest, MapState) {
   EXPECT_FALSE(map.contains("z"));
   EXPECT_THAT(map.keys(), UnorderedElementsAre("a", "b", "c"));
   EXPECT_THAT(map.values(), UnorderedElementsAre(10, 2, 3));
-  EXPECT_THAT(map.entries(), UnorderedElementsAre(std::pair<std::string, int>{"a", 10},
-                                                  std::pair<std::string, int>{"b", 2},
-                                                  std::pair<std::string, int>{"c", 3}));
+  EXPECT_THAT(map.entries(),
+              UnorderedElementsAre(std::pair<std::string, int>{"a", 10}, std::pair<std::string, int>{"b", 2},
+                                   std::pair<std::string, int>{"c", 3}));
   int total = 0;
   map.for_each([&](const std::string&, const int& v) { total += v; });
   EXPECT_EQ(total, 15);
@@ -227,9 +235,8 @@ TEST_F(HeapBackendTest, MapState) {
 }
 
 TEST_F(HeapBackendTest, ReducingState) {
-  auto& sum = backend_.get_state(ReducingStateDescriptor<int64_t>{"sum", [](const int64_t& a, const int64_t& b) {
-                                                                     return a + b;
-                                                                   }});
+  auto& sum = backend_.get_state(
+      ReducingStateDescriptor<int64_t>{"sum", [](const int64_t& a, const int64_t& b) { return a + b; }});
   backend_.set_current_key("k");
   EXPECT_EQ(sum.get(), std::nullopt);
   sum.add(3);

@@ -124,7 +124,8 @@ TEST(OperatorStateTest, EvenSplitWhenScalingUp) {
   EXPECT_THAT(r0.list, ElementsAre(1, 2, 3));
   EXPECT_THAT(r1.list, ElementsAre(4, 5));
   EXPECT_THAT(r2.list, ElementsAre(6, 7));
-  for (const Restored* r : {&r0, &r1, &r2}) EXPECT_THAT(r->names, ElementsAre("a", "b", "c"));
+  for (const Restored* r : {&r0, &r1, &r2})
+    EXPECT_THAT(r->names, ElementsAre("a", "b", "c"));
 }
 
 TEST(OperatorStateTest, EvenSplitWhenScalingDown) {

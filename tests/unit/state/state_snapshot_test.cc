@@ -32,7 +32,9 @@ SLUICE_FIELDS(Window, start, end);
 constexpr int kMaxP = 128;
 constexpr int64_t kTtl = 100;
 
-int add_ints(const int& a, const int& b) { return a + b; }
+int add_ints(const int& a, const int& b) {
+  return a + b;
+}
 
 auto count_fn() {
   return make_aggregate_function<int, int64_t, int64_t>(
@@ -49,7 +51,8 @@ struct States {
         sum(b.get_state(ReducingStateDescriptor<int>{"sum", add_ints})),
         count(b.get_state(AggregatingStateDescriptor<int, int64_t, int64_t>{"count", count_fn()})),
         windowed(b.get_partitioned_state<Window>(ValueStateDescriptor<int>{"windowed", -1})),
-        ttl(b.get_state(ValueStateDescriptor<int>{"ttl", -1, StateTtlConfig::of(kTtl).without_incremental_cleanup()})) {}
+        ttl(b.get_state(ValueStateDescriptor<int>{"ttl", -1, StateTtlConfig::of(kTtl).without_incremental_cleanup()})) {
+  }
   HeapValueState<std::string, VoidNamespace, std::string>& value;
   HeapListState<std::string, VoidNamespace, int>& list;
   HeapMapState<std::string, VoidNamespace, std::string, double>& map;
@@ -184,16 +187,30 @@ TEST(SnapshotFormatTest, KeyGroupBytesAreAsDocumented) {
   KeyGroup kg = b.current_key_group();
   DataOutput out;
   b.snapshot_key_group(kg, out);
-  std::vector<uint8_t> expected = {0x01,                                            // format version
-                                   static_cast<uint8_t>(kg.value),                  // key group (< 128)
-                                   0x01,                                            // one section
-                                   0x01, 'v',                                       // state name
-                                   0x01,                                            // kind: value
-                                   0x00,                                            // flags: no TTL
-                                   0x01,                                            // one entry
-                                   0x08, 0, 0, 0, 0, 0, 0, 0,                       // section length
-                                   0x07, 0, 0, 0,                                   // key 7
-                                   0x2A, 0, 0, 0};                                  // value 42
+  std::vector<uint8_t> expected = {0x01,                            // format version
+                                   static_cast<uint8_t>(kg.value),  // key group (< 128)
+                                   0x01,                            // one section
+                                   0x01,
+                                   'v',   // state name
+                                   0x01,  // kind: value
+                                   0x00,  // flags: no TTL
+                                   0x01,  // one entry
+                                   0x08,
+                                   0,
+                                   0,
+                                   0,
+                                   0,
+                                   0,
+                                   0,
+                                   0,  // section length
+                                   0x07,
+                                   0,
+                                   0,
+                                   0,  // key 7
+                                   0x2A,
+                                   0,
+                                   0,
+                                   0};  // value 42
   EXPECT_THAT(std::vector<uint8_t>(out.data(), out.data() + out.size()), ::testing::ElementsAreArray(expected));
 
   // An empty key group is version, key group, zero sections.
@@ -207,8 +224,8 @@ TEST(RescaleTest, TwoSubtasksToThree) {
   constexpr int kKeys = 1000;
   std::vector<std::unique_ptr<HeapKeyedStateBackend<int64_t>>> old;
   for (int i = 0; i < 2; ++i) {
-    old.push_back(std::make_unique<HeapKeyedStateBackend<int64_t>>(KeyGroupRange::for_operator_index(kMaxP, 2, i),
-                                                                   kMaxP, clock));
+    old.push_back(
+        std::make_unique<HeapKeyedStateBackend<int64_t>>(KeyGroupRange::for_operator_index(kMaxP, 2, i), kMaxP, clock));
   }
   for (int64_t k = 0; k < kKeys; ++k) {
     auto& owner = *old[operator_index_for_key_group(kMaxP, 2, old[0]->key_group_of(k))];
@@ -225,15 +242,16 @@ TEST(RescaleTest, TwoSubtasksToThree) {
 
   std::vector<std::unique_ptr<HeapKeyedStateBackend<int64_t>>> fresh;
   for (int i = 0; i < 3; ++i) {
-    fresh.push_back(std::make_unique<HeapKeyedStateBackend<int64_t>>(KeyGroupRange::for_operator_index(kMaxP, 3, i),
-                                                                     kMaxP, clock));
+    fresh.push_back(
+        std::make_unique<HeapKeyedStateBackend<int64_t>>(KeyGroupRange::for_operator_index(kMaxP, 3, i), kMaxP, clock));
     for (const std::string& s : snapshots) {
       DataInput in(s);
       ASSERT_TRUE(fresh.back()->restore(in).ok());
     }
   }
   size_t total = 0;
-  for (auto& b : fresh) total += b->num_entries("v");
+  for (auto& b : fresh)
+    total += b->num_entries("v");
   EXPECT_EQ(total, static_cast<size_t>(kKeys));
 
   for (int64_t k = 0; k < kKeys; ++k) {

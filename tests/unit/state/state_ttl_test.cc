@@ -78,10 +78,11 @@ TEST_F(StateTtlTest, ExpiredValuesAreNeverReturnedEvenIfStillStored) {
 }
 
 TEST_F(StateTtlTest, ReturnExpiredIfNotCleanedUpReturnsOnceThenRemoves) {
-  auto ttl = StateTtlConfig::of(kTtl).with_visibility(Visibility::kReturnExpiredIfNotCleanedUp).without_incremental_cleanup();
+  auto ttl =
+      StateTtlConfig::of(kTtl).with_visibility(Visibility::kReturnExpiredIfNotCleanedUp).without_incremental_cleanup();
   auto& v = backend_.get_state(ValueStateDescriptor<std::string>{"v", "none", ttl});
-  auto& r = backend_.get_state(
-      ReducingStateDescriptor<int>{"r", [](const int& a, const int& b) { return a + b; }, ttl});
+  auto& r =
+      backend_.get_state(ReducingStateDescriptor<int>{"r", [](const int& a, const int& b) { return a + b; }, ttl});
   backend_.set_current_key("k");
   v.update("stale");
   r.add(4);
@@ -103,21 +104,24 @@ TEST_F(StateTtlTest, IncrementalCleanupRemovesExpiredEntriesWithoutAccessingThem
   }
   clock_.advance(kTtl);
   backend_.set_current_key("fresh");
-  for (int i = 0; i < 100; ++i) v.update(i);  // 100 accesses check up to 500 entries of "v"
-  EXPECT_EQ(backend_.num_entries("v"), 1u);   // only "fresh" is left
+  for (int i = 0; i < 100; ++i)
+    v.update(i);                             // 100 accesses check up to 500 entries of "v"
+  EXPECT_EQ(backend_.num_entries("v"), 1u);  // only "fresh" is left
   EXPECT_EQ(backend_.num_entries("keep"), 200u);
   EXPECT_EQ(v.value(), 99);
 }
 
 TEST_F(StateTtlTest, WithoutIncrementalCleanupExpiredEntriesStayUntilRead) {
-  auto& v = backend_.get_state(ValueStateDescriptor<int>{"v", 0, StateTtlConfig::of(kTtl).without_incremental_cleanup()});
+  auto& v =
+      backend_.get_state(ValueStateDescriptor<int>{"v", 0, StateTtlConfig::of(kTtl).without_incremental_cleanup()});
   for (int i = 0; i < 50; ++i) {
     backend_.set_current_key("key-" + std::to_string(i));
     v.update(i);
   }
   clock_.advance(kTtl);
   backend_.set_current_key("fresh");
-  for (int i = 0; i < 100; ++i) v.update(i);
+  for (int i = 0; i < 100; ++i)
+    v.update(i);
   EXPECT_EQ(backend_.num_entries("v"), 51u);
 }
 
@@ -129,7 +133,8 @@ TEST_F(StateTtlTest, IncrementalCleanupKeepsLiveEntries) {
   }
   clock_.advance(kTtl - 1);
   backend_.set_current_key("key-0");
-  for (int i = 0; i < 100; ++i) v.value();
+  for (int i = 0; i < 100; ++i)
+    v.value();
   EXPECT_EQ(backend_.num_entries("v"), 40u);
 }
 
@@ -160,7 +165,8 @@ TEST_F(StateTtlTest, ListReadsRefreshElementsWithOnReadAndWrite) {
 }
 
 TEST_F(StateTtlTest, ListReturnExpiredReturnsExpiredElementsOnce) {
-  auto ttl = StateTtlConfig::of(kTtl).with_visibility(Visibility::kReturnExpiredIfNotCleanedUp).without_incremental_cleanup();
+  auto ttl =
+      StateTtlConfig::of(kTtl).with_visibility(Visibility::kReturnExpiredIfNotCleanedUp).without_incremental_cleanup();
   auto& list = backend_.get_state(ListStateDescriptor<int>{"l", ttl});
   backend_.set_current_key("k");
   list.add(1);
@@ -203,11 +209,11 @@ TEST_F(StateTtlTest, MapReadsRefreshWithOnReadAndWrite) {
 
 TEST_F(StateTtlTest, ReducingAndAggregatingDropExpiredAccumulators) {
   auto ttl = StateTtlConfig::of(kTtl);
-  auto& sum = backend_.get_state(ReducingStateDescriptor<int>{"sum", [](const int& a, const int& b) { return a + b; }, ttl});
-  auto count = make_aggregate_function<int, int64_t, int64_t>([] { return int64_t{0}; },
-                                                              [](const int&, int64_t& acc) { ++acc; },
-                                                              [](const int64_t& acc) { return acc; },
-                                                              [](int64_t a, const int64_t& b) { return a + b; });
+  auto& sum =
+      backend_.get_state(ReducingStateDescriptor<int>{"sum", [](const int& a, const int& b) { return a + b; }, ttl});
+  auto count = make_aggregate_function<int, int64_t, int64_t>(
+      [] { return int64_t{0}; }, [](const int&, int64_t& acc) { ++acc; }, [](const int64_t& acc) { return acc; },
+      [](int64_t a, const int64_t& b) { return a + b; });
   auto& n = backend_.get_state(AggregatingStateDescriptor<int, int64_t, int64_t>{"n", count, ttl});
   backend_.set_current_key("k");
   sum.add(5);

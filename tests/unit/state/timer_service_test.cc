@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -90,7 +90,7 @@ TEST_F(TimerServiceTest, TimersRegisteredWhileFiringFireInTheSameAdvanceWhenDue)
     if (ts == 10) {
       timers_.register_event_time_timer(0, 15);  // due: fires now
       timers_.register_event_time_timer(0, 25);  // not due
-      backend_.set_current_key("b");            // timers belong to the key that is current
+      backend_.set_current_key("b");             // timers belong to the key that is current
       timers_.register_event_time_timer(0, 12);
     }
   });
@@ -110,7 +110,8 @@ TEST_F(TimerServiceTest, ReRegisteringTheFiringTimerCreatesANewOne) {
 
 TEST_F(TimerServiceTest, DeletedTimersDoNotFire) {
   backend_.set_current_key("a");
-  for (TimestampMs ts : {10, 20, 30, 40, 50}) timers_.register_event_time_timer(0, ts);
+  for (TimestampMs ts : {10, 20, 30, 40, 50})
+    timers_.register_event_time_timer(0, ts);
   timers_.delete_event_time_timer(0, 30);
   timers_.delete_event_time_timer(0, 10);  // the head of the queue
   timers_.delete_event_time_timer(0, 99);  // absent: no-op
@@ -212,9 +213,8 @@ TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
     fired.emplace_back(key, ns, ts);
   });
   EXPECT_EQ(fired.size(), 4u);
-  restored.on_processing_time(300, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
-    fired.emplace_back(key, ns, ts);
-  });
+  restored.on_processing_time(
+      300, [&](const std::string& key, const int64_t& ns, TimestampMs ts) { fired.emplace_back(key, ns, ts); });
   EXPECT_EQ(fired.size(), 8u);
   EXPECT_EQ(restored.num_event_time_timers(), 4u);
 
@@ -231,8 +231,8 @@ TEST(TimerRescaleTest, KeyGroupsMoveToTheirNewOwnersAndFireOnce) {
   std::vector<std::unique_ptr<HeapKeyedStateBackend<int64_t>>> old_backends;
   std::vector<std::unique_ptr<InternalTimerService<int64_t>>> old_timers;
   for (int i = 0; i < 2; ++i) {
-    old_backends.push_back(std::make_unique<HeapKeyedStateBackend<int64_t>>(
-        KeyGroupRange::for_operator_index(kMaxP, 2, i), kMaxP, clock));
+    old_backends.push_back(
+        std::make_unique<HeapKeyedStateBackend<int64_t>>(KeyGroupRange::for_operator_index(kMaxP, 2, i), kMaxP, clock));
     old_timers.push_back(std::make_unique<InternalTimerService<int64_t>>(*old_backends.back()));
   }
   for (int64_t k = 0; k < kKeys; ++k) {
@@ -254,15 +254,17 @@ TEST(TimerRescaleTest, KeyGroupsMoveToTheirNewOwnersAndFireOnce) {
       DataInput in(out.bytes());
       ASSERT_TRUE(timers.restore_key_group(KeyGroup{kg}, in).ok());
     }
-    timers.advance_watermark(std::numeric_limits<TimestampMs>::max(), [&](const int64_t& key, const VoidNamespace&, TimestampMs ts) {
-      EXPECT_EQ(ts, 1000 + key);
-      EXPECT_TRUE(range.contains(backend.key_group_of(key)));
-      fired.push_back(key);
-    });
+    timers.advance_watermark(std::numeric_limits<TimestampMs>::max(),
+                             [&](const int64_t& key, const VoidNamespace&, TimestampMs ts) {
+                               EXPECT_EQ(ts, 1000 + key);
+                               EXPECT_TRUE(range.contains(backend.key_group_of(key)));
+                               fired.push_back(key);
+                             });
   }
   std::sort(fired.begin(), fired.end());
   ASSERT_EQ(fired.size(), static_cast<size_t>(kKeys));
-  for (int64_t k = 0; k < kKeys; ++k) EXPECT_EQ(fired[k], k);
+  for (int64_t k = 0; k < kKeys; ++k)
+    EXPECT_EQ(fired[k], k);
 }
 
 TEST(TimerRestoreErrorsTest, WrongKeyGroupAndCorruptBytes) {
