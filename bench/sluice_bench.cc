@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "nexmark/queries.h"
 #include "nexmark/source.h"
@@ -67,19 +68,30 @@ struct QueryEntry {
   void (*build)(DataStream<Event>, const std::shared_ptr<std::atomic<int64_t>>&);
 };
 
-constexpr std::array<QueryEntry, 3> kQueries{{
-    {"q0", "pass-through (identity map over every event)",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
-       discard(sluice::nexmark::query0(e), t);
-     }},
-    {"q1", "currency conversion (every bid, price * 0.908)",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
-       discard(sluice::nexmark::query1(e), t);
-     }},
-    {"q2", "selection (auction, price) of bids with auction % 123 == 0",
-     [](DataStream<Event> e, const std::shared_ptr<std::atomic<int64_t>>& t) {
-       discard(sluice::nexmark::query2(e), t);
-     }},
+template <class T>
+using Query = DataStream<T> (*)(DataStream<Event>);
+
+/// Builds `query` over the events into a discarding sink (a template argument, so each entry is a plain
+/// function pointer).
+template <class T, Query<T> query>
+void build(DataStream<Event> events, const std::shared_ptr<std::atomic<int64_t>>& total) {
+  discard(query(std::move(events)), total);
+}
+
+namespace nx = sluice::nexmark;
+
+constexpr std::array<QueryEntry, 8> kQueries{{
+    {"q0", "pass-through (identity map over every event)", &build<Event, &nx::query0>},
+    {"q1", "currency conversion (every bid, price * 0.908)", &build<nx::Q1Result, &nx::query1>},
+    {"q2", "selection (auction, price) of bids with auction % 123 == 0", &build<nx::Q2Result, &nx::query2>},
+    {"q3", "local item suggestion (incremental join of OR/ID/CA sellers with category-10 auctions)",
+     &build<nx::Q3Result, &nx::query3>},
+    {"q4", "average closing price per category (winning bid per auction, running average)",
+     &build<nx::Q4Result, &nx::query4>},
+    {"q5", "hot items (auctions with the most bids per 10 s window sliding by 2 s)", &build<nx::Q5Result, &nx::query5>},
+    {"q7", "highest bid (bids with the top price per tumbling 10 s window)", &build<nx::Q7Result, &nx::query7>},
+    {"q8", "monitor new users (persons who created an auction in their tumbling 10 s window)",
+     &build<nx::Q8Result, &nx::query8>},
 }};
 
 const QueryEntry* find_query(std::string_view name) {

@@ -1,5 +1,6 @@
 #include "word_count.h"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <mutex>
@@ -50,20 +51,44 @@ SLUICE_FIELDS(Charge, customer, amount_cents);
 }  // namespace
 
 std::vector<std::string> split_words(std::string_view line) {
+  // ASCII letters and digits are word characters (lower-cased); so are non-ASCII code points except the
+  // punctuation and space blocks (Latin-1 punctuation U+00A0-U+00BF, General Punctuation U+2000-U+206F,
+  // CJK punctuation U+3000-U+303F), so "café" and "Straße" stay whole and an em dash separates words.
   std::vector<std::string> words;
   std::string cur;
-  for (size_t i = 0; i < line.size(); ++i) {
+  size_t i = 0;
+  auto flush = [&] {
+    if (!cur.empty()) words.push_back(std::move(cur));
+    cur.clear();
+  };
+  while (i < line.size()) {
     auto c = static_cast<unsigned char>(line[i]);
-    bool inner_apostrophe = c == '\'' && !cur.empty() && i + 1 < line.size() &&
-                            std::isalnum(static_cast<unsigned char>(line[i + 1]));
-    if (std::isalnum(c) || inner_apostrophe) {
-      cur.push_back(static_cast<char>(std::tolower(c)));
-    } else if (!cur.empty()) {
-      words.push_back(std::move(cur));
-      cur.clear();
+    if (c < 0x80) {
+      bool inner_apostrophe = c == '\'' && !cur.empty() && i + 1 < line.size() &&
+                              (std::isalnum(static_cast<unsigned char>(line[i + 1])) ||
+                               static_cast<unsigned char>(line[i + 1]) >= 0x80);
+      if (std::isalnum(c) || inner_apostrophe) {
+        cur.push_back(static_cast<char>(std::tolower(c)));
+      } else {
+        flush();
+      }
+      ++i;
+      continue;
     }
+    // A multi-byte UTF-8 sequence: decode its code point (invalid bytes count as word characters).
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    len = std::min(len, line.size() - i);
+    uint32_t cp = len == 1 ? c : (c & (0xFF >> (len + 1)));
+    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(line[i + k]) & 0x3F);
+    bool separator = (cp >= 0xA0 && cp <= 0xBF) || (cp >= 0x2000 && cp <= 0x206F) || (cp >= 0x3000 && cp <= 0x303F);
+    if (separator) {
+      flush();
+    } else {
+      cur.append(line.substr(i, len));
+    }
+    i += len;
   }
-  if (!cur.empty()) words.push_back(std::move(cur));
+  flush();
   return words;
 }
 

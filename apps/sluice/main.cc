@@ -3,14 +3,22 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <thread>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "sluice/api/stream_environment.h"
+#include "sluice/core/logging.h"
 #include "word_count.h"
 
 #ifndef SLUICE_VERSION
@@ -37,6 +45,31 @@ bool apply_properties(StreamEnvironment& env, const std::vector<std::string>& pr
     env.config().set_string(p.substr(0, eq), p.substr(eq + 1));
   }
   return true;
+}
+
+/// Runs the job; SIGINT or SIGTERM cancels it (the job then reports CANCELED) instead of killing the process.
+JobResult run_cancellable(StreamEnvironment& env, const std::string& name) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // task threads inherit the mask; one thread waits below
+  sluice::JobClient client = env.execute_async(name);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      timespec timeout{0, 100'000'000};
+      if (sigtimedwait(&signals, nullptr, &timeout) > 0) {
+        fmt::print(stderr, "cancelling job '{}'\n", name);
+        client.cancel();
+        return;
+      }
+    }
+  });
+  JobResult r = client.wait();
+  done.store(true);
+  watcher.join();
+  return r;
 }
 
 int report(const JobResult& r) {
@@ -76,19 +109,24 @@ int main(int argc, char** argv) {
   std::string output;
   wc->add_option("-i,--input", inputs, "Files, directories or glob patterns")->capture_default_str();
   wc->add_option("-p,--parallelism", parallelism, "Parallelism")->capture_default_str()->check(CLI::Range(1, 1024));
-  wc->add_option("--top", top, "How many of the most frequent words to print")->capture_default_str();
+  wc->add_option("--top", top, "How many of the most frequent words to print")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1'000'000'000));
   wc->add_option("-o,--output", output, "Write every word's count to this file (word<TAB>count)");
   wc->add_option("-D", props, "Configuration key=value (repeatable)");
 
   auto* rs = example->add_subcommand("running-sum", "Per-customer running sum over generated charges");
   int64_t count = 20;
   uint64_t seed = 42;
-  rs->add_option("-n,--count", count, "Number of charges")->capture_default_str();
+  rs->add_option("-n,--count", count, "Number of charges")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 53));
   rs->add_option("--seed", seed, "Random seed (runs are reproducible)")->capture_default_str();
   rs->add_option("-p,--parallelism", parallelism, "Parallelism")->capture_default_str()->check(CLI::Range(1, 1024));
   rs->add_option("-D", props, "Configuration key=value (repeatable)");
 
   CLI11_PARSE(app, argc, argv);
+  sluice::init_logging();
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (version->parsed()) {
@@ -107,8 +145,16 @@ int main(int argc, char** argv) {
   try {
     if (wc->parsed()) {
       std::map<std::string, int64_t> result;
+      std::unique_ptr<std::FILE, int (*)(std::FILE*)> out_file(nullptr, &std::fclose);
+      if (!output.empty()) {  // open before the job runs, so a bad path fails at once
+        out_file.reset(std::fopen(output.c_str(), "w"));
+        if (!out_file) {
+          fmt::print(stderr, "error: cannot write '{}': {}\n", output, std::strerror(errno));
+          return 1;
+        }
+      }
       sluice::examples::build_word_count(env, inputs, [&](const std::map<std::string, int64_t>& counts) { result = counts; });
-      JobResult r = env.execute("word count");
+      JobResult r = run_cancellable(env, "word count");
       if (!r.ok()) return report(r);
       std::vector<std::pair<std::string, int64_t>> sorted(result.begin(), result.end());
       std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -119,19 +165,22 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(top); ++i) {
         fmt::print("{:>6}  {}\n", sorted[i].second, sorted[i].first);
       }
-      if (!output.empty()) {
-        std::ofstream f(output);
-        for (const auto& [w, c] : result) f << w << '\t' << c << '\n';
-        if (!f) {
-          fmt::print(stderr, "error: cannot write {}\n", output);
+      if (out_file) {
+        for (const auto& [w, c] : result) fmt::print(out_file.get(), "{}\t{}\n", w, c);
+        if (std::fflush(out_file.get()) != 0 || std::ferror(out_file.get()) != 0) {
+          fmt::print(stderr, "error: writing '{}' failed: {}\n", output, std::strerror(errno));
           return 1;
         }
+      }
+      if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+        fmt::print(stderr, "error: writing to stdout failed: {}\n", std::strerror(errno));
+        return 1;
       }
       return report(r);
     }
     if (rs->parsed()) {
       sluice::examples::build_running_sum(env, count, seed);
-      return report(env.execute("running sum"));
+      return report(run_cancellable(env, "running sum"));
     }
   } catch (const sluice::SluiceException& e) {
     fmt::print(stderr, "error: {}\n", e.error().to_string());

@@ -1,17 +1,23 @@
 // NexmarkSource: the Nexmark generator as a bounded, split-based Sluice source.
 //
-// The enumerator cuts events 0..events-1 into one contiguous range per reader subtask. A reader generates
-// its ranges in order at full speed (no rate limit: `rate` only spaces event time), emits each event with
-// its event timestamp and, after every batch, the watermark timestamp(next event) - 1: generated
-// timestamps never decrease within a range, and several events may share a millisecond, so this is the
-// largest watermark no later event of the reader can violate. The end of input brings the final
-// watermark (the runtime's). Events are the same whatever the parallelism: event n depends only on n.
+// The enumerator deals events 0..events-1 to the reader subtasks in blocks of kBlock consecutive numbers,
+// round robin: with p readers, reader i generates blocks i, i + p, i + 2p, ... So all readers move through
+// event time together, at most about p blocks apart, and a downstream operator's watermark (the minimum
+// over its inputs) trails the newest events by that much. (Contiguous ranges per reader would put the
+// readers up to half the input apart in event time, and every window and timer of the later half would
+// wait for the earlier reader to finish.) A reader generates its blocks in order at full speed (no rate
+// limit: `rate` only spaces event time), emits each event with its event timestamp and, after every block,
+// the watermark timestamp(next event) - 1: generated timestamps never decrease within a split, and several
+// events may share a millisecond, so this is the largest watermark no later event of the reader can
+// violate. The end of input brings the final watermark (the runtime's). Events are the same whatever the
+// parallelism: event n depends only on n.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,17 +26,20 @@
 
 namespace sluice::nexmark {
 
-/// A range [next, end) of event numbers; `next` advances as the reader emits.
+/// The event numbers of one reader: blocks of NexmarkSource::kBlock consecutive numbers whose starts are
+/// `stride` apart (a multiple of kBlock), from `next` (advancing as the reader emits) up to `end`
+/// (exclusive).
 struct NexmarkSplit {
   int64_t next = 0;
   int64_t end = 0;
+  int64_t stride = 0;
 };
-SLUICE_FIELDS(NexmarkSplit, next, end);
+SLUICE_FIELDS(NexmarkSplit, next, end, stride);
 
 class NexmarkSource final : public Source<Event, NexmarkSplit> {
  public:
-  /// Events generated per poll_next call (then a watermark).
-  static constexpr int64_t kBatch = 1024;
+  /// Events per block: a reader generates one block per poll_next call, then emits a watermark.
+  static constexpr int64_t kBlock = 1024;
 
   /// A source of `config.events` events. Fails (kConfiguration) when the config does not validate or
   /// has no events.
@@ -55,19 +64,35 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     return std::make_unique<Reader>(ctx, generator_);
   }
 
-  /// The ranges for `parallelism` readers: range i is [events * i / p, events * (i + 1) / p).
+  /// The splits for `parallelism` readers: split i holds blocks i, i + p, i + 2p, ... of the events.
   std::vector<NexmarkSplit> splits(int parallelism) const {
     const int64_t count = generator_.config().events;
     const int64_t p = parallelism;
-    auto boundary = [&](int64_t i) { return (count / p) * i + (count % p) * i / p; };
     std::vector<NexmarkSplit> out;
     for (int64_t i = 0; i < p; ++i)
-      out.push_back(NexmarkSplit{boundary(i), boundary(i + 1)});
+      out.push_back(NexmarkSplit{std::min(i * kBlock, count), count, p * kBlock});
+    return out;
+  }
+
+  /// The event numbers of `split`, in the order a reader emits them.
+  static std::vector<int64_t> event_numbers(const NexmarkSplit& split) {
+    std::vector<int64_t> out;
+    for (NexmarkSplit s = split; s.next < s.end; s.next = next_block(s)) {
+      for (int64_t n = s.next; n < block_end(s); ++n)
+        out.push_back(n);
+    }
     return out;
   }
 
  private:
   explicit NexmarkSource(NexmarkConfig config) : generator_(config) {}
+
+  /// The end of the block that holds split.next (within the split's end).
+  static int64_t block_end(const NexmarkSplit& split) {
+    return std::min(split.end, (split.next / kBlock + 1) * kBlock);
+  }
+  /// The first event of the split's block after the one holding split.next.
+  static int64_t next_block(const NexmarkSplit& split) { return split.next / kBlock * kBlock + split.stride; }
 
   class Reader final : public SourceReader<Event, NexmarkSplit> {
    public:
@@ -77,13 +102,13 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     InputStatus poll_next(ReaderOutput<Event>& out) override {
       if (splits_.empty()) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
       NexmarkSplit& s = splits_.front();
-      const int64_t stop = std::min(s.end, s.next + kBatch);
+      const int64_t stop = block_end(s);
       for (int64_t n = s.next; n < stop; ++n) {
         // One Event reused for every record: strings a downstream operator did not move keep their memory.
         gen_.event_into(n, scratch_);
         out.collect(std::move(scratch_), gen_.timestamp(n));
       }
-      s.next = stop;
+      s.next = next_block(s);
       if (s.next >= s.end) {
         splits_.pop_front();
         if (splits_.empty() && !no_more_splits_) ctx_.send_split_request();
@@ -94,6 +119,11 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
 
     void add_splits(std::vector<NexmarkSplit> splits) override {
       for (auto& s : splits) {
+        if (s.stride <= 0 || s.stride % kBlock != 0) {
+          throw SluiceException(Error(ErrorCode::kInternal, "nexmark source: a split's stride must be a positive "
+                                                            "multiple of the block size, got " +
+                                                                std::to_string(s.stride)));
+        }
         if (s.next < s.end) splits_.push_back(s);
       }
     }

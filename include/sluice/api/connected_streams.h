@@ -93,6 +93,7 @@ class ConnectedStreams {
       graph->add_edge(i.node, node, i.partitioner, i.explicit_partitioner, i.side_output_tag, i.ops, 1);
     }
     detail::PendingInput p{node, PartitionerKind::kForward, false, "", std::make_shared<TypedEdgeOps<Out>>()};
+    graph->node(node).output_ops = p.ops;
     return DataStream<Out>(graph, {p});
   }
 

@@ -132,7 +132,11 @@ class DataStream {
   /// Assigns event timestamps and generates watermarks with `strategy` (upstream watermarks are replaced).
   DataStream<T> assign_timestamps_and_watermarks(const WatermarkStrategy<T>& strategy) {
     auto s = std::make_shared<const WatermarkStrategy<T>>(strategy);
-    int64_t interval = graph_->config().get(options::kAutoWatermarkInterval);
+    int64_t interval = options::kAutoWatermarkInterval.default_value;
+    try {
+      interval = graph_->config().get(options::kAutoWatermarkInterval);
+    } catch (const SluiceException&) {  // reported by execute() (validate_engine_options)
+    }
     return transform<T>("Timestamps/Watermarks", false, [s, interval]() {
       return std::make_unique<TimestampsAndWatermarksOperator<T>>(s, interval);
     });
@@ -232,6 +236,7 @@ class DataStream {
         [make]() -> std::unique_ptr<StreamOperatorBase> { return make(); }, stateful);
     int node = add_node(std::move(name), factory);
     detail::PendingInput p{node, PartitionerKind::kForward, false, "", std::make_shared<TypedEdgeOps<U>>()};
+    graph_->node(node).output_ops = p.ops;
     return DataStream<U>(graph_, {p});
   }
 

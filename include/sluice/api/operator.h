@@ -75,16 +75,23 @@ class OperatorException : public std::runtime_error {
   ErrorCode code_;
 };
 
+/// Thrown inside a task thread to unwind it when the task is cancelled (deliberately not a std::exception, so
+/// user code that catches std::exception does not swallow it).
+struct TaskCancelledException {};
+
 /// Runs `fn` and converts any exception other than OperatorException into an OperatorException naming
-/// `operator_name`. Exceptions from downstream operators (already OperatorException) pass through unchanged.
+/// `operator_name`. Exceptions from downstream operators (already OperatorException) and task cancellation
+/// pass through unchanged.
 template <class F>
 decltype(auto) call_user_function(const std::string& operator_name, F&& fn) {
   try {
     return std::forward<F>(fn)();
   } catch (const OperatorException&) {
     throw;
+  } catch (const TaskCancelledException&) {
+    throw;
   } catch (const SluiceException& e) {
-    throw OperatorException(operator_name, e.error().to_string(), e.error().code());
+    throw OperatorException(operator_name, e.error().message(), e.error().code());
   } catch (const std::exception& e) {
     throw OperatorException(operator_name, e.what());
   } catch (...) {
@@ -110,6 +117,8 @@ class TaskServices {
   virtual const Clock& processing_clock() const = 0;
   /// True once the task was asked to stop.
   virtual bool is_cancelled() const = 0;
+  /// The flag behind is_cancelled(), for checks on a hot path (a relaxed load, no virtual call).
+  virtual const std::atomic<bool>& cancelled_flag() const = 0;
 };
 
 /// Base of every operator. Holds the name, the runtime context and the outputs.

@@ -110,6 +110,7 @@ class SourceOperator final : public SourceOperatorBase,
 
   void open() override {
     out_ = this->typed(this->main_output_);
+    cancelled_ = &services_->cancelled_flag();
     main_.init();
     reader_ = source_->create_reader(*this);
     coordinator_->register_reader(subtask_index(), this, services_);
@@ -135,6 +136,9 @@ class SourceOperator final : public SourceOperatorBase,
     using ReaderOutput<T>::collect;
     void collect(T&& record) override { collect(std::move(record), kNoTimestamp); }
     void collect(T&& record, TimestampMs ts) override {
+      // Stop within one record of a cancel, even when the reader emits large batches into slow operators.
+      if (op_->cancelled_->load(std::memory_order_relaxed)) [[unlikely]]
+        throw TaskCancelledException{};
       participating_ = true;
       if (op_->strategy_ != nullptr) {
         ts = op_->strategy_->timestamp_of(record, ts);
@@ -247,6 +251,7 @@ class SourceOperator final : public SourceOperatorBase,
   std::shared_ptr<const WatermarkStrategy<T>> strategy_;
   int64_t interval_ms_;
   Output<T>* out_ = nullptr;
+  const std::atomic<bool>* cancelled_ = nullptr;
   SplitOutput main_;
   std::map<std::string, std::unique_ptr<SplitOutput>> splits_;
   bool output_idle_ = false;

@@ -65,10 +65,16 @@ class StreamEnvironment {
     using T = typename Src::RecordType;
     using SplitT = typename Src::SplitType;
     std::shared_ptr<const Source<T, SplitT>> base = std::move(source);
-    auto factory = std::make_shared<SourceOperatorFactory<T, SplitT>>(
-        std::move(base), std::move(strategy), graph_->config().get(options::kAutoWatermarkInterval));
+    // A malformed interval is reported by execute() (validate_engine_options); use the default until then.
+    int64_t interval = options::kAutoWatermarkInterval.default_value;
+    try {
+      interval = graph_->config().get(options::kAutoWatermarkInterval);
+    } catch (const SluiceException&) {
+    }
+    auto factory = std::make_shared<SourceOperatorFactory<T, SplitT>>(std::move(base), std::move(strategy), interval);
     int node = graph_->add_node("Source: " + name, factory).id;
     detail::PendingInput p{node, PartitionerKind::kForward, false, "", std::make_shared<TypedEdgeOps<T>>()};
+    graph_->node(node).output_ops = p.ops;
     return DataStream<T>(graph_, {p});
   }
 

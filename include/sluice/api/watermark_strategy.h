@@ -63,6 +63,10 @@ class NoWatermarksGenerator final : public WatermarkGenerator<T> {
   void on_periodic_emit(WatermarkOutput&) override {}
 };
 
+// GCC 12 warns of infinite recursion in the forwarding calls below (it speculates that inner_ may be this
+// object); inner_ is always another generator.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winfinite-recursion"
 /// Marks the output idle when no event arrived for `idle_timeout_ms` of processing time (Flink's
 /// WatermarksWithIdleness); the clock is the task's (injectable).
 template <class T>
@@ -93,6 +97,7 @@ class WatermarksWithIdleness final : public WatermarkGenerator<T> {
   TimestampMs last_activity_;
   bool idle_ = false;
 };
+#pragma GCC diagnostic pop
 
 /// A recipe for timestamp assignment and watermark generation. Copyable; immutable once built.
 template <class T>

@@ -84,6 +84,10 @@ inline const ConfigOption<int64_t> kBufferSize{"taskmanager.memory.segment-size"
 inline const ConfigOption<int32_t> kBuffersPerChannel{
     "taskmanager.network.memory.buffers-per-channel", 4,
     "Buffers (credits) each input channel grants its sender; bounds in-flight data per channel."};
+inline const ConfigOption<int64_t> kNetworkMemoryMax{
+    "taskmanager.memory.network.max", 256LL * 1024 * 1024,
+    "Upper bound on the memory of all network buffers of a job (channels x buffers-per-channel x segment size); "
+    "a job needing more fails at start (Flink's 'insufficient number of network buffers')."};
 inline const ConfigOption<int64_t> kBufferTimeout{
     "execution.buffer-timeout", 10,
     "Longest time (ms) a partly filled output buffer waits before it is sent; a task also sends them when idle."};
@@ -93,5 +97,9 @@ inline const ConfigOption<int64_t> kAutoWatermarkInterval{
 inline const ConfigOption<bool> kChaining{"pipeline.operator-chaining", true,
                                           "Chain adjacent operators with forward edges into one task."};
 }  // namespace options
+
+/// Checks every engine option in `config` parses; returns the first error (kConfiguration) naming the key.
+/// Logs a warning for each key that is not an engine option (a likely typo).
+Status validate_engine_options(const Configuration& config);
 
 }  // namespace sluice

@@ -43,6 +43,8 @@ class EdgeOps {
                                                           int subtask_index, int max_parallelism) const = 0;
   /// An output that hands each record to every output in `outputs` (copies for all but the last).
   virtual std::unique_ptr<OutputBase> make_broadcasting_output(std::vector<OutputBase*> outputs) const = 0;
+  /// An output that drops every record (for a main output nothing reads).
+  virtual std::unique_ptr<OutputBase> make_discarding_output() const = 0;
   /// A RecordInput that deserializes records of T and feeds input `input_index` of `head`.
   virtual std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head, int input_index) const = 0;
 };
@@ -76,6 +78,7 @@ struct StreamNode {
   bool chaining_disabled = false;
   bool is_sink = false;
   std::shared_ptr<OperatorFactory> factory;
+  std::shared_ptr<EdgeOps> output_ops;  ///< typed by the node's main output type (null for sinks)
   std::vector<int> in_edges;   ///< edge ids, in creation order
   std::vector<int> out_edges;  ///< edge ids, in creation order
 };

@@ -176,6 +176,14 @@ class TypedEdgeOps : public EdgeOps {
   std::unique_ptr<OutputBase> make_broadcasting_output(std::vector<OutputBase*> outputs) const override {
     return std::make_unique<BroadcastingOutput<T>>(std::move(outputs));
   }
+  std::unique_ptr<OutputBase> make_discarding_output() const override {
+    struct Discard final : Output<T> {
+      void collect(T&&, TimestampMs) override {}
+      void emit_watermark(TimestampMs) override {}
+      void emit_watermark_status(bool) override {}
+    };
+    return std::make_unique<Discard>();
+  }
   std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head, int input_index) const override {
     return std::make_unique<TypedRecordInput<T>>(checked_cast(head, input_index));
   }

@@ -66,8 +66,6 @@ class TaskRuntimeContext final : public RuntimeContext {
   const Clock& clock_;
 };
 
-/// Thrown inside a task thread to unwind when the task is cancelled.
-struct TaskCancelledException {};
 
 class Task final : public TaskServices, public CreditWaiter {
  public:
@@ -115,6 +113,7 @@ class Task final : public TaskServices, public CreditWaiter {
   void register_processing_timer(TimestampMs time_ms, std::function<void(TimestampMs)> callback) override;
   const Clock& processing_clock() const override { return *options_.clock; }
   bool is_cancelled() const override { return cancelled_.load(std::memory_order_acquire); }
+  const std::atomic<bool>& cancelled_flag() const override { return cancelled_; }
 
   // --- CreditWaiter ---
   void prepare_wait_for_credit() override { wakeup_.clear(); }

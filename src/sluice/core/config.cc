@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <spdlog/spdlog.h>
+
 #include <charconv>
+#include <limits>
 
 namespace sluice {
 namespace {
@@ -49,6 +52,7 @@ Result<int64_t> parse_memory_size(std::string_view text) {
   } else {
     return config_error("memory size", text, "a unit of b, kb, mb or gb");
   }
+  if (n > std::numeric_limits<int64_t>::max() / mul) return config_error("memory size", text, "a size below 8 EiB");
   return n * mul;
 }
 
@@ -104,12 +108,43 @@ std::string Configuration::get(const ConfigOption<std::string>& option) const {
   return v ? *v : option.default_value;
 }
 
+Status validate_engine_options(const Configuration& config) {
+  static const std::vector<std::string_view> known = {
+      options::kParallelism.key,      options::kMaxParallelism.key,         options::kTaskSlots.key,
+      options::kBufferSize.key,       options::kBuffersPerChannel.key,      options::kNetworkMemoryMax.key,
+      options::kBufferTimeout.key,    options::kAutoWatermarkInterval.key,  options::kChaining.key};
+  try {
+    (void)config.get(options::kParallelism);
+    (void)config.get(options::kMaxParallelism);
+    (void)config.get(options::kTaskSlots);
+    (void)config.get(options::kBufferSize);
+    (void)config.get(options::kBuffersPerChannel);
+    (void)config.get(options::kNetworkMemoryMax);
+    (void)config.get(options::kBufferTimeout);
+    (void)config.get(options::kAutoWatermarkInterval);
+    (void)config.get(options::kChaining);
+  } catch (const SluiceException& e) {
+    return e.error();
+  }
+  for (const auto& [key, value] : config.entries()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      spdlog::warn("configuration key '{}' is not an engine option and is ignored (a typo?); see "
+                   "docs/configuration.md",
+                   key);
+    }
+  }
+  return ok_status();
+}
+
 Result<Configuration> Configuration::from_args(int argc, const char* const* argv, std::vector<std::string>* rest) {
   Configuration c;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     std::string key, value;
-    if (a.starts_with("-D")) {
+    if (a == "-D") {  // "-D key=value"
+      if (i + 1 >= argc) return Error(ErrorCode::kConfiguration, "-D needs key=value");
+      a = argv[++i];
+    } else if (a.starts_with("-D")) {
       a.remove_prefix(2);
     } else if (a == "-p" || a == "--parallelism") {
       if (i + 1 >= argc) return Error(ErrorCode::kConfiguration, std::string(a) + " needs a value");

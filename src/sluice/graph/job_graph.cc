@@ -33,6 +33,7 @@ std::vector<int> pointwise_targets(int up, int down, int i) {
 }
 
 Result<JobGraph> build_job_graph(StreamGraph& graph) {
+  SLUICE_RETURN_IF_ERROR(validate_engine_options(graph.config()));
   JobGraph jg;
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
@@ -61,6 +62,9 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
     jg.node_max_parallelism[static_cast<size_t>(node.id)] = maxp;
     if (!node.factory->is_source() && node.in_edges.empty()) {
       return graph_error(describe(node) + " has no input");
+    }
+    if (!node.is_sink && node.out_edges.empty()) {
+      spdlog::warn("{} has no downstream operator or sink: its records are discarded (add sink_to())", describe(node));
     }
   }
   for (auto& e : const_cast<std::vector<StreamEdge>&>(graph.edges())) {

@@ -20,7 +20,8 @@ Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
   std::vector<NetworkBuffer*> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    segments_.push_back(std::make_unique<uint8_t[]>(segment_size_));
+    // Default-initialized (not zeroed): pages are only touched, and so only count in RSS, when used.
+    segments_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[segment_size_]));
     auto b = std::make_unique<NetworkBuffer>();
     b->data = segments_.back().get();
     b->capacity = segment_size_;

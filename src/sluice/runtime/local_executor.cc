@@ -196,6 +196,16 @@ Status LocalJob::deploy(const JobGraph& jg) {
       channel_count += ec.targets[static_cast<size_t>(i)].size();
     }
   }
+  const int64_t network_max = config.get(options::kNetworkMemoryMax);
+  const long double needed = static_cast<long double>(channel_count) * credits * segment_size;
+  if (needed > static_cast<long double>(network_max)) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("the job's data exchange needs {} channels x {} buffers x {} bytes = {:.0f} MiB of network "
+                             "buffers, above {} = {} MiB; lower the parallelism, {} or {}, or raise {}",
+                             channel_count, credits, segment_size, static_cast<double>(needed) / (1 << 20),
+                             options::kNetworkMemoryMax.key, network_max >> 20, options::kBuffersPerChannel.key,
+                             options::kBufferSize.key, options::kNetworkMemoryMax.key));
+  }
   pool_ = std::make_unique<NetworkBufferPool>(static_cast<uint32_t>(segment_size),
                                               channel_count * static_cast<size_t>(credits));
 
@@ -284,6 +294,10 @@ Status LocalJob::deploy(const JobGraph& jg) {
           by_tag[se.side_output_tag].push_back({&se, out});
         }
         std::unordered_map<std::string, OutputBase*> outputs;
+        if (by_tag.find("") == by_tag.end() && node.output_ops != nullptr) {
+          // Nothing reads the main output (only side outputs, or a dangling operator): drop its records.
+          outputs[""] = task->own_output(node.output_ops->make_discarding_output());
+        }
         for (auto& [tag, outs] : by_tag) {
           if (outs.size() == 1) {
             outputs[tag] = outs[0].second;
@@ -344,6 +358,10 @@ Result<JobClient> submit_local_job(std::shared_ptr<StreamGraph> graph, std::stri
     if (!st.ok()) return st.error();
   } catch (const SluiceException& e) {
     return e.error();
+  } catch (const std::bad_alloc&) {
+    return Error(ErrorCode::kConfiguration,
+                 "out of memory while deploying the job (network buffers, operators); lower the parallelism or "
+                 "the network memory options");
   }
   if (probe != nullptr) {
     probe->buffer_pool = job->pool();

@@ -1,11 +1,14 @@
 // StreamEnvironment's execution half lives with the runtime: the API builds the graph, the mini-cluster runs it.
 #include "sluice/api/stream_environment.h"
 
+#include "sluice/core/logging.h"
 #include "sluice/runtime/local_executor.h"
 
 namespace sluice {
 
-StreamEnvironment::StreamEnvironment(Configuration config) : graph_(std::make_shared<StreamGraph>(std::move(config))) {}
+StreamEnvironment::StreamEnvironment(Configuration config) : graph_(std::make_shared<StreamGraph>(std::move(config))) {
+  init_logging();
+}
 
 StreamEnvironment StreamEnvironment::from_args(int argc, const char* const* argv) {
   return StreamEnvironment(Configuration::from_args(argc, argv).value_or_throw());

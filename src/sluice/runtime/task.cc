@@ -102,8 +102,8 @@ void Task::wait_for_credit() {
 
 Error Task::describe_failure(const std::string& operator_name, const std::string& message, ErrorCode code) const {
   return Error(code,
-               fmt::format("operator '{}' failed in subtask {} of {} (attempt {}) of task '{}': {}", operator_name,
-                           options_.subtask_index, options_.parallelism, options_.attempt, options_.vertex_name,
+               fmt::format("operator '{}' failed in subtask {}/{} (attempt {}) of task '{}': {}", operator_name,
+                           options_.subtask_index + 1, options_.parallelism, options_.attempt, options_.vertex_name,
                            message));
 }
 

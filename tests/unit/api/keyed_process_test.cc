@@ -63,11 +63,11 @@ std::atomic<int> g_processed{0};
 class ProcessingTimers final : public KeyedProcessFunction<std::string, KV, std::string> {
  public:
   void process_element(const KV&, Context& ctx, Collector<std::string>&) override {
-    g_processed++;
     TimestampMs now = ctx.timer_service().current_processing_time();
     ctx.timer_service().register_processing_time_timer(now + 100);
     ctx.timer_service().register_processing_time_timer(now + 50);
     ctx.timer_service().register_processing_time_timer(now + 100);  // duplicate: fires once
+    g_processed++;  // last: the test moves the clock only after the timers are registered
   }
   void on_timer(TimestampMs t, OnTimerContext& ctx, Collector<std::string>& out) override {
     EXPECT_EQ(ctx.time_domain(), TimeDomain::kProcessingTime);

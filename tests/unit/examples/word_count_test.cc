@@ -40,6 +40,7 @@ TEST(WordCountTest, SplitWords) {
   EXPECT_EQ(split_words("To be, or not—to be: 'tis"), (std::vector<std::string>{"to", "be", "or", "not", "to", "be", "tis"}));
   EXPECT_EQ(split_words("wish'd. there's"), (std::vector<std::string>{"wish'd", "there's"}));
   EXPECT_TRUE(split_words("  ,;  ").empty());
+  EXPECT_EQ(split_words("Café naïve Straße"), (std::vector<std::string>{"café", "naïve", "straße"}));
 }
 
 }  // namespace

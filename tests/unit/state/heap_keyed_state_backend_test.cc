@@ -366,6 +366,23 @@ TEST_F(HeapBackendTest, ForEachKeyAndApplyToAllKeys) {
   EXPECT_THAT(backend_.state_names(), ElementsAre("count"));
 }
 
+TEST_F(HeapBackendTest, CompositeKeysAndMapKeysWithoutAbslHash) {
+  using Key = std::pair<std::string, int64_t>;
+  HeapKeyedStateBackend<Key> backend(full_range(), kDefaultMaxParallelism, clock_);
+  auto& windows = backend.get_state(MapStateDescriptor<Window, int>{"per-window"});
+  backend.set_current_key({"user", 1});
+  windows.put(Window{0, 10}, 1);
+  windows.put(Window{10, 20}, 2);
+  backend.set_current_key({"user", 2});
+  windows.put(Window{0, 10}, 3);
+  backend.set_current_key({"user", 1});
+  EXPECT_EQ(windows.get(Window{0, 10}), 1);
+  EXPECT_EQ(windows.get(Window{10, 20}), 2);
+  backend.set_current_key({"user", 2});
+  EXPECT_EQ(windows.get(Window{0, 10}), 3);
+  EXPECT_FALSE(windows.contains(Window{10, 20}));
+}
+
 TEST_F(HeapBackendTest, ManyKeysSurviveGrowthAndErasure) {
   HeapKeyedStateBackend<int64_t> backend(full_range(), kDefaultMaxParallelism, clock_);
   auto& v = backend.get_state(ValueStateDescriptor<int64_t>{"v"});
