@@ -280,7 +280,11 @@ double EventRandom::next_double() {
 }
 
 NexmarkGenerator::NexmarkGenerator(NexmarkConfig config)
-    : config_(config), inter_event_delay_us_(1'000'000.0 / config.rate), extra_pool_(make_extra_pool(config)) {
+    : config_(config),
+      inter_event_delay_us_(1'000'000.0 / config.rate),
+      events_for_auctions_((static_cast<int64_t>(config.num_in_flight_auctions) * config.total_proportion()) /
+                           config.auction_proportion),
+      extra_pool_(make_extra_pool(config)) {
   assert(config_.validate().ok());
 }
 
@@ -288,10 +292,18 @@ TimestampMs NexmarkGenerator::timestamp(int64_t n) const {
   return config_.base_time_ms + static_cast<int64_t>(static_cast<double>(n) * inter_event_delay_us_) / 1000;
 }
 
+NexmarkGenerator::Position NexmarkGenerator::position(int64_t n) const {
+  const int64_t epoch = n / config_.total_proportion();
+  return Position{n, epoch, n - epoch * config_.total_proportion()};
+}
+
 EventType NexmarkGenerator::type_of(int64_t n) const {
-  const int64_t rem = n % config_.total_proportion();
-  if (rem < config_.person_proportion) return EventType::kPerson;
-  if (rem < config_.person_proportion + config_.auction_proportion) return EventType::kAuction;
+  return type_at(position(n));
+}
+
+EventType NexmarkGenerator::type_at(const Position& at) const {
+  if (at.offset < config_.person_proportion) return EventType::kPerson;
+  if (at.offset < config_.person_proportion + config_.auction_proportion) return EventType::kAuction;
   return EventType::kBid;
 }
 
@@ -312,31 +324,46 @@ Event NexmarkGenerator::event(int64_t n) const {
 
 void NexmarkGenerator::event_into(int64_t n, Event& out) const {
   const TimestampMs ts = timestamp(n);
+  const Position at = position(n);
   EventRandom rng(config_.seed, n);
-  switch (type_of(n)) {
+  switch (type_at(at)) {
     case EventType::kPerson:
-      make_person(n, ts, rng, holding<Person>(out));
+      make_person(at, ts, rng, holding<Person>(out));
       return;
     case EventType::kAuction:
-      make_auction(n, ts, rng, holding<Auction>(out));
+      make_auction(at, ts, rng, holding<Auction>(out));
       return;
     case EventType::kBid:
-      make_bid(n, ts, rng, holding<Bid>(out));
+      make_bid(at, ts, rng, holding<Bid>(out));
       return;
   }
 }
 
 int64_t NexmarkGenerator::last_base0_person_id(int64_t n) const {
-  const int64_t epoch = n / config_.total_proportion();
-  int64_t offset = n % config_.total_proportion();
-  // An auction or a bid: the last person of this epoch.
-  if (offset >= config_.person_proportion) offset = config_.person_proportion - 1;
-  return epoch * config_.person_proportion + offset;
+  return last_person(position(n));
 }
 
 int64_t NexmarkGenerator::last_base0_auction_id(int64_t n) const {
-  int64_t epoch = n / config_.total_proportion();
-  int64_t offset = n % config_.total_proportion();
+  return last_auction(position(n));
+}
+
+int64_t NexmarkGenerator::next_base0_person_id(int64_t n, EventRandom& rng) const {
+  return next_person(position(n), rng);
+}
+
+int64_t NexmarkGenerator::next_base0_auction_id(int64_t n, EventRandom& rng) const {
+  return next_auction(position(n), rng);
+}
+
+int64_t NexmarkGenerator::last_person(const Position& at) const {
+  // An auction or a bid: the last person of this epoch.
+  const int64_t offset = std::min<int64_t>(at.offset, config_.person_proportion - 1);
+  return at.epoch * config_.person_proportion + offset;
+}
+
+int64_t NexmarkGenerator::last_auction(const Position& at) const {
+  int64_t epoch = at.epoch;
+  int64_t offset = at.offset;
   if (offset < config_.person_proportion) {
     // A person: the last auction of the previous epoch.
     --epoch;
@@ -350,22 +377,22 @@ int64_t NexmarkGenerator::last_base0_auction_id(int64_t n) const {
   return epoch * config_.auction_proportion + offset;
 }
 
-int64_t NexmarkGenerator::next_base0_person_id(int64_t n, EventRandom& rng) const {
+int64_t NexmarkGenerator::next_person(const Position& at, EventRandom& rng) const {
   // Only the last num_active_people persons (and a few ids ahead) sell and bid, so the density of
   // auctions and bids per person stays constant over long runs.
-  const int64_t num_people = last_base0_person_id(n) + 1;
+  const int64_t num_people = last_person(at) + 1;
   const int64_t active = std::min<int64_t>(num_people, config_.num_active_people);
   return num_people - active + rng.next_long(active + kPersonIdLead);
 }
 
-int64_t NexmarkGenerator::next_base0_auction_id(int64_t n, EventRandom& rng) const {
-  const int64_t max_auction = last_base0_auction_id(n);
+int64_t NexmarkGenerator::next_auction(const Position& at, EventRandom& rng) const {
+  const int64_t max_auction = last_auction(at);
   const int64_t min_auction = std::max<int64_t>(max_auction - config_.num_in_flight_auctions, 0);
   return min_auction + rng.next_long(max_auction - min_auction + 1 + kAuctionIdLead);
 }
 
-void NexmarkGenerator::make_person(int64_t n, TimestampMs ts, EventRandom& rng, Person& p) const {
-  p.id = last_base0_person_id(n) + kFirstPersonId;
+void NexmarkGenerator::make_person(const Position& at, TimestampMs ts, EventRandom& rng, Person& p) const {
+  p.id = last_person(at) + kFirstPersonId;
   const std::string_view first = pick(rng, kFirstNames);
   const std::string_view last = pick(rng, kLastNames);
   p.name.assign(first).append(1, ' ').append(last);
@@ -383,21 +410,19 @@ void NexmarkGenerator::make_person(int64_t n, TimestampMs ts, EventRandom& rng, 
   assign_extra(p.extra, rng, *extra_pool_, current_size, config_.avg_person_byte_size);
 }
 
-void NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& rng, Auction& a) const {
-  a.id = last_base0_auction_id(n) + kFirstAuctionId;
+void NexmarkGenerator::make_auction(const Position& at, TimestampMs ts, EventRandom& rng, Auction& a) const {
+  a.id = last_auction(at) + kFirstAuctionId;
   if (rng.next_int(config_.hot_sellers_ratio) > 0) {
     // A hot seller: the first person of the batch of the last kHotSellerBatch persons.
-    a.seller = (last_base0_person_id(n) / kHotSellerBatch) * kHotSellerBatch;
+    a.seller = (last_person(at) / kHotSellerBatch) * kHotSellerBatch;
   } else {
-    a.seller = next_base0_person_id(n, rng);
+    a.seller = next_person(at, rng);
   }
   a.seller += kFirstPersonId;
   a.category = kFirstCategoryId + rng.next_int(static_cast<int32_t>(kNumCategories));
   a.initial_bid = next_price(rng);
   // The auction lasts on average until num_in_flight_auctions more auctions have been created.
-  const int64_t events_for_auctions =
-      (static_cast<int64_t>(config_.num_in_flight_auctions) * config_.total_proportion()) / config_.auction_proportion;
-  const int64_t horizon_ms = timestamp(n + events_for_auctions) - ts;
+  const int64_t horizon_ms = timestamp(at.n + events_for_auctions_) - ts;
   a.date_time = ts;
   a.expires = ts + 1 + rng.next_long(std::max<int64_t>(horizon_ms * 2, 1));
   a.item_name.clear();
@@ -409,19 +434,19 @@ void NexmarkGenerator::make_auction(int64_t n, TimestampMs ts, EventRandom& rng,
   assign_extra(a.extra, rng, *extra_pool_, current_size, config_.avg_auction_byte_size);
 }
 
-void NexmarkGenerator::make_bid(int64_t n, TimestampMs ts, EventRandom& rng, Bid& b) const {
+void NexmarkGenerator::make_bid(const Position& at, TimestampMs ts, EventRandom& rng, Bid& b) const {
   if (rng.next_int(config_.hot_auction_ratio) > 0) {
     // A hot auction: the first of the batch of the last kHotAuctionBatch auctions.
-    b.auction = (last_base0_auction_id(n) / kHotAuctionBatch) * kHotAuctionBatch;
+    b.auction = (last_auction(at) / kHotAuctionBatch) * kHotAuctionBatch;
   } else {
-    b.auction = next_base0_auction_id(n, rng);
+    b.auction = next_auction(at, rng);
   }
   b.auction += kFirstAuctionId;
   if (rng.next_int(config_.hot_bidders_ratio) > 0) {
     // A hot bidder: the second person of the batch (so hot bidders and hot sellers differ).
-    b.bidder = (last_base0_person_id(n) / kHotBidderBatch) * kHotBidderBatch + 1;
+    b.bidder = (last_person(at) / kHotBidderBatch) * kHotBidderBatch + 1;
   } else {
-    b.bidder = next_base0_person_id(n, rng);
+    b.bidder = next_person(at, rng);
   }
   b.bidder += kFirstPersonId;
   b.price = next_price(rng);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,7 +58,7 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
 
   std::unique_ptr<SplitEnumerator<NexmarkSplit>> create_enumerator(
       SplitEnumeratorContext<NexmarkSplit>& ctx) const override {
-    return std::make_unique<StaticSplitEnumerator<NexmarkSplit>>(ctx, splits(ctx.current_parallelism()));
+    return std::make_unique<Enumerator>(ctx, splits(ctx.current_parallelism()));
   }
 
   std::unique_ptr<SourceReader<Event, NexmarkSplit>> create_reader(SourceReaderContext& ctx) const override {
@@ -93,6 +94,35 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
   }
   /// The first event of the split's block after the one holding split.next.
   static int64_t next_block(const NexmarkSplit& split) { return split.next / kBlock * kBlock + split.stride; }
+
+  /// Gives split i to reader subtask i, whenever it asks (a first-come enumerator could hand a fast reader a
+  /// second split that starts earlier in event time than the watermark it already emitted, making every
+  /// record of that split late), and splits given back after a failure to the subtask that had them.
+  class Enumerator final : public SplitEnumerator<NexmarkSplit> {
+   public:
+    Enumerator(SplitEnumeratorContext<NexmarkSplit>& ctx, std::vector<NexmarkSplit> splits) : ctx_(ctx) {
+      for (size_t i = 0; i < splits.size(); ++i)
+        pending_[static_cast<int>(i)].push_back(splits[i]);
+    }
+    void handle_split_request(int subtask) override {
+      auto it = pending_.find(subtask);
+      if (it == pending_.end() || it->second.empty()) {
+        ctx_.signal_no_more_splits(subtask);
+        return;
+      }
+      NexmarkSplit s = it->second.front();
+      it->second.pop_front();
+      ctx_.assign_split(s, subtask);
+    }
+    void add_splits_back(std::vector<NexmarkSplit> splits, int subtask) override {
+      for (const NexmarkSplit& s : splits)
+        pending_[subtask].push_back(s);
+    }
+
+   private:
+    SplitEnumeratorContext<NexmarkSplit>& ctx_;
+    std::map<int, std::deque<NexmarkSplit>> pending_;
+  };
 
   class Reader final : public SourceReader<Event, NexmarkSplit> {
    public:

@@ -165,6 +165,36 @@ TEST(CancelTest, CancelStopsAnUnboundedJobAndLeavesNoThread) {
   EXPECT_EQ(thread_count(), before);
 }
 
+TEST(CancelTest, CancellingABackpressuredJobReportsCanceledNotFailed) {
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  auto source = std::make_shared<DataGeneratorSource<Event>>([](int64_t i) { return Event{i % 100, i}; },
+                                                             DataGeneratorSource<Event>::kUnbounded);
+  auto gate = std::make_shared<testing::Gate>();
+  auto out = std::make_shared<CollectedRecords<Event>>();
+  env.from_source(source, "endless")
+      .key_by(&Event::key)
+      .sink_to(std::make_shared<testing::GatedSink<Event>>(gate, out));
+  LocalJobProbe probe;
+  JobClient client = env.execute_async("backpressured", &probe);
+  // Every credit is taken: the sources are blocked waiting for buffers.
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return probe.buffer_pool->in_flight() == static_cast<int64_t>(probe.buffer_pool->max_buffers()); }));
+  client.cancel();
+  gate->open_fully();  // the sink's user code returns; its task then sees the cancellation
+  JobResult r = client.wait();
+  EXPECT_EQ(r.status, JobStatus::kCanceled) << (r.error ? r.error->to_string() : "");
+  EXPECT_FALSE(r.error.has_value());
+}
+
+TEST(GraphTest, AnOperatorWithoutDownstreamRunsAndDiscards) {
+  StreamEnvironment env;
+  env.from_source(datagen::sequence(1, 1000), "n").map([](int64_t v) { return v + 1; }).name("Dangling");
+  JobResult r = env.execute("no sink");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(r.find("Dangling")->records_in, 1000u);
+}
+
 TEST(GraphErrorTest, InvalidGraphReturnsAFailedResultWithTheReason) {
   StreamEnvironment env;
   auto out = std::make_shared<CollectedRecords<int64_t>>();
@@ -174,6 +204,26 @@ TEST(GraphErrorTest, InvalidGraphReturnsAFailedResultWithTheReason) {
   ASSERT_EQ(r.status, JobStatus::kFailed);
   EXPECT_EQ(r.error->code(), ErrorCode::kGraph);
   EXPECT_NE(r.error->message().find("forward()"), std::string::npos) << r.error->message();
+}
+
+TEST(ConfigErrorTest, MalformedOptionsAndOversizedNetworkMemoryFailTheJobWithTheKey) {
+  {
+    StreamEnvironment env;
+    env.config().set_string("pipeline.auto-watermark-interval", "abc");
+    env.from_source(datagen::sequence(0, 10), "n").map([](int64_t v) { return v; });
+    JobResult r = env.execute("bad option");
+    ASSERT_EQ(r.status, JobStatus::kFailed);
+    EXPECT_NE(r.error->message().find("pipeline.auto-watermark-interval"), std::string::npos) << r.error->message();
+  }
+  {
+    StreamEnvironment env;
+    env.set_parallelism(64);
+    env.from_source(datagen::sequence(0, 10), "n").rebalance().map([](int64_t v) { return v; });
+    JobResult r = env.execute("too much network memory");  // 64 x 64 channels x 4 x 32 KiB = 512 MiB
+    ASSERT_EQ(r.status, JobStatus::kFailed);
+    EXPECT_EQ(r.error->code(), ErrorCode::kConfiguration);
+    EXPECT_NE(r.error->message().find("taskmanager.memory.network.max"), std::string::npos) << r.error->message();
+  }
 }
 
 TEST(SlotsTest, TooFewSlotsIsAConfigurationError) {
