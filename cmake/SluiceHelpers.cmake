@@ -30,7 +30,10 @@ function(sluice_add_test name)
     set(ARG_TIMEOUT 300)
   endif()
   include(GoogleTest)
+  # gtest_discover_tests flattens list-valued properties, so several labels become one ("unit-runtime");
+  # ctest -L takes a regular expression, so `ctest -L runtime` and `ctest -L unit` both select it.
+  string(REPLACE ";" "-" labels "${ARG_LABELS}")
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
 endfunction()
