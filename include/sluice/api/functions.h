@@ -14,6 +14,8 @@
 
 namespace sluice {
 
+class OperatorStateStore;
+
 /// "No timestamp" marker for records that carry none.
 inline constexpr TimestampMs kNoTimestamp = std::numeric_limits<int64_t>::min();
 /// The final watermark, emitted when a bounded input ends: all event-time timers and windows fire.
@@ -35,6 +37,9 @@ class RuntimeContext {
   virtual int attempt_number() const = 0;
   /// The processing-time clock of the job (injectable in tests).
   virtual const Clock& clock() const = 0;
+  /// The operator state of this subtask (list and union list state, for non-keyed functions such as sources
+  /// and sinks; include sluice/state/operator_state.h). Task thread only.
+  virtual OperatorStateStore& operator_state() = 0;
 };
 
 /// Base of functions with a lifecycle: open() before the first record, close() after the last.

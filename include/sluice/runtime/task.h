@@ -27,6 +27,7 @@
 #include "sluice/runtime/input_processor.h"
 #include "sluice/runtime/record_writer.h"
 #include "sluice/runtime/wakeup.h"
+#include "sluice/state/operator_state.h"
 
 namespace sluice {
 
@@ -59,8 +60,10 @@ class TaskRuntimeContext final : public RuntimeContext {
   int max_parallelism() const override { return max_parallelism_; }
   int attempt_number() const override { return attempt_; }
   const Clock& clock() const override { return clock_; }
+  OperatorStateStore& operator_state() override { return operator_state_; }
 
  private:
+  OperatorStateStore operator_state_;
   std::string name_;
   int subtask_, parallelism_, max_parallelism_, attempt_;
   const Clock& clock_;

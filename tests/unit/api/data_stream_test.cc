@@ -11,6 +11,7 @@
 
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
+#include "sluice/state/operator_state.h"
 #include "test_util/collect_sink.h"
 
 namespace sluice {
@@ -151,14 +152,21 @@ class TagWithSubtask final : public MapFunction<int64_t, std::string> {
  public:
   void open(RuntimeContext& ctx) override {
     g_opened++;
+    // Operator state is per subtask and per operator: a fresh store for every open().
+    seen_ = &ctx.operator_state().get_list_state<int64_t>("seen");
+    EXPECT_TRUE(seen_->get().empty());
     prefix_ = std::to_string(ctx.subtask_index()) + "/" + std::to_string(ctx.parallelism()) + "#" +
               std::to_string(ctx.attempt_number());
   }
   void close() override { g_closed++; }
-  std::string map(const int64_t& v) override { return prefix_ + ":" + std::to_string(v); }
+  std::string map(const int64_t& v) override {
+    seen_->add(v);
+    return prefix_ + ":" + std::to_string(v);
+  }
 
  private:
   std::string prefix_;
+  ListState<int64_t>* seen_ = nullptr;
 };
 
 TEST(DataStreamTest, RichFunctionsAreOpenedAndClosedPerSubtask) {
