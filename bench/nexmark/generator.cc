@@ -48,8 +48,9 @@ constexpr int kMaxRandomStringLength = 128;
 /// 5042 / 65536, 1/13 to four digits), else a letter from the rest of the range (uniform to 1 part in 2^16).
 inline char random_char(uint64_t v, char special) {
   const uint64_t t = v * 13;
-  if (t < 0x10000) return special;
-  return static_cast<char>('a' + ((t - 0x10000) * 26) / (12 * 0x10000));
+  // Computed either way (unsigned, so the wrap below 2^16 is defined) to let the compiler select, not branch.
+  const auto letter = static_cast<char>('a' + ((t - 0x10000) * 26) / (12 * 0x10000));
+  return t < 0x10000 ? special : letter;
 }
 
 /// Appends a random string of kMinStringLength..max_length-1 characters, each one `special` with
@@ -67,8 +68,10 @@ void append_string(std::string& out, EventRandom& rng, int max_length, char spec
   int first = 0;
   int last = len;
   if (special == ' ') {
-    while (first < last && buf[static_cast<size_t>(first)] == ' ') ++first;
-    while (last > first && buf[static_cast<size_t>(last - 1)] == ' ') --last;
+    while (first < last && buf[static_cast<size_t>(first)] == ' ')
+      ++first;
+    while (last > first && buf[static_cast<size_t>(last - 1)] == ' ')
+      --last;
   }
   out.append(buf.data() + first, static_cast<size_t>(last - first));
 }

@@ -57,6 +57,32 @@ SplitStreams<Main, Side> split_events(DataStream<Event> events, const std::strin
   return {main, main.template get_side_output<Side>(tag)};
 }
 
+/// The running maxima of a few groups (window starts or ends), for filters that forward only what can still
+/// be a group's maximum. A cache, not state: a new group replaces the one with the smallest id, and an
+/// evicted or unknown group reads as kNone, so a filter built on it forwards more, never less.
+class RunningMaxima {
+ public:
+  static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+
+  /// The running maximum of `group` (kNone when unknown), to read and raise.
+  int64_t& of(int64_t group) {
+    Slot* oldest = &slots_[0];
+    for (Slot& s : slots_) {
+      if (s.group == group) return s.max;
+      if (s.group < oldest->group) oldest = &s;
+    }
+    *oldest = Slot{group, kNone};
+    return oldest->max;
+  }
+
+ private:
+  struct Slot {
+    int64_t group = kNone;
+    int64_t max = kNone;
+  };
+  std::array<Slot, 8> slots_{};
+};
+
 /// Identity for q0: moves the event through (a by-value lambda would move it twice).
 struct IdentityEvent {
   Event operator()(Event&& e) const { return std::move(e); }
@@ -180,7 +206,8 @@ class Q4WinningBid final : public KeyedCoProcessFunction<int64_t, Q4Auction, Q4B
     Q4Open state{a, Q4Open::kNoWinner};
     const std::vector<Q4Bid>& early = early_->get();
     if (!early.empty()) {
-      for (const Q4Bid& b : early) take(state, b);
+      for (const Q4Bid& b : early)
+        take(state, b);
       early_->clear();
     }
     open_->update(state);
@@ -306,6 +333,22 @@ class AuctionWindowCount final : public ProcessWindowFunction<int64_t, Q5Result,
   }
 };
 
+/// Forwards the window counts that reach this subtask's running maximum of their window (ties included):
+/// a count below it is below the window's maximum. Chained to the window operator, so only a few counts
+/// per window cross the network to Q5HotItems.
+class Q5LocalMaxFilter final : public FilterFunction<Q5Result> {
+ public:
+  bool filter(const Q5Result& c) override {
+    int64_t& max = maxima_.of(c.window_end);
+    if (c.num < max) return false;
+    max = c.num;
+    return true;
+  }
+
+ private:
+  RunningMaxima maxima_;
+};
+
 /// Per window end: the highest count seen and the auctions that reach it; emits them when the watermark
 /// passes the window (its counts carry the window's last millisecond as their timestamp, and every
 /// upstream subtask emits its counts of a window before it forwards that watermark).
@@ -359,42 +402,22 @@ class Q7LocalMaxFilter final : public FlatMapFunction<Event, Q7Candidate> {
     if (!e.is_bid()) return;
     const Bid& b = e.bid();
     const TimestampMs start = TimeWindow::window_start(b.date_time, 0, kQ7WindowMs);
-    int64_t& max = max_of(start);
+    int64_t& max = maxima_.of(start);
     if (b.price >= max) {
       max = b.price;
       out.collect(candidate(start, false, b));
     }
-    if (b.date_time == start) {
-      const int64_t& previous = max_of(start - kQ7WindowMs);
-      if (b.price >= previous) out.collect(candidate(start - kQ7WindowMs, true, b));
+    if (b.date_time == start && b.price >= maxima_.of(start - kQ7WindowMs)) {
+      out.collect(candidate(start - kQ7WindowMs, true, b));
     }
   }
 
  private:
-  static constexpr size_t kWindows = 8;
-  static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-  struct Slot {
-    TimestampMs start = kNone;
-    int64_t max = kNone;
-  };
-
   static Q7Candidate candidate(TimestampMs start, bool boundary, const Bid& b) {
     return Q7Candidate{start, boundary, Q7Result{b.auction, b.price, b.bidder, b.date_time, b.extra}};
   }
 
-  /// The running maximum of the window at `start` (kNone when unknown); a new window replaces the one with
-  /// the earliest start.
-  int64_t& max_of(TimestampMs start) {
-    Slot* oldest = &slots_[0];
-    for (Slot& s : slots_) {
-      if (s.start == start) return s.max;
-      if (s.start < oldest->start) oldest = &s;
-    }
-    *oldest = Slot{start, kNone};
-    return oldest->max;
-  }
-
-  std::array<Slot, kWindows> slots_{};
+  RunningMaxima maxima_;
 };
 
 /// Per window start: the highest price among the window's candidates, the bids with it, and the boundary
@@ -477,42 +500,41 @@ DataStream<Q2Result> query2(DataStream<Event> events) {
 }
 
 DataStream<Q3Result> query3(DataStream<Event> events) {
-  auto split = split_events<Q3Seller, Q3Auction>(
-      std::move(events), "Q3 Sellers and Auctions", [](const Event& e, Collector<Q3Seller>& sellers, auto auctions) {
-        if (e.is_person()) {
-          const Person& p = e.person();
-          if (is_q3_state(p.state)) sellers.collect(Q3Seller{p.id, p.name, p.city, p.state});
-        } else if (e.is_auction()) {
-          const Auction& a = e.auction();
-          if (a.category == kQ3Category) auctions(Q3Auction{a.id, a.seller});
-        }
-      });
-  auto connected = split.main.connect(split.side);
-  return key_by(
-             connected, [](const Q3Seller& p) { return p.id; }, [](const Q3Auction& a) { return a.seller; })
+  auto route = [](const Event& e, Collector<Q3Seller>& sellers, auto auctions) {
+    if (e.is_person()) {
+      const Person& p = e.person();
+      if (is_q3_state(p.state)) sellers.collect(Q3Seller{p.id, p.name, p.city, p.state});
+    } else if (e.is_auction()) {
+      const Auction& a = e.auction();
+      if (a.category == kQ3Category) auctions(Q3Auction{a.id, a.seller});
+    }
+  };
+  auto split = split_events<Q3Seller, Q3Auction>(std::move(events), "Q3 Sellers and Auctions", route);
+  auto person_id = [](const Q3Seller& p) { return p.id; };
+  auto seller = [](const Q3Auction& a) { return a.seller; };
+  return key_by(split.main.connect(split.side), person_id, seller)
       .process(Q3IncrementalJoin{})
       .name("Q3 Incremental Join")
       .uid("q3-join");
 }
 
 DataStream<Q4Result> query4(DataStream<Event> events) {
-  auto split = split_events<Q4Auction, Q4Bid>(
-      std::move(events), "Q4 Auctions and Bids", [](const Event& e, Collector<Q4Auction>& auctions, auto bids) {
-        if (e.is_bid()) {
-          const Bid& b = e.bid();
-          bids(Q4Bid{b.auction, b.price, b.date_time});
-        } else if (e.is_auction()) {
-          const Auction& a = e.auction();
-          auctions.collect(Q4Auction{a.id, a.category, a.date_time, a.expires});
-        }
-      });
-  auto connected = split.main.connect(split.side);
-  auto winners =
-      key_by(
-          connected, [](const Q4Auction& a) { return a.id; }, [](const Q4Bid& b) { return b.auction; })
-          .process(Q4WinningBid{})
-          .name("Q4 Winning Bids")
-          .uid("q4-winning-bids");
+  auto route = [](const Event& e, Collector<Q4Auction>& auctions, auto bids) {
+    if (e.is_bid()) {
+      const Bid& b = e.bid();
+      bids(Q4Bid{b.auction, b.price, b.date_time});
+    } else if (e.is_auction()) {
+      const Auction& a = e.auction();
+      auctions.collect(Q4Auction{a.id, a.category, a.date_time, a.expires});
+    }
+  };
+  auto split = split_events<Q4Auction, Q4Bid>(std::move(events), "Q4 Auctions and Bids", route);
+  auto auction_id = [](const Q4Auction& a) { return a.id; };
+  auto bid_auction = [](const Q4Bid& b) { return b.auction; };
+  auto winners = key_by(split.main.connect(split.side), auction_id, bid_auction)
+                     .process(Q4WinningBid{})
+                     .name("Q4 Winning Bids")
+                     .uid("q4-winning-bids");
   return winners.key_by([](const Q4Winner& w) { return w.category; })
       .process(Q4CategoryAverage{})
       .name("Q4 Average Per Category")
@@ -539,7 +561,9 @@ DataStream<Q5Result> query5(DataStream<Event> events) {
                     .window(SlidingEventTimeWindows::of(milliseconds(kQ5WindowMs), milliseconds(kQ5SlideMs)))
                     .aggregate(SumPaneCounts{}, AuctionWindowCount{})
                     .name("Q5 Bids Per Auction And Window")
-                    .uid("q5-counts");
+                    .uid("q5-counts")
+                    .filter(Q5LocalMaxFilter{})
+                    .name("Q5 Local Maxima");
   return counts.key_by([](const Q5Result& c) { return c.window_end; })
       .process(Q5HotItems{})
       .name("Q5 Hot Items")
@@ -556,15 +580,15 @@ DataStream<Q7Result> query7(DataStream<Event> events) {
 }
 
 DataStream<Q8Result> query8(DataStream<Event> events) {
-  auto split = split_events<Q8Person, int64_t>(
-      std::move(events), "Q8 Persons and Sellers", [](const Event& e, Collector<Q8Person>& persons, auto sellers) {
-        if (e.is_person()) {
-          const Person& p = e.person();
-          persons.collect(Q8Person{p.id, p.name, p.date_time});
-        } else if (e.is_auction()) {
-          sellers(e.auction().seller);
-        }
-      });
+  auto route = [](const Event& e, Collector<Q8Person>& persons, auto sellers) {
+    if (e.is_person()) {
+      const Person& p = e.person();
+      persons.collect(Q8Person{p.id, p.name, p.date_time});
+    } else if (e.is_auction()) {
+      sellers(e.auction().seller);
+    }
+  };
+  auto split = split_events<Q8Person, int64_t>(std::move(events), "Q8 Persons and Sellers", route);
   // The distinct sellers of each window (the SQL's GROUP BY seller, window), stamped with the window's
   // last millisecond, so the join below puts them in the same window.
   auto sellers = split.side.key_by([](const int64_t& seller) { return seller; })

@@ -136,7 +136,8 @@ DataStream<Q4Result> query4(DataStream<Event> events);
 
 /// Query 5, hot items: for every sliding window of 10 s every 2 s, the auctions with the most bids in it
 /// (every auction that reaches the maximum count), with the count and the window. Bids are counted per
-/// auction in 2 s panes first; the sliding windows add up pane counts.
+/// auction in 2 s panes first; the sliding windows add up pane counts, and each window subtask forwards only
+/// the counts that reach its own running maximum of their window to the per-window maximum.
 DataStream<Q5Result> query5(DataStream<Event> events);
 
 /// Query 7, highest bid: for every tumbling 10 s window [start, end), the bids whose price equals the

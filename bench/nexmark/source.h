@@ -150,9 +150,10 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     void add_splits(std::vector<NexmarkSplit> splits) override {
       for (auto& s : splits) {
         if (s.stride <= 0 || s.stride % kBlock != 0) {
-          throw SluiceException(Error(ErrorCode::kInternal, "nexmark source: a split's stride must be a positive "
-                                                            "multiple of the block size, got " +
-                                                                std::to_string(s.stride)));
+          throw SluiceException(Error(ErrorCode::kInternal,
+                                      "nexmark source: a split's stride must be a positive "
+                                      "multiple of the block size, got " +
+                                          std::to_string(s.stride)));
         }
         if (s.next < s.end) splits_.push_back(s);
       }

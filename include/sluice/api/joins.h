@@ -105,27 +105,14 @@ class KeyedCoProcessOperator final : public KeyedTwoInputOperatorBase<K, In1, In
     ctx_.ts = t;
     call_user_function(this->name(), [&] { fn_.on_timer(t, ctx_, this->collector_); });
   }
-  struct Ctx final : KeyedCoProcessFunction<K, In1, In2, Out>::OnTimerContext, TimerService {
+  struct Ctx final : KeyedCoProcessFunction<K, In1, In2, Out>::OnTimerContext {
     explicit Ctx(KeyedCoProcessOperator* o) : op(o) {}
     TimestampMs timestamp() const override { return ts; }
-    TimestampMs current_watermark() const override { return op->keyed_.timers().current_watermark(); }
+    TimestampMs current_watermark() const override { return op->keyed_.current_watermark(); }
     const K& current_key() const override { return op->keyed_.backend().current_key(); }
-    TimerService& timer_service() override { return *this; }
+    TimerService& timer_service() override { return op->keyed_; }
     TimeDomain time_domain() const override { return domain; }
     void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }
-    TimestampMs current_processing_time() const override { return op->runtime_context().clock().now_ms(); }
-    void register_event_time_timer(TimestampMs t) override {
-      op->keyed_.timers().register_event_time_timer(VoidNamespace{}, t);
-    }
-    void register_processing_time_timer(TimestampMs t) override {
-      op->keyed_.timers().register_processing_time_timer(VoidNamespace{}, t);
-    }
-    void delete_event_time_timer(TimestampMs t) override {
-      op->keyed_.timers().delete_event_time_timer(VoidNamespace{}, t);
-    }
-    void delete_processing_time_timer(TimestampMs t) override {
-      op->keyed_.timers().delete_processing_time_timer(VoidNamespace{}, t);
-    }
     KeyedCoProcessOperator* op;
     TimestampMs ts = kNoTimestamp;
     TimeDomain domain = TimeDomain::kEventTime;

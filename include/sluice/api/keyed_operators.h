@@ -77,7 +77,7 @@ class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
 /// The keyed state backend and timer service of one keyed operator subtask, with the task-timer plumbing for
 /// processing-time timers. Owned by keyed operators; task thread only.
 template <class K, class N>
-class KeyedContextHolder {
+class KeyedContextHolder final : public TimerService {
  public:
   void open(RuntimeContext& ctx, TaskServices* services) {
     services_ = services;
@@ -89,6 +89,14 @@ class KeyedContextHolder {
   }
   HeapKeyedStateBackend<K>& backend() { return *backend_; }
   InternalTimerService<K, N>& timers() { return *timers_; }
+
+  // TimerService of keyed functions: timers in the default namespace of the current key.
+  TimestampMs current_processing_time() const override { return clock_->now_ms(); }
+  TimestampMs current_watermark() const override { return timers_->current_watermark(); }
+  void register_event_time_timer(TimestampMs t) override { timers_->register_event_time_timer(N{}, t); }
+  void register_processing_time_timer(TimestampMs t) override { timers_->register_processing_time_timer(N{}, t); }
+  void delete_event_time_timer(TimestampMs t) override { timers_->delete_event_time_timer(N{}, t); }
+  void delete_processing_time_timer(TimestampMs t) override { timers_->delete_processing_time_timer(N{}, t); }
 
   /// Keeps one task timer armed for the earliest processing-time timer; `fire(key, ns, ts)` runs due timers.
   template <class Fire>
@@ -153,28 +161,14 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
     });
   }
 
-  struct Ctx final : KeyedProcessFunction<K, In, Out>::OnTimerContext, TimerService {
+  struct Ctx final : KeyedProcessFunction<K, In, Out>::OnTimerContext {
     explicit Ctx(KeyedProcessOperator* o) : op(o) {}
     TimestampMs timestamp() const override { return ts; }
-    TimestampMs current_watermark() const override { return op->keyed_.timers().current_watermark(); }
+    TimestampMs current_watermark() const override { return op->keyed_.current_watermark(); }
     const K& current_key() const override { return op->keyed_.backend().current_key(); }
-    TimerService& timer_service() override { return *this; }
+    TimerService& timer_service() override { return op->keyed_; }
     TimeDomain time_domain() const override { return domain; }
     void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }
-    // TimerService
-    TimestampMs current_processing_time() const override { return op->ctx_->clock().now_ms(); }
-    void register_event_time_timer(TimestampMs t) override {
-      op->keyed_.timers().register_event_time_timer(VoidNamespace{}, t);
-    }
-    void register_processing_time_timer(TimestampMs t) override {
-      op->keyed_.timers().register_processing_time_timer(VoidNamespace{}, t);
-    }
-    void delete_event_time_timer(TimestampMs t) override {
-      op->keyed_.timers().delete_event_time_timer(VoidNamespace{}, t);
-    }
-    void delete_processing_time_timer(TimestampMs t) override {
-      op->keyed_.timers().delete_processing_time_timer(VoidNamespace{}, t);
-    }
     KeyedProcessOperator* op;
     TimestampMs ts = kNoTimestamp;
     TimeDomain domain = TimeDomain::kEventTime;

@@ -68,9 +68,7 @@ namespace sluice {
 // Non-template building blocks (json_mapping.cc)
 // ---------------------------------------------------------------------------------------------------------
 
-/// Appends `s` as a quoted JSON string (RFC 8259): '"', '\' and control characters escaped, invalid UTF-8
-/// replaced by U+FFFD. Byte-for-byte the same text as Value::string(s).to_json().
-void append_json_string(std::string_view s, std::string& out);
+// append_json_string (quoted, escaped JSON strings) is declared in value.h.
 
 /// Appends the shortest decimal text that reads back to `d` ("0.1", "1e+300"), with ".0" added to integral
 /// values ("3.0"); NaN and ±infinity as null.

@@ -429,6 +429,10 @@ class Value::Object {
 /// Returns the stable lower-case name of a kind ("int64", "timestamp", ...).
 std::string_view value_kind_name(Value::Kind kind) noexcept;
 
+/// Appends `s` as a quoted JSON string (RFC 8259): '"', '\' and control characters escaped, invalid UTF-8
+/// replaced by U+FFFD. Value::to_json writes strings with it, so typed records and Values give the same text.
+void append_json_string(std::string_view s, std::string& out);
+
 /// Appends `micros` (microseconds since the Unix epoch, UTC) as ISO-8601 with six fraction digits:
 /// "2024-01-02T03:04:05.123456Z". Years outside 0000..9999 get a sign ("+10000-...", "-0001-...").
 void append_iso8601_micros(int64_t micros, std::string& out);

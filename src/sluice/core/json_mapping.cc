@@ -13,40 +13,7 @@ namespace sluice {
 
 namespace {
 
-constexpr char kHexDigits[] = "0123456789abcdef";
 
-bool needs_escape(unsigned char c) noexcept { return c < 0x20 || c == '"' || c == '\\'; }
-
-void append_escaped(unsigned char c, std::string& out) {
-  switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    case '\b':
-      out += "\\b";
-      break;
-    case '\f':
-      out += "\\f";
-      break;
-    default:
-      out += "\\u00";
-      out.push_back(kHexDigits[c >> 4]);
-      out.push_back(kHexDigits[c & 0xF]);
-      break;
-  }
-}
 
 template <class F>
 void append_float(F d, std::string& out, bool for_display) {
@@ -82,25 +49,6 @@ void append_excerpt(const Value& v, std::string& out) {
 }
 
 }  // namespace
-
-void append_json_string(std::string_view s, std::string& out) {
-  if (!simdjson::validate_utf8(s.data(), s.size())) {
-    // Rare: let Value apply its U+FFFD replacement so both produce the same text for every input.
-    Value::string(s).write_json(out);
-    return;
-  }
-  out.push_back('"');
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t run = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (!needs_escape(p[i])) continue;
-    out.append(s.data() + run, i - run);
-    append_escaped(p[i], out);
-    run = i + 1;
-  }
-  out.append(s.data() + run, s.size() - run);
-  out.push_back('"');
-}
 
 void append_json_number(double d, std::string& out) { append_float(d, out, false); }
 void append_json_number(float f, std::string& out) { append_float(f, out, false); }

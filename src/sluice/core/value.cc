@@ -1140,50 +1140,6 @@ constexpr std::array<ByteClass, 256> kByteClasses = [] {
   return t;
 }();
 
-// One pass that escapes and validates together: most strings are short, where a separate SIMD validation
-// call costs more than it saves.
-void write_json_string(std::string_view s, std::string& out) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n && kByteClasses[p[i]] == ByteClass::kPlain)
-    ++i;
-  if (i == n) {  // nothing to escape or check (most keys and values): one copy, quotes included
-    const size_t old = out.size();
-    out.resize(old + n + 2);
-    char* d = out.data() + old;
-    d[0] = '"';
-    if (n != 0) std::memcpy(d + 1, s.data(), n);
-    d[n + 1] = '"';
-    return;
-  }
-  out.push_back('"');
-  size_t run = 0;
-  while (i < n) {
-    const ByteClass cls = kByteClasses[p[i]];
-    if (cls == ByteClass::kPlain) {
-      ++i;
-      continue;
-    }
-    if (cls == ByteClass::kNonAscii) {
-      if (const size_t len = utf8_sequence_length(p + i, n - i); len != 0) {
-        i += len;
-        continue;
-      }
-    }
-    out.append(s.data() + run, i - run);
-    if (cls == ByteClass::kEscape) {
-      append_escaped_ascii(p[i], out);
-    } else {
-      // RFC 8259 §8.1 requires UTF-8; each invalid byte becomes U+FFFD so the output stays valid JSON.
-      out += "\xEF\xBF\xBD";
-    }
-    run = ++i;
-  }
-  out.append(s.data() + run, n - run);
-  out.push_back('"');
-}
-
 void append_base64(std::string_view in, std::string& out) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const auto* p = reinterpret_cast<const unsigned char*>(in.data());
@@ -1239,7 +1195,7 @@ void write_json_value(const Value& v, std::string& out) {
       ValueInternals::decimal(v).append_to(out);
       break;
     case K::kString:
-      write_json_string(ValueInternals::payload(v), out);
+      append_json_string(ValueInternals::payload(v), out);
       break;
     case K::kBytes:
       out.push_back('"');
@@ -1268,7 +1224,7 @@ void write_json_value(const Value& v, std::string& out) {
       for (const auto& [key, value] : ValueInternals::object_of(v)) {
         if (!first) out.push_back(',');
         first = false;
-        write_json_string(key, out);
+        append_json_string(key, out);
         out.push_back(':');
         write_json_value(value, out);
       }
@@ -1279,6 +1235,51 @@ void write_json_value(const Value& v, std::string& out) {
 }
 
 }  // namespace
+
+// One pass that escapes and validates together: most strings are short, where a separate SIMD validation
+// call costs more than it saves.
+void append_json_string(std::string_view s, std::string& out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n && kByteClasses[p[i]] == ByteClass::kPlain)
+    ++i;
+  if (i == n) {  // nothing to escape or check (most keys and values): one copy, quotes included
+    const size_t old = out.size();
+    out.resize(old + n + 2);
+    char* d = out.data() + old;
+    d[0] = '"';
+    if (n != 0) std::memcpy(d + 1, s.data(), n);
+    d[n + 1] = '"';
+    return;
+  }
+  out.push_back('"');
+  size_t run = 0;
+  while (i < n) {
+    const ByteClass cls = kByteClasses[p[i]];
+    if (cls == ByteClass::kPlain) {
+      ++i;
+      continue;
+    }
+    if (cls == ByteClass::kNonAscii) {
+      if (const size_t len = utf8_sequence_length(p + i, n - i); len != 0) {
+        i += len;
+        continue;
+      }
+    }
+    out.append(s.data() + run, i - run);
+    if (cls == ByteClass::kEscape) {
+      append_escaped_ascii(p[i], out);
+    } else {
+      // RFC 8259 §8.1 requires UTF-8; each invalid byte becomes U+FFFD so the output stays valid JSON.
+      out += "\xEF\xBF\xBD";
+    }
+    run = ++i;
+  }
+  out.append(s.data() + run, n - run);
+  out.push_back('"');
+}
+
 
 void append_iso8601_micros(int64_t micros, std::string& out) {
   constexpr int64_t kMicrosPerDay = 86'400'000'000;
