@@ -201,7 +201,9 @@ TEST(DataStreamTest, RecordsLargerThanABufferSpanBuffers) {
   ASSERT_EQ(all.size(), 200u);
   std::map<size_t, char> seen;
   for (const auto& s : all) {
-    if (!s.empty()) EXPECT_EQ(std::count(s.begin(), s.end(), s[0]), static_cast<long>(s.size()));
+    if (!s.empty()) {
+      EXPECT_EQ(std::count(s.begin(), s.end(), s[0]), static_cast<long>(s.size()));
+    }
     seen[s.size()] = s.empty() ? ' ' : s[0];
   }
   EXPECT_EQ(seen.size(), 200u);
