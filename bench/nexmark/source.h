@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -75,8 +76,9 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
     return out;
   }
 
-  /// The event numbers of `split`, in the order a reader emits them.
+  /// The event numbers of `split` (stride > 0), in the order a reader emits them.
   static std::vector<int64_t> event_numbers(const NexmarkSplit& split) {
+    assert(split.stride > 0);
     std::vector<int64_t> out;
     for (NexmarkSplit s = split; s.next < s.end; s.next = next_block(s)) {
       for (int64_t n = s.next; n < block_end(s); ++n)

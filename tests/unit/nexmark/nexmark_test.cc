@@ -196,6 +196,20 @@ TEST(NexmarkGeneratorTest, NewIdsFollowTheEventNumber) {
   }
 }
 
+TEST(NexmarkGeneratorTest, EpochArithmeticHoldsOnBothSidesOfTheMultiplyPath) {
+  // Below 2^32 the epoch n / 50 comes from a multiply, above from a division; both must agree with n / 50.
+  const NexmarkGenerator gen(small_config(1));
+  const int64_t limit = int64_t{1} << 32;
+  for (int64_t base : {int64_t{0}, limit - 100, int64_t{1} << 40}) {
+    for (int64_t n = base; n < base + 200; ++n) {
+      EXPECT_EQ(gen.last_base0_person_id(n), n / 50) << n;
+      const int64_t offset = n % 50;
+      const EventType type = offset == 0 ? EventType::kPerson : offset < 4 ? EventType::kAuction : EventType::kBid;
+      EXPECT_EQ(gen.type_of(n), type) << n;
+    }
+  }
+}
+
 TEST(NexmarkGeneratorTest, HotKeysHaveTheSpecifiedShare) {
   const NexmarkGenerator gen(small_config(100'000));
   int64_t bids = 0, hot_auction = 0, hot_bidder = 0, auctions = 0, hot_seller = 0;
