@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
+
 #include <chrono>
 
 namespace sluice {
@@ -108,6 +110,8 @@ Error Task::describe_failure(const std::string& operator_name, const std::string
 }
 
 void Task::run() {
+  // Task threads are recognisable in top, gdb and the tests (the kernel keeps at most 15 characters).
+  pthread_setname_np(pthread_self(), "sluice-task");
   TaskState final_state = TaskState::kFinished;
   std::optional<Error> error;
   try {

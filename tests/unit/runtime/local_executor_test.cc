@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -25,11 +26,17 @@ struct Event {
 };
 SLUICE_FIELDS(Event, key, seq);
 
+/// Threads of this process named "sluice-task" (task threads name themselves; sanitizer runtimes may add
+/// threads of their own, which are not counted).
 int thread_count() {
   int n = 0;
   DIR* d = opendir("/proc/self/task");
   while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') ++n;
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "sluice-task") ++n;
   }
   closedir(d);
   return n;
@@ -191,6 +198,7 @@ TEST(CancelTest, CancelStopsAnUnboundedJobAndLeavesNoThread) {
     ASSERT_TRUE(testing::wait_until([&] { return seen.load() > 10'000; }));
     EXPECT_EQ(client.status(), JobStatus::kRunning);
     client.cancel();
+    EXPECT_GT(thread_count(), before);  // the task threads are running (and counted)
     JobResult r = client.wait();
     EXPECT_EQ(r.status, JobStatus::kCanceled);
   }
