@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/api/functions.h"
@@ -28,6 +29,12 @@ struct TimeWindow {
   TimeWindow cover(const TimeWindow& o) const { return {std::min(start, o.start), std::max(end, o.end)}; }
   friend bool operator==(const TimeWindow&, const TimeWindow&) = default;
   friend auto operator<=>(const TimeWindow&, const TimeWindow&) = default;
+  /// abseil hashing: windows are namespaces of window state and timers, looked up per element (in memory
+  /// only; nothing persisted depends on this hash).
+  template <class H>
+  friend H AbslHashValue(H h, const TimeWindow& w) {
+    return H::combine(std::move(h), w.start, w.end);
+  }
   /// The start of the window of `size` (shifted by `offset`) that contains `ts` (Flink's getWindowStartWithOffset).
   static TimestampMs window_start(TimestampMs ts, int64_t offset, int64_t size) {
     int64_t rem = (ts - offset) % size;
@@ -42,6 +49,10 @@ struct GlobalWindow {
   TimestampMs max_timestamp() const { return kMaxWatermark; }
   friend bool operator==(const GlobalWindow&, const GlobalWindow&) = default;
   friend auto operator<=>(const GlobalWindow&, const GlobalWindow&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const GlobalWindow&) {
+    return h;
+  }
 };
 template <>
 struct TypeSerializer<GlobalWindow> {
