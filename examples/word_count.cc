@@ -64,9 +64,9 @@ std::vector<std::string> split_words(std::string_view line) {
   while (i < line.size()) {
     auto c = static_cast<unsigned char>(line[i]);
     if (c < 0x80) {
-      bool inner_apostrophe = c == '\'' && !cur.empty() && i + 1 < line.size() &&
-                              (std::isalnum(static_cast<unsigned char>(line[i + 1])) ||
-                               static_cast<unsigned char>(line[i + 1]) >= 0x80);
+      bool inner_apostrophe =
+          c == '\'' && !cur.empty() && i + 1 < line.size() &&
+          (std::isalnum(static_cast<unsigned char>(line[i + 1])) || static_cast<unsigned char>(line[i + 1]) >= 0x80);
       if (std::isalnum(c) || inner_apostrophe) {
         cur.push_back(static_cast<char>(std::tolower(c)));
       } else {
@@ -79,7 +79,8 @@ std::vector<std::string> split_words(std::string_view line) {
     size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
     len = std::min(len, line.size() - i);
     uint32_t cp = len == 1 ? c : (c & (0xFF >> (len + 1)));
-    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(line[i + k]) & 0x3F);
+    for (size_t k = 1; k < len; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(line[i + k]) & 0x3F);
     bool separator = (cp >= 0xA0 && cp <= 0xBF) || (cp >= 0x2000 && cp <= 0x206F) || (cp >= 0x3000 && cp <= 0x303F);
     if (separator) {
       flush();
@@ -97,7 +98,8 @@ void build_word_count(StreamEnvironment& env, std::vector<std::string> inputs,
   env.from_source(files::text_lines(std::move(inputs)), "text")
       .uid("text-source")
       .flat_map<WordCount>([](const std::string& line, Collector<WordCount>& out) {
-        for (auto& w : split_words(line)) out.collect(WordCount{std::move(w), 1});
+        for (auto& w : split_words(line))
+          out.collect(WordCount{std::move(w), 1});
       })
       .name("Split")
       .key_by([](const WordCount& wc) { return wc.first; })

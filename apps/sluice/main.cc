@@ -1,20 +1,19 @@
 // The `sluice` command line: version, and the bundled examples (the pipeline runner comes with `sluice run`).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
-#include <pthread.h>
-
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <cstring>
-#include <memory>
-#include <thread>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/api/stream_environment.h"
@@ -153,20 +152,23 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
-      sluice::examples::build_word_count(env, inputs, [&](const std::map<std::string, int64_t>& counts) { result = counts; });
+      sluice::examples::build_word_count(env, inputs,
+                                         [&](const std::map<std::string, int64_t>& counts) { result = counts; });
       JobResult r = run_cancellable(env, "word count");
       if (!r.ok()) return report(r);
       std::vector<std::pair<std::string, int64_t>> sorted(result.begin(), result.end());
       std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
       int64_t total = 0;
-      for (const auto& [w, c] : sorted) total += c;
+      for (const auto& [w, c] : sorted)
+        total += c;
       fmt::print("{} words, {} distinct; the {} most frequent:\n", total, sorted.size(),
                  std::min<size_t>(static_cast<size_t>(top), sorted.size()));
       for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(top); ++i) {
         fmt::print("{:>6}  {}\n", sorted[i].second, sorted[i].first);
       }
       if (out_file) {
-        for (const auto& [w, c] : result) fmt::print(out_file.get(), "{}\t{}\n", w, c);
+        for (const auto& [w, c] : result)
+          fmt::print(out_file.get(), "{}\t{}\n", w, c);
         if (std::fflush(out_file.get()) != 0 || std::ferror(out_file.get()) != 0) {
           fmt::print(stderr, "error: writing '{}' failed: {}\n", output, std::strerror(errno));
           return 1;

@@ -27,13 +27,15 @@ class CollectedRecords {
   std::vector<T> all() const {
     std::lock_guard lock(mu_);
     std::vector<T> out;
-    for (const auto& v : per_subtask_) out.insert(out.end(), v.begin(), v.end());
+    for (const auto& v : per_subtask_)
+      out.insert(out.end(), v.begin(), v.end());
     return out;
   }
   size_t size() const {
     std::lock_guard lock(mu_);
     size_t n = 0;
-    for (const auto& v : per_subtask_) n += v.size();
+    for (const auto& v : per_subtask_)
+      n += v.size();
     return n;
   }
 

@@ -39,9 +39,11 @@ struct Step {
 template <class T>
 class ScriptedSource final : public Source<T, ScriptSplit> {
  public:
-  explicit ScriptedSource(std::vector<Step<T>> script) : script_(std::make_shared<std::vector<Step<T>>>(std::move(script))) {}
+  explicit ScriptedSource(std::vector<Step<T>> script)
+      : script_(std::make_shared<std::vector<Step<T>>>(std::move(script))) {}
   Boundedness boundedness() const override { return Boundedness::kBounded; }
-  std::unique_ptr<SplitEnumerator<ScriptSplit>> create_enumerator(SplitEnumeratorContext<ScriptSplit>& ctx) const override {
+  std::unique_ptr<SplitEnumerator<ScriptSplit>> create_enumerator(
+      SplitEnumeratorContext<ScriptSplit>& ctx) const override {
     return std::make_unique<StaticSplitEnumerator<ScriptSplit>>(ctx, std::vector<ScriptSplit>{ScriptSplit{}});
   }
   std::unique_ptr<SourceReader<T, ScriptSplit>> create_reader(SourceReaderContext& ctx) const override {
@@ -51,7 +53,8 @@ class ScriptedSource final : public Source<T, ScriptSplit> {
  private:
   class Reader final : public SourceReader<T, ScriptSplit> {
    public:
-    Reader(SourceReaderContext& ctx, std::shared_ptr<std::vector<Step<T>>> script) : ctx_(ctx), script_(std::move(script)) {}
+    Reader(SourceReaderContext& ctx, std::shared_ptr<std::vector<Step<T>>> script)
+        : ctx_(ctx), script_(std::move(script)) {}
     void start() override { ctx_.send_split_request(); }
     InputStatus poll_next(ReaderOutput<T>& out) override {
       if (!split_) return done_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;

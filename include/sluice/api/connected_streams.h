@@ -71,9 +71,8 @@ class ConnectedStreams {
     using Out = typename P::OutputType;
     static_assert(std::is_base_of_v<CoProcessFunction<T1, T2, Out>, P>,
                   "ConnectedStreams::process() takes a CoProcessFunction<T1, T2, Out>");
-    return add_two_input_node<Out>("Co-Process", false, [fn]() {
-      return std::make_unique<CoProcessOperator<T1, T2, Out, P>>(fn);
-    });
+    return add_two_input_node<Out>("Co-Process", false,
+                                   [fn]() { return std::make_unique<CoProcessOperator<T1, T2, Out, P>>(fn); });
   }
 
   const DataStream<T1>& first() const { return first_; }

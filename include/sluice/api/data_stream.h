@@ -137,9 +137,8 @@ class DataStream {
       interval = graph_->config().get(options::kAutoWatermarkInterval);
     } catch (const SluiceException&) {  // reported by execute() (validate_engine_options)
     }
-    return transform<T>("Timestamps/Watermarks", false, [s, interval]() {
-      return std::make_unique<TimestampsAndWatermarksOperator<T>>(s, interval);
-    });
+    return transform<T>("Timestamps/Watermarks", false,
+                        [s, interval]() { return std::make_unique<TimestampsAndWatermarksOperator<T>>(s, interval); });
   }
 
   /// Partitions by key: records with equal keys go to the same subtask, in order. Sel: `K(const T&)` or a
@@ -268,9 +267,9 @@ class DataStream {
   }
   StreamNode& node_for(const char* what) {
     if (inputs_.size() != 1 || inputs_[0].explicit_partitioner || !inputs_[0].side_output_tag.empty()) {
-      throw SluiceException(Error(ErrorCode::kGraph, std::string(what) +
-                                                         "() configures the operator that produced a stream; call it "
-                                                         "right after the transformation, before partitioning or union"));
+      throw SluiceException(
+          Error(ErrorCode::kGraph, std::string(what) + "() configures the operator that produced a stream; call it "
+                                                       "right after the transformation, before partitioning or union"));
     }
     return graph_->node(inputs_[0].node);
   }
@@ -302,47 +301,46 @@ class KeyedStream : public DataStream<T> {
 
   /// Rolling sum of a member; other members keep the values of the key's first record (as Flink).
   template <class M, class C = T>
-    requires std::is_class_v<C>
-  DataStream<T> sum(M C::*field) {
+  requires std::is_class_v<C> DataStream<T> sum(M C::*field) {
     return reduce([field](const T& a, const T& b) {
-      T r = a;
-      r.*field += b.*field;
-      return r;
-    }).name("Keyed Sum");
+             T r = a;
+             r.*field += b.*field;
+             return r;
+           })
+        .name("Keyed Sum");
   }
   /// Rolling minimum of a member.
   template <class M, class C = T>
-    requires std::is_class_v<C>
-  DataStream<T> min(M C::*field) {
+  requires std::is_class_v<C> DataStream<T> min(M C::*field) {
     return reduce([field](const T& a, const T& b) {
-      T r = a;
-      if (b.*field < r.*field) r.*field = b.*field;
-      return r;
-    }).name("Keyed Min");
+             T r = a;
+             if (b.*field < r.*field) r.*field = b.*field;
+             return r;
+           })
+        .name("Keyed Min");
   }
   /// Rolling maximum of a member.
   template <class M, class C = T>
-    requires std::is_class_v<C>
-  DataStream<T> max(M C::*field) {
+  requires std::is_class_v<C> DataStream<T> max(M C::*field) {
     return reduce([field](const T& a, const T& b) {
-      T r = a;
-      if (r.*field < b.*field) r.*field = b.*field;
-      return r;
-    }).name("Keyed Max");
+             T r = a;
+             if (r.*field < b.*field) r.*field = b.*field;
+             return r;
+           })
+        .name("Keyed Max");
   }
   /// Rolling sum of element I of a pair or tuple (word count: `sum<1>()` over pair<string, int64_t>).
   template <size_t I>
   DataStream<T> sum() {
     return reduce([](const T& a, const T& b) {
-      T r = a;
-      std::get<I>(r) += std::get<I>(b);
-      return r;
-    }).name("Keyed Sum");
+             T r = a;
+             std::get<I>(r) += std::get<I>(b);
+             return r;
+           })
+        .name("Keyed Sum");
   }
   /// Rolling sum of arithmetic records.
-  DataStream<T> sum()
-    requires std::is_arithmetic_v<T>
-  {
+  DataStream<T> sum() requires std::is_arithmetic_v<T> {
     return reduce([](const T& a, const T& b) { return static_cast<T>(a + b); }).name("Keyed Sum");
   }
 

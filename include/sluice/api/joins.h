@@ -47,9 +47,8 @@ class KeyedTwoInputOperatorBase : public TwoInputOperator<In1, In2>, protected O
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
   void process_watermark(TimestampMs wm) override {
-    keyed_.timers().advance_watermark(wm, [this](const K&, const VoidNamespace&, TimestampMs t) {
-      on_timer(t, TimeDomain::kEventTime);
-    });
+    keyed_.timers().advance_watermark(
+        wm, [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kEventTime); });
     StreamOperatorBase::process_watermark(wm);
     schedule();
   }
@@ -59,9 +58,8 @@ class KeyedTwoInputOperatorBase : public TwoInputOperator<In1, In2>, protected O
   void set_key1(const In1& r) { keyed_.backend().set_current_key(std::invoke(sel1_, r)); }
   void set_key2(const In2& r) { keyed_.backend().set_current_key(std::invoke(sel2_, r)); }
   void schedule() {
-    keyed_.schedule_processing_time([this](const K&, const VoidNamespace&, TimestampMs t) {
-      on_timer(t, TimeDomain::kProcessingTime);
-    });
+    keyed_.schedule_processing_time(
+        [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kProcessingTime); });
   }
   Sel1 sel1_;
   Sel2 sel2_;
@@ -193,8 +191,7 @@ class IntervalJoinOperator final
   using Base = KeyedTwoInputOperatorBase<K, L, R, Out, std::function<K(const L&)>, std::function<K(const R&)>>;
 
  public:
-  IntervalJoinOperator(std::function<K(const L&)> s1, std::function<K(const R&)> s2, int64_t lower, int64_t upper,
-                       P fn)
+  IntervalJoinOperator(std::function<K(const L&)> s1, std::function<K(const R&)> s2, int64_t lower, int64_t upper, P fn)
       : Base(std::move(s1), std::move(s2)), lower_(lower), upper_(upper), fn_(std::move(fn)) {}
   void open() override {
     Base::open();
@@ -210,7 +207,8 @@ class IntervalJoinOperator final
     // right.ts in [ts + lower, ts + upper]
     right_->for_each([&](const TimestampMs& rts, const std::vector<R>& rs) {
       if (rts < ts + lower_ || rts > ts + upper_) return;
-      for (const R& r : rs) emit(l, ts, r, rts);
+      for (const R& r : rs)
+        emit(l, ts, r, rts);
     });
     // Left elements can match right elements up to ts + upper; clean up after that.
     this->keyed_.timers().register_event_time_timer(VoidNamespace{}, cleanup_left(ts));
@@ -222,7 +220,8 @@ class IntervalJoinOperator final
     // left.ts in [ts - upper, ts - lower]
     left_->for_each([&](const TimestampMs& lts, const std::vector<L>& ls) {
       if (lts < ts - upper_ || lts > ts - lower_) return;
-      for (const L& l : ls) emit(l, lts, r, ts);
+      for (const L& l : ls)
+        emit(l, lts, r, ts);
     });
     this->keyed_.timers().register_event_time_timer(VoidNamespace{}, cleanup_right(ts));
   }
@@ -234,7 +233,8 @@ class IntervalJoinOperator final
   TimestampMs cleanup_right(TimestampMs ts) const { return lower_ <= 0 ? ts - lower_ : ts; }
   bool late(TimestampMs ts) {
     if (ts == kNoTimestamp) {
-      throw OperatorException(this->name(), "interval join needs event timestamps: assign them with a WatermarkStrategy");
+      throw OperatorException(this->name(),
+                              "interval join needs event timestamps: assign them with a WatermarkStrategy");
     }
     if (ts < this->keyed_.timers().current_watermark()) {
       ++late_dropped_;
@@ -261,12 +261,14 @@ class IntervalJoinOperator final
     left_->for_each([&](const TimestampMs& ts, const std::vector<L>&) {
       if (cleanup_left(ts) <= t) drop.push_back(ts);
     });
-    for (TimestampMs ts : drop) left_->remove(ts);
+    for (TimestampMs ts : drop)
+      left_->remove(ts);
     drop.clear();
     right_->for_each([&](const TimestampMs& ts, const std::vector<R>&) {
       if (cleanup_right(ts) <= t) drop.push_back(ts);
     });
-    for (TimestampMs ts : drop) right_->remove(ts);
+    for (TimestampMs ts : drop)
+      right_->remove(ts);
   }
   struct Ctx final : ProcessJoinFunction<L, R, Out>::Context {
     TimestampMs left_timestamp() const override { return l; }
@@ -410,7 +412,8 @@ class JoinedStreams<L, R>::Where<S1>::EqualTo<S2>::Windowed {
         }
       }
       for (const L* l : ls) {
-        for (const R* r : rs) out.collect(fn_(*l, *r));
+        for (const R* r : rs)
+          out.collect(fn_(*l, *r));
       }
     }
 

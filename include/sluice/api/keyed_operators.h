@@ -8,7 +8,6 @@
 
 #include <memory>
 #include <optional>
-
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -141,9 +140,8 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
     schedule();
   }
   void process_watermark(TimestampMs wm) override {
-    keyed_.timers().advance_watermark(wm, [this](const K&, const VoidNamespace&, TimestampMs t) {
-      fire(t, TimeDomain::kEventTime);
-    });
+    keyed_.timers().advance_watermark(
+        wm, [this](const K&, const VoidNamespace&, TimestampMs t) { fire(t, TimeDomain::kEventTime); });
     StreamOperatorBase::process_watermark(wm);
     schedule();
   }
@@ -156,9 +154,8 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
     call_user_function(this->name(), [&] { fn_.on_timer(t, context_, collector_); });
   }
   void schedule() {
-    keyed_.schedule_processing_time([this](const K&, const VoidNamespace&, TimestampMs t) {
-      fire(t, TimeDomain::kProcessingTime);
-    });
+    keyed_.schedule_processing_time(
+        [this](const K&, const VoidNamespace&, TimestampMs t) { fire(t, TimeDomain::kProcessingTime); });
   }
 
   struct Ctx final : KeyedProcessFunction<K, In, Out>::OnTimerContext {

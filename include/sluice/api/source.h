@@ -141,7 +141,8 @@ class StaticSplitEnumerator final : public SplitEnumerator<SplitT> {
     ctx_.assign_split(std::move(s), subtask);
   }
   void add_splits_back(std::vector<SplitT> splits, int /*subtask*/) override {
-    for (auto& s : splits) pending_.push_back(std::move(s));
+    for (auto& s : splits)
+      pending_.push_back(std::move(s));
   }
 
  private:

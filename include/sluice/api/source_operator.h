@@ -95,10 +95,7 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
 /// one for the reader's main output once it is used), and every `auto-watermark-interval` the operator emits
 /// the minimum over the outputs that are not idle; when all are idle it marks its output idle.
 template <class T, class SplitT>
-class SourceOperator final : public SourceOperatorBase,
-                             SplitReceiver<SplitT>,
-                             SourceReaderContext,
-                             OutputOf<T> {
+class SourceOperator final : public SourceOperatorBase, SplitReceiver<SplitT>, SourceReaderContext, OutputOf<T> {
  public:
   SourceOperator(std::shared_ptr<const Source<T, SplitT>> source, SourceCoordinator<T, SplitT>* coordinator,
                  std::shared_ptr<const WatermarkStrategy<T>> strategy, int64_t watermark_interval_ms)
@@ -198,7 +195,8 @@ class SourceOperator final : public SourceOperatorBase,
   void schedule_periodic_emit() {
     services_->register_processing_timer(ctx_->clock().now_ms() + interval_ms_, [this](TimestampMs) {
       main_.periodic_emit();
-      for (auto& [id, out] : splits_) out->periodic_emit();
+      for (auto& [id, out] : splits_)
+        out->periodic_emit();
       schedule_periodic_emit();
     });
   }
@@ -216,7 +214,8 @@ class SourceOperator final : public SourceOperatorBase,
       combined = std::min(combined, o.watermark());
     };
     consider(main_);
-    for (auto& [id, out] : splits_) consider(*out);
+    for (auto& [id, out] : splits_)
+      consider(*out);
     if (!any_participating) return;
     const bool idle = !any_active;
     if (idle != output_idle_) {
@@ -269,8 +268,8 @@ class SourceOperatorFactory final : public OperatorFactory {
     return std::make_shared<SourceCoordinator<T, SplitT>>(*source_, parallelism);
   }
   std::unique_ptr<StreamOperatorBase> create(SourceCoordinatorBase* coordinator) const override {
-    return std::make_unique<SourceOperator<T, SplitT>>(
-        source_, static_cast<SourceCoordinator<T, SplitT>*>(coordinator), strategy_, interval_ms_);
+    return std::make_unique<SourceOperator<T, SplitT>>(source_, static_cast<SourceCoordinator<T, SplitT>*>(coordinator),
+                                                       strategy_, interval_ms_);
   }
   const Source<T, SplitT>& source() const { return *source_; }
 

@@ -9,8 +9,8 @@
 
 #include "sluice/api/connected_streams.h"
 #include "sluice/api/data_stream.h"
-#include "sluice/api/joins.h"
 #include "sluice/api/job.h"
+#include "sluice/api/joins.h"
 #include "sluice/api/source_operator.h"
 #include "sluice/api/windowed_stream.h"
 #include "sluice/core/clock.h"

@@ -45,8 +45,7 @@ template <class T>
 class BoundedOutOfOrdernessWatermarks final : public WatermarkGenerator<T> {
  public:
   explicit BoundedOutOfOrdernessWatermarks(int64_t max_out_of_orderness_ms)
-      : delay_(max_out_of_orderness_ms),
-        max_ts_(std::numeric_limits<int64_t>::min() + max_out_of_orderness_ms + 1) {}
+      : delay_(max_out_of_orderness_ms), max_ts_(std::numeric_limits<int64_t>::min() + max_out_of_orderness_ms + 1) {}
   void on_event(const T&, TimestampMs ts, WatermarkOutput&) override { max_ts_ = std::max(max_ts_, ts); }
   void on_periodic_emit(WatermarkOutput& out) override { out.emit_watermark(max_ts_ - delay_ - 1); }
 

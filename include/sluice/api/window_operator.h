@@ -86,7 +86,8 @@ class AggregatingContents {
   using MidType = Mid;
   explicit AggregatingContents(std::shared_ptr<AggregateFunction<In, Acc, Mid>> fn) : fn_(std::move(fn)) {}
   void init(HeapKeyedStateBackend<K>& backend) {
-    state_ = &backend.template get_partitioned_state<W>(AggregatingStateDescriptor<In, Acc, Mid>{"window-contents", fn_});
+    state_ =
+        &backend.template get_partitioned_state<W>(AggregatingStateDescriptor<In, Acc, Mid>{"window-contents", fn_});
   }
   void add(const W& ns, const In& v) {
     state_->set_current_namespace(ns);
@@ -186,8 +187,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     timers_ = std::make_unique<InternalTimerService<K, W>>(*backend_);
     if constexpr (kCanMerge) {
       if (settings_.assigner->is_merging()) {
-        merging_state_ =
-            &backend_->get_state(ValueStateDescriptor<std::vector<std::pair<W, W>>>{"merging-window-set"});
+        merging_state_ = &backend_->get_state(ValueStateDescriptor<std::vector<std::pair<W, W>>>{"merging-window-set"});
       }
     }
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
@@ -321,7 +321,8 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
   TriggerResult trigger_on_element(const In& record, TimestampMs ts, const W& w) {
     trigger_ctx_.window = &w;
-    TriggerResult r = call_user_function(this->name(), [&] { return settings_.trigger->on_element(record, ts, w, trigger_ctx_); });
+    TriggerResult r =
+        call_user_function(this->name(), [&] { return settings_.trigger->on_element(record, ts, w, trigger_ctx_); });
     trigger_ctx_.commit();
     return r;
   }
@@ -380,7 +381,8 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   TimestampMs cleanup_time(const W& w) const {
     if (!settings_.assigner->is_event_time()) return w.max_timestamp();
     TimestampMs t = w.max_timestamp();
-    if (t > std::numeric_limits<int64_t>::max() - settings_.allowed_lateness_ms) return std::numeric_limits<int64_t>::max();
+    if (t > std::numeric_limits<int64_t>::max() - settings_.allowed_lateness_ms)
+      return std::numeric_limits<int64_t>::max();
     return t + settings_.allowed_lateness_ms;
   }
   bool is_window_late(const W& w) const {
@@ -417,7 +419,8 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     if constexpr (kCanMerge) {
       mapping_.clear();
       if (merging_state_->has_value()) {
-        for (const auto& [w, s] : merging_state_->value()) mapping_[w] = s;
+        for (const auto& [w, s] : merging_state_->value())
+          mapping_[w] = s;
       }
     }
   }
@@ -447,11 +450,10 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     }
   }
 
-  W add_to_merging_set_impl(const W& new_window)
-    requires kCanMerge
-  {
+  W add_to_merging_set_impl(const W& new_window) requires kCanMerge {
     std::vector<W> all;
-    for (const auto& [w, s] : mapping_) all.push_back(w);
+    for (const auto& [w, s] : mapping_)
+      all.push_back(w);
     all.push_back(new_window);
     std::sort(all.begin(), all.end(), [](const W& a, const W& b) { return a.start < b.start; });
     // Groups of intersecting windows (TimeWindow.mergeWindows).

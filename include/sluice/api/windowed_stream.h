@@ -90,7 +90,8 @@ class WindowedStream {
   static auto pass_through() {
     return [](const K&, typename ProcessWindowFunction<Mid, Mid, K, W>::Context&, const std::vector<Mid>& in,
               Collector<Mid>& out) {
-      for (const Mid& m : in) out.collect(m);
+      for (const Mid& m : in)
+        out.collect(m);
     };
   }
 

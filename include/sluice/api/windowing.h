@@ -63,8 +63,12 @@ struct TypeSerializer<GlobalWindow> {
 
 /// What a trigger decides for a window.
 enum class TriggerResult { kContinue, kFire, kPurge, kFireAndPurge };
-inline bool fires(TriggerResult r) { return r == TriggerResult::kFire || r == TriggerResult::kFireAndPurge; }
-inline bool purges(TriggerResult r) { return r == TriggerResult::kPurge || r == TriggerResult::kFireAndPurge; }
+inline bool fires(TriggerResult r) {
+  return r == TriggerResult::kFire || r == TriggerResult::kFireAndPurge;
+}
+inline bool purges(TriggerResult r) {
+  return r == TriggerResult::kPurge || r == TriggerResult::kFireAndPurge;
+}
 
 /// What a trigger may do: timers for the current key and window, the current watermark, and a per-window
 /// counter in keyed state (enough for count triggers).
@@ -89,7 +93,8 @@ template <class T, class W>
 class Trigger {
  public:
   virtual ~Trigger() = default;
-  virtual TriggerResult on_element(const T& element, TimestampMs timestamp, const W& window, TriggerContext<W>& ctx) = 0;
+  virtual TriggerResult on_element(const T& element, TimestampMs timestamp, const W& window,
+                                   TriggerContext<W>& ctx) = 0;
   virtual TriggerResult on_event_time(TimestampMs time, const W& window, TriggerContext<W>& ctx) = 0;
   virtual TriggerResult on_processing_time(TimestampMs time, const W& window, TriggerContext<W>& ctx) = 0;
   /// Merging windows only: `window` replaced merged windows; re-register what the trigger needs.
@@ -244,7 +249,8 @@ class SlidingWindows final : public WindowAssigner<TimeWindow> {
   void assign_windows(TimestampMs ts, TimestampMs now, std::vector<TimeWindow>& out) const override {
     TimestampMs t = event_time_ ? ts : now;
     TimestampMs last_start = TimeWindow::window_start(t, offset_, slide_);
-    for (TimestampMs start = last_start; start > t - size_; start -= slide_) out.push_back({start, start + size_});
+    for (TimestampMs start = last_start; start > t - size_; start -= slide_)
+      out.push_back({start, start + size_});
   }
   bool is_event_time() const override { return event_time_; }
 
@@ -289,7 +295,9 @@ std::shared_ptr<Trigger<T, W>> WindowAssigner<W>::default_trigger() const {
 }
 
 namespace detail {
-inline int64_t ms(std::chrono::milliseconds d) { return d.count(); }
+inline int64_t ms(std::chrono::milliseconds d) {
+  return d.count();
+}
 }  // namespace detail
 
 /// Factories named as in Flink.

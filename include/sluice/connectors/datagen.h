@@ -116,7 +116,8 @@ class DataGeneratorSource final : public Source<T, DataGenSplit> {
         }
       }
       const int64_t stop = std::min(s.end, s.next + budget);
-      for (int64_t i = s.next; i < stop; ++i) out.collect(gen_(i));
+      for (int64_t i = s.next; i < stop; ++i)
+        out.collect(gen_(i));
       emitted_ += stop - s.next;
       s.next = stop;
       if (s.next >= s.end) {
@@ -126,7 +127,8 @@ class DataGeneratorSource final : public Source<T, DataGenSplit> {
       return InputStatus::kMoreAvailable;
     }
     void add_splits(std::vector<DataGenSplit> splits) override {
-      for (auto& s : splits) splits_.push_back(s);
+      for (auto& s : splits)
+        splits_.push_back(s);
     }
     void notify_no_more_splits() override { no_more_splits_ = true; }
     std::vector<DataGenSplit> snapshot_state(int64_t) override { return {splits_.begin(), splits_.end()}; }
@@ -172,8 +174,7 @@ template <class T>
 std::shared_ptr<DataGeneratorSource<T>> from_collection(std::vector<T> items) {
   auto shared = std::make_shared<const std::vector<T>>(std::move(items));
   auto n = static_cast<int64_t>(shared->size());
-  return std::make_shared<DataGeneratorSource<T>>([shared](int64_t i) { return (*shared)[static_cast<size_t>(i)]; },
-                                                  n);
+  return std::make_shared<DataGeneratorSource<T>>([shared](int64_t i) { return (*shared)[static_cast<size_t>(i)]; }, n);
 }
 
 }  // namespace datagen

@@ -207,17 +207,14 @@ class FileSource final : public Source<T, FileSplit> {
       : paths_(std::move(paths)), format_(std::move(format)) {}
 
   /// One std::string record per line.
-  static std::shared_ptr<FileSource> text_lines(std::vector<std::string> paths)
-    requires std::is_same_v<T, std::string>
-  {
+  static std::shared_ptr<FileSource> text_lines(
+      std::vector<std::string> paths) requires std::is_same_v<T, std::string> {
     return std::make_shared<FileSource>(std::move(paths), text_lines_format());
   }
 
   /// One record per non-blank line, parsed as JSON: a Value, or any JsonMappable type (SLUICE_FIELDS
   /// structs) through from_value.
-  static std::shared_ptr<FileSource> json_lines(std::vector<std::string> paths)
-    requires JsonMappable<T>
-  {
+  static std::shared_ptr<FileSource> json_lines(std::vector<std::string> paths) requires JsonMappable<T> {
     return std::make_shared<FileSource>(std::move(paths), json_lines_format<T>());
   }
 
@@ -247,7 +244,8 @@ class FileSource final : public Source<T, FileSplit> {
     dead_letter_file();
     std::vector<FileSplit> splits;
     splits.reserve(files.size());
-    for (std::string& f : files) splits.push_back(FileSplit{std::move(f), 0, 1});
+    for (std::string& f : files)
+      splits.push_back(FileSplit{std::move(f), 0, 1});
     return std::make_unique<StaticSplitEnumerator<FileSplit>>(ctx, std::move(splits));
   }
 
@@ -313,7 +311,8 @@ class FileSource final : public Source<T, FileSplit> {
     }
 
     void add_splits(std::vector<FileSplit> splits) override {
-      for (FileSplit& s : splits) splits_.push_back(std::move(s));
+      for (FileSplit& s : splits)
+        splits_.push_back(std::move(s));
     }
     void notify_no_more_splits() override { no_more_splits_ = true; }
 
@@ -405,8 +404,8 @@ class FileSink final : public Sink<T> {
 
   std::unique_ptr<SinkWriter<T>> create_writer(RuntimeContext& ctx) const override {
     detail::create_output_directory(directory_);
-    std::string path = detail::part_file_path(directory_, ctx.subtask_index(),
-                                              format_ == FileSinkFormat::kText ? "txt" : "jsonl");
+    std::string path =
+        detail::part_file_path(directory_, ctx.subtask_index(), format_ == FileSinkFormat::kText ? "txt" : "jsonl");
     return std::make_unique<Writer>(format_, std::move(path), /*truncate=*/ctx.attempt_number() == 0);
   }
 

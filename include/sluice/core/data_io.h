@@ -46,7 +46,8 @@ class DataOutput {
   void reserve(size_t n) {
     if (n <= cap_) return;
     size_t c = cap_ == 0 ? 64 : cap_;
-    while (c < n) c *= 2;
+    while (c < n)
+      c *= 2;
     auto* p = static_cast<uint8_t*>(std::realloc(data_, c));
     if (p == nullptr) throw std::bad_alloc();
     data_ = p;
@@ -171,8 +172,8 @@ class DataInput {
   /// Reads a varint length, checks it against the remaining bytes, and returns it.
   size_t read_length() {
     uint64_t n = read_varint();
-    if (n > remaining()) fail("length " + std::to_string(n) + " exceeds the " + std::to_string(remaining()) +
-                              " remaining bytes");
+    if (n > remaining())
+      fail("length " + std::to_string(n) + " exceeds the " + std::to_string(remaining()) + " remaining bytes");
     return static_cast<size_t>(n);
   }
 
@@ -184,9 +185,8 @@ class DataInput {
   }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw SluiceException(Error(ErrorCode::kSerialization,
-                                "corrupt or truncated data at byte " + std::to_string(pos_) + " of " +
-                                    std::to_string(size_) + ": " + what));
+    throw SluiceException(Error(ErrorCode::kSerialization, "corrupt or truncated data at byte " + std::to_string(pos_) +
+                                                               " of " + std::to_string(size_) + ": " + what));
   }
 
  private:

@@ -71,7 +71,7 @@ class SluiceException : public std::runtime_error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const noexcept { return v_.index() == 0; }
@@ -134,13 +134,15 @@ class [[nodiscard]] Result<void> {
 using Status = Result<void>;
 
 /// Returns an OK Status.
-inline Status ok_status() { return {}; }
+inline Status ok_status() {
+  return {};
+}
 
 }  // namespace sluice
 
 /// Evaluates `expr` (a Status or Result); returns its error from the enclosing function if it failed.
-#define SLUICE_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    auto&& sluice_status_ = (expr);               \
+#define SLUICE_RETURN_IF_ERROR(expr)                         \
+  do {                                                       \
+    auto&& sluice_status_ = (expr);                          \
     if (!sluice_status_.ok()) return sluice_status_.error(); \
   } while (0)

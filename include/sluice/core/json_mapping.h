@@ -176,15 +176,14 @@ void append_integer(T v, std::string& out) {
 /// True when T has a JSON mapping (see the file comment). Struct members and container elements are
 /// checked when the mapping is used; an unsupported one fails to compile naming its type.
 template <class T>
-concept JsonMappable =
-    std::is_same_v<T, bool> || std::is_integral_v<T> || std::is_enum_v<T> || detail::JsonFloat<T> ||
+concept JsonMappable = std::is_same_v<T, bool> || std::is_integral_v<T> || std::is_enum_v<T> || detail::JsonFloat<T> ||
     std::is_same_v<T, Value> || std::is_same_v<T, std::string> || detail::IsOptional<T>::value || HasFields<T> ||
     detail::IsVector<T>::value || detail::IsStdArray<T>::value || detail::IsStringMap<T>::value ||
     detail::IsPairOrTuple<T>::value;
 
-#define SLUICE_DETAIL_NO_JSON_MAPPING                                                                           \
-  "sluice: this type has no JSON mapping (see the 'with T = ...' line). Supported: bool, integers, enums, "     \
-  "float, double, std::string, Value, std::optional, std::vector, std::array, std::map/unordered_map with "     \
+#define SLUICE_DETAIL_NO_JSON_MAPPING                                                                       \
+  "sluice: this type has no JSON mapping (see the 'with T = ...' line). Supported: bool, integers, enums, " \
+  "float, double, std::string, Value, std::optional, std::vector, std::array, std::map/unordered_map with " \
   "std::string keys, std::pair, std::tuple and structs declared with SLUICE_FIELDS (json_mapping.h)"
 
 // ---------------------------------------------------------------------------------------------------------
@@ -239,11 +238,7 @@ void append_json(const T& v, std::string& out) {
   } else if constexpr (detail::IsPairOrTuple<U>::value) {
     out.push_back('[');
     bool first = true;
-    std::apply(
-        [&](const auto&... e) {
-          ((out.append(first ? "" : ","), first = false, append_json(e, out)), ...);
-        },
-        v);
+    std::apply([&](const auto&... e) { ((out.append(first ? "" : ","), first = false, append_json(e, out)), ...); }, v);
     out.push_back(']');
   } else if constexpr (std::ranges::input_range<const U>) {
     using E = std::ranges::range_value_t<const U>;
@@ -434,10 +429,11 @@ bool read_json_value(const Value& v, T& out, JsonReadError& err) {
     }
     const Value::Array& arr = v.as_array();
     return [&]<size_t... Is>(std::index_sequence<Is...>) {
-      return ((std::get<Is>(out) = std::tuple_element_t<Is, T>{},
-               read_json_element(arr[Is], std::get<Is>(out), err, Is)) &&
-              ...);
-    }(std::make_index_sequence<kN>{});
+      return (
+          (std::get<Is>(out) = std::tuple_element_t<Is, T>{}, read_json_element(arr[Is], std::get<Is>(out), err, Is)) &&
+          ...);
+    }
+    (std::make_index_sequence<kN>{});
   } else {
     static_assert(kDependentFalse<T>, SLUICE_DETAIL_NO_JSON_MAPPING);
     return false;

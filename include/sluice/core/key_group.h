@@ -58,10 +58,10 @@ class KeyGroupRange {
   /// computeKeyGroupRangeForOperatorIndex).
   static KeyGroupRange for_operator_index(int max_parallelism, int parallelism, int operator_index) {
     assert(parallelism > 0 && parallelism <= max_parallelism);
-    int32_t start = static_cast<int32_t>((static_cast<int64_t>(operator_index) * max_parallelism + parallelism - 1) /
-                                         parallelism);
-    int32_t end = static_cast<int32_t>(((static_cast<int64_t>(operator_index) + 1) * max_parallelism - 1) /
-                                       parallelism);
+    int32_t start =
+        static_cast<int32_t>((static_cast<int64_t>(operator_index) * max_parallelism + parallelism - 1) / parallelism);
+    int32_t end =
+        static_cast<int32_t>(((static_cast<int64_t>(operator_index) + 1) * max_parallelism - 1) / parallelism);
     return {start, end};
   }
 

@@ -52,9 +52,9 @@ template <class T>
 inline constexpr bool kDependentFalse = false;
 
 // A macro because a static_assert message must be a string literal.
-#define SLUICE_DETAIL_NO_SERIALIZER                                                                         \
+#define SLUICE_DETAIL_NO_SERIALIZER                                                                          \
   "sluice::TypeSerializer<T> has no specialization for this type (see the 'with T = ...' line; a container " \
-  "is serializable only if its element types are): declare the struct's members with "                     \
+  "is serializable only if its element types are): declare the struct's members with "                       \
   "SLUICE_FIELDS(Type, member, ...) or specialize sluice::TypeSerializer<T>"
 
 /// Primary template: no serializer. Specialize it, or declare a struct's members with SLUICE_FIELDS.
@@ -67,12 +67,8 @@ struct TypeSerializer {
   /// Marks "no serializer"; specializations must not declare it.
   using Unsupported = void;
 
-  static void serialize(const T&, DataOutput&) {
-    static_assert(kDependentFalse<T>, SLUICE_DETAIL_NO_SERIALIZER);
-  }
-  static void deserialize(T&, DataInput&) {
-    static_assert(kDependentFalse<T>, SLUICE_DETAIL_NO_SERIALIZER);
-  }
+  static void serialize(const T&, DataOutput&) { static_assert(kDependentFalse<T>, SLUICE_DETAIL_NO_SERIALIZER); }
+  static void deserialize(T&, DataInput&) { static_assert(kDependentFalse<T>, SLUICE_DETAIL_NO_SERIALIZER); }
 };
 
 /// True when TypeSerializer<T> is specialized (usable in requires-clauses without triggering the
@@ -80,11 +76,13 @@ struct TypeSerializer {
 /// A SLUICE_FIELDS struct is Serializable even if a member is not; using its serializer then fails to
 /// compile naming the member's type.
 template <class T>
-concept Serializable = std::is_object_v<T> && !requires { typename TypeSerializer<T>::Unsupported; } &&
-                       requires(const T& v, T& t, DataOutput& o, DataInput& i) {
-                         TypeSerializer<T>::serialize(v, o);
-                         TypeSerializer<T>::deserialize(t, i);
-                       };
+concept Serializable = std::is_object_v<T> && !requires {
+  typename TypeSerializer<T>::Unsupported;
+}
+&&requires(const T& v, T& t, DataOutput& o, DataInput& i) {
+  TypeSerializer<T>::serialize(v, o);
+  TypeSerializer<T>::deserialize(t, i);
+};
 
 /// Serializes `value` with its TypeSerializer, appending to `out`.
 template <class T>
@@ -129,16 +127,15 @@ struct FieldsTag {};
 /// directly (at namespace sluice scope) for a type whose namespace cannot be reopened.
 template <class T>
 struct StructFields {
-  static constexpr auto fields()
-    requires requires { sluice_fields(FieldsTag<T>{}); }
-  {
-    return sluice_fields(FieldsTag<T>{});
-  }
+  static constexpr auto fields() requires requires { sluice_fields(FieldsTag<T>{}); }
+  { return sluice_fields(FieldsTag<T>{}); }
 };
 
 /// True when T has a field list (SLUICE_FIELDS or a StructFields specialization).
 template <class T>
-concept HasFields = std::is_class_v<T> && requires { StructFields<T>::fields(); };
+concept HasFields = std::is_class_v<T> && requires {
+  StructFields<T>::fields();
+};
 
 /// The field list of T as a compile-time tuple of Field<T, M>, in declaration order.
 template <HasFields T>
@@ -158,10 +155,9 @@ constexpr std::array<std::string_view, kFieldCount<T>> field_names() noexcept {
 /// Calls `fn(std::string_view name, Member& member)` for each declared field of `obj`, in declaration
 /// order (`const Member&` when obj is const).
 template <class T, class Fn>
-  requires HasFields<std::remove_const_t<T>>
+requires HasFields<std::remove_const_t<T>>
 constexpr void for_each_field(T& obj, Fn&& fn) {
-  std::apply([&](const auto&... f) { (fn(f.name, obj.*(f.pointer)), ...); },
-             kFieldsOf<std::remove_const_t<T>>);
+  std::apply([&](const auto&... f) { (fn(f.name, obj.*(f.pointer)), ...); }, kFieldsOf<std::remove_const_t<T>>);
 }
 
 namespace detail {
@@ -199,14 +195,14 @@ inline size_t read_count(DataInput& in, size_t min_element_size) {
 }
 
 template <class T>
-concept FixedWidthArithmetic =
-    std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, long double>;
+concept FixedWidthArithmetic = std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, long double>;
 
 template <class T>
 struct IsBitwise : std::bool_constant<FixedWidthArithmetic<T>> {};
 template <class T>
-  requires std::is_enum_v<T>
-struct IsBitwise<T> : std::bool_constant<FixedWidthArithmetic<std::underlying_type_t<T>>> {};
+requires std::is_enum_v<T>
+struct IsBitwise<T> : std::bool_constant<FixedWidthArithmetic<std::underlying_type_t<T>>> {
+};
 template <class T, size_t N>
 struct IsBitwise<std::array<T, N>>
     : std::bool_constant<IsBitwise<T>::value && sizeof(std::array<T, N>) == N * sizeof(T)> {};
@@ -288,7 +284,7 @@ struct TypeSerializer<bool> {
 
 /// Enums: encoded as their underlying integer type.
 template <class T>
-  requires std::is_enum_v<T>
+requires std::is_enum_v<T>
 struct TypeSerializer<T> {
   using Underlying = std::underlying_type_t<T>;
   static void serialize(const T& v, DataOutput& out) {
@@ -331,7 +327,8 @@ struct TypeSerializer<std::vector<T, A>> {
     if constexpr (detail::kBitwise<T>) {
       out.write_bytes(v.data(), v.size() * sizeof(T));
     } else {
-      for (const T& e : v) ::sluice::serialize(e, out);
+      for (const T& e : v)
+        ::sluice::serialize(e, out);
     }
   }
   static void deserialize(std::vector<T, A>& target, DataInput& in) {
@@ -341,7 +338,8 @@ struct TypeSerializer<std::vector<T, A>> {
     if constexpr (detail::kBitwise<T>) {
       in.read_bytes(target.data(), n * sizeof(T));
     } else {
-      for (T& e : target) ::sluice::deserialize(e, in);
+      for (T& e : target)
+        ::sluice::deserialize(e, in);
     }
   }
   static constexpr size_t min_encoded_size() { return 1; }
@@ -352,7 +350,8 @@ template <class A>
 struct TypeSerializer<std::vector<bool, A>> {
   static void serialize(const std::vector<bool, A>& v, DataOutput& out) {
     out.write_varint(v.size());
-    for (bool b : v) out.write_u8(b ? 1 : 0);
+    for (bool b : v)
+      out.write_u8(b ? 1 : 0);
   }
   static void deserialize(std::vector<bool, A>& target, DataInput& in) {
     size_t n = detail::read_count(in, 1);
@@ -373,14 +372,16 @@ struct TypeSerializer<std::array<T, N>> {
     if constexpr (detail::kBitwise<T>) {
       out.write_bytes(v.data(), N * sizeof(T));
     } else {
-      for (const T& e : v) ::sluice::serialize(e, out);
+      for (const T& e : v)
+        ::sluice::serialize(e, out);
     }
   }
   static void deserialize(std::array<T, N>& target, DataInput& in) {
     if constexpr (detail::kBitwise<T>) {
       in.read_bytes(target.data(), N * sizeof(T));
     } else {
-      for (T& e : target) ::sluice::deserialize(e, in);
+      for (T& e : target)
+        ::sluice::deserialize(e, in);
     }
   }
   static constexpr size_t min_encoded_size() { return N * detail::min_encoded_size<T>(); }
@@ -418,9 +419,7 @@ struct TypeSerializer<std::pair<A, B>> {
     ::sluice::deserialize(target.first, in);
     ::sluice::deserialize(target.second, in);
   }
-  static constexpr size_t min_encoded_size() {
-    return detail::min_encoded_size<A>() + detail::min_encoded_size<B>();
-  }
+  static constexpr size_t min_encoded_size() { return detail::min_encoded_size<A>() + detail::min_encoded_size<B>(); }
 };
 
 /// std::tuple<Ts...>: the elements in order, no count.
@@ -455,7 +454,8 @@ struct TypeSerializer<std::variant<Ts...>> {
     }
     [&]<size_t... Is>(std::index_sequence<Is...>) {
       (void)((index == Is && (read_alternative<Is>(target, in), true)) || ...);
-    }(std::index_sequence_for<Ts...>{});
+    }
+    (std::index_sequence_for<Ts...>{});
   }
   static constexpr size_t min_encoded_size() { return 1; }
 
@@ -510,8 +510,7 @@ struct TypeSerializer<T> {
   static constexpr size_t min_encoded_size() {
     return std::apply(
         [](const auto&... f) {
-          return (size_t{0} + ... +
-                  detail::min_encoded_size<typename std::remove_cvref_t<decltype(f)>::MemberType>());
+          return (size_t{0} + ... + detail::min_encoded_size<typename std::remove_cvref_t<decltype(f)>::MemberType>());
         },
         kFieldsOf<T>);
   }
@@ -527,10 +526,10 @@ struct TypeSerializer<T> {
 // (found by argument-dependent lookup), so it may appear in a header.
 // ---------------------------------------------------------------------------------------------------------
 
-#define SLUICE_FIELDS(Type, ...)                                                                    \
-  [[maybe_unused]] constexpr auto sluice_fields(::sluice::FieldsTag<Type>) {                        \
-    return ::std::make_tuple(SLUICE_DETAIL_FOR_EACH(SLUICE_DETAIL_FIELD, Type, __VA_ARGS__));       \
-  }                                                                                                 \
+#define SLUICE_FIELDS(Type, ...)                                                              \
+  [[maybe_unused]] constexpr auto sluice_fields(::sluice::FieldsTag<Type>) {                  \
+    return ::std::make_tuple(SLUICE_DETAIL_FOR_EACH(SLUICE_DETAIL_FIELD, Type, __VA_ARGS__)); \
+  }                                                                                           \
   static_assert(::std::is_class_v<Type>, "SLUICE_FIELDS(" #Type ", ...) needs a struct or class type")
 
 #define SLUICE_DETAIL_FIELD(Type, member) ::sluice::field(#member, &Type::member)
@@ -539,11 +538,11 @@ struct TypeSerializer<T> {
 #define SLUICE_DETAIL_CAT_(a, b) a##b
 
 // The trailing 0 keeps the variadic part of SLUICE_DETAIL_COUNT_ non-empty for every supported count.
-#define SLUICE_DETAIL_COUNT(...)                                                                           \
-  SLUICE_DETAIL_COUNT_(__VA_ARGS__, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, \
-                       14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define SLUICE_DETAIL_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, \
-                             _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32, N, ...)    \
+#define SLUICE_DETAIL_COUNT(...)                                                                                    \
+  SLUICE_DETAIL_COUNT_(__VA_ARGS__, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, \
+                       12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define SLUICE_DETAIL_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, \
+                             _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32, N, ...)              \
   N
 
 #define SLUICE_DETAIL_FOR_EACH(F, T, ...) \

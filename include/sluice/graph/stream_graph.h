@@ -29,7 +29,9 @@ enum class PartitionerKind {
 const char* partitioner_name(PartitionerKind kind);
 
 /// Whether producer subtasks connect to all consumer subtasks or to a subset (Flink's DistributionPattern).
-inline bool is_pointwise(PartitionerKind k) { return k == PartitionerKind::kForward || k == PartitionerKind::kRescale; }
+inline bool is_pointwise(PartitionerKind k) {
+  return k == PartitionerKind::kForward || k == PartitionerKind::kRescale;
+}
 
 /// Typed operations on the records of one edge (type T known only to the implementation).
 class EdgeOps {
@@ -69,18 +71,18 @@ class OperatorFactory {
 /// One transformation.
 struct StreamNode {
   int id = 0;
-  std::string name;                 ///< display name ("Map", "Source: words", or what name() set)
-  std::optional<std::string> uid;   ///< stable id set by the user
-  std::string derived_uid;          ///< filled by build_job_graph when uid is unset
-  int parallelism = -1;             ///< -1: the environment's default
-  int max_parallelism = -1;         ///< -1: the environment's default (128)
+  std::string name;                ///< display name ("Map", "Source: words", or what name() set)
+  std::optional<std::string> uid;  ///< stable id set by the user
+  std::string derived_uid;         ///< filled by build_job_graph when uid is unset
+  int parallelism = -1;            ///< -1: the environment's default
+  int max_parallelism = -1;        ///< -1: the environment's default (128)
   std::string slot_sharing_group = "default";
   bool chaining_disabled = false;
   bool is_sink = false;
   std::shared_ptr<OperatorFactory> factory;
   std::shared_ptr<EdgeOps> output_ops;  ///< typed by the node's main output type (null for sinks)
-  std::vector<int> in_edges;   ///< edge ids, in creation order
-  std::vector<int> out_edges;  ///< edge ids, in creation order
+  std::vector<int> in_edges;            ///< edge ids, in creation order
+  std::vector<int> out_edges;           ///< edge ids, in creation order
 };
 
 /// One connection between two nodes.

@@ -35,7 +35,8 @@ template <class T>
 class BroadcastingOutput final : public Output<T> {
  public:
   explicit BroadcastingOutput(std::vector<OutputBase*> outputs) {
-    for (auto* o : outputs) outputs_.push_back(static_cast<Output<T>*>(o));
+    for (auto* o : outputs)
+      outputs_.push_back(static_cast<Output<T>*>(o));
   }
   void collect(T&& record, TimestampMs ts) override {
     for (size_t i = 0; i + 1 < outputs_.size(); ++i) {
@@ -45,10 +46,12 @@ class BroadcastingOutput final : public Output<T> {
     outputs_.back()->collect(std::move(record), ts);
   }
   void emit_watermark(TimestampMs wm) override {
-    for (auto* o : outputs_) o->emit_watermark(wm);
+    for (auto* o : outputs_)
+      o->emit_watermark(wm);
   }
   void emit_watermark_status(bool idle) override {
-    for (auto* o : outputs_) o->emit_watermark_status(idle);
+    for (auto* o : outputs_)
+      o->emit_watermark_status(idle);
   }
 
  private:

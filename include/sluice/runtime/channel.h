@@ -49,7 +49,8 @@ class SpscRing {
  public:
   explicit SpscRing(size_t capacity) {
     size_t c = 1;
-    while (c < capacity) c <<= 1;
+    while (c < capacity)
+      c <<= 1;
     slots_.resize(c);
     mask_ = c - 1;
   }

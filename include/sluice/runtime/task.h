@@ -69,7 +69,6 @@ class TaskRuntimeContext final : public RuntimeContext {
   const Clock& clock_;
 };
 
-
 class Task final : public TaskServices, public CreditWaiter {
  public:
   struct Options {

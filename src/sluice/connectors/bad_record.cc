@@ -1,9 +1,8 @@
 #include "sluice/connectors/bad_record.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -42,8 +41,8 @@ Result<std::shared_ptr<DeadLetterFile>> DeadLetterFile::open(std::string path) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
     if (ec && !std::filesystem::is_directory(parent)) {
-      return Error(ErrorCode::kConnector, fmt::format("dead-letter file '{}': cannot create directory '{}': {}",
-                                                      path, parent.string(), ec.message()));
+      return Error(ErrorCode::kConnector, fmt::format("dead-letter file '{}': cannot create directory '{}': {}", path,
+                                                      parent.string(), ec.message()));
     }
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -51,7 +50,9 @@ Result<std::shared_ptr<DeadLetterFile>> DeadLetterFile::open(std::string path) {
   return std::shared_ptr<DeadLetterFile>(new DeadLetterFile(std::move(path), fd));
 }
 
-DeadLetterFile::~DeadLetterFile() { ::close(fd_); }
+DeadLetterFile::~DeadLetterFile() {
+  ::close(fd_);
+}
 
 Status DeadLetterFile::write_line_locked() {
   const char* p = line_.data();

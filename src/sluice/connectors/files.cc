@@ -1,14 +1,12 @@
 #include "sluice/connectors/files.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <glob.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
-
-#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -40,8 +38,7 @@ Status list_directory(const std::string& dir, std::vector<std::string>& out) {
     if (it->is_regular_file(type_ec)) found.push_back(it->path().string());
   }
   if (ec) {
-    return Error(ErrorCode::kConnector,
-                 fmt::format("file source: cannot list directory '{}': {}", dir, ec.message()));
+    return Error(ErrorCode::kConnector, fmt::format("file source: cannot list directory '{}': {}", dir, ec.message()));
   }
   std::sort(found.begin(), found.end());
   out.insert(out.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
@@ -55,7 +52,8 @@ Result<std::vector<std::string>> glob_pattern(const std::string& pattern) {
   const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> matches;
   if (rc == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) matches.emplace_back(g.gl_pathv[i]);
+    for (size_t i = 0; i < g.gl_pathc; ++i)
+      matches.emplace_back(g.gl_pathv[i]);
   }
   const int err = errno;
   globfree(&g);
@@ -63,9 +61,9 @@ Result<std::vector<std::string>> glob_pattern(const std::string& pattern) {
     case 0:
       return matches;
     case GLOB_NOMATCH:
-      return Error(ErrorCode::kConnector,
-                   fmt::format("file source: no file matches the pattern '{}'; check the path and the pattern",
-                               pattern));
+      return Error(
+          ErrorCode::kConnector,
+          fmt::format("file source: no file matches the pattern '{}'; check the path and the pattern", pattern));
     case GLOB_ABORTED:
       return Error(ErrorCode::kConnector, fmt::format("file source: reading a directory for the pattern '{}' "
                                                       "failed: {}",
@@ -79,7 +77,8 @@ Result<std::vector<std::string>> glob_pattern(const std::string& pattern) {
 std::string_view utf8_prefix(std::string_view s, size_t max) noexcept {
   if (s.size() <= max) return s;
   size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
+    --cut;
   return s.substr(0, cut);
 }
 
@@ -96,8 +95,7 @@ namespace detail {
 
 Result<std::vector<std::string>> expand_file_paths(const std::vector<std::string>& patterns) {
   if (patterns.empty()) {
-    return Error(ErrorCode::kConfiguration,
-                 "file source: no paths given; pass files, directories or glob patterns");
+    return Error(ErrorCode::kConfiguration, "file source: no paths given; pass files, directories or glob patterns");
   }
   std::vector<std::string> files;
   std::unordered_set<std::string> seen;
@@ -115,9 +113,9 @@ Result<std::vector<std::string>> expand_file_paths(const std::vector<std::string
     for (const std::string& c : candidates) {
       struct stat st {};
       if (::stat(c.c_str(), &st) != 0) {
-        return Error(ErrorCode::kConnector, fmt::format("file source: cannot read '{}'{}: {}", c,
-                                                        is_glob ? fmt::format(" (matched by '{}')", pattern) : "",
-                                                        std::strerror(errno)));
+        return Error(ErrorCode::kConnector,
+                     fmt::format("file source: cannot read '{}'{}: {}", c,
+                                 is_glob ? fmt::format(" (matched by '{}')", pattern) : "", std::strerror(errno)));
       }
       if (S_ISDIR(st.st_mode)) {
         SLUICE_RETURN_IF_ERROR(list_directory(c, found));
@@ -148,7 +146,9 @@ bool is_blank_line(std::string_view line) noexcept {
 // ---------------------------------------------------------------------------------------------------------
 // LineReader
 
-LineReader::~LineReader() { close(); }
+LineReader::~LineReader() {
+  close();
+}
 
 void LineReader::open(const std::string& path, int64_t offset) {
   close();
@@ -158,11 +158,11 @@ void LineReader::open(const std::string& path, int64_t offset) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw_io("file source", "reading the size of", path, errno);
   if (offset > st.st_size) {
-    throw SluiceException(Error(
-        ErrorCode::kConnector,
-        fmt::format("file source: '{}' has {} bytes, fewer than the offset {} where reading resumes: the file "
-                    "was truncated or replaced since the checkpoint",
-                    path, static_cast<int64_t>(st.st_size), offset)));
+    throw SluiceException(
+        Error(ErrorCode::kConnector,
+              fmt::format("file source: '{}' has {} bytes, fewer than the offset {} where reading resumes: the file "
+                          "was truncated or replaced since the checkpoint",
+                          path, static_cast<int64_t>(st.st_size), offset)));
   }
   if (offset > 0 && ::lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
     throw_io("file source", "seeking in", path, errno);
@@ -317,8 +317,8 @@ void create_output_directory(const std::string& directory) {
   std::filesystem::create_directories(directory, ec);
   // Several subtasks create the same directory at once: losing that race is not an error.
   if (ec && !std::filesystem::is_directory(directory)) {
-    throw SluiceException(Error(ErrorCode::kConnector, fmt::format("file sink: cannot create directory '{}': {}",
-                                                                   directory, ec.message())));
+    throw SluiceException(Error(ErrorCode::kConnector,
+                                fmt::format("file sink: cannot create directory '{}': {}", directory, ec.message())));
   }
 }
 

@@ -1,9 +1,9 @@
 #include "sluice/core/config.h"
 
-#include <algorithm>
-#include <cctype>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 
@@ -11,8 +11,10 @@ namespace sluice {
 namespace {
 
 std::string lower_trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+    s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.remove_suffix(1);
   std::string r(s);
   std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
   return r;
@@ -23,7 +25,8 @@ bool split_number_unit(const std::string& s, int64_t& number, std::string& unit)
   const char* end = s.data() + s.size();
   auto [p, ec] = std::from_chars(s.data(), end, number);
   if (ec != std::errc() || number < 0) return false;
-  while (p != end && *p == ' ') ++p;
+  while (p != end && *p == ' ')
+    ++p;
   unit.assign(p, end);
   return true;
 }
@@ -90,7 +93,8 @@ int32_t Configuration::get(const ConfigOption<int32_t>& option) const {
   if (!v) return option.default_value;
   int32_t n = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-  if (ec != std::errc() || p != v->data() + v->size()) throw SluiceException(config_error(option.key, *v, "an integer"));
+  if (ec != std::errc() || p != v->data() + v->size())
+    throw SluiceException(config_error(option.key, *v, "an integer"));
   return n;
 }
 
@@ -110,9 +114,9 @@ std::string Configuration::get(const ConfigOption<std::string>& option) const {
 
 Status validate_engine_options(const Configuration& config) {
   static const std::vector<std::string_view> known = {
-      options::kParallelism.key,      options::kMaxParallelism.key,         options::kTaskSlots.key,
-      options::kBufferSize.key,       options::kBuffersPerChannel.key,      options::kNetworkMemoryMax.key,
-      options::kBufferTimeout.key,    options::kAutoWatermarkInterval.key,  options::kChaining.key};
+      options::kParallelism.key,   options::kMaxParallelism.key,        options::kTaskSlots.key,
+      options::kBufferSize.key,    options::kBuffersPerChannel.key,     options::kNetworkMemoryMax.key,
+      options::kBufferTimeout.key, options::kAutoWatermarkInterval.key, options::kChaining.key};
   try {
     (void)config.get(options::kParallelism);
     (void)config.get(options::kMaxParallelism);
@@ -128,9 +132,10 @@ Status validate_engine_options(const Configuration& config) {
   }
   for (const auto& [key, value] : config.entries()) {
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      spdlog::warn("configuration key '{}' is not an engine option and is ignored (a typo?); see "
-                   "docs/configuration.md",
-                   key);
+      spdlog::warn(
+          "configuration key '{}' is not an engine option and is ignored (a typo?); see "
+          "docs/configuration.md",
+          key);
     }
   }
   return ok_status();

@@ -4,17 +4,28 @@ namespace sluice {
 
 std::string_view error_code_name(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kConfiguration: return "configuration";
-    case ErrorCode::kGraph: return "graph";
-    case ErrorCode::kRuntime: return "runtime";
-    case ErrorCode::kState: return "state";
-    case ErrorCode::kNetwork: return "network";
-    case ErrorCode::kCheckpoint: return "checkpoint";
-    case ErrorCode::kConnector: return "connector";
-    case ErrorCode::kSerialization: return "serialization";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kConfiguration:
+      return "configuration";
+    case ErrorCode::kGraph:
+      return "graph";
+    case ErrorCode::kRuntime:
+      return "runtime";
+    case ErrorCode::kState:
+      return "state";
+    case ErrorCode::kNetwork:
+      return "network";
+    case ErrorCode::kCheckpoint:
+      return "checkpoint";
+    case ErrorCode::kConnector:
+      return "connector";
+    case ErrorCode::kSerialization:
+      return "serialization";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -1,8 +1,7 @@
 #include "sluice/core/json_mapping.h"
 
-#include <simdjson.h>
-
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,8 +11,6 @@
 namespace sluice {
 
 namespace {
-
-
 
 template <class F>
 void append_float(F d, std::string& out, bool for_display) {
@@ -43,17 +40,26 @@ void append_excerpt(const Value& v, std::string& out) {
     return;
   }
   size_t cut = kExcerptBytes;
-  while (cut > 0 && (static_cast<unsigned char>(json[cut]) & 0xC0) == 0x80) --cut;
+  while (cut > 0 && (static_cast<unsigned char>(json[cut]) & 0xC0) == 0x80)
+    --cut;
   out.append(json, 0, cut);
   out += "...";
 }
 
 }  // namespace
 
-void append_json_number(double d, std::string& out) { append_float(d, out, false); }
-void append_json_number(float f, std::string& out) { append_float(f, out, false); }
-void append_display_number(double d, std::string& out) { append_float(d, out, true); }
-void append_display_number(float f, std::string& out) { append_float(f, out, true); }
+void append_json_number(double d, std::string& out) {
+  append_float(d, out, false);
+}
+void append_json_number(float f, std::string& out) {
+  append_float(f, out, false);
+}
+void append_display_number(double d, std::string& out) {
+  append_float(d, out, true);
+}
+void append_display_number(float f, std::string& out) {
+  append_float(f, out, true);
+}
 
 namespace detail {
 
@@ -110,8 +116,7 @@ DecimalToInteger decimal_to_integer(const Decimal& d, int128_t& out) noexcept {
   int128_t v = n.unscaled();
   // Multiply by 10 per trailing zero, stopping before int128 overflows (the callers' types are at most
   // 64 bits wide, so anything that large is out of their range anyway).
-  constexpr int128_t kInt128Max =
-      (static_cast<int128_t>(INT64_MAX) << 64) | static_cast<int128_t>(UINT64_MAX);
+  constexpr int128_t kInt128Max = (static_cast<int128_t>(INT64_MAX) << 64) | static_cast<int128_t>(UINT64_MAX);
   constexpr int128_t kLimit = kInt128Max / 10;
   for (int32_t i = 0; i < -n.scale(); ++i) {
     if (v > kLimit || v < -kLimit) return DecimalToInteger::kTooLarge;

@@ -1280,7 +1280,6 @@ void append_json_string(std::string_view s, std::string& out) {
   out.push_back('"');
 }
 
-
 void append_iso8601_micros(int64_t micros, std::string& out) {
   constexpr int64_t kMicrosPerDay = 86'400'000'000;
   int64_t days = micros / kMicrosPerDay;

@@ -1,7 +1,5 @@
 #include "sluice/graph/job_graph.h"
 
-#include "sluice/core/key_group.h"
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -9,12 +7,18 @@
 #include <map>
 #include <set>
 
+#include "sluice/core/key_group.h"
+
 namespace sluice {
 namespace {
 
-Error graph_error(std::string msg) { return Error(ErrorCode::kGraph, std::move(msg)); }
+Error graph_error(std::string msg) {
+  return Error(ErrorCode::kGraph, std::move(msg));
+}
 
-std::string describe(const StreamNode& n) { return fmt::format("operator '{}' (node {})", n.name, n.id); }
+std::string describe(const StreamNode& n) {
+  return fmt::format("operator '{}' (node {})", n.name, n.id);
+}
 
 }  // namespace
 
@@ -75,10 +79,10 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
       if (!e.partitioner_explicit && ps != pt) {
         e.partitioner = PartitionerKind::kRebalance;  // Flink's default when parallelisms differ
       } else if (ps != pt) {
-        return graph_error(fmt::format(
-            "forward() between {} (parallelism {}) and {} (parallelism {}) needs equal parallelism; use "
-            "rebalance() or rescale()",
-            describe(graph.node(e.source)), ps, describe(graph.node(e.target)), pt));
+        return graph_error(
+            fmt::format("forward() between {} (parallelism {}) and {} (parallelism {}) needs equal parallelism; use "
+                        "rebalance() or rescale()",
+                        describe(graph.node(e.source)), ps, describe(graph.node(e.target)), pt));
       }
     }
   }
@@ -91,12 +95,14 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
       uid = *node.uid;
     } else {
       std::string key = fmt::format("pos:{};", node.id);
-      for (int eid : node.in_edges) key += jg.node_uid[static_cast<size_t>(graph.edge(eid).source)] + ";";
+      for (int eid : node.in_edges)
+        key += jg.node_uid[static_cast<size_t>(graph.edge(eid).source)] + ";";
       uid = fmt::format("{:016x}", XXH3_64bits(key.data(), key.size()));
       if (node.factory->is_stateful() || node.factory->is_source()) {
-        spdlog::warn("{} has no uid(); using '{}' derived from its position in the graph. Set uid() so its "
-                     "state can be restored after the job changes.",
-                     describe(node), uid);
+        spdlog::warn(
+            "{} has no uid(); using '{}' derived from its position in the graph. Set uid() so its "
+            "state can be restored after the job changes.",
+            describe(node), uid);
       }
     }
     if (!seen.insert(uid).second) {
@@ -151,8 +157,10 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
     jg.edges.push_back(je);
   }
   std::map<std::string, int> group_max;
-  for (const auto& v : jg.vertices) group_max[v.slot_sharing_group] = std::max(group_max[v.slot_sharing_group], v.parallelism);
-  for (const auto& [g, p] : group_max) jg.required_slots += p;
+  for (const auto& v : jg.vertices)
+    group_max[v.slot_sharing_group] = std::max(group_max[v.slot_sharing_group], v.parallelism);
+  for (const auto& [g, p] : group_max)
+    jg.required_slots += p;
   return jg;
 }
 

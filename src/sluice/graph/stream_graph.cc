@@ -4,11 +4,16 @@ namespace sluice {
 
 const char* partitioner_name(PartitionerKind kind) {
   switch (kind) {
-    case PartitionerKind::kForward: return "forward";
-    case PartitionerKind::kRebalance: return "rebalance";
-    case PartitionerKind::kRescale: return "rescale";
-    case PartitionerKind::kBroadcast: return "broadcast";
-    case PartitionerKind::kKeyGroup: return "hash";
+    case PartitionerKind::kForward:
+      return "forward";
+    case PartitionerKind::kRebalance:
+      return "rebalance";
+    case PartitionerKind::kRescale:
+      return "rescale";
+    case PartitionerKind::kBroadcast:
+      return "broadcast";
+    case PartitionerKind::kKeyGroup:
+      return "hash";
   }
   return "unknown";
 }

@@ -9,8 +9,8 @@ namespace sluice {
 namespace {
 
 [[noreturn]] void corrupt(size_t channel, const std::string& what) {
-  throw SluiceException(Error(ErrorCode::kNetwork,
-                              "corrupt network buffer on input channel " + std::to_string(channel) + ": " + what));
+  throw SluiceException(
+      Error(ErrorCode::kNetwork, "corrupt network buffer on input channel " + std::to_string(channel) + ": " + what));
 }
 
 }  // namespace
@@ -118,7 +118,8 @@ void StreamInputProcessor::on_watermark_status(size_t c, bool idle) {
   st.idle = idle;
   if (!idle) st.aligned = st.watermark >= combined_watermark_;
   bool all_idle = true;
-  for (const auto& s : state_) all_idle = all_idle && (s.finished || s.idle);
+  for (const auto& s : state_)
+    all_idle = all_idle && (s.finished || s.idle);
   if (all_idle != input_idle_) {
     input_idle_ = all_idle;
     input_.process_watermark_status(all_idle);

@@ -19,11 +19,16 @@ namespace sluice {
 
 const char* job_status_name(JobStatus s) {
   switch (s) {
-    case JobStatus::kCreated: return "CREATED";
-    case JobStatus::kRunning: return "RUNNING";
-    case JobStatus::kFinished: return "FINISHED";
-    case JobStatus::kFailed: return "FAILED";
-    case JobStatus::kCanceled: return "CANCELED";
+    case JobStatus::kCreated:
+      return "CREATED";
+    case JobStatus::kRunning:
+      return "RUNNING";
+    case JobStatus::kFinished:
+      return "FINISHED";
+    case JobStatus::kFailed:
+      return "FAILED";
+    case JobStatus::kCanceled:
+      return "CANCELED";
   }
   return "UNKNOWN";
 }
@@ -61,7 +66,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener {
       if (status_ != JobStatus::kRunning) return;
       cancel_requested_ = true;
     }
-    for (auto& t : tasks_) t->cancel();
+    for (auto& t : tasks_)
+      t->cancel();
   }
   JobResult wait() override {
     {
@@ -89,7 +95,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener {
       }
     }
     if (cancel_others) {
-      for (auto& t : tasks_) t->cancel();
+      for (auto& t : tasks_)
+        t->cancel();
     }
     std::lock_guard lock(mu_);
     if (terminated_ == tasks_.size()) finalize_locked();
@@ -107,7 +114,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener {
     } else {
       status_ = JobStatus::kFinished;
     }
-    for (auto& c : coordinators_) c.second->close();
+    for (auto& c : coordinators_)
+      c.second->close();
     result_.job_id = id_;
     result_.job_name = name_;
     result_.status = status_;
@@ -131,7 +139,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener {
 
   void join_all() {
     std::lock_guard lock(join_mu_);
-    for (auto& t : tasks_) t->join();
+    for (auto& t : tasks_)
+      t->join();
   }
 
   std::shared_ptr<StreamGraph> graph_;
@@ -191,7 +200,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
       if (is_pointwise(e.partitioner)) {
         ec.targets[static_cast<size_t>(i)] = pointwise_targets(ps, pt, i);
       } else {
-        for (int j = 0; j < pt; ++j) ec.targets[static_cast<size_t>(i)].push_back(j);
+        for (int j = 0; j < pt; ++j)
+          ec.targets[static_cast<size_t>(i)].push_back(j);
       }
       channel_count += ec.targets[static_cast<size_t>(i)].size();
     }
@@ -199,12 +209,13 @@ Status LocalJob::deploy(const JobGraph& jg) {
   const int64_t network_max = config.get(options::kNetworkMemoryMax);
   const long double needed = static_cast<long double>(channel_count) * credits * segment_size;
   if (needed > static_cast<long double>(network_max)) {
-    return Error(ErrorCode::kConfiguration,
-                 fmt::format("the job's data exchange needs {} channels x {} buffers x {} bytes = {:.0f} MiB of network "
-                             "buffers, above {} = {} MiB; lower the parallelism, {} or {}, or raise {}",
-                             channel_count, credits, segment_size, static_cast<double>(needed) / (1 << 20),
-                             options::kNetworkMemoryMax.key, network_max >> 20, options::kBuffersPerChannel.key,
-                             options::kBufferSize.key, options::kNetworkMemoryMax.key));
+    return Error(
+        ErrorCode::kConfiguration,
+        fmt::format("the job's data exchange needs {} channels x {} buffers x {} bytes = {:.0f} MiB of network "
+                    "buffers, above {} = {} MiB; lower the parallelism, {} or {}, or raise {}",
+                    channel_count, credits, segment_size, static_cast<double>(needed) / (1 << 20),
+                    options::kNetworkMemoryMax.key, network_max >> 20, options::kBuffersPerChannel.key,
+                    options::kBufferSize.key, options::kNetworkMemoryMax.key));
   }
   pool_ = std::make_unique<NetworkBufferPool>(static_cast<uint32_t>(segment_size),
                                               channel_count * static_cast<size_t>(credits));
@@ -252,7 +263,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
         receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)][static_cast<size_t>(input_index)]
             .push_back(channels_.back().get());
       }
-      writers[static_cast<size_t>(e.id)].push_back(vertex_tasks[static_cast<size_t>(e.source_vertex)][i]->add_record_writer(std::move(senders)));
+      writers[static_cast<size_t>(e.id)].push_back(
+          vertex_tasks[static_cast<size_t>(e.source_vertex)][i]->add_record_writer(std::move(senders)));
     }
   }
 
@@ -260,7 +272,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
   node_operators_.resize(graph_->nodes().size());
   node_parallelism_ = jg.node_parallelism;
   std::map<int, int> job_edge_of_stream_edge;
-  for (const auto& e : jg.edges) job_edge_of_stream_edge[e.stream_edge] = e.id;
+  for (const auto& e : jg.edges)
+    job_edge_of_stream_edge[e.stream_edge] = e.id;
   for (const auto& v : jg.vertices) {
     for (int i = 0; i < v.parallelism; ++i) {
       Task* task = vertex_tasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)];
@@ -288,8 +301,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
           } else {
             int je = job_edge_of_stream_edge.at(eid);
             RecordWriter* w = writers[static_cast<size_t>(je)][static_cast<size_t>(i)];
-            out = task->own_output(
-                se.ops->make_network_output(*w, se.partitioner, i, jg.node_max_parallelism[static_cast<size_t>(se.target)]));
+            out = task->own_output(se.ops->make_network_output(
+                *w, se.partitioner, i, jg.node_max_parallelism[static_cast<size_t>(se.target)]));
           }
           by_tag[se.side_output_tag].push_back({&se, out});
         }
@@ -303,7 +316,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
             outputs[tag] = outs[0].second;
           } else {
             std::vector<OutputBase*> list;
-            for (auto& p : outs) list.push_back(p.second);
+            for (auto& p : outs)
+              list.push_back(p.second);
             outputs[tag] = task->own_output(outs[0].first->ops->make_broadcasting_output(std::move(list)));
           }
         }
@@ -320,8 +334,8 @@ Status LocalJob::deploy(const JobGraph& jg) {
           }
         }
         if (first == nullptr) continue;
-        auto input = graph_->edge(first->stream_edge)
-                         .ops->make_record_input(op_of_node.at(v.chained_nodes[0]), input_index);
+        auto input =
+            graph_->edge(first->stream_edge).ops->make_record_input(op_of_node.at(v.chained_nodes[0]), input_index);
         task->add_input(receivers[static_cast<size_t>(v.id)][static_cast<size_t>(i)][static_cast<size_t>(input_index)],
                         std::move(input));
       }
@@ -337,7 +351,8 @@ void LocalJob::start() {
     start_ = std::chrono::steady_clock::now();
   }
   spdlog::info("job '{}' ({}) starting with {} tasks", name_, id_, tasks_.size());
-  for (auto& t : tasks_) t->start();
+  for (auto& t : tasks_)
+    t->start();
 }
 
 }  // namespace

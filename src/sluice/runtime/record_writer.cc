@@ -62,7 +62,8 @@ void RecordWriter::write_record(int channel, std::span<const uint8_t> bytes, Tim
 }
 
 void RecordWriter::broadcast_record(std::span<const uint8_t> bytes, TimestampMs timestamp) {
-  for (int c = 0; c < num_channels(); ++c) write_record(c, bytes, timestamp);
+  for (int c = 0; c < num_channels(); ++c)
+    write_record(c, bytes, timestamp);
 }
 
 void RecordWriter::broadcast_watermark(TimestampMs watermark) {

@@ -1,9 +1,8 @@
 #include "sluice/runtime/task.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 
@@ -22,11 +21,16 @@ constexpr auto kMaxIdleWait = std::chrono::milliseconds(50);
 
 const char* task_state_name(TaskState s) {
   switch (s) {
-    case TaskState::kCreated: return "CREATED";
-    case TaskState::kRunning: return "RUNNING";
-    case TaskState::kFinished: return "FINISHED";
-    case TaskState::kFailed: return "FAILED";
-    case TaskState::kCanceled: return "CANCELED";
+    case TaskState::kCreated:
+      return "CREATED";
+    case TaskState::kRunning:
+      return "RUNNING";
+    case TaskState::kFinished:
+      return "FINISHED";
+    case TaskState::kFailed:
+      return "FAILED";
+    case TaskState::kCanceled:
+      return "CANCELED";
   }
   return "UNKNOWN";
 }
@@ -38,7 +42,8 @@ Task::~Task() {
   join();
 }
 
-StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx) {
+StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op,
+                                       std::unique_ptr<TaskRuntimeContext> ctx) {
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
   return operators_.back().get();
@@ -50,13 +55,15 @@ OutputBase* Task::own_output(std::unique_ptr<OutputBase> output) {
 }
 
 RecordWriter* Task::add_record_writer(std::vector<ChannelSender*> channels) {
-  for (auto* c : channels) c->set_sender_wakeup(&wakeup_);
+  for (auto* c : channels)
+    c->set_sender_wakeup(&wakeup_);
   writers_.push_back(std::make_unique<RecordWriter>(std::move(channels), *this));
   return writers_.back().get();
 }
 
 void Task::add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input) {
-  for (auto* c : channels) c->set_receiver_wakeup(&wakeup_);
+  for (auto* c : channels)
+    c->set_receiver_wakeup(&wakeup_);
   record_inputs_.push_back(std::move(input));
   inputs_.push_back(std::make_unique<StreamInputProcessor>(std::move(channels), *record_inputs_.back()));
 }
@@ -103,10 +110,9 @@ void Task::wait_for_credit() {
 }
 
 Error Task::describe_failure(const std::string& operator_name, const std::string& message, ErrorCode code) const {
-  return Error(code,
-               fmt::format("operator '{}' failed in subtask {}/{} (attempt {}) of task '{}': {}", operator_name,
-                           options_.subtask_index + 1, options_.parallelism, options_.attempt, options_.vertex_name,
-                           message));
+  return Error(code, fmt::format("operator '{}' failed in subtask {}/{} (attempt {}) of task '{}': {}", operator_name,
+                                 options_.subtask_index + 1, options_.parallelism, options_.attempt,
+                                 options_.vertex_name, message));
 }
 
 void Task::run() {
@@ -168,7 +174,8 @@ void Task::invoke() {
       o->finish();
     });
   }
-  for (auto& w : writers_) w->finish();
+  for (auto& w : writers_)
+    w->finish();
 }
 
 void Task::run_source_loop(SourceOperatorBase& source) {
@@ -211,7 +218,8 @@ void Task::process_mails() {
     batch.swap(mails_);
     has_mail_.store(false, std::memory_order_release);
   }
-  for (auto& m : batch) m();
+  for (auto& m : batch)
+    m();
 }
 
 StreamInputProcessor::Status Task::process_input() {
@@ -225,7 +233,8 @@ StreamInputProcessor::Status Task::process_input() {
     all_finished = false;
     if (in.process_next() == StreamInputProcessor::Status::kProcessed) return StreamInputProcessor::Status::kProcessed;
   }
-  for (const auto& in : inputs_) all_finished = all_finished && in->finished();
+  for (const auto& in : inputs_)
+    all_finished = all_finished && in->finished();
   return all_finished ? StreamInputProcessor::Status::kEndOfInput : StreamInputProcessor::Status::kNothingAvailable;
 }
 
@@ -248,7 +257,8 @@ void Task::maybe_flush() {
 }
 
 void Task::flush_outputs() {
-  for (auto& w : writers_) w->flush_all();
+  for (auto& w : writers_)
+    w->flush_all();
 }
 
 void Task::idle_wait() {

@@ -32,12 +32,16 @@ std::vector<T> sorted(std::vector<T> v) {
   return v;
 }
 
-void expect_ok(const JobResult& r) { ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : ""); }
+void expect_ok(const JobResult& r) {
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+}
 
 struct Sale {
   std::string shop;
   int64_t amount = 0;
-  friend bool operator<(const Sale& a, const Sale& b) { return std::tie(a.shop, a.amount) < std::tie(b.shop, b.amount); }
+  friend bool operator<(const Sale& a, const Sale& b) {
+    return std::tie(a.shop, a.amount) < std::tie(b.shop, b.amount);
+  }
 };
 SLUICE_FIELDS(Sale, shop, amount);
 
@@ -83,25 +87,38 @@ TEST(DataStreamTest, UnionMergesStreams) {
 TEST(DataStreamTest, BroadcastReachesEverySubtask) {
   StreamEnvironment env;
   auto [out, sink] = collector<int64_t>();
-  env.from_source(datagen::sequence(1, 50), "n").broadcast().map([](int64_t v) { return v; }).set_parallelism(3)
-      .sink_to(sink).set_parallelism(3);
+  env.from_source(datagen::sequence(1, 50), "n")
+      .broadcast()
+      .map([](int64_t v) { return v; })
+      .set_parallelism(3)
+      .sink_to(sink)
+      .set_parallelism(3);
   expect_ok(env.execute());
   auto per = out->per_subtask();
   ASSERT_EQ(per.size(), 3u);
-  for (const auto& s : per) EXPECT_EQ(s.size(), 50u);
+  for (const auto& s : per)
+    EXPECT_EQ(s.size(), 50u);
 }
 
 TEST(DataStreamTest, RescaleAndRebalanceLoseNothing) {
   StreamEnvironment env;
   env.set_parallelism(2);
   auto [out, sink] = collector<int64_t>();
-  env.from_source(datagen::sequence(1, 10'000), "n").rescale().map([](int64_t v) { return v; }).set_parallelism(4)
-      .rebalance().map([](int64_t v) { return v * 2; }).set_parallelism(3).sink_to(sink).set_parallelism(3);
+  env.from_source(datagen::sequence(1, 10'000), "n")
+      .rescale()
+      .map([](int64_t v) { return v; })
+      .set_parallelism(4)
+      .rebalance()
+      .map([](int64_t v) { return v * 2; })
+      .set_parallelism(3)
+      .sink_to(sink)
+      .set_parallelism(3);
   expect_ok(env.execute());
   auto all = out->all();
   ASSERT_EQ(all.size(), 10'000u);
   EXPECT_EQ(std::accumulate(all.begin(), all.end(), int64_t{0}), int64_t{10'000} * 10'001);
-  for (const auto& s : out->per_subtask()) EXPECT_GT(s.size(), 2000u);  // spread over all subtasks
+  for (const auto& s : out->per_subtask())
+    EXPECT_GT(s.size(), 2000u);  // spread over all subtasks
 }
 
 TEST(DataStreamTest, KeyedSumMinMaxByMember) {
@@ -118,7 +135,8 @@ TEST(DataStreamTest, KeyedSumMinMaxByMember) {
   expect_ok(env.execute());
   auto last_per_shop = [](const std::vector<Sale>& v) {
     std::map<std::string, std::vector<int64_t>> m;
-    for (const auto& s : v) m[s.shop].push_back(s.amount);
+    for (const auto& s : v)
+      m[s.shop].push_back(s.amount);
     return m;
   };
   // Rolling aggregates, in per-key order.
@@ -139,7 +157,9 @@ TEST(DataStreamTest, KeyedProcessSeesTheCurrentKey) {
   StreamEnvironment env;
   env.set_parallelism(2);
   auto [out, sink] = collector<std::string>();
-  env.from_source(datagen::sequence(0, 5), "n").key_by([](int64_t v) { return v % 2; }).process(CountPerKey{})
+  env.from_source(datagen::sequence(0, 5), "n")
+      .key_by([](int64_t v) { return v % 2; })
+      .process(CountPerKey{})
       .sink_to(sink);
   expect_ok(env.execute());
   EXPECT_EQ(sorted(out->all()), (std::vector<std::string>{"0:0", "0:2", "0:4", "1:1", "1:3", "1:5"}));
@@ -182,7 +202,8 @@ TEST(DataStreamTest, RichFunctionsAreOpenedAndClosedPerSubtask) {
   auto per = out->per_subtask();
   ASSERT_EQ(per.size(), 3u);
   for (size_t s = 0; s < per.size(); ++s) {
-    for (const auto& r : per[s]) EXPECT_EQ(r.substr(0, 5), std::to_string(s) + "/3#0");
+    for (const auto& r : per[s])
+      EXPECT_EQ(r.substr(0, 5), std::to_string(s) + "/3#0");
   }
 }
 

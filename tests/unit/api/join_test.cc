@@ -42,7 +42,11 @@ TEST(JoinTest, ConnectFeedsBothInputsOfOneOperator) {
   ASSERT_TRUE(r.ok()) << r.error->to_string();
   auto got = out->all();
   std::sort(got.begin(), got.end());
-  EXPECT_EQ(got, (std::vector<std::string>{"L" "x", "L" "y", "R7", "R8", "R9"}));
+  EXPECT_EQ(got, (std::vector<std::string>{"L"
+                                           "x",
+                                           "L"
+                                           "y",
+                                           "R7", "R8", "R9"}));
 }
 
 /// Enrichment: remembers the latest "name" per key from input 2 and tags input-1 records with it.
@@ -96,12 +100,17 @@ TEST(JoinTest, IntervalJoinMatchesTheReference) {
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   std::vector<S> ls, rs;
-  for (int i = 0; i < 40; ++i) ls.push_back(S::rec({i % 3 == 0 ? "a" : "b", i}, i * 5));
-  for (int i = 0; i < 40; ++i) rs.push_back(S::rec({i % 2 == 0 ? "a" : "b", 1000 + i}, i * 7));
+  for (int i = 0; i < 40; ++i)
+    ls.push_back(S::rec({i % 3 == 0 ? "a" : "b", i}, i * 5));
+  for (int i = 0; i < 40; ++i)
+    rs.push_back(S::rec({i % 2 == 0 ? "a" : "b", 1000 + i}, i * 7));
   auto sel = [](const KV& kv) { return kv.first; };
   auto left = env.from_source(script(ls), "left").key_by(sel);
   auto right = env.from_source(script(rs), "right").key_by(sel);
-  interval_join(left, right).between(-4ms, 6ms).process(PairUp{}).sink_to(std::make_shared<CollectSink<std::string>>(out));
+  interval_join(left, right)
+      .between(-4ms, 6ms)
+      .process(PairUp{})
+      .sink_to(std::make_shared<CollectSink<std::string>>(out));
   JobResult r = env.execute();
   ASSERT_TRUE(r.ok()) << r.error->to_string();
   std::multiset<std::string> expected;
@@ -129,7 +138,8 @@ TEST(JoinTest, WindowJoinEmitsEveryPairOfAWindow) {
       .where(sel)
       .equal_to(sel)
       .window(TumblingEventTimeWindows::of(10ms))
-      .apply([](const KV& l, const KV& r) { return l.first + std::to_string(l.second) + "x" + std::to_string(r.second); })
+      .apply(
+          [](const KV& l, const KV& r) { return l.first + std::to_string(l.second) + "x" + std::to_string(r.second); })
       .sink_to(std::make_shared<CollectSink<std::string>>(out));
   JobResult r = env.execute();
   ASSERT_TRUE(r.ok()) << r.error->to_string();

@@ -22,9 +22,7 @@ using S = testing::Step<KV>;
 /// Counts per key in ValueState; emits "key:count@timer" when the event-time timer at ts+10 fires.
 class CountWithTimeout final : public KeyedProcessFunction<std::string, KV, std::string> {
  public:
-  void open(RuntimeContext&) override {
-    count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0});
-  }
+  void open(RuntimeContext&) override { count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0}); }
   void process_element(const KV&, Context& ctx, Collector<std::string>&) override {
     count_->update(count_->value() + 1);
     ctx.timer_service().register_event_time_timer(ctx.timestamp() + 10);
@@ -43,8 +41,7 @@ TEST(KeyedProcessTest, StateAndEventTimeTimersPerKey) {
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   // Two records of "a" at ts 1 register the same timer (11) once: deduplicated.
-  std::vector<S> script{S::rec({"a", 0}, 1), S::rec({"a", 0}, 1), S::rec({"b", 0}, 5), S::wm(11),
-                        S::rec({"a", 0}, 20)};
+  std::vector<S> script{S::rec({"a", 0}, 1), S::rec({"a", 0}, 1), S::rec({"b", 0}, 5), S::wm(11), S::rec({"a", 0}, 20)};
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
       .set_parallelism(1)
       .key_by([](const KV& kv) { return kv.first; })
@@ -81,8 +78,11 @@ TEST(KeyedProcessTest, ProcessingTimeTimersFireOnceInOrderOnAManualClock) {
   env.set_clock(clock);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   // An endless, slow source keeps the job running while the test moves the clock.
-  auto source = std::make_shared<DataGeneratorSource<KV>>([](int64_t) { return KV{"k", 0}; },
-                                                          DataGeneratorSource<KV>::kUnbounded, 1.0);
+  auto source = std::make_shared<DataGeneratorSource<KV>>(
+      [](int64_t) {
+        return KV{"k", 0};
+      },
+      DataGeneratorSource<KV>::kUnbounded, 1.0);
   env.from_source(source, "one per second")
       .key_by([](const KV& kv) { return kv.first; })
       .process(ProcessingTimers{})
@@ -156,7 +156,9 @@ TEST(WatermarkTest, AnIdleSplitDoesNotHoldBackWindows) {
     env.from_source(std::make_shared<OneIdleSplitSource>(), strategy, "two splits")
         .key_by([](const KV& kv) { return kv.first; })
         .window(TumblingEventTimeWindows::of(100ms))
-        .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+        .reduce([](const KV& a, const KV& b) {
+          return KV{a.first, a.second + b.second};
+        })
         .sink_to(std::make_shared<CollectSink<KV>>(out));
     JobClient client = env.execute_async("idle split");
     if (with_idleness) {
@@ -207,13 +209,18 @@ TEST(ProcessingTimeWindowTest, TumblingProcessingTimeWindowsFireOnTheManualClock
   auto out = std::make_shared<CollectedRecords<KV>>();
   g_seen = 0;
   // One record per 1000 ms of (manual) processing time.
-  auto source = std::make_shared<DataGeneratorSource<KV>>([](int64_t i) { return KV{"k", i + 1}; },
-                                                          DataGeneratorSource<KV>::kUnbounded, 1.0);
+  auto source = std::make_shared<DataGeneratorSource<KV>>(
+      [](int64_t i) {
+        return KV{"k", i + 1};
+      },
+      DataGeneratorSource<KV>::kUnbounded, 1.0);
   env.from_source(source, "slow")
       .key_by([](const KV& kv) { return kv.first; })
       .window(TumblingProcessingTimeWindows::of(std::chrono::milliseconds(1000)))
       .trigger(std::make_shared<CountingProcessingTimeTrigger>())
-      .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+      .reduce([](const KV& a, const KV& b) {
+        return KV{a.first, a.second + b.second};
+      })
       .sink_to(std::make_shared<CollectSink<KV>>(out));
   JobClient client = env.execute_async("processing-time windows");
   // The window operator has taken record 1 into window [10000, 11000).

@@ -40,7 +40,8 @@ class SumWindow final : public ProcessWindowFunction<KV, Result, std::string, Ti
  public:
   void process(const std::string& key, Context& ctx, const std::vector<KV>& elements, Collector<Result>& out) override {
     int64_t sum = 0;
-    for (const auto& e : elements) sum += e.second;
+    for (const auto& e : elements)
+      sum += e.second;
     out.collect(Result{key, ctx.window().start, ctx.window().end, sum});
   }
 };
@@ -55,8 +56,14 @@ TEST(WindowTest, TumblingEventTimeWithOutOfOrderInput) {
   StreamEnvironment env;
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<Result>>();
-  std::vector<S> script{S::rec({"a", 1}, 1),  S::rec({"b", 10}, 3),  S::rec({"a", 2}, 12), S::rec({"a", 4}, 9),
-                        S::wm(9),                S::rec({"a", 8}, 19), S::rec({"b", 20}, 15), S::wm(25),
+  std::vector<S> script{S::rec({"a", 1}, 1),
+                        S::rec({"b", 10}, 3),
+                        S::rec({"a", 2}, 12),
+                        S::rec({"a", 4}, 9),
+                        S::wm(9),
+                        S::rec({"a", 8}, 19),
+                        S::rec({"b", 20}, 15),
+                        S::wm(25),
                         S::rec({"a", 16}, 27)};
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
       .set_parallelism(1)
@@ -67,7 +74,8 @@ TEST(WindowTest, TumblingEventTimeWithOutOfOrderInput) {
   run(env);
   auto got = out->all();
   std::sort(got.begin(), got.end());
-  std::vector<Result> expected{{"a", 0, 10, 5}, {"a", 10, 20, 10}, {"a", 20, 30, 16}, {"b", 0, 10, 10}, {"b", 10, 20, 20}};
+  std::vector<Result> expected{
+      {"a", 0, 10, 5}, {"a", 10, 20, 10}, {"a", 20, 30, 16}, {"b", 0, 10, 10}, {"b", 10, 20, 20}};
   EXPECT_EQ(got, expected);
 }
 
@@ -82,18 +90,26 @@ TEST(WindowTest, ReduceAndAggregateGiveTheSameSums) {
   auto reduced = std::make_shared<CollectedRecords<KV>>();
   auto aggregated = std::make_shared<CollectedRecords<int64_t>>();
   std::vector<S> script;
-  for (int i = 0; i < 100; ++i) script.push_back(S::rec({i % 2 ? "x" : "y", i}, i));
-  auto keyed = env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
-                   .key_by([](const KV& kv) { return kv.first; });
+  for (int i = 0; i < 100; ++i)
+    script.push_back(S::rec({i % 2 ? "x" : "y", i}, i));
+  auto keyed =
+      env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script").key_by([](const KV& kv) {
+        return kv.first;
+      });
   keyed.window(TumblingEventTimeWindows::of(50ms))
-      .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+      .reduce([](const KV& a, const KV& b) {
+        return KV{a.first, a.second + b.second};
+      })
       .sink_to(std::make_shared<CollectSink<KV>>(reduced));
-  keyed.window(TumblingEventTimeWindows::of(50ms)).aggregate(SumAgg{}).sink_to(
-      std::make_shared<CollectSink<int64_t>>(aggregated));
+  keyed.window(TumblingEventTimeWindows::of(50ms))
+      .aggregate(SumAgg{})
+      .sink_to(std::make_shared<CollectSink<int64_t>>(aggregated));
   run(env);
   int64_t total_r = 0, total_a = 0;
-  for (const auto& kv : reduced->all()) total_r += kv.second;
-  for (int64_t v : aggregated->all()) total_a += v;
+  for (const auto& kv : reduced->all())
+    total_r += kv.second;
+  for (int64_t v : aggregated->all())
+    total_a += v;
   EXPECT_EQ(total_r, 4950);
   EXPECT_EQ(total_a, 4950);
   EXPECT_EQ(reduced->size(), 4u);  // 2 keys x 2 windows
@@ -121,7 +137,7 @@ TEST(WindowTest, SessionWindowsMergeUnderOutOfOrderInput) {
   auto out = std::make_shared<CollectedRecords<Result>>();
   // Gap 5: 1 and 10 start two sessions; 5 arrives late (before the watermark) and bridges them into one.
   // 30 is a separate session; for key b a single element.
-  std::vector<S> script{S::rec({"a", 1}, 1), S::rec({"a", 10}, 10), S::rec({"b", 7}, 4), S::rec({"a", 100}, 5),
+  std::vector<S> script{S::rec({"a", 1}, 1), S::rec({"a", 10}, 10),  S::rec({"b", 7}, 4), S::rec({"a", 100}, 5),
                         S::wm(12),           S::rec({"a", 1000}, 30)};
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
       .key_by([](const KV& kv) { return kv.first; })
@@ -142,7 +158,9 @@ TEST(WindowTest, SessionMergingWithIncrementalAggregation) {
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
       .key_by([](const KV& kv) { return kv.first; })
       .window(EventTimeSessionWindows::with_gap(7ms))
-      .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+      .reduce([](const KV& a, const KV& b) {
+        return KV{a.first, a.second + b.second};
+      })
       .sink_to(std::make_shared<CollectSink<KV>>(out));
   run(env);
   EXPECT_EQ(out->all(), (std::vector<KV>{{"a", 15}}));  // 1, 8, 14, 20 chain into one session
@@ -153,10 +171,10 @@ TEST(WindowTest, AllowedLatenessFiresAgainAndTooLateGoesToSideOutput) {
   auto out = std::make_shared<CollectedRecords<Result>>();
   auto late = std::make_shared<CollectedRecords<KV>>();
   const OutputTag<KV> late_tag("late");
-  std::vector<S> script{S::rec({"a", 1}, 2),  S::wm(10),             // window [0,10) fires: 1
-                        S::rec({"a", 2}, 5),  S::wm(12),             // late but within 5ms lateness: fires 3
-                        S::rec({"a", 4}, 3),  S::wm(15),             // still within lateness (cleanup at 14): 7
-                        S::rec({"a", 8}, 4),  S::rec({"a", 16}, 16)};  // beyond lateness: side output
+  std::vector<S> script{S::rec({"a", 1}, 2), S::wm(10),               // window [0,10) fires: 1
+                        S::rec({"a", 2}, 5), S::wm(12),               // late but within 5ms lateness: fires 3
+                        S::rec({"a", 4}, 3), S::wm(15),               // still within lateness (cleanup at 14): 7
+                        S::rec({"a", 8}, 4), S::rec({"a", 16}, 16)};  // beyond lateness: side output
   auto windows = env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
                      .key_by([](const KV& kv) { return kv.first; })
                      .window(TumblingEventTimeWindows::of(10ms));
@@ -177,12 +195,15 @@ TEST(WindowTest, CountTriggerOnGlobalWindows) {
   StreamEnvironment env;
   auto out = std::make_shared<CollectedRecords<KV>>();
   std::vector<S> script;
-  for (int i = 1; i <= 7; ++i) script.push_back(S::rec({"k", i}, i));
+  for (int i = 1; i <= 7; ++i)
+    script.push_back(S::rec({"k", i}, i));
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
       .key_by([](const KV& kv) { return kv.first; })
       .window(GlobalWindows::create())
       .trigger(PurgingTrigger<KV, GlobalWindow>::of(CountTrigger<KV, GlobalWindow>::of(3)))
-      .reduce([](const KV& a, const KV& b) { return KV{a.first, a.second + b.second}; })
+      .reduce([](const KV& a, const KV& b) {
+        return KV{a.first, a.second + b.second};
+      })
       .sink_to(std::make_shared<CollectSink<KV>>(out));
   run(env);
   EXPECT_EQ(out->all(), (std::vector<KV>{{"k", 6}, {"k", 15}}));  // 1+2+3, 4+5+6; 7 never fires

@@ -76,7 +76,8 @@ std::string read_file(const std::string& path) {
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
+  for (std::string line; std::getline(in, line);)
+    out.push_back(line);
   return out;
 }
 
@@ -94,7 +95,9 @@ JobResult run_to_collect(std::shared_ptr<Src> source, int parallelism, std::shar
   return env.execute("files test");
 }
 
-std::string error_text(const JobResult& r) { return r.error ? r.error->to_string() : std::string("(no error)"); }
+std::string error_text(const JobResult& r) {
+  return r.error ? r.error->to_string() : std::string("(no error)");
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Text lines
@@ -161,7 +164,8 @@ TEST_P(FileSourceParallelismTest, JsonLinesAsValuesSkipBlankLines) {
   JobResult r = run_to_collect(FileSource<Value>::json_lines({dir / "*.jsonl"}), GetParam(), out);
   ASSERT_TRUE(r.ok()) << error_text(r);
   std::vector<std::string> got;
-  for (const Value& v : out->all()) got.push_back(v.to_json());
+  for (const Value& v : out->all())
+    got.push_back(v.to_json());
   EXPECT_EQ(sorted(got), sorted(expected));
 }
 
@@ -169,11 +173,10 @@ INSTANTIATE_TEST_SUITE_P(Parallelism, FileSourceParallelismTest, ::testing::Valu
 
 TEST(FileSourceTest, JsonLinesIntoStructs) {
   TempDir dir;
-  write_file(dir / "charges.jsonl",
-             R"({"id":"c1","amount_cents":100})"
-             "\n"
-             R"({"id":"c2","amount_cents":250,"note":"gift","extra":true})"
-             "\n");
+  write_file(dir / "charges.jsonl", R"({"id":"c1","amount_cents":100})"
+                                    "\n"
+                                    R"({"id":"c2","amount_cents":250,"note":"gift","extra":true})"
+                                    "\n");
   auto out = std::make_shared<CollectedRecords<Charge>>();
   JobResult r = run_to_collect(files::json_lines<Charge>({dir / "charges.jsonl"}), 3, out);
   ASSERT_TRUE(r.ok()) << error_text(r);
@@ -349,9 +352,9 @@ TEST(FileSourceTest, LinesAcrossChunkBoundariesAndLongerThanAChunk) {
   };
   for (int i = 0; i < 40'000; ++i) {
     add(std::string(static_cast<size_t>(i % 13), 'a') + std::to_string(i), false, i % 5 == 0 ? "\r\n" : "\n");
-    if (i == 1000) add(std::string(90'000, 'g'), false, "\n");    // longer than a chunk, within the limit
-    if (i == 20000) add(std::string(250'000, 'h'), true, "\n");   // too long, spans several chunks
-    if (i == 30000) add(std::string(kMax, 'k'), false, "\r\n");   // exactly the limit, plus "\r\n"
+    if (i == 1000) add(std::string(90'000, 'g'), false, "\n");   // longer than a chunk, within the limit
+    if (i == 20000) add(std::string(250'000, 'h'), true, "\n");  // too long, spans several chunks
+    if (i == 30000) add(std::string(kMax, 'k'), false, "\r\n");  // exactly the limit, plus "\r\n"
   }
   add(std::string(kMax + 1, 'z'), true, "");
   write_file(dir / "in.txt", content);
@@ -431,7 +434,8 @@ TEST(FileSourceReaderTest, SnapshotsRecordExactPositionsAndResumeFromThem) {
   std::vector<FileSplit> snapshot = reader->snapshot_state(1);
   ASSERT_EQ(snapshot.size(), 1U);
   int64_t offset = 0;
-  for (size_t i = 0; i < 1024; ++i) offset += static_cast<int64_t>(lines[i].size() + (i % 2 == 0 ? 1 : 2));
+  for (size_t i = 0; i < 1024; ++i)
+    offset += static_cast<int64_t>(lines[i].size() + (i % 2 == 0 ? 1 : 2));
   EXPECT_EQ(snapshot[0], (FileSplit{dir / "in.txt", offset, 1025}));
   reader->close();
 
@@ -489,10 +493,12 @@ TEST(FileSinkTest, TextPartFilesHoldEveryRecordOnce) {
   for (int s = 0; s < 3; ++s) {
     const std::string part = out_dir + "/part-" + std::to_string(s) + ".txt";
     ASSERT_TRUE(std::filesystem::exists(part)) << part;
-    for (std::string& l : split_lines(read_file(part))) got.push_back(std::move(l));
+    for (std::string& l : split_lines(read_file(part)))
+      got.push_back(std::move(l));
   }
   std::vector<std::string> expected;
-  for (int i = 0; i <= 9999; ++i) expected.push_back(std::to_string(i));
+  for (int i = 0; i <= 9999; ++i)
+    expected.push_back(std::to_string(i));
   EXPECT_EQ(sorted(got), sorted(expected));
 }
 
@@ -506,8 +512,7 @@ TEST(FileSinkTest, JsonLinesPartFilesReadBackThroughTheFileSource) {
   {
     StreamEnvironment env;
     env.set_parallelism(2);
-    env.from_source(datagen::from_collection(charges), "charges")
-        .sink_to(FileSink<Charge>::json_lines(dir / "out"));
+    env.from_source(datagen::from_collection(charges), "charges").sink_to(FileSink<Charge>::json_lines(dir / "out"));
     JobResult r = env.execute("write");
     ASSERT_TRUE(r.ok()) << error_text(r);
   }
@@ -546,7 +551,8 @@ class CapturedStream {
     std::string s;
     char buf[4096];
     size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof(buf), f_)) > 0) s.append(buf, n);
+    while ((n = std::fread(buf, 1, sizeof(buf), f_)) > 0)
+      s.append(buf, n);
     return s;
   }
 
@@ -562,8 +568,9 @@ TEST(PrintSinkTest, ParallelismOnePrintsWithTheIdentifierOnly) {
       .sink_to(std::make_shared<PrintSink<Charge>>("charges", stream.get()));
   JobResult r = env.execute("print");
   ASSERT_TRUE(r.ok()) << error_text(r);
-  EXPECT_EQ(stream.text(), "charges> {\"id\":\"c1\",\"amount_cents\":5,\"note\":null}\n"
-                           "charges> {\"id\":\"c2\",\"amount_cents\":6,\"note\":\"x\"}\n");
+  EXPECT_EQ(stream.text(),
+            "charges> {\"id\":\"c1\",\"amount_cents\":5,\"note\":null}\n"
+            "charges> {\"id\":\"c2\",\"amount_cents\":6,\"note\":\"x\"}\n");
 }
 
 TEST(PrintSinkTest, ParallelSubtasksPrefixTheirNumberAndLinesNeverInterleave) {

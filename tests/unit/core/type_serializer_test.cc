@@ -57,8 +57,8 @@ struct Customer {
   std::pair<int8_t, char> grade{};
   friend bool operator==(const Customer&, const Customer&) = default;
 };
-SLUICE_FIELDS(Customer, id, name, active, score, region, tags, address, counters, external_ref, embedding,
-              charges, grade);
+SLUICE_FIELDS(Customer, id, name, active, score, region, tags, address, counters, external_ref, embedding, charges,
+              grade);
 
 // Recursive through a vector (allowed for incomplete element types since C++17).
 struct TreeNode {
@@ -229,8 +229,7 @@ TEST(TypeSerializerTest, ExactBytesOfContainers) {
               ::testing::ElementsAre(0x02, 0x01, 0x61, 0x01, 0x01, 0x62, 0x02));
   EXPECT_THAT(bytes_of(std::pair<int8_t, std::string>{7, "z"}), ::testing::ElementsAre(0x07, 0x01, 0x7A));
   EXPECT_THAT(bytes_of(std::tuple<uint8_t, bool, int8_t>{9, true, -1}), ::testing::ElementsAre(0x09, 0x01, 0xFF));
-  EXPECT_THAT(bytes_of(std::variant<int32_t, std::string>(std::string("x"))),
-              ::testing::ElementsAre(0x01, 0x01, 0x78));
+  EXPECT_THAT(bytes_of(std::variant<int32_t, std::string>(std::string("x"))), ::testing::ElementsAre(0x01, 0x01, 0x78));
   EXPECT_THAT(bytes_of(std::variant<std::monostate, int8_t>()), ::testing::ElementsAre(0x00));
   EXPECT_TRUE(bytes_of(std::tuple<>()).empty());
 }
@@ -248,7 +247,8 @@ TEST(TypeSerializerTest, BulkCopiedVectorsMatchElementWiseEncoding) {
   std::vector<int64_t> v = {1, -2, std::numeric_limits<int64_t>::min(), 42};
   DataOutput manual;
   manual.write_varint(v.size());
-  for (int64_t x : v) serialize(x, manual);
+  for (int64_t x : v)
+    serialize(x, manual);
   EXPECT_EQ(bytes_of(v), std::vector<uint8_t>(manual.data(), manual.data() + manual.size()));
 
   std::vector<shop::Status> statuses = {shop::Status::kPaid, shop::Status::kPending};
@@ -321,13 +321,14 @@ TEST(TypeSerializerTest, RoundTripsMaps) {
   expect_round_trip(std::map<int32_t, std::string>{});
   expect_round_trip(std::map<std::pair<int32_t, int32_t>, bool>{{{1, 2}, true}, {{0, 5}, false}});
   std::unordered_map<std::string, std::optional<int64_t>> um;
-  for (int i = 0; i < 100; ++i) um["k" + std::to_string(i)] = i % 3 == 0 ? std::nullopt : std::optional<int64_t>(i);
+  for (int i = 0; i < 100; ++i)
+    um["k" + std::to_string(i)] = i % 3 == 0 ? std::nullopt : std::optional<int64_t>(i);
   expect_round_trip(um);
 }
 
 TEST(TypeSerializerTest, RoundTripsNestedTypes) {
-  std::vector<std::optional<shop::Charge>> charges = {shop::Charge{"a", "b", shop::Status::kPaid, 1, 2},
-                                                      std::nullopt, shop::Charge{}};
+  std::vector<std::optional<shop::Charge>> charges = {shop::Charge{"a", "b", shop::Status::kPaid, 1, 2}, std::nullopt,
+                                                      shop::Charge{}};
   expect_round_trip(charges);
   std::map<std::string, std::vector<std::variant<int32_t, shop::Address>>> m = {
       {"home", {shop::Address{"Main St", "12345"}, int32_t{4}}}, {"none", {}}};
@@ -509,7 +510,8 @@ TEST(TypeSerializerTest, RandomBytesNeverCrash) {
   for (int iter = 0; iter < 3000; ++iter) {
     std::vector<uint8_t> bytes = valid;
     int flips = 1 + static_cast<int>(rng() % 4);
-    for (int f = 0; f < flips; ++f) bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
+    for (int f = 0; f < flips; ++f)
+      bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
     DataInput in(std::span<const uint8_t>(bytes.data(), bytes.size()));
     shop::Customer target = sample_customer();
     try {

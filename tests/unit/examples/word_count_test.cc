@@ -30,14 +30,16 @@ TEST(WordCountTest, SameResultAtParallelismOneAndFour) {
   std::map<std::string, int64_t> expected;
   std::string line;
   while (std::getline(f, line)) {
-    for (auto& w : split_words(line)) ++expected[w];
+    for (auto& w : split_words(line))
+      ++expected[w];
   }
   EXPECT_EQ(p1, expected);
   EXPECT_EQ(p1.at("the"), 19);
 }
 
 TEST(WordCountTest, SplitWords) {
-  EXPECT_EQ(split_words("To be, or not—to be: 'tis"), (std::vector<std::string>{"to", "be", "or", "not", "to", "be", "tis"}));
+  EXPECT_EQ(split_words("To be, or not—to be: 'tis"),
+            (std::vector<std::string>{"to", "be", "or", "not", "to", "be", "tis"}));
   EXPECT_EQ(split_words("wish'd. there's"), (std::vector<std::string>{"wish'd", "there's"}));
   EXPECT_TRUE(split_words("  ,;  ").empty());
   EXPECT_EQ(split_words("Café naïve Straße"), (std::vector<std::string>{"café", "naïve", "straße"}));

@@ -20,7 +20,9 @@ std::shared_ptr<CollectSink<int64_t>> sink() {
 TEST(JobGraphTest, ForwardOperatorsOfEqualParallelismChainIntoOneVertex) {
   StreamEnvironment env;
   env.set_parallelism(2);
-  env.from_source(datagen::sequence(0, 9), "n").map([](int64_t v) { return v; }).filter([](int64_t) { return true; })
+  env.from_source(datagen::sequence(0, 9), "n")
+      .map([](int64_t v) { return v; })
+      .filter([](int64_t) { return true; })
       .sink_to(sink());
   auto graph = std::make_shared<StreamGraph>(env.stream_graph());
   auto jg = build_job_graph(*graph);
@@ -58,8 +60,13 @@ TEST(JobGraphTest, KeyByParallelismChangeAndDisabledChainingBreakChains) {
 TEST(JobGraphTest, SlotSharingGroupsAddUp) {
   StreamEnvironment env;
   env.set_parallelism(2);
-  env.from_source(datagen::sequence(0, 9), "n").map([](int64_t v) { return v; }).set_parallelism(3)
-      .slot_sharing_group("heavy").sink_to(sink()).set_parallelism(3).slot_sharing_group("heavy");
+  env.from_source(datagen::sequence(0, 9), "n")
+      .map([](int64_t v) { return v; })
+      .set_parallelism(3)
+      .slot_sharing_group("heavy")
+      .sink_to(sink())
+      .set_parallelism(3)
+      .slot_sharing_group("heavy");
   auto graph = std::make_shared<StreamGraph>(env.stream_graph());
   auto jg = build_job_graph(*graph);
   ASSERT_TRUE(jg.ok());
@@ -69,8 +76,11 @@ TEST(JobGraphTest, SlotSharingGroupsAddUp) {
 TEST(JobGraphTest, UidsAreStableAndDuplicatesRejected) {
   auto build = [](bool duplicate) {
     StreamEnvironment env;
-    env.from_source(datagen::sequence(0, 9), "n").uid("src").map([](int64_t v) { return v; })
-        .uid(duplicate ? "src" : "m").sink_to(sink());
+    env.from_source(datagen::sequence(0, 9), "n")
+        .uid("src")
+        .map([](int64_t v) { return v; })
+        .uid(duplicate ? "src" : "m")
+        .sink_to(sink());
     auto graph = std::make_shared<StreamGraph>(env.stream_graph());
     return build_job_graph(*graph);
   };
@@ -95,9 +105,11 @@ TEST(JobGraphTest, PointwiseTargetsSpreadEvenly) {
     for (int down = 1; down <= 5; ++down) {
       std::vector<int> fed(static_cast<size_t>(down), 0);
       for (int i = 0; i < up; ++i) {
-        for (int j : pointwise_targets(up, down, i)) fed[static_cast<size_t>(j)]++;
+        for (int j : pointwise_targets(up, down, i))
+          fed[static_cast<size_t>(j)]++;
       }
-      for (int f : fed) EXPECT_GE(f, 1) << up << "->" << down;
+      for (int f : fed)
+        EXPECT_GE(f, 1) << up << "->" << down;
     }
   }
 }

@@ -52,7 +52,10 @@ TEST_P(PerKeyOrderTest, EachKeysSequenceArrivesInOrder) {
   env.set_parallelism(p);
   // Record i belongs to key i % kKeys and is that key's (i / kKeys)-th record.
   auto source = std::make_shared<DataGeneratorSource<Event>>(
-      [](int64_t i) { return Event{i % kKeys, i / kKeys}; }, kRecords);
+      [](int64_t i) {
+        return Event{i % kKeys, i / kKeys};
+      },
+      kRecords);
   auto out = std::make_shared<CollectedRecords<Event>>();
   // One source subtask keeps a single total order per key at the source; key_by must preserve it.
   env.from_source(source, "events")
@@ -208,8 +211,11 @@ TEST(CancelTest, CancelStopsAnUnboundedJobAndLeavesNoThread) {
 TEST(CancelTest, CancellingABackpressuredJobReportsCanceledNotFailed) {
   StreamEnvironment env;
   env.set_parallelism(1);  // one channel: its credits fill deterministically
-  auto source = std::make_shared<DataGeneratorSource<Event>>([](int64_t i) { return Event{i % 100, i}; },
-                                                             DataGeneratorSource<Event>::kUnbounded);
+  auto source = std::make_shared<DataGeneratorSource<Event>>(
+      [](int64_t i) {
+        return Event{i % 100, i};
+      },
+      DataGeneratorSource<Event>::kUnbounded);
   auto gate = std::make_shared<testing::Gate>();
   OpenOnExit open_on_exit{gate};
   auto out = std::make_shared<CollectedRecords<Event>>();
@@ -239,7 +245,10 @@ TEST(GraphTest, AnOperatorWithoutDownstreamRunsAndDiscards) {
 TEST(GraphErrorTest, InvalidGraphReturnsAFailedResultWithTheReason) {
   StreamEnvironment env;
   auto out = std::make_shared<CollectedRecords<int64_t>>();
-  env.from_source(datagen::sequence(0, 10), "n").set_parallelism(2).forward().map([](int64_t v) { return v; })
+  env.from_source(datagen::sequence(0, 10), "n")
+      .set_parallelism(2)
+      .forward()
+      .map([](int64_t v) { return v; })
       .set_parallelism(3);
   JobResult r = env.execute("bad");
   ASSERT_EQ(r.status, JobStatus::kFailed);
