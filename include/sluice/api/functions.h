@@ -43,11 +43,19 @@ class RuntimeContext {
 };
 
 /// Base of functions with a lifecycle: open() before the first record, close() after the last.
+///
+/// Checkpoint hooks (Flink's CheckpointedFunction and CheckpointListener): snapshot_state(id) runs in the
+/// synchronous part of a checkpoint, so a function keeping data outside managed state copies it into
+/// RuntimeContext::operator_state() there; notify_checkpoint_complete(id) / notify_checkpoint_aborted(id)
+/// follow the checkpoint's outcome. All run on the task thread.
 class RichFunction {
  public:
   virtual ~RichFunction() = default;
   virtual void open(RuntimeContext& /*ctx*/) {}
   virtual void close() {}
+  virtual void snapshot_state(int64_t /*checkpoint_id*/) {}
+  virtual void notify_checkpoint_complete(int64_t /*checkpoint_id*/) {}
+  virtual void notify_checkpoint_aborted(int64_t /*checkpoint_id*/) {}
 };
 
 /// Receives the records a function emits. Not thread-safe: use only inside the call that passed it.

@@ -25,6 +25,9 @@
 
 namespace sluice {
 
+class KeyedStateSnapshot;
+struct KeyedStateRestore;
+
 /// A single-writer counter: increments are plain loads and stores (no lock prefix) because only the task
 /// thread writes; other threads read a possibly slightly stale value.
 class Counter {
@@ -164,6 +167,27 @@ class StreamOperatorBase {
   /// Releases resources; called on success and on failure or cancellation.
   virtual void close() {}
 
+  // --- Checkpointing (task thread; DESIGN.md §6) ---
+
+  /// The synchronous part of checkpoint `checkpoint_id` (Flink's snapshotState): bring the operator state
+  /// (RuntimeContext::operator_state(): split positions, sink committables) up to date. Runs when the
+  /// barrier has been aligned, before it is forwarded; must be quick. Throwing declines the checkpoint and
+  /// fails the task.
+  virtual void snapshot_state(int64_t /*checkpoint_id*/) {}
+  /// Keyed operators: a consistent capture of the keyed state and timers (see KeyedStateSnapshot), taken
+  /// right after snapshot_state(); nullptr for operators without keyed state.
+  virtual std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() { return nullptr; }
+  /// Checkpoint `checkpoint_id` completed (every task acknowledged and its metadata is durable): two-phase
+  /// commit sinks commit, sources report positions. A later id implies the earlier ones.
+  virtual void notify_checkpoint_complete(int64_t /*checkpoint_id*/) {}
+  /// Checkpoint `checkpoint_id` was aborted (timeout, a declined snapshot, a failure).
+  virtual void notify_checkpoint_aborted(int64_t /*checkpoint_id*/) {}
+  /// Set by the runtime before open() when the subtask restores keyed state; keyed operators read it in open()
+  /// after creating their backend. Operator state is restored into the RuntimeContext's store before open().
+  void set_restored_keyed_state(std::shared_ptr<const KeyedStateRestore> state) { restored_keyed_ = std::move(state); }
+  /// The keyed state to restore in open(), or nullptr on a fresh start.
+  const KeyedStateRestore* restored_keyed_state() const { return restored_keyed_.get(); }
+
   const std::string& name() const { return *name_; }
   RuntimeContext& runtime_context() { return *ctx_; }
   OperatorMetrics& metrics() { return metrics_; }
@@ -182,6 +206,7 @@ class StreamOperatorBase {
   std::unordered_map<std::string, OutputBase*> outputs_;
   OperatorMetrics metrics_;
   TimestampMs current_watermark_ = std::numeric_limits<int64_t>::min();
+  std::shared_ptr<const KeyedStateRestore> restored_keyed_;
 };
 
 /// One typed input of an operator: where the runtime (or the previous operator of a chain) delivers records

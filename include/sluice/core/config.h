@@ -15,12 +15,20 @@
 
 namespace sluice {
 
+/// How the text of an int64 option is parsed.
+enum class OptionUnit {
+  kAuto,      ///< a duration when the key mentions "timeout" or "interval", else a memory size
+  kDuration,  ///< "100ms", "1s", "2min", "1h" or plain milliseconds
+  kMemory,    ///< "32kb", "4 mb" or plain bytes
+};
+
 /// A typed option: key, default value and a one-line description (rendered in docs/configuration.md).
 template <class T>
 struct ConfigOption {
   std::string_view key;
   T default_value;
   std::string_view description;
+  OptionUnit unit = OptionUnit::kAuto;
 };
 
 /// Parses sizes like "32kb", "4 mb", "1024" (bytes). Returns an error naming the text on failure.
@@ -46,6 +54,7 @@ class Configuration {
   int32_t get(const ConfigOption<int32_t>& option) const;
   bool get(const ConfigOption<bool>& option) const;
   std::string get(const ConfigOption<std::string>& option) const;
+  double get(const ConfigOption<double>& option) const;
   /// Memory sizes (bytes) and durations (ms) are int64 options whose text may carry units.
 
   const std::map<std::string, std::string, std::less<>>& entries() const { return values_; }
@@ -96,6 +105,81 @@ inline const ConfigOption<int64_t> kAutoWatermarkInterval{
     "Processing time (ms) between periodic watermark emissions of watermark generators."};
 inline const ConfigOption<bool> kChaining{"pipeline.operator-chaining", true,
                                           "Chain adjacent operators with forward edges into one task."};
+
+// --- Checkpointing (Flink 2.x keys) ---
+inline const ConfigOption<int64_t> kCheckpointInterval{
+    "execution.checkpointing.interval", 0,
+    "Time between the triggers of periodic checkpoints (ms or with a unit); 0 disables checkpointing.",
+    OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kCheckpointTimeout{
+    "execution.checkpointing.timeout", 10 * 60'000,
+    "A checkpoint not completed within this time is aborted.", OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kCheckpointMinPause{
+    "execution.checkpointing.min-pause", 0,
+    "Least time between the end of one checkpoint and the trigger of the next.", OptionUnit::kDuration};
+inline const ConfigOption<int32_t> kMaxConcurrentCheckpoints{
+    "execution.checkpointing.max-concurrent-checkpoints", 1, "Checkpoints that may be in progress at once."};
+inline const ConfigOption<std::string> kCheckpointMode{
+    "execution.checkpointing.mode", "EXACTLY_ONCE",
+    "EXACTLY_ONCE (barriers aligned: state reflects every record exactly once) or AT_LEAST_ONCE (no "
+    "alignment: lower latency, records after a barrier may be counted again on recovery)."};
+inline const ConfigOption<std::string> kCheckpointDir{
+    "execution.checkpointing.dir", "",
+    "Where checkpoints are stored (file:///path or a path); required when checkpointing is enabled."};
+inline const ConfigOption<int32_t> kCheckpointsRetained{"execution.checkpointing.num-retained", 1,
+                                                        "Completed checkpoints kept; older ones are deleted."};
+inline const ConfigOption<std::string> kSavepointDir{"execution.checkpointing.savepoint-dir", "",
+                                                     "Default directory of savepoints (file:///path or a path)."};
+inline const ConfigOption<int32_t> kTolerableFailedCheckpoints{
+    "execution.checkpointing.tolerable-failed-checkpoints", 0,
+    "Consecutive failed checkpoints tolerated before the job fails (a timeout or a snapshot error)."};
+inline const ConfigOption<bool> kRestoreFallback{
+    "execution.checkpointing.restore-fallback", false,
+    "When the latest checkpoint cannot be read (a missing or corrupted file), restore the previous one instead "
+    "of failing."};
+inline const ConfigOption<std::string> kStateRecoveryPath{
+    "execution.state-recovery.path", "",
+    "A savepoint or retained checkpoint (its directory, its _metadata file, or a job directory: the latest "
+    "checkpoint in it) to start the job from."};
+inline const ConfigOption<bool> kIgnoreUnclaimedState{
+    "execution.state-recovery.ignore-unclaimed-state", false,
+    "Start even when the savepoint holds state of an operator uid the job no longer has "
+    "(Flink's allowNonRestoredState)."};
+
+// --- Restart strategies (Flink keys and defaults) ---
+inline const ConfigOption<std::string> kRestartStrategy{
+    "restart-strategy.type", "",
+    "none, fixed-delay, failure-rate or exponential-delay; unset: exponential-delay when checkpointing is "
+    "enabled, none otherwise (as Flink)."};
+inline const ConfigOption<int32_t> kFixedDelayAttempts{"restart-strategy.fixed-delay.attempts", 1,
+                                                       "Restarts before the job fails (fixed-delay)."};
+inline const ConfigOption<int64_t> kFixedDelayDelay{"restart-strategy.fixed-delay.delay", 1000,
+                                                    "Delay before each restart (fixed-delay).", OptionUnit::kDuration};
+inline const ConfigOption<int32_t> kFailureRateMaxFailures{
+    "restart-strategy.failure-rate.max-failures-per-interval", 1,
+    "Failures within one interval that fail the job (failure-rate)."};
+inline const ConfigOption<int64_t> kFailureRateInterval{"restart-strategy.failure-rate.failure-rate-interval",
+                                                        60'000, "The measuring interval (failure-rate).",
+                                                        OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kFailureRateDelay{"restart-strategy.failure-rate.delay", 1000,
+                                                     "Delay before each restart (failure-rate).",
+                                                     OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kExpDelayInitialBackoff{"restart-strategy.exponential-delay.initial-backoff", 1000,
+                                                           "First restart delay (exponential-delay).",
+                                                           OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kExpDelayMaxBackoff{"restart-strategy.exponential-delay.max-backoff", 60'000,
+                                                       "Largest restart delay (exponential-delay).",
+                                                       OptionUnit::kDuration};
+inline const ConfigOption<double> kExpDelayMultiplier{"restart-strategy.exponential-delay.backoff-multiplier", 1.5,
+                                                      "Factor applied to the delay after each failure."};
+inline const ConfigOption<int64_t> kExpDelayResetThreshold{
+    "restart-strategy.exponential-delay.reset-backoff-threshold", 3'600'000,
+    "Running this long without a failure resets the delay to the initial backoff.", OptionUnit::kDuration};
+inline const ConfigOption<double> kExpDelayJitter{"restart-strategy.exponential-delay.jitter-factor", 0.1,
+                                                  "Random +/- fraction applied to each delay."};
+inline const ConfigOption<int32_t> kExpDelayAttempts{
+    "restart-strategy.exponential-delay.attempts-before-reset-backoff", 2147483647,
+    "Restarts allowed before the backoff resets; more fail the job."};
 }  // namespace options
 
 /// Checks every engine option in `config` parses; returns the first error (kConfiguration) naming the key.

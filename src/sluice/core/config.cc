@@ -1,10 +1,12 @@
 #include "sluice/core/config.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <limits>
 
 namespace sluice {
@@ -82,7 +84,9 @@ int64_t Configuration::get(const ConfigOption<int64_t>& option) const {
   if (!v) return option.default_value;
   // Memory-size and duration options accept units; plain integers parse under either.
   auto key = option.key;
-  bool is_duration = key.find("timeout") != std::string_view::npos || key.find("interval") != std::string_view::npos;
+  bool is_duration = option.unit == OptionUnit::kDuration ||
+                     (option.unit == OptionUnit::kAuto && (key.find("timeout") != std::string_view::npos ||
+                                                           key.find("interval") != std::string_view::npos));
   Result<int64_t> r = is_duration ? parse_duration_ms(*v) : parse_memory_size(*v);
   if (!r.ok()) throw SluiceException(config_error(key, *v, is_duration ? "a duration" : "an integer or size"));
   return *r;
@@ -112,11 +116,29 @@ std::string Configuration::get(const ConfigOption<std::string>& option) const {
   return v ? *v : option.default_value;
 }
 
+double Configuration::get(const ConfigOption<double>& option) const {
+  auto v = get_string(option.key);
+  if (!v) return option.default_value;
+  std::string s = lower_trim(*v);
+  char* end = nullptr;
+  double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size()) throw SluiceException(config_error(option.key, *v, "a number"));
+  return d;
+}
+
 Status validate_engine_options(const Configuration& config) {
   static const std::vector<std::string_view> known = {
       options::kParallelism.key,   options::kMaxParallelism.key,        options::kTaskSlots.key,
       options::kBufferSize.key,    options::kBuffersPerChannel.key,     options::kNetworkMemoryMax.key,
-      options::kBufferTimeout.key, options::kAutoWatermarkInterval.key, options::kChaining.key};
+      options::kBufferTimeout.key, options::kAutoWatermarkInterval.key, options::kChaining.key,
+      options::kCheckpointInterval.key, options::kCheckpointTimeout.key, options::kCheckpointMinPause.key,
+      options::kMaxConcurrentCheckpoints.key, options::kCheckpointMode.key, options::kCheckpointDir.key,
+      options::kCheckpointsRetained.key, options::kSavepointDir.key, options::kTolerableFailedCheckpoints.key,
+      options::kRestoreFallback.key, options::kStateRecoveryPath.key, options::kIgnoreUnclaimedState.key,
+      options::kRestartStrategy.key, options::kFixedDelayAttempts.key, options::kFixedDelayDelay.key,
+      options::kFailureRateMaxFailures.key, options::kFailureRateInterval.key, options::kFailureRateDelay.key,
+      options::kExpDelayInitialBackoff.key, options::kExpDelayMaxBackoff.key, options::kExpDelayMultiplier.key,
+      options::kExpDelayResetThreshold.key, options::kExpDelayJitter.key, options::kExpDelayAttempts.key};
   try {
     (void)config.get(options::kParallelism);
     (void)config.get(options::kMaxParallelism);
@@ -127,6 +149,37 @@ Status validate_engine_options(const Configuration& config) {
     (void)config.get(options::kBufferTimeout);
     (void)config.get(options::kAutoWatermarkInterval);
     (void)config.get(options::kChaining);
+    (void)config.get(options::kCheckpointInterval);
+    (void)config.get(options::kCheckpointTimeout);
+    (void)config.get(options::kCheckpointMinPause);
+    (void)config.get(options::kMaxConcurrentCheckpoints);
+    (void)config.get(options::kCheckpointsRetained);
+    (void)config.get(options::kTolerableFailedCheckpoints);
+    (void)config.get(options::kRestoreFallback);
+    (void)config.get(options::kIgnoreUnclaimedState);
+    (void)config.get(options::kFixedDelayAttempts);
+    (void)config.get(options::kFixedDelayDelay);
+    (void)config.get(options::kFailureRateMaxFailures);
+    (void)config.get(options::kFailureRateInterval);
+    (void)config.get(options::kFailureRateDelay);
+    (void)config.get(options::kExpDelayInitialBackoff);
+    (void)config.get(options::kExpDelayMaxBackoff);
+    (void)config.get(options::kExpDelayMultiplier);
+    (void)config.get(options::kExpDelayResetThreshold);
+    (void)config.get(options::kExpDelayJitter);
+    (void)config.get(options::kExpDelayAttempts);
+    std::string mode = config.get(options::kCheckpointMode);
+    if (mode != "EXACTLY_ONCE" && mode != "AT_LEAST_ONCE") {
+      return Error(ErrorCode::kConfiguration, fmt::format("{} = '{}'; expected EXACTLY_ONCE or AT_LEAST_ONCE",
+                                                          options::kCheckpointMode.key, mode));
+    }
+    std::string restart = config.get(options::kRestartStrategy);
+    if (!restart.empty() && restart != "none" && restart != "fixed-delay" && restart != "failure-rate" &&
+        restart != "exponential-delay") {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{} = '{}'; expected none, fixed-delay, failure-rate or exponential-delay",
+                               options::kRestartStrategy.key, restart));
+    }
   } catch (const SluiceException& e) {
     return e.error();
   }
