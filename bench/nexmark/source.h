@@ -120,6 +120,19 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
       for (const NexmarkSplit& s : splits)
         pending_[subtask].push_back(s);
     }
+    std::vector<NexmarkSplit> snapshot_state(int64_t /*checkpoint_id*/) override {
+      std::vector<NexmarkSplit> out;
+      for (const auto& [subtask, splits] : pending_)
+        out.insert(out.end(), splits.begin(), splits.end());
+      return out;
+    }
+    // Unassigned splits go round robin over the (possibly new) readers.
+    void restore_state(std::vector<NexmarkSplit> unassigned) override {
+      pending_.clear();
+      const int p = std::max(1, ctx_.current_parallelism());
+      for (size_t i = 0; i < unassigned.size(); ++i)
+        pending_[static_cast<int>(i) % p].push_back(unassigned[i]);
+    }
 
    private:
     SplitEnumeratorContext<NexmarkSplit>& ctx_;

@@ -181,10 +181,26 @@ class DataStream {
     return DataStream<U>(graph_, {p});
   }
 
-  /// Writes the stream to a sink.
+  /// Writes the stream to a sink (SinkOperator: at-least-once, flush on snapshot).
   DataStreamSink sink_to(std::shared_ptr<const Sink<T>> sink, std::string name = "Sink") {
     auto factory = std::make_shared<LambdaOperatorFactory>(
         [sink]() -> std::unique_ptr<StreamOperatorBase> { return std::make_unique<SinkOperator<T>>(sink); }, true);
+    int node = add_node(std::move(name), factory);
+    graph_->node(node).is_sink = true;
+    return DataStreamSink(graph_, node);
+  }
+
+  /// Writes the stream to a two-phase-commit sink (TwoPhaseCommitSinkOperator: exactly-once with
+  /// checkpointing). Chosen by the static type: pass the sink's own shared_ptr, not a shared_ptr<const Sink<T>>.
+  template <TwoPhaseCommittingSinkOf<T> S>
+  DataStreamSink sink_to(std::shared_ptr<S> sink, std::string name = "Sink") {
+    using CommT = typename std::remove_cv_t<S>::CommittableType;
+    std::shared_ptr<const TwoPhaseCommittingSink<T, CommT>> base = std::move(sink);
+    auto factory = std::make_shared<LambdaOperatorFactory>(
+        [base]() -> std::unique_ptr<StreamOperatorBase> {
+          return std::make_unique<TwoPhaseCommitSinkOperator<T, CommT>>(base);
+        },
+        true);
     int node = add_node(std::move(name), factory);
     graph_->node(node).is_sink = true;
     return DataStreamSink(graph_, node);

@@ -40,6 +40,9 @@ class RuntimeContext {
   /// The operator state of this subtask (list and union list state, for non-keyed functions such as sources
   /// and sinks; include sluice/state/operator_state.h). Task thread only.
   virtual OperatorStateStore& operator_state() = 0;
+  /// True when the job takes periodic checkpoints (execution.checkpointing.interval > 0): two-phase-commit
+  /// sinks then commit on notify_checkpoint_complete instead of at the end of input.
+  virtual bool is_checkpointing_enabled() const { return false; }
 };
 
 /// Base of functions with a lifecycle: open() before the first record, close() after the last.

@@ -4,11 +4,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 
 namespace sluice {
@@ -26,6 +28,27 @@ struct OperatorStats {
   uint64_t records_out = 0;
 };
 
+/// Timings of one subtask in one checkpoint.
+struct TaskCheckpointStats {
+  std::string task;            ///< "Map -> Sink (2/4)"
+  int64_t alignment_ns = 0;    ///< first to last barrier (exactly-once alignment)
+  int64_t sync_pause_ns = 0;   ///< processing paused for the synchronous part of the snapshot
+  uint64_t state_bytes = 0;    ///< bytes written for this subtask
+};
+
+/// One checkpoint or savepoint as the coordinator saw it (Flink's checkpoint statistics).
+struct CheckpointStats {
+  int64_t checkpoint_id = 0;
+  std::string type;            ///< "checkpoint", "savepoint" or "stop-with-savepoint"
+  TimestampMs trigger_time_ms = 0;
+  int64_t duration_ms = 0;     ///< trigger to completion (or abort)
+  uint64_t state_bytes = 0;    ///< all state files
+  bool completed = false;
+  std::string failure;         ///< why it was aborted (empty when completed)
+  std::string path;            ///< its directory once completed
+  std::vector<TaskCheckpointStats> tasks;
+};
+
 /// The outcome of a job.
 struct JobResult {
   std::string job_id;
@@ -33,7 +56,10 @@ struct JobResult {
   JobStatus status = JobStatus::kCreated;
   std::optional<Error> error;  ///< set when status is kFailed
   std::chrono::milliseconds duration{0};
-  std::vector<OperatorStats> operators;  ///< in graph order
+  std::vector<OperatorStats> operators;  ///< in graph order; counts summed over every attempt
+  int restarts = 0;                      ///< failover restarts (of any region)
+  int64_t completed_checkpoints = 0;
+  std::string latest_checkpoint_path;    ///< the last completed checkpoint or savepoint ("" when none)
 
   bool ok() const { return status == JobStatus::kFinished; }
   /// The stats of the first operator with this name, or nullptr.
@@ -56,6 +82,9 @@ class JobClient {
     virtual void cancel() = 0;
     virtual JobResult wait() = 0;
     virtual bool wait_for(std::chrono::milliseconds timeout) = 0;
+    virtual std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) = 0;
+    virtual std::vector<CheckpointStats> checkpoint_stats() const = 0;
+    virtual int restarts() const = 0;
   };
   explicit JobClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -67,6 +96,21 @@ class JobClient {
   JobResult wait() { return impl_->wait(); }
   /// Waits up to `timeout` for the job to end; true when it has.
   bool wait_for(std::chrono::milliseconds timeout) { return impl_->wait_for(timeout); }
+  /// Takes a savepoint into `target_dir` (file:///path or a path; "" = execution.checkpointing.savepoint-dir)
+  /// while the job keeps running. The future yields the savepoint's directory, or the error that aborted it.
+  std::future<Result<std::string>> trigger_savepoint(std::string target_dir = {}) {
+    return impl_->trigger_savepoint(std::move(target_dir), false);
+  }
+  /// Stop-with-savepoint (Flink's `stop`): sources stop right after the savepoint's barrier, the savepoint
+  /// completes, sinks commit, and the job ends FINISHED without draining (no final watermark). The future
+  /// yields the savepoint's directory; if the savepoint fails the job fails over to its latest checkpoint.
+  std::future<Result<std::string>> stop_with_savepoint(std::string target_dir = {}) {
+    return impl_->trigger_savepoint(std::move(target_dir), true);
+  }
+  /// Statistics of recent checkpoints and savepoints, oldest first.
+  std::vector<CheckpointStats> checkpoint_stats() const { return impl_->checkpoint_stats(); }
+  /// Failover restarts so far.
+  int restarts() const { return impl_->restarts(); }
 
  private:
   std::shared_ptr<Impl> impl_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "sluice/api/connected_streams.h"
 #include "sluice/api/windowed_stream.h"
+#include "sluice/state/keyed_state_snapshot.h"
 
 namespace sluice {
 
@@ -42,10 +44,13 @@ template <class K, class In1, class In2, class Out, class Sel1, class Sel2>
 class KeyedTwoInputOperatorBase : public TwoInputOperator<In1, In2>, protected OutputOf<Out> {
  public:
   KeyedTwoInputOperatorBase(Sel1 s1, Sel2 s2) : sel1_(std::move(s1)), sel2_(std::move(s2)) {}
+  /// Creates (and, on a restore, restores) the keyed state and timers; derived operators open their function
+  /// after this and call schedule() last, so restored processing-time timers are armed again.
   void open() override {
-    keyed_.open(*this->ctx_, this->services_);
+    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
+  std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
   void process_watermark(TimestampMs wm) override {
     keyed_.timers().advance_watermark(
         wm, [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kEventTime); });
@@ -77,8 +82,16 @@ class KeyedCoProcessOperator final : public KeyedTwoInputOperatorBase<K, In1, In
     Base::open();
     fn_.set_keyed_state(&this->keyed_.backend());
     fn_.open(*this->StreamOperatorBase::ctx_);
+    this->schedule();  // restored processing-time timers
   }
   void close() override { fn_.close(); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element1(In1&& r, TimestampMs ts) override {
     this->set_key1(r);
     prepare(ts, TimeDomain::kEventTime);
@@ -200,6 +213,13 @@ class IntervalJoinOperator final
     fn_.open(*this->StreamOperatorBase::ctx_);
   }
   void close() override { fn_.close(); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element1(L&& l, TimestampMs ts) override {
     this->set_key1(l);
     if (late(ts)) return;

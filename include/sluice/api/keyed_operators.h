@@ -1,10 +1,8 @@
 // Operators on a KeyedStream. Each record's key is recomputed from the record with the stream's key selector
-// (as Flink does), so keys never travel separately. Per-key values live in a flat hash map owned by the
-// subtask; the event-time/state issue moves them into the keyed state backend, partitioned by key group.
+// (as Flink does), so keys never travel separately. Per-key values and timers live in the subtask's
+// HeapKeyedStateBackend (partitioned by key group), so checkpoints capture them and a restore, at any
+// parallelism, gives each subtask the key groups of its new range (DESIGN.md §6).
 #pragma once
-
-#include <absl/container/flat_hash_map.h>
-#include <absl/hash/hash.h>
 
 #include <memory>
 #include <optional>
@@ -15,78 +13,65 @@
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/operators.h"
 #include "sluice/core/key_group.h"
-#include "sluice/core/type_serializer.h"
+#include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_operator_snapshot.h"
+#include "sluice/state/keyed_state_snapshot.h"
+#include "sluice/state/timer_service.h"
 
 namespace sluice {
 
-/// Hashes keys for in-memory maps: abseil's hash for scalars and strings, XXH3 over the serialized bytes for
-/// everything else (so any serializable key type works). In-memory only: key groups use key_hash().
+namespace detail {
+
+/// The heap keyed state backend of this subtask: the key groups of its index at the operator's parallelism.
 template <class K>
-struct KeyHasher {
-  size_t operator()(const K& key) const {
-    if constexpr (std::is_arithmetic_v<K> || std::is_enum_v<K> || std::is_same_v<K, std::string>) {
-      return absl::Hash<K>{}(key);
-    } else {
-      thread_local DataOutput buf;
-      buf.clear();
-      TypeSerializer<K>::serialize(key, buf);
-      return static_cast<size_t>(key_hash(buf.bytes()));
-    }
-  }
-};
+std::unique_ptr<HeapKeyedStateBackend<K>> make_keyed_backend(const RuntimeContext& ctx) {
+  return std::make_unique<HeapKeyedStateBackend<K>>(
+      KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
+      ctx.max_parallelism(), ctx.clock());
+}
 
-template <class K, class V>
-using KeyedMap = absl::flat_hash_map<K, V, KeyHasher<K>>;
+/// Throws the error of a failed keyed-state restore as a SluiceException naming the operator and subtask
+/// (the task then fails); does nothing for OK.
+inline void throw_if_restore_failed(const Status& restored, const RuntimeContext& ctx) {
+  if (restored.ok()) return;
+  throw SluiceException(restored.error().with_context("operator '" + ctx.operator_name() + "' (subtask " +
+                                                      std::to_string(ctx.subtask_index() + 1) + "/" +
+                                                      std::to_string(ctx.parallelism()) + ")"));
+}
 
-/// Rolling reduce per key (Flink's StreamGroupedReduceOperator): emits the new aggregate for every record.
-template <class K, class T, class Sel, class R>
-class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
- public:
-  KeyedReduceOperator(Sel selector, R reducer) : selector_(std::move(selector)), reducer_(std::move(reducer)) {}
-  void open() override { detail::open_function(reducer_, *this->ctx_); }
-  void close() override { detail::close_function(reducer_); }
-  void process_element(T&& record, TimestampMs ts) override {
-    K key = std::invoke(selector_, std::as_const(record));
-    auto it = values_.find(key);
-    if (it == values_.end()) {
-      it = values_.emplace(std::move(key), std::move(record)).first;
-    } else {
-      T reduced = call_user_function(this->name(), [&]() -> T {
-        if constexpr (detail::kIsRich<R>) {
-          return reducer_.reduce(std::as_const(it->second), std::as_const(record));
-        } else {
-          return std::invoke(reducer_, std::as_const(it->second), std::as_const(record));
-        }
-      });
-      it->second = std::move(reduced);
-    }
-    T out = it->second;
-    this->metrics_.records_out.inc();
-    this->typed(this->main_output_)->collect(std::move(out), ts);
-  }
-  /// Number of keys this subtask holds (for tests and metrics).
-  size_t key_count() const { return values_.size(); }
-
- private:
-  Sel selector_;
-  R reducer_;
-  KeyedMap<K, T> values_;
-};
+}  // namespace detail
 
 /// The keyed state backend and timer service of one keyed operator subtask, with the task-timer plumbing for
-/// processing-time timers. Owned by keyed operators; task thread only.
+/// processing-time timers and the checkpoint capture and restore of both. Owned by keyed operators; task
+/// thread only.
+///
+/// Lifecycle: open() (creates backend and timers, restores them when the subtask restores) -> running ->
+/// snapshot() at checkpoints. After a restore the operator calls schedule_processing_time() once at the end
+/// of its open(), so restored processing-time timers get a task timer again.
 template <class K, class N>
 class KeyedContextHolder final : public TimerService {
  public:
-  void open(RuntimeContext& ctx, TaskServices* services) {
+  /// Creates the backend and the timer service for this subtask's key-group range; when `restored` is not
+  /// null, restores the keyed state and timers of that range from it (the runtime's
+  /// StreamOperatorBase::restored_keyed_state()). Throws SluiceException (kState or kSerialization) naming the
+  /// operator and subtask when the restore fails: the task then fails.
+  void open(RuntimeContext& ctx, TaskServices* services, const KeyedStateRestore* restored) {
     services_ = services;
     clock_ = &ctx.clock();
-    backend_ = std::make_unique<HeapKeyedStateBackend<K>>(
-        KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
-        ctx.max_parallelism(), ctx.clock());
+    backend_ = detail::make_keyed_backend<K>(ctx);
     timers_ = std::make_unique<InternalTimerService<K, N>>(*backend_);
+    if (restored != nullptr) {
+      detail::throw_if_restore_failed(restore_keyed_operator(*backend_, timers_.get(), *restored), ctx);
+    }
+  }
+  /// A consistent capture of the keyed state and timers (StreamOperatorBase::snapshot_keyed_state); nullptr
+  /// before open().
+  std::unique_ptr<KeyedStateSnapshot> snapshot() const {
+    if (backend_ == nullptr) return nullptr;
+    return capture_keyed_operator(*backend_, timers_.get());
   }
   HeapKeyedStateBackend<K>& backend() { return *backend_; }
+  const HeapKeyedStateBackend<K>& backend() const { return *backend_; }
   InternalTimerService<K, N>& timers() { return *timers_; }
 
   // TimerService of keyed functions: timers in the default namespace of the current key.
@@ -98,6 +83,8 @@ class KeyedContextHolder final : public TimerService {
   void delete_processing_time_timer(TimestampMs t) override { timers_->delete_processing_time_timer(N{}, t); }
 
   /// Keeps one task timer armed for the earliest processing-time timer; `fire(key, ns, ts)` runs due timers.
+  /// Call after anything that may register one (a record, a watermark) and at the end of open() (restored
+  /// timers).
   template <class Fire>
   void schedule_processing_time(Fire fire) {
     std::optional<TimestampMs> next = timers_->next_processing_time();
@@ -118,18 +105,85 @@ class KeyedContextHolder final : public TimerService {
   std::optional<TimestampMs> armed_;
 };
 
+/// Rolling reduce per key (Flink's StreamGroupedReduceOperator): emits the new aggregate for every record.
+/// The aggregate of each key is the ValueState "reduce-value" of a keyed state backend without timers
+/// (checkpointed and rescaled with it); a record costs one set_current_key and one lookup of the key's entry.
+template <class K, class T, class Sel, class R>
+class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
+ public:
+  KeyedReduceOperator(Sel selector, R reducer) : selector_(std::move(selector)), reducer_(std::move(reducer)) {}
+  void open() override {
+    backend_ = detail::make_keyed_backend<K>(*this->ctx_);
+    if (const KeyedStateRestore* restored = this->restored_keyed_state()) {
+      detail::throw_if_restore_failed(restore_keyed_operator(*backend_, *restored), *this->ctx_);
+    }
+    value_ = &backend_->get_state(ValueStateDescriptor<T>{"reduce-value"});
+    out_ = this->typed(this->main_output_);
+    detail::open_function(reducer_, *this->ctx_);
+  }
+  void close() override { detail::close_function(reducer_); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(reducer_, this->name(), id); }
+  std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override {
+    return backend_ == nullptr ? nullptr : capture_keyed_operator(*backend_);
+  }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(reducer_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(reducer_, this->name(), id);
+  }
+  void process_element(T&& record, TimestampMs ts) override {
+    backend_->set_current_key(std::invoke(selector_, std::as_const(record)));
+    // has_value() finds the key's entry; value() and update() reuse that lookup (the state caches it).
+    if (!value_->has_value()) {
+      value_->update(std::as_const(record));
+      this->metrics_.records_out.inc();
+      out_->collect(std::move(record), ts);
+      return;
+    }
+    T reduced = call_user_function(this->name(), [&]() -> T {
+      if constexpr (detail::kIsRich<R>) {
+        return reducer_.reduce(value_->value(), std::as_const(record));
+      } else {
+        return std::invoke(reducer_, value_->value(), std::as_const(record));
+      }
+    });
+    value_->update(std::as_const(reduced));
+    this->metrics_.records_out.inc();
+    out_->collect(std::move(reduced), ts);
+  }
+  /// Number of keys this subtask holds (for tests and metrics); 0 before open().
+  size_t key_count() const { return backend_ == nullptr ? 0 : backend_->num_entries("reduce-value"); }
+
+ private:
+  Sel selector_;
+  R reducer_;
+  std::unique_ptr<HeapKeyedStateBackend<K>> backend_;
+  HeapValueState<K, VoidNamespace, T>* value_ = nullptr;
+  Output<T>* out_ = nullptr;
+};
+
 /// Runs a KeyedProcessFunction (Flink's KeyedProcessOperator): keyed state, timers, current key.
 template <class K, class In, class Out, class Sel, class P>
 class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
  public:
   KeyedProcessOperator(Sel selector, P fn) : selector_(std::move(selector)), fn_(std::move(fn)), context_(this) {}
   void open() override {
-    keyed_.open(*this->ctx_, this->services_);
+    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
     fn_.set_keyed_state(&keyed_.backend());
     fn_.open(*this->ctx_);
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
+    schedule();  // restored processing-time timers
   }
   void close() override { fn_.close(); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element(In&& record, TimestampMs ts) override {
     K key = std::invoke(selector_, std::as_const(record));
     keyed_.backend().set_current_key(key);

@@ -22,11 +22,9 @@
 
 #include "sluice/api/functions.h"
 #include "sluice/core/error.h"
+#include "sluice/state/keyed_state_snapshot.h"
 
 namespace sluice {
-
-class KeyedStateSnapshot;
-struct KeyedStateRestore;
 
 /// A single-writer counter: increments are plain loads and stores (no lock prefix) because only the task
 /// thread writes; other threads read a possibly slightly stale value.

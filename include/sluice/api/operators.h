@@ -1,9 +1,13 @@
 // The built-in one-input operators behind DataStream's transformations (map, filter, flat_map, process) and
 // KeyedStream's (reduce, process). Each holds its user function by value, so a chained call is a direct,
-// inlinable call (DESIGN.md §12) and every subtask owns its own copy.
+// inlinable call (DESIGN.md §12) and every subtask owns its own copy. An operator forwards open/close and the
+// checkpoint hooks (snapshot_state, notify_checkpoint_complete/aborted) to its function when that is a
+// RichFunction.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -22,6 +26,22 @@ void open_function(F& f, RuntimeContext& ctx) {
 template <class F>
 void close_function(F& f) {
   if constexpr (kIsRich<F>) f.close();
+}
+
+// The checkpoint hooks of a RichFunction (no-ops for lambdas and plain callables). User code may throw: the
+// exception is converted into an OperatorException naming the operator, which fails the task (and, for
+// snapshot_state, declines the checkpoint).
+template <class F>
+void snapshot_function(F& f, const std::string& operator_name, int64_t checkpoint_id) {
+  if constexpr (kIsRich<F>) call_user_function(operator_name, [&] { f.snapshot_state(checkpoint_id); });
+}
+template <class F>
+void notify_function_checkpoint_complete(F& f, const std::string& operator_name, int64_t checkpoint_id) {
+  if constexpr (kIsRich<F>) call_user_function(operator_name, [&] { f.notify_checkpoint_complete(checkpoint_id); });
+}
+template <class F>
+void notify_function_checkpoint_aborted(F& f, const std::string& operator_name, int64_t checkpoint_id) {
+  if constexpr (kIsRich<F>) call_user_function(operator_name, [&] { f.notify_checkpoint_aborted(checkpoint_id); });
 }
 
 /// The result type of a map function F applied to In (a lambda, a function pointer or a MapFunction).
@@ -85,6 +105,13 @@ class MapOperator final : public OneInputOperator<In>, OutputOf<Out> {
   explicit MapOperator(F fn) : fn_(std::move(fn)) {}
   void open() override { detail::open_function(fn_, *this->ctx_); }
   void close() override { detail::close_function(fn_); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element(In&& record, TimestampMs ts) override {
     Out result = call_user_function(this->name(), [&]() -> Out { return detail::call_map(fn_, record); });
     this->metrics_.records_out.inc();
@@ -102,6 +129,13 @@ class FilterOperator final : public OneInputOperator<T>, OutputOf<T> {
   explicit FilterOperator(F fn) : fn_(std::move(fn)) {}
   void open() override { detail::open_function(fn_, *this->ctx_); }
   void close() override { detail::close_function(fn_); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element(T&& record, TimestampMs ts) override {
     bool keep = call_user_function(this->name(), [&] { return detail::call_filter(fn_, record); });
     if (keep) {
@@ -124,6 +158,13 @@ class FlatMapOperator final : public OneInputOperator<In>, OutputOf<Out> {
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
   void close() override { detail::close_function(fn_); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element(In&& record, TimestampMs ts) override {
     collector_.set_timestamp(ts);
     call_user_function(this->name(), [&] {
@@ -150,6 +191,13 @@ class ProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
   void close() override { fn_.close(); }
+  void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
+  void notify_checkpoint_complete(int64_t id) override {
+    detail::notify_function_checkpoint_complete(fn_, this->name(), id);
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    detail::notify_function_checkpoint_aborted(fn_, this->name(), id);
+  }
   void process_element(In&& record, TimestampMs ts) override {
     collector_.set_timestamp(ts);
     context_.ts = ts;

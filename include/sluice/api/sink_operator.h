@@ -1,17 +1,35 @@
-// The sink operator (runs a SinkWriter) and the generic operator factory used by the DataStream API.
+// The sink operators (run a SinkWriter) and the generic operator factory used by the DataStream API.
+//
+// * SinkOperator<T> runs a Sink<T>: flush(false) at every checkpoint ("flush on snapshot", at-least-once),
+//   flush(true) at the end of a bounded input.
+// * TwoPhaseCommitSinkOperator<T, CommT> runs a TwoPhaseCommittingSink<T, CommT> (sink.h, DESIGN.md §7):
+//   pre-commit on snapshot, commit on notify_checkpoint_complete, and on restore commit what the restored
+//   checkpoint pre-committed and abort the rest.
+//
+// Threading: every method runs on the task thread (StreamOperatorBase). Errors: exceptions of the sink's
+// writer and committer become an OperatorException naming the operator, which fails the task.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "sluice/api/operator.h"
 #include "sluice/api/sink.h"
+#include "sluice/core/fault_points.h"
 #include "sluice/graph/stream_graph.h"
+#include "sluice/state/operator_state.h"
 
 namespace sluice {
 
-/// Writes every record with the subtask's SinkWriter; flushes it at the end of a bounded input.
+/// Writes every record with the subtask's SinkWriter; flushes it at every checkpoint and at the end of a
+/// bounded input.
 template <class T>
 class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
  public:
@@ -22,6 +40,10 @@ class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
   void process_element(T&& record, TimestampMs ts) override {
     ts_ = ts;
     call_user_function(this->name(), [&] { writer_->write(record, *this); });
+  }
+  /// Flush on snapshot: what was written before the barrier is durable once the checkpoint completes.
+  void snapshot_state(int64_t /*checkpoint_id*/) override {
+    call_user_function(this->name(), [&] { writer_->flush(false); });
   }
   void finish() override {
     call_user_function(this->name(), [&] { writer_->flush(true); });
@@ -35,6 +57,149 @@ class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
   TimestampMs current_watermark() const override { return this->current_watermark_; }
   std::shared_ptr<const Sink<T>> sink_;
   std::unique_ptr<SinkWriter<T>> writer_;
+  TimestampMs ts_ = kNoTimestamp;
+};
+
+/// Runs a TwoPhaseCommittingSink (Flink's SinkWriterOperator and CommitterOperator in one operator).
+///
+/// * open(): creates the committer; reads the restored union list state "committables" (pairs of checkpoint
+///   id and committable: everything the restored checkpoint had pre-committed and not yet seen committed, of
+///   every old subtask, in old-subtask order); commits its share of them in checkpoint-id order (element k
+///   of the list is committed by subtask k % parallelism, so each is committed once even after a change of
+///   parallelism); calls Committer::abort_lingering with all of them; clears the state; creates the writer.
+///   A union list (rather than an even-split list) lets abort_lingering of every subtask see every
+///   committable still to be committed, so no subtask aborts what another one commits.
+/// * snapshot_state(n): writer flush(false) (flush(true) after the end of the input), prepare_commit(); the
+///   committables join the pending ones as checkpoint n's, and every pending entry is written to the state.
+/// * notify_checkpoint_complete(n): commits the pending committables of checkpoints <= n, one
+///   Committer::commit call per checkpoint in id order, and drops them (fault point
+///   "sink.after-precommit:<operator name>" right before, when there is something to commit).
+/// * notify_checkpoint_aborted(n): nothing; checkpoint n's committables are committed with the next
+///   completed checkpoint.
+/// * finish(): flush(true). Without checkpointing it also pre-commits and commits everything. With
+///   checkpointing it does not commit: the runtime takes one more checkpoint whose snapshot pre-commits the
+///   rest and whose completion commits it.
+template <class T, class CommT>
+class TwoPhaseCommitSinkOperator final : public OneInputOperator<T>, SinkWriterContext {
+ public:
+  /// One state element: the id of the checkpoint that pre-committed the committable, and the committable.
+  using StateEntry = std::pair<int64_t, CommT>;
+  /// The name of the operator's union list state of StateEntry.
+  static constexpr const char* kStateName = "committables";
+
+  explicit TwoPhaseCommitSinkOperator(std::shared_ptr<const TwoPhaseCommittingSink<T, CommT>> sink)
+      : sink_(std::move(sink)) {}
+
+  void open() override {
+    RuntimeContext& ctx = *this->ctx_;
+    call_user_function(this->name(), [&] {
+      committer_ = sink_->create_committer(ctx);
+      state_ = &ctx.operator_state().template get_union_list_state<StateEntry>(kStateName);
+      std::vector<StateEntry> restored = state_->get();
+      state_->clear();
+      const size_t parallelism = static_cast<size_t>(std::max(ctx.parallelism(), 1));
+      const size_t subtask = static_cast<size_t>(ctx.subtask_index());
+      std::vector<StateEntry> mine;
+      for (size_t k = subtask; k < restored.size(); k += parallelism)
+        mine.push_back(restored[k]);
+      std::stable_sort(mine.begin(), mine.end(),
+                       [](const StateEntry& a, const StateEntry& b) { return a.first < b.first; });
+      for (size_t i = 0; i < mine.size();) {
+        std::vector<CommT> batch;
+        const int64_t id = mine[i].first;
+        for (; i < mine.size() && mine[i].first == id; ++i)
+          batch.push_back(std::move(mine[i].second));
+        committer_->commit(batch);
+      }
+      std::vector<CommT> all;
+      all.reserve(restored.size());
+      for (StateEntry& e : restored)
+        all.push_back(std::move(e.second));
+      committer_->abort_lingering(ctx, all);
+      writer_ = sink_->create_precommitting_writer(ctx);
+    });
+  }
+
+  void process_element(T&& record, TimestampMs ts) override {
+    ts_ = ts;
+    call_user_function(this->name(), [&] { writer_->write(record, *this); });
+  }
+
+  void snapshot_state(int64_t checkpoint_id) override {
+    call_user_function(this->name(), [&] {
+      writer_->flush(ended_);
+      std::vector<CommT> committables = writer_->prepare_commit();
+      if (!committables.empty()) pending_.push_back(Pending{checkpoint_id, std::move(committables)});
+      std::vector<StateEntry> entries;
+      for (const Pending& p : pending_) {
+        for (const CommT& c : p.committables)
+          entries.emplace_back(p.checkpoint_id, c);
+      }
+      state_->update(std::move(entries));
+    });
+  }
+
+  void notify_checkpoint_complete(int64_t checkpoint_id) override {
+    if (pending_.empty() || pending_.front().checkpoint_id > checkpoint_id) return;
+    call_user_function(this->name(), [&] {
+      SLUICE_FAULT_POINT("sink.after-precommit:" + this->name());
+      commit_up_to(checkpoint_id);
+    });
+  }
+
+  /// Keeps the aborted checkpoint's committables: the next completed checkpoint commits them.
+  void notify_checkpoint_aborted(int64_t /*checkpoint_id*/) override {}
+
+  void finish() override {
+    ended_ = true;
+    call_user_function(this->name(), [&] {
+      writer_->flush(true);
+      if (this->ctx_->is_checkpointing_enabled()) return;
+      std::vector<CommT> committables = writer_->prepare_commit();
+      if (!committables.empty()) pending_.push_back(Pending{kNoCheckpoint, std::move(committables)});
+      commit_up_to(kNoCheckpoint);
+    });
+  }
+
+  void close() override {
+    if (writer_) writer_->close();
+  }
+
+  /// The checkpoint ids of the committables pre-committed and not yet committed, oldest first (for tests).
+  std::vector<int64_t> pending_checkpoint_ids() const {
+    std::vector<int64_t> ids;
+    for (const Pending& p : pending_)
+      ids.push_back(p.checkpoint_id);
+    return ids;
+  }
+
+ private:
+  // The id under which finish() files what it commits without checkpointing (after every real id).
+  static constexpr int64_t kNoCheckpoint = std::numeric_limits<int64_t>::max();
+
+  struct Pending {
+    int64_t checkpoint_id;
+    std::vector<CommT> committables;
+  };
+
+  // Commits the pending entries of checkpoints <= checkpoint_id in id order; an entry is dropped only after
+  // its commit returned, so a failed commit is retried from the state after the restore.
+  void commit_up_to(int64_t checkpoint_id) {
+    size_t done = 0;
+    for (; done < pending_.size() && pending_[done].checkpoint_id <= checkpoint_id; ++done)
+      committer_->commit(pending_[done].committables);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+  }
+
+  TimestampMs timestamp() const override { return ts_; }
+  TimestampMs current_watermark() const override { return this->current_watermark_; }
+
+  std::shared_ptr<const TwoPhaseCommittingSink<T, CommT>> sink_;
+  std::unique_ptr<PrecommittingSinkWriter<T, CommT>> writer_;
+  std::unique_ptr<Committer<CommT>> committer_;
+  ListState<StateEntry>* state_ = nullptr;
+  std::vector<Pending> pending_;  // by checkpoint id, ascending
+  bool ended_ = false;
   TimestampMs ts_ = kNoTimestamp;
 };
 

@@ -108,6 +108,13 @@ class SplitEnumerator {
   virtual void add_splits_back(std::vector<SplitT> splits, int subtask) = 0;
   /// A reader registered.
   virtual void add_reader(int /*subtask*/) {}
+  /// The splits the enumerator still holds (not assigned to any reader), for checkpoint `checkpoint_id`.
+  /// Splits already assigned are checkpointed by their readers. Called under the coordinator's lock, so no
+  /// assignment runs concurrently.
+  virtual std::vector<SplitT> snapshot_state(int64_t checkpoint_id) = 0;
+  /// Restores what snapshot_state() returned, before start(): the enumerator must hand out exactly these
+  /// splits from now on (readers hold the rest in their own restored state).
+  virtual void restore_state(std::vector<SplitT> unassigned) = 0;
   virtual void close() {}
 };
 
@@ -144,6 +151,8 @@ class StaticSplitEnumerator final : public SplitEnumerator<SplitT> {
     for (auto& s : splits)
       pending_.push_back(std::move(s));
   }
+  std::vector<SplitT> snapshot_state(int64_t /*checkpoint_id*/) override { return pending_; }
+  void restore_state(std::vector<SplitT> unassigned) override { pending_ = std::move(unassigned); }
 
  private:
   SplitEnumeratorContext<SplitT>& ctx_;

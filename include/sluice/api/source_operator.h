@@ -15,7 +15,10 @@
 #include "sluice/api/operator.h"
 #include "sluice/api/source.h"
 #include "sluice/api/watermark_strategy.h"
+#include "sluice/core/data_io.h"
+#include "sluice/core/type_serializer.h"
 #include "sluice/graph/stream_graph.h"
+#include "sluice/state/operator_state.h"
 
 namespace sluice {
 
@@ -23,6 +26,11 @@ namespace sluice {
 class SourceCoordinatorBase {
  public:
   virtual ~SourceCoordinatorBase() = default;
+  /// Checkpoint `checkpoint_id` at this source: under the coordinator's lock, snapshots the enumerator's
+  /// unassigned splits and runs `inject_barriers` (which posts the trigger to every reader subtask), so no
+  /// split assignment falls between the two: a split is either in the enumerator's state or delivered to
+  /// its reader before the reader snapshots. Returns the enumerator state's bytes.
+  virtual std::string checkpoint(int64_t checkpoint_id, const std::function<void()>& inject_barriers) = 0;
   /// Stops the enumerator.
   virtual void close() = 0;
 };
@@ -47,10 +55,29 @@ class SplitReceiver {
 template <class T, class SplitT>
 class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorContext<SplitT> {
  public:
-  SourceCoordinator(const Source<T, SplitT>& source, int parallelism) : readers_(static_cast<size_t>(parallelism)) {
+  /// `restored` (nullable) is the bytes checkpoint() returned in the checkpoint the job restores.
+  /// Throws SluiceException (kState) when they do not decode.
+  SourceCoordinator(const Source<T, SplitT>& source, int parallelism, const std::string* restored)
+      : readers_(static_cast<size_t>(parallelism)) {
     std::lock_guard lock(mu_);
     enumerator_ = source.create_enumerator(*this);
+    if (restored != nullptr) {
+      std::vector<SplitT> unassigned;
+      DataInput in(*restored);
+      TypeSerializer<std::vector<SplitT>>::deserialize(unassigned, in);
+      if (!in.at_end()) in.fail("trailing bytes after the split enumerator's state");
+      enumerator_->restore_state(std::move(unassigned));
+    }
     enumerator_->start();
+  }
+
+  std::string checkpoint(int64_t checkpoint_id, const std::function<void()>& inject_barriers) override {
+    std::lock_guard lock(mu_);
+    std::vector<SplitT> unassigned = enumerator_->snapshot_state(checkpoint_id);
+    DataOutput out;
+    TypeSerializer<std::vector<SplitT>>::serialize(unassigned, out);
+    inject_barriers();
+    return std::string(out.view());
   }
 
   /// Called by each reader subtask when it opens.
@@ -110,9 +137,20 @@ class SourceOperator final : public SourceOperatorBase, SplitReceiver<SplitT>, S
     cancelled_ = &services_->cancelled_flag();
     main_.init();
     reader_ = source_->create_reader(*this);
+    // Splits and positions of the restored checkpoint (redistributed round robin when the parallelism
+    // changed), as Flink's SourceOperator keeps them in the "SourceReaderState" list state.
+    split_state_ = &ctx_->operator_state().template get_list_state<SplitT>("SourceReaderState");
+    std::vector<SplitT> restored = split_state_->get();
     coordinator_->register_reader(subtask_index(), this, services_);
-    call_user_function(name(), [&] { reader_->start(); });
+    call_user_function(name(), [&] {
+      reader_->start();
+      if (!restored.empty()) reader_->add_splits(std::move(restored));
+    });
     if (strategy_ != nullptr && interval_ms_ > 0) schedule_periodic_emit();
+  }
+  /// Runs on the task thread between two emit_next() calls, so the positions match what was emitted.
+  void snapshot_state(int64_t checkpoint_id) override {
+    split_state_->update(reader_->snapshot_state(checkpoint_id));
   }
   InputStatus emit_next() override {
     return call_user_function(name(), [&] { return reader_->poll_next(main_); });
@@ -251,6 +289,7 @@ class SourceOperator final : public SourceOperatorBase, SplitReceiver<SplitT>, S
   int64_t interval_ms_;
   Output<T>* out_ = nullptr;
   const std::atomic<bool>* cancelled_ = nullptr;
+  ListState<SplitT>* split_state_ = nullptr;
   SplitOutput main_;
   std::map<std::string, std::unique_ptr<SplitOutput>> splits_;
   bool output_idle_ = false;
@@ -264,8 +303,9 @@ class SourceOperatorFactory final : public OperatorFactory {
                         std::shared_ptr<const WatermarkStrategy<T>> strategy, int64_t watermark_interval_ms)
       : source_(std::move(source)), strategy_(std::move(strategy)), interval_ms_(watermark_interval_ms) {}
   bool is_source() const override { return true; }
-  std::shared_ptr<SourceCoordinatorBase> create_coordinator(int parallelism) const override {
-    return std::make_shared<SourceCoordinator<T, SplitT>>(*source_, parallelism);
+  std::shared_ptr<SourceCoordinatorBase> create_coordinator(int parallelism,
+                                                           const std::string* restored) const override {
+    return std::make_shared<SourceCoordinator<T, SplitT>>(*source_, parallelism, restored);
   }
   std::unique_ptr<StreamOperatorBase> create(SourceCoordinatorBase* coordinator) const override {
     return std::make_unique<SourceOperator<T, SplitT>>(source_, static_cast<SourceCoordinator<T, SplitT>*>(coordinator),

@@ -5,9 +5,14 @@
 // the keyed state): an accumulator per window for reduce()/aggregate(), the list of elements for process().
 // Each window gets a cleanup timer at max_timestamp + allowed lateness (event time) that drops its state.
 // Results carry the timestamp window.max_timestamp(). All on the task thread.
+//
+// Checkpoints: backend and timers live in a KeyedContextHolder, which captures them (snapshot_keyed_state) and
+// restores them in open(); pending windows, trigger state and merging-window sets travel with their key
+// groups. Processing-time timers restored are armed again at the end of open().
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
@@ -21,6 +26,7 @@
 #include "sluice/api/operators.h"
 #include "sluice/api/windowing.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {
@@ -151,6 +157,10 @@ struct WindowSettings {
   std::string late_tag;  ///< "" = late elements are dropped and counted
   std::function<void(RuntimeContext&)> open_fn;
   std::function<void()> close_fn;
+  /// The window function when it is a RichFunction (a ProcessWindowFunction), shared with the WindowFn
+  /// that calls it: receives snapshot_state() and notify_checkpoint_complete/aborted(), and open()/close()
+  /// when open_fn/close_fn are not set. Null for plain callables.
+  std::shared_ptr<RichFunction> rich_function;
 };
 
 /// The window operator. `Contents` is detail::AggregatingContents or detail::ListContents; `WinFn` is
@@ -179,22 +189,42 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
         window_ctx_(this) {}
 
   void open() override {
-    const RuntimeContext& ctx = *this->ctx_;
-    backend_ = std::make_unique<HeapKeyedStateBackend<K>>(
-        KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
-        ctx.max_parallelism(), ctx.clock());
+    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
+    backend_ = &keyed_.backend();
+    timers_ = &keyed_.timers();
     contents_.init(*backend_);
-    timers_ = std::make_unique<InternalTimerService<K, W>>(*backend_);
     if constexpr (kCanMerge) {
       if (settings_.assigner->is_merging()) {
         merging_state_ = &backend_->get_state(ValueStateDescriptor<std::vector<std::pair<W, W>>>{"merging-window-set"});
       }
     }
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
-    if (settings_.open_fn) settings_.open_fn(*this->ctx_);
+    if (settings_.open_fn) {
+      settings_.open_fn(*this->ctx_);
+    } else if (settings_.rich_function) {
+      settings_.rich_function->open(*this->ctx_);
+    }
+    schedule_processing_time();  // restored processing-time timers (triggers, processing-time windows)
   }
   void close() override {
-    if (settings_.close_fn) settings_.close_fn();
+    if (settings_.close_fn) {
+      settings_.close_fn();
+    } else if (settings_.rich_function) {
+      settings_.rich_function->close();
+    }
+  }
+  void snapshot_state(int64_t id) override {
+    if (settings_.rich_function) detail::snapshot_function(*settings_.rich_function, this->name(), id);
+  }
+  /// Window contents, trigger counters, the merging-window set and all timers (cleanup and trigger timers).
+  std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
+  void notify_checkpoint_complete(int64_t id) override {
+    if (settings_.rich_function) {
+      detail::notify_function_checkpoint_complete(*settings_.rich_function, this->name(), id);
+    }
+  }
+  void notify_checkpoint_aborted(int64_t id) override {
+    if (settings_.rich_function) detail::notify_function_checkpoint_aborted(*settings_.rich_function, this->name(), id);
   }
 
   void process_element(In&& record, TimestampMs ts) override {
@@ -403,15 +433,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
   // Processing-time timers: keep one task timer armed for the earliest pending one.
   void schedule_processing_time() {
-    std::optional<TimestampMs> next = timers_->next_processing_time();
-    if (!next || (armed_ && *armed_ <= *next)) return;
-    armed_ = *next;
-    this->services_->register_processing_timer(*next, [this](TimestampMs) {
-      armed_.reset();
-      timers_->on_processing_time(this->ctx_->clock().now_ms(),
-                                  [this](const K&, const W& w, TimestampMs t) { on_timer(w, t, false); });
-      schedule_processing_time();
-    });
+    keyed_.schedule_processing_time([this](const K&, const W& w, TimestampMs t) { on_timer(w, t, false); });
   }
 
   // ---- merging windows (Flink's MergingWindowSet): window -> window whose namespace holds its state ----
@@ -523,8 +545,9 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   Contents contents_;
   WindowFn fn_;
   Settings settings_;
-  std::unique_ptr<HeapKeyedStateBackend<K>> backend_;
-  std::unique_ptr<InternalTimerService<K, W>> timers_;
+  KeyedContextHolder<K, W> keyed_;                // owns backend and timers; restores and captures them
+  HeapKeyedStateBackend<K>* backend_ = nullptr;   // keyed_.backend(), cached
+  InternalTimerService<K, W>* timers_ = nullptr;  // keyed_.timers(), cached
   HeapValueState<K, VoidNamespace, std::vector<std::pair<W, W>>>* merging_state_ = nullptr;
   std::map<W, W> mapping_;
   std::map<std::string, HeapValueState<K, W, int64_t>*> counters_;
@@ -533,7 +556,6 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   TriggerCtx trigger_ctx_;
   WindowCtx window_ctx_;
   detail::TimestampedCollector<Out> collector_;
-  std::optional<TimestampMs> armed_;
   uint64_t late_records_dropped_ = 0;
 };
 

@@ -1,16 +1,15 @@
-// File connectors: a source reading files line by line (text lines, JSON lines) and a sink writing one part
-// file per subtask (DESIGN.md §8 "files").
+// File connectors: a source reading files line by line (text lines, JSON lines) and a sink writing part files
+// (DESIGN.md §8 "files").
 //
-// FileSource<T> (bounded). Paths are files, directories (every regular file directly inside, in name
-// order; subdirectories are not entered) or glob(3) patterns (`/data/in/*.jsonl`, expanded in sorted
-// order; matching directories are expanded like directories). A file named twice is read once. Paths are
-// resolved when the job starts: a missing path, or a pattern or directory that yields no file, fails the
-// job at start with ErrorCode::kConnector naming the pattern.
-// Each file is one split (FileSplit): byte offset and line number of the next line, so a checkpoint records
-// exactly where each file's reading resumes. Splits are handed out one at a time to the reader subtask that
-// asks (StaticSplitEnumerator), so a few large files do not all land on one subtask while others idle.
-// A reader reads its file in 64 KiB chunks and emits at most 1024 lines per poll_next, which keeps its task
-// responsive to checkpoints and cancellation. Lines end at '\n'; a "\r\n" ending is removed as a whole; the
+// FileSource<T> (bounded). Paths are files, directories (every regular file directly inside whose name does
+// not start with '.', in name order; subdirectories are not entered) or glob(3) patterns (`/data/in/*.jsonl`,
+// expanded in sorted order; matching directories are expanded like directories). A file named twice is read once. Paths
+// are resolved when the job starts: a missing path, or a pattern or directory that yields no file, fails the job at
+// start with ErrorCode::kConnector naming the pattern. Each file is one split (FileSplit): byte offset and line number
+// of the next line, so a checkpoint records exactly where each file's reading resumes. Splits are handed out one at a
+// time to the reader subtask that asks (StaticSplitEnumerator), so a few large files do not all land on one subtask
+// while others idle. A reader reads its file in 64 KiB chunks and emits at most 1024 lines per poll_next, which keeps
+// its task responsive to checkpoints and cancellation. Lines end at '\n'; a "\r\n" ending is removed as a whole; the
 // last line needs no newline. Lines are limited to max_line_bytes (default 16 MiB) so a file without
 // newlines cannot exhaust memory; a longer line is a bad record.
 //
@@ -26,14 +25,28 @@
 // (plus "record_base64" with the exact bytes when the line is not valid UTF-8, since "record" then holds
 // U+FFFD replacements), counted in stats()->bad_records, and reading goes on with the next line.
 //
-// FileSink<T>: subtask i writes `<directory>/part-<i>.txt` (text: to_display_string of each record, one per
-// line) or `part-<i>.jsonl` (JSON lines: to_json of each record). The directory is created when missing.
-// Writes are buffered (64 KiB); flush() writes the buffer and fsyncs the file (on checkpoints and at the
-// end of input); close() writes what is left and closes it. The first attempt of a subtask truncates its part
-// file; a restarted attempt appends (at-least-once: records after the last checkpoint may repeat). Part files
-// of subtasks that no longer exist (a lower parallelism than a previous run) are left alone.
-// Errors (cannot create the directory, open, write or sync) throw SluiceException (ErrorCode::kConnector)
-// naming the path and strerror, which fails the task.
+// FileSink<T> (a TwoPhaseCommittingSink, sink.h) writes text (to_display_string of each record, one per
+// line, extension "txt") or JSON lines (to_json of each record, "jsonl") into a directory, created when
+// missing. Writes are buffered (64 KiB).
+//  * With checkpointing (RuntimeContext::is_checkpointing_enabled()) it is exactly-once by rename on commit,
+//    like Flink's FileSink: subtask i writes a hidden in-progress file `.part-<i>-<n>.inprogress.<id>` (<id>
+//    random per writer); every checkpoint rolls it (prepare_commit: write, fsync, close; the committable
+//    names it and its final name) and the checkpoint's completion commits it: fsync, rename to
+//    `part-<i>-<n>.<ext>`, fsync the directory. Only files whose names do not start with '.' are committed
+//    output; readers list those (FileSource skips hidden files of a directory). No empty part files are
+//    made. Sequence numbers <n> never repeat: the next one is kept in the operator state and is at least one
+//    past the highest `part-<i>-*` / `.part-<i>-*` in the directory. On restore the committables of the
+//    restored checkpoint are committed again (a no-op for those already renamed) and abort_lingering
+//    deletes in-progress files of this subtask (and, after a lower parallelism p, of old subtasks j >= p with
+//    j % p == i) that the restored checkpoint does not name. One job per directory.
+//  * Without checkpointing, subtask i writes `<directory>/part-<i>.<ext>` directly; flush() writes the
+//    buffer and fsyncs the file (at the end of input); close() writes what is left. The first attempt of a
+//    subtask truncates its part file; a restarted attempt appends (at-least-once). Part files of subtasks
+//    that no longer exist (a lower parallelism than a previous run) are left alone.
+// Errors (cannot create or list the directory, open, write, sync, rename or delete) throw SluiceException
+// (ErrorCode::kConnector) naming the path and strerror, which fails the task. Committing a committable whose
+// in-progress and final files are both gone (committed, then moved away by a reader) logs a warning and
+// counts as committed.
 //
 // Threading: sources and sinks are thread-safe factories, configured (on_bad_record, max_line_bytes) before
 // they are handed to a job; readers and writers run on their task thread. BadRecordStats may be read from
@@ -45,6 +58,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -58,6 +72,7 @@
 #include "sluice/core/json_mapping.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/core/value.h"
+#include "sluice/state/operator_state.h"
 
 namespace sluice {
 
@@ -69,6 +84,14 @@ struct FileSplit {
   friend bool operator==(const FileSplit&, const FileSplit&) = default;
 };
 SLUICE_FIELDS(FileSplit, path, offset, line);
+
+/// What a FileSink pre-commits at a checkpoint: a synced in-progress file and the name it gets on commit.
+struct FileCommittable {
+  std::string in_progress_path;  ///< `<directory>/.part-<i>-<n>.inprogress.<id>`
+  std::string final_path;        ///< `<directory>/part-<i>-<n>.<ext>`
+  friend bool operator==(const FileCommittable&, const FileCommittable&) = default;
+};
+SLUICE_FIELDS(FileCommittable, in_progress_path, final_path);
 
 /// How a line becomes a record of type T.
 template <class T>
@@ -172,6 +195,7 @@ class PartFileWriter {
 
   /// Opens (creating) `path`, truncating it when `truncate`, else appending.
   void open(std::string path, bool truncate);
+  bool is_open() const noexcept { return fd_ >= 0; }
   const std::string& path() const noexcept { return path_; }
   /// The buffer to append whole lines to; call write_if_full() after each line.
   std::string& buffer() noexcept { return buf_; }
@@ -180,8 +204,14 @@ class PartFileWriter {
   }
   /// Writes the buffer, then fsyncs the file.
   void flush_and_sync();
+  /// Writes the buffer (no fsync).
+  void flush() {
+    if (fd_ >= 0) write_buffer();
+  }
   /// Writes the buffer and closes the file (idempotent).
   void close();
+  /// Drops the buffer and closes the file without writing it (idempotent; errors ignored).
+  void discard() noexcept;
 
  private:
   void write_buffer();
@@ -191,8 +221,94 @@ class PartFileWriter {
   std::string buf_;
 };
 
-/// `<directory>/part-<subtask>.<extension>`.
+/// `<directory>/part-<subtask>.<extension>` (the file of a subtask without checkpointing).
 std::string part_file_path(const std::string& directory, int subtask, std::string_view extension);
+
+/// `<directory>/part-<subtask>-<sequence>.<extension>` (a committed file with checkpointing).
+std::string part_file_path(const std::string& directory, int subtask, int64_t sequence, std::string_view extension);
+
+/// `<directory>/.part-<subtask>-<sequence>.inprogress.<file_id>`.
+std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence,
+                                  std::string_view file_id);
+
+/// The parts of a FileSink file name with checkpointing: `part-<subtask>-<sequence>.<ext>` (committed) or
+/// `.part-<subtask>-<sequence>.inprogress.<id>` (in progress).
+struct PartFileName {
+  bool in_progress = false;
+  int subtask = 0;
+  int64_t sequence = 0;
+};
+
+/// Parses a file name (no directory) written by a FileSink with checkpointing; nullopt for other names
+/// (including the `part-<i>.<ext>` files written without checkpointing).
+std::optional<PartFileName> parse_part_file_name(std::string_view name) noexcept;
+
+/// One past the highest sequence number of subtask `subtask` among the part files (committed and in
+/// progress) in `directory`; 0 when there is none or the directory does not exist. Throws SluiceException
+/// (kConnector) when the directory cannot be listed.
+int64_t next_part_sequence_in(const std::string& directory, int subtask);
+
+/// The in-progress part file of one FileSink subtask with checkpointing, rolled at every checkpoint (see the
+/// file comment). Not thread-safe (the writer's task thread). Errors throw SluiceException (kConnector).
+class RollingPartFile {
+ public:
+  /// The name of the operator union list state of (subtask, next sequence number) pairs.
+  static constexpr const char* kSequenceStateName = "file-sink-next-part";
+
+  /// Restores the next sequence number of subtask ctx.subtask_index(): the larger of the operator state's
+  /// and next_part_sequence_in(directory). `ctx` must outlive this object.
+  RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension);
+  RollingPartFile(const RollingPartFile&) = delete;
+  RollingPartFile& operator=(const RollingPartFile&) = delete;
+  /// Discards an in-progress file not rolled yet.
+  ~RollingPartFile() { discard(); }
+
+  /// The buffer to append whole lines to; opens the next in-progress file first when none is open. Call
+  /// write_if_full() after each line.
+  std::string& buffer() {
+    if (!file_.is_open()) open_next();
+    return file_.buffer();
+  }
+  void write_if_full() { file_.write_if_full(); }
+  /// Writes the buffer to the in-progress file (no fsync).
+  void flush() { file_.flush(); }
+  /// Writes, fsyncs and closes the in-progress file and returns its committable; empty when nothing was
+  /// written since the previous roll. Records the next sequence number in the operator state.
+  std::vector<FileCommittable> roll();
+  /// Closes and deletes an in-progress file not rolled yet (it was never pre-committed); errors ignored.
+  void discard() noexcept;
+  /// The sequence number the next in-progress file gets.
+  int64_t next_sequence() const noexcept { return next_sequence_; }
+
+ private:
+  void open_next();
+
+  ListState<std::pair<int32_t, int64_t>>* state_;
+  std::string directory_;
+  std::string extension_;
+  std::string file_id_;
+  int subtask_;
+  int64_t next_sequence_ = 0;
+  PartFileWriter file_;
+  std::string final_path_;
+};
+
+/// Commits FileCommittables by rename (see the file comment). Runs on one subtask's task thread. Errors
+/// throw SluiceException (kConnector).
+class FileCommitter final : public Committer<FileCommittable> {
+ public:
+  explicit FileCommitter(std::string directory) : directory_(std::move(directory)) {}
+  /// For each committable: fsync the in-progress file, rename it to its final name; then fsync the
+  /// directories. A committable whose in-progress file is gone is already committed (a warning is logged
+  /// when its final file is gone too).
+  void commit(std::vector<FileCommittable>& committables) override;
+  /// Deletes the in-progress files in the directory of old subtasks j with j % parallelism == subtask that
+  /// `restored_committables` does not name.
+  void abort_lingering(RuntimeContext& ctx, const std::vector<FileCommittable>& restored_committables) override;
+
+ private:
+  std::string directory_;
+};
 
 }  // namespace detail
 
@@ -381,56 +497,97 @@ class FileSource final : public Source<T, FileSplit> {
 
 /// What a FileSink writes per record.
 enum class FileSinkFormat {
-  kText,       ///< to_display_string(record), one per line, in part-<i>.txt
-  kJsonLines,  ///< to_json(record), one per line, in part-<i>.jsonl
+  kText,       ///< to_display_string(record), one per line, in *.txt part files
+  kJsonLines,  ///< to_json(record), one per line, in *.jsonl part files
 };
 
-/// Writes one part file per subtask into a directory (see the file comment).
+/// Writes part files of each subtask into a directory; exactly-once with checkpointing (see the file
+/// comment). A thread-safe factory.
 template <class T>
-class FileSink final : public Sink<T> {
+class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
  public:
   FileSink(std::string directory, FileSinkFormat format) : directory_(std::move(directory)), format_(format) {}
 
-  /// Text part files (part-<i>.txt).
+  /// Text part files (*.txt).
   static std::shared_ptr<FileSink> text(std::string directory) {
     return std::make_shared<FileSink>(std::move(directory), FileSinkFormat::kText);
   }
-  /// JSON-lines part files (part-<i>.jsonl).
+  /// JSON-lines part files (*.jsonl).
   static std::shared_ptr<FileSink> json_lines(std::string directory) {
     return std::make_shared<FileSink>(std::move(directory), FileSinkFormat::kJsonLines);
   }
 
   const std::string& directory() const noexcept { return directory_; }
+  /// "txt" or "jsonl".
+  std::string_view extension() const noexcept { return format_ == FileSinkFormat::kText ? "txt" : "jsonl"; }
 
-  std::unique_ptr<SinkWriter<T>> create_writer(RuntimeContext& ctx) const override {
+  /// Creates the directory, then the writer: rolling in-progress files with checkpointing, `part-<i>.<ext>`
+  /// (truncated on the first attempt) without.
+  std::unique_ptr<PrecommittingSinkWriter<T, FileCommittable>> create_precommitting_writer(
+      RuntimeContext& ctx) const override {
     detail::create_output_directory(directory_);
-    std::string path =
-        detail::part_file_path(directory_, ctx.subtask_index(), format_ == FileSinkFormat::kText ? "txt" : "jsonl");
-    return std::make_unique<Writer>(format_, std::move(path), /*truncate=*/ctx.attempt_number() == 0);
+    if (ctx.is_checkpointing_enabled()) {
+      return std::make_unique<Writer>(
+          format_, std::make_unique<detail::RollingPartFile>(ctx, directory_, std::string(extension())));
+    }
+    return std::make_unique<Writer>(format_, detail::part_file_path(directory_, ctx.subtask_index(), extension()),
+                                    /*truncate=*/ctx.attempt_number() == 0);
+  }
+
+  /// Creates the directory and a FileCommitter for it.
+  std::unique_ptr<Committer<FileCommittable>> create_committer(RuntimeContext& /*ctx*/) const override {
+    detail::create_output_directory(directory_);
+    return std::make_unique<detail::FileCommitter>(directory_);
   }
 
  private:
-  class Writer final : public SinkWriter<T> {
+  class Writer final : public PrecommittingSinkWriter<T, FileCommittable> {
    public:
+    // Without checkpointing: one part file written directly.
     Writer(FileSinkFormat format, std::string path, bool truncate) : format_(format) {
-      file_.open(std::move(path), truncate);
+      direct_.open(std::move(path), truncate);
     }
+    // With checkpointing: rolling in-progress files.
+    Writer(FileSinkFormat format, std::unique_ptr<detail::RollingPartFile> rolling)
+        : format_(format), rolling_(std::move(rolling)) {}
+
     void write(const T& record, const SinkWriterContext&) override {
-      std::string& buf = file_.buffer();
+      std::string& buf = rolling_ ? rolling_->buffer() : direct_.buffer();
       if (format_ == FileSinkFormat::kText) {
         append_display_string(record, buf);
       } else {
         append_json(record, buf);
       }
       buf.push_back('\n');
-      file_.write_if_full();
+      if (rolling_) {
+        rolling_->write_if_full();
+      } else {
+        direct_.write_if_full();
+      }
     }
-    void flush(bool /*end_of_input*/) override { file_.flush_and_sync(); }
-    void close() override { file_.close(); }
+    void flush(bool /*end_of_input*/) override {
+      if (rolling_) {
+        rolling_->flush();
+      } else {
+        direct_.flush_and_sync();
+      }
+    }
+    std::vector<FileCommittable> prepare_commit() override {
+      if (!rolling_) return {};
+      return rolling_->roll();
+    }
+    void close() override {
+      if (rolling_) {
+        rolling_->discard();
+      } else {
+        direct_.close();
+      }
+    }
 
    private:
     FileSinkFormat format_;
-    detail::PartFileWriter file_;
+    detail::PartFileWriter direct_;
+    std::unique_ptr<detail::RollingPartFile> rolling_;
   };
 
   std::string directory_;

@@ -62,8 +62,12 @@ class OperatorFactory {
   virtual std::unique_ptr<StreamOperatorBase> create(SourceCoordinatorBase* coordinator) const = 0;
   /// True for source operators (the runtime drives them instead of feeding them input).
   virtual bool is_source() const { return false; }
-  /// Sources: creates the job-wide coordinator that runs the split enumerator.
-  virtual std::shared_ptr<SourceCoordinatorBase> create_coordinator(int /*parallelism*/) const { return nullptr; }
+  /// Sources: creates the job-wide coordinator that runs the split enumerator; `restored` (nullable) is the
+  /// coordinator's state from the checkpoint being restored.
+  virtual std::shared_ptr<SourceCoordinatorBase> create_coordinator(int /*parallelism*/,
+                                                                    const std::string* /*restored*/) const {
+    return nullptr;
+  }
   /// True when the operator keeps keyed or operator state (used for uid warnings).
   virtual bool is_stateful() const { return false; }
 };

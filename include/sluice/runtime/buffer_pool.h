@@ -32,8 +32,11 @@ class NetworkBufferPool {
   NetworkBufferPool(const NetworkBufferPool&) = delete;
   NetworkBufferPool& operator=(const NetworkBufferPool&) = delete;
 
-  /// Hands out `n` fresh buffers, or fails (kNetwork) when that would pass the cap.
+  /// Hands out `n` buffers (released ones first, then fresh ones), or fails (kNetwork) when that would pass
+  /// the cap.
   Result<std::vector<NetworkBuffer*>> allocate(size_t n);
+  /// Takes back buffers of channels that were torn down (a failover restarts a region's channels).
+  void release(const std::vector<NetworkBuffer*>& buffers);
 
   uint32_t segment_size() const { return segment_size_; }
   size_t max_buffers() const { return max_buffers_; }
@@ -59,6 +62,7 @@ class NetworkBufferPool {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<uint8_t[]>> segments_;
   std::vector<std::unique_ptr<NetworkBuffer>> buffers_;
+  std::vector<NetworkBuffer*> free_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> peak_in_flight_{0};
 };

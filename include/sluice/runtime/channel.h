@@ -89,13 +89,17 @@ class LocalChannel final : public ChannelSender, public ChannelReceiver {
  public:
   /// Takes the receiver's exclusive buffers; they start as credit for the sender.
   LocalChannel(NetworkBufferPool& pool, std::vector<NetworkBuffer*> credits)
-      : pool_(pool), free_(credits.size()), data_(credits.size()) {
+      : pool_(pool), free_(credits.size()), data_(credits.size()), owned_(credits) {
     for (auto* b : credits) {
       bool ok = free_.push(b);
       assert(ok);
       (void)ok;
     }
   }
+  /// Gives every buffer back to the pool, wherever it is (both ends must be gone).
+  ~LocalChannel() override { pool_.release(owned_); }
+  LocalChannel(const LocalChannel&) = delete;
+  LocalChannel& operator=(const LocalChannel&) = delete;
 
   NetworkBuffer* try_acquire() override {
     NetworkBuffer* b = free_.pop();
@@ -126,6 +130,7 @@ class LocalChannel final : public ChannelSender, public ChannelReceiver {
   NetworkBufferPool& pool_;
   SpscRing free_;
   SpscRing data_;
+  std::vector<NetworkBuffer*> owned_;
   WakeupSignal* sender_wakeup_ = nullptr;
   WakeupSignal* receiver_wakeup_ = nullptr;
 };

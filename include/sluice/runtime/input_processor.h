@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sluice/graph/exchange.h"
+#include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/channel.h"
 
 namespace sluice {
@@ -17,9 +18,22 @@ class StreamInputProcessor {
  public:
   enum class Status { kProcessed, kNothingAvailable, kEndOfInput };
 
-  StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input);
+  /// `barriers` (nullable) receives barriers and end-of-partition; this input's channels are numbered from
+  /// `channel_offset` in it. A channel the handler blocks is not read; a buffer in which a barrier blocked its
+  /// channel is kept and resumed after the barrier's position once the channel is unblocked.
+  StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input,
+                       CheckpointBarrierHandler* barriers = nullptr, size_t channel_offset = 0);
+  ~StreamInputProcessor();
+  /// Connects the task's barrier handler (before the first process_next()).
+  void set_barrier_handler(CheckpointBarrierHandler* barriers, size_t channel_offset) {
+    barriers_ = barriers;
+    offset_ = channel_offset;
+  }
+  size_t num_channels() const { return channels_.size(); }
+  StreamInputProcessor(const StreamInputProcessor&) = delete;
+  StreamInputProcessor& operator=(const StreamInputProcessor&) = delete;
 
-  /// Processes all elements of one available buffer (round robin over channels).
+  /// Processes the elements of one available buffer (round robin over channels that are not blocked).
   Status process_next();
   /// True once every channel delivered end-of-partition.
   bool finished() const { return finished_channels_ == channels_.size(); }
@@ -36,8 +50,14 @@ class StreamInputProcessor {
     std::vector<uint8_t> partial;
     uint32_t missing = 0;
     TimestampMs partial_ts = 0;
+    // A buffer whose processing stopped at a barrier that blocked the channel, and where to resume.
+    NetworkBuffer* held = nullptr;
+    uint32_t held_pos = 0;
   };
-  void process_buffer(size_t channel, const NetworkBuffer& buffer);
+  /// Processes `buffer` from `pos`; returns false when it stopped at a blocking barrier (pos is then where
+  /// to resume).
+  bool process_buffer(size_t channel, const NetworkBuffer& buffer, uint32_t& pos);
+  bool blocked(size_t channel) const { return barriers_ != nullptr && barriers_->is_blocked(offset_ + channel); }
   void on_watermark(size_t channel, TimestampMs wm);
   void on_end_of_partition(size_t channel);
   void update_combined_watermark();
@@ -46,6 +66,8 @@ class StreamInputProcessor {
   std::vector<ChannelReceiver*> channels_;
   std::vector<ChannelState> state_;
   RecordInput& input_;
+  CheckpointBarrierHandler* barriers_;
+  size_t offset_;
   size_t next_ = 0;
   size_t finished_channels_ = 0;
   TimestampMs combined_watermark_ = std::numeric_limits<int64_t>::min();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sluice/graph/exchange.h"
+#include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/channel.h"
 
 namespace sluice {
@@ -34,10 +35,15 @@ class RecordWriter final : public RecordWriterBase {
   void broadcast_watermark(TimestampMs watermark) override;
   void broadcast_watermark_status(bool idle) override;
 
+  /// Appends a checkpoint barrier to every channel and sends the buffers at once, so the barrier is not held
+  /// back by the buffer timeout (Flink sends barriers as events that flush the partition).
+  void broadcast_barrier(const CheckpointBarrier& barrier);
   /// Sends every partly filled buffer (on idle and on the buffer timeout).
   void flush_all();
-  /// Appends end-of-partition to every channel and sends everything.
+  /// Appends end-of-partition to every channel and sends everything. Idempotent.
   void finish();
+  /// True once finish() ran: nothing more may be written.
+  bool finished() const { return finished_; }
   /// Buffers filled and sent so far.
   uint64_t buffers_sent() const { return buffers_sent_; }
   /// True when some channel holds a partly filled buffer.
@@ -52,6 +58,7 @@ class RecordWriter final : public RecordWriterBase {
   CreditWaiter& waiter_;
   uint64_t buffers_sent_ = 0;
   int unflushed_ = 0;
+  bool finished_ = false;
 };
 
 }  // namespace sluice

@@ -16,10 +16,12 @@ enum class ElementTag : uint8_t {
   kWatermark = 3,            ///< i64 watermark (ms)
   kEndOfPartition = 4,       ///< the producer subtask has finished; nothing follows
   kWatermarkStatus = 5,      ///< u8: 1 = idle, 0 = active
+  kBarrier = 6,              ///< i64 checkpoint id, i64 timestamp (ms), u8 SnapshotType, u8 CheckpointingMode
 };
 
 /// Largest header: tag + length + timestamp.
 inline constexpr uint32_t kMaxRecordHeaderSize = 1 + 4 + 8;
 inline constexpr uint32_t kWatermarkElementSize = 1 + 8;
+inline constexpr uint32_t kBarrierElementSize = 1 + 8 + 8 + 1 + 1;
 
 }  // namespace sluice

@@ -24,8 +24,11 @@
 #include "sluice/api/operator.h"
 #include "sluice/api/source_operator.h"
 #include "sluice/core/clock.h"
+#include "sluice/runtime/barrier_handler.h"
+#include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/input_processor.h"
 #include "sluice/runtime/record_writer.h"
+#include "sluice/runtime/task_state.h"
 #include "sluice/runtime/wakeup.h"
 #include "sluice/state/operator_state.h"
 
@@ -36,11 +39,18 @@ const char* task_state_name(TaskState s);
 
 class Task;
 
-/// Told when a task reaches a terminal state (from the task's thread).
+/// Told when a task reaches a terminal state, and of its checkpoint progress. Every call comes from the
+/// task's own thread.
 class TaskListener {
  public:
   virtual ~TaskListener() = default;
   virtual void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) = 0;
+  /// The synchronous part of a checkpoint is done: the listener writes the state (asynchronously) and
+  /// acknowledges it to the coordinator.
+  virtual void on_checkpoint_snapshot(Task& /*task*/, TaskStateSnapshot&& /*snapshot*/) {}
+  /// The task has consumed all its input and finished its operators; with checkpointing it now waits for a
+  /// checkpoint that covers its final state to complete before it closes (the coordinator triggers one).
+  virtual void on_end_of_input(Task& /*task*/) {}
 };
 
 /// The RuntimeContext of one operator in one subtask.
@@ -54,6 +64,9 @@ class TaskRuntimeContext final : public RuntimeContext {
         max_parallelism_(max_parallelism),
         attempt_(attempt),
         clock_(clock) {}
+  /// Marks the job as taking periodic checkpoints (before open()).
+  void set_checkpointing_enabled(bool enabled) { checkpointing_ = enabled; }
+  bool is_checkpointing_enabled() const override { return checkpointing_; }
   const std::string& operator_name() const override { return name_; }
   int subtask_index() const override { return subtask_; }
   int parallelism() const override { return parallelism_; }
@@ -67,17 +80,24 @@ class TaskRuntimeContext final : public RuntimeContext {
   std::string name_;
   int subtask_, parallelism_, max_parallelism_, attempt_;
   const Clock& clock_;
+  bool checkpointing_ = false;
 };
 
 class Task final : public TaskServices, public CreditWaiter {
  public:
   struct Options {
     std::string vertex_name;
+    int vertex_id = 0;  ///< the job vertex this task runs a subtask of
     int subtask_index = 0;
     int parallelism = 1;
     int attempt = 0;
     const Clock* clock = &SystemClock::instance();
     int64_t buffer_timeout_ms = 10;
+    /// With periodic checkpoints, a task that consumed all its input waits for a checkpoint of its final
+    /// state to complete before it closes (so two-phase-commit sinks commit their last data exactly once).
+    bool checkpointing_enabled = false;
+    /// State to restore before open(), by operator uid; null on a fresh start.
+    std::shared_ptr<const TaskRestore> restore;
   };
 
   Task(Options options, TaskListener& listener);
@@ -86,8 +106,10 @@ class Task final : public TaskServices, public CreditWaiter {
   Task& operator=(const Task&) = delete;
 
   // --- wiring, before start() ---
-  /// Appends the next operator of the chain (head first); the task owns it and its context.
-  StreamOperatorBase* add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx);
+  /// Appends the next operator of the chain (head first); the task owns it and its context. `uid` names its
+  /// state in checkpoints.
+  StreamOperatorBase* add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx,
+                                   std::string uid = {});
   /// Keeps an output object alive for the task's lifetime.
   OutputBase* own_output(std::unique_ptr<OutputBase> output);
   /// Adds the writer of one outgoing job edge; returns it for wiring network outputs.
@@ -108,6 +130,16 @@ class Task final : public TaskServices, public CreditWaiter {
   /// "Map -> Filter (2/4)" (1-based, as Flink prints subtasks).
   std::string display_name() const;
 
+  // --- checkpoints, any thread (each runs as a mail on the task thread) ---
+  /// Takes checkpoint `barrier` at a task that does not receive barriers from its inputs: a source task, or
+  /// a task whose input has ended. Snapshots, forwards the barrier (unless the outputs ended) and reports
+  /// the snapshot to the listener. Ignored when this id was taken already.
+  void trigger_checkpoint(const CheckpointBarrier& barrier);
+  /// Checkpoint `checkpoint_id` completed: every operator is told, tail first.
+  void notify_checkpoint_complete(int64_t checkpoint_id);
+  /// Checkpoint `checkpoint_id` was aborted: an alignment in progress is dropped; operators are told.
+  void notify_checkpoint_aborted(int64_t checkpoint_id);
+
   // --- TaskServices ---
   void post_mail(std::function<void()> mail) override;
   void wakeup() override { wakeup_.notify(); }
@@ -124,6 +156,9 @@ class Task final : public TaskServices, public CreditWaiter {
  private:
   void run();
   void invoke();
+  void restore_state();
+  void perform_checkpoint(const CheckpointBarrier& barrier, int64_t alignment_ns);
+  void wait_for_final_checkpoint();
   void run_source_loop(SourceOperatorBase& source);
   void run_input_loop();
   void process_mails();
@@ -142,6 +177,7 @@ class Task final : public TaskServices, public CreditWaiter {
   TaskListener& listener_;
   std::vector<std::unique_ptr<StreamOperatorBase>> operators_;
   std::vector<std::unique_ptr<TaskRuntimeContext>> contexts_;
+  std::vector<std::string> uids_;
   std::vector<std::unique_ptr<OutputBase>> outputs_;
   std::vector<std::unique_ptr<RecordWriter>> writers_;
   std::vector<std::unique_ptr<RecordInput>> record_inputs_;
@@ -166,6 +202,15 @@ class Task final : public TaskServices, public CreditWaiter {
   std::priority_queue<ProcessingTimer, std::vector<ProcessingTimer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   int64_t last_flush_ns_ = 0;
+
+  // Checkpointing (task thread only).
+  std::unique_ptr<CheckpointBarrierHandler> barrier_handler_;
+  size_t input_channels_ = 0;
+  int64_t last_snapshot_id_ = 0;
+  bool input_finished_ = false;    // end of input reached, operators finished, end-of-partition sent
+  bool stop_without_drain_ = false;  // a stop-with-savepoint was taken: end without final watermark/finish
+  int64_t exit_after_checkpoint_ = -1;  // the checkpoint whose completion lets a finished task close
+  bool exit_allowed_ = false;
 };
 
 }  // namespace sluice

@@ -15,12 +15,18 @@
 // get_partitioned_state<VoidNamespace>(d). A window operator asks for get_partitioned_state<Window>(d) and
 // sets the window on the state before each access; plain keyed functions never see a namespace.
 //
-// Snapshots are a synchronous, consistent, full copy into bytes on the task thread (format in
-// docs/state-format.md). Restore accepts key groups from any old parallelism: that is how rescaling moves
-// keyed state. States restored before their descriptor is registered are kept as bytes and decoded on
-// registration (and written back unchanged by snapshots until then).
+// Snapshots (format in docs/state-format.md) come two ways:
+//  * snapshot() / snapshot_key_group(): a synchronous, consistent, full copy into bytes on the task thread;
+//  * capture(): a copy-on-write capture (heap_state.h) that takes references to every key group's map in
+//    O(states x key groups) and copies no entry; the checkpoint writer thread then writes its key groups
+//    (the same bytes snapshot_key_group() wrote at capture time) while the task keeps processing, and
+//    each key group the task mutates meanwhile is cloned once, on first write.
+// Restore accepts key groups from any old parallelism: that is how rescaling moves keyed state. States
+// restored before their descriptor is registered are kept as bytes and decoded on registration (and
+// written back unchanged by snapshots until then).
 //
-// Threading: everything runs on the owning task thread; nothing is thread-safe.
+// Threading: everything runs on the owning task thread; nothing is thread-safe, except the snapshot that
+// capture() returns (HeapKeyedStateSnapshot), which any thread may write and destroy.
 // Errors: misuse (no current key, a key outside the range, a name registered with another kind or type)
 // throws SluiceException with ErrorCode::kState; restore returns a Status.
 #pragma once
@@ -44,6 +50,7 @@
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_state.h"
+#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/state.h"
 
 namespace sluice {
@@ -57,6 +64,7 @@ namespace detail {
 inline constexpr char kKeyedStateMagic[4] = {'S', 'L', 'K', 'S'};
 
 /// Entries of one state restored before its descriptor was registered: raw entry bytes per key group.
+/// Held through a CowHandle, so a capture takes a reference and a later restore into it clones it first.
 struct PendingKeyedState {
   struct Group {
     uint64_t count = 0;
@@ -66,6 +74,7 @@ struct PendingKeyedState {
   uint8_t flags = 0;
   std::vector<Group> groups;  // indexed by key group - range start
 };
+using PendingHandle = CowHandle<PendingKeyedState>;
 
 /// Returns kState errors for a restored state that does not match its registration, or OK.
 Status check_restored_state(std::string_view name, StateKind restored_kind, uint8_t restored_flags,
@@ -84,7 +93,120 @@ void end_length_prefixed(DataOutput& out, size_t length_offset);
 /// Reads a state kind byte; throws kSerialization for an unknown kind.
 StateKind read_state_kind(DataInput& in);
 
+/// Writes one key-group blob (docs/state-format.md) for group index `g`: the sections of `states` (pairs of
+/// name and a pointer to a HeapStateBase or CapturedState, in name order), then of `pending` (pairs of name
+/// and PendingHandle, in name order). The live backend and its captures both write through this.
+template <class States, class Pending>
+void write_key_group_blob(KeyGroup kg, int32_t g, const States& states, const Pending& pending, DataOutput& out) {
+  out.write_varint(kStateFormatVersion);
+  out.write_varint(static_cast<uint64_t>(kg.value));
+  uint64_t sections = 0;
+  for (const auto& [name, s] : states)
+    sections += s->num_entries_in_group(g) > 0 ? 1 : 0;
+  for (const auto& [name, p] : pending)
+    sections += p->groups[g].count > 0 ? 1 : 0;
+  out.write_varint(sections);
+  for (const auto& [name, s] : states) {
+    size_t n = s->num_entries_in_group(g);
+    if (n == 0) continue;
+    size_t length_at = begin_state_section(out, name, s->kind(), s->format_flags(), n);
+    s->write_group(g, out);
+    end_length_prefixed(out, length_at);
+  }
+  for (const auto& [name, p] : pending) {
+    const auto& pg = p->groups[g];
+    if (pg.count == 0) continue;
+    size_t length_at = begin_state_section(out, name, p->kind, p->flags, pg.count);
+    out.write_bytes(pg.bytes.data(), pg.bytes.size());
+    end_length_prefixed(out, length_at);
+  }
+}
+
+/// Writes a whole-range snapshot (docs/state-format.md): header, state metadata, then every key group
+/// through write_group(KeyGroup, DataOutput&).
+template <class States, class Pending, class WriteGroup>
+void write_whole_range(const KeyGroupRange& range, int max_parallelism, const States& states, const Pending& pending,
+                       WriteGroup&& write_group, DataOutput& out) {
+  out.write_bytes(kKeyedStateMagic, sizeof(kKeyedStateMagic));
+  out.write_varint(kStateFormatVersion);
+  out.write_varint(static_cast<uint64_t>(max_parallelism));
+  out.write_varint(static_cast<uint64_t>(range.start()));
+  out.write_varint(static_cast<uint64_t>(range.end()));
+  out.write_varint(states.size() + pending.size());
+  auto write_metadata = [&out](const std::string& name, StateKind kind, uint8_t flags) {
+    out.write_string(name);
+    out.write_u8(static_cast<uint8_t>(kind));
+    out.write_u8(flags);
+  };
+  for (const auto& [name, s] : states)
+    write_metadata(name, s->kind(), s->format_flags());
+  for (const auto& [name, p] : pending)
+    write_metadata(name, p->kind, p->flags);
+  out.write_varint(static_cast<uint64_t>(range.size()));
+  for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+    out.write_varint(static_cast<uint64_t>(kg));
+    size_t length_at = out.size();
+    out.write_fixed<uint64_t>(0);
+    write_group(KeyGroup{kg}, out);
+    end_length_prefixed(out, length_at);
+  }
+}
+
 }  // namespace detail
+
+/// The copy-on-write capture of a HeapKeyedStateBackend (HeapKeyedStateBackend::capture()): state metadata,
+/// references to every key group's map of every registered state, and the restored-but-unregistered
+/// states, all as they were at capture time. It does not refer to the backend, so it may outlive it.
+///
+/// Thread-safety: immutable after capture(); write_key_group() and write_all() may run on any thread, also
+/// concurrently with each other and with the task thread mutating the backend. Destroyed on any thread;
+/// holding it costs memory: every key group the task mutates meanwhile exists twice until it is destroyed.
+class HeapKeyedStateSnapshot final : public KeyedStateSnapshot {
+ public:
+  using CapturedStates = std::vector<std::pair<std::string, std::unique_ptr<detail::CapturedState>>>;
+  using CapturedPending = std::vector<std::pair<std::string, detail::PendingHandle>>;
+
+  /// Built by HeapKeyedStateBackend::capture(); `states` and `pending` in name order.
+  HeapKeyedStateSnapshot(KeyGroupRange range, int max_parallelism, CapturedStates states, CapturedPending pending)
+      : range_(range), max_parallelism_(max_parallelism), states_(std::move(states)), pending_(std::move(pending)) {}
+
+  KeyGroupRange key_group_range() const override { return range_; }
+  int max_parallelism() const override { return max_parallelism_; }
+
+  /// Appends exactly the bytes HeapKeyedStateBackend::snapshot_key_group(kg) wrote at capture time. Throws
+  /// SluiceException (kState) when `kg` is outside key_group_range().
+  void write_key_group(KeyGroup kg, DataOutput& out) const override {
+    if (!range_.contains(kg)) {
+      detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside the captured range " +
+                                range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
+    }
+    detail::write_key_group_blob(kg, kg.value - range_.start(), states_, pending_, out);
+  }
+
+  /// Appends exactly the bytes HeapKeyedStateBackend::snapshot() wrote at capture time.
+  void write_all(DataOutput& out) const {
+    detail::write_whole_range(
+        range_, max_parallelism_, states_, pending_,
+        [this](KeyGroup kg, DataOutput& o) { detail::write_key_group_blob(kg, kg.value - range_.start(), states_, pending_, o); },
+        out);
+  }
+
+  /// Names of the captured states (registered, then restored but unregistered, each in name order).
+  std::vector<std::string> state_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, s] : states_)
+      names.push_back(name);
+    for (const auto& [name, p] : pending_)
+      names.push_back(name);
+    return names;
+  }
+
+ private:
+  KeyGroupRange range_;
+  int max_parallelism_;
+  CapturedStates states_;
+  CapturedPending pending_;
+};
 
 /// The heap keyed state backend for key type K (requires TypeSerializer<K> and operator==).
 template <class K>
@@ -199,7 +321,7 @@ class HeapKeyedStateBackend {
     for (const auto& [name, s] : states_)
       n += s->num_entries();
     for (const auto& [name, p] : pending_) {
-      for (const auto& g : p.groups)
+      for (const auto& g : p->groups)
         n += g.count;
     }
     return n;
@@ -210,7 +332,7 @@ class HeapKeyedStateBackend {
     if (auto it = states_.find(name); it != states_.end()) return it->second->num_entries();
     size_t n = 0;
     if (auto it = pending_.find(name); it != pending_.end()) {
-      for (const auto& g : it->second.groups)
+      for (const auto& g : it->second->groups)
         n += g.count;
     }
     return n;
@@ -264,29 +386,23 @@ class HeapKeyedStateBackend {
 
   /// Appends the entries of key group `kg` of every state. Throws kState when `kg` is outside the range.
   void snapshot_key_group(KeyGroup kg, DataOutput& out) const {
-    int32_t g = group_index(kg);
-    out.write_varint(detail::kStateFormatVersion);
-    out.write_varint(static_cast<uint64_t>(kg.value));
-    uint64_t sections = 0;
+    detail::write_key_group_blob(kg, group_index(kg), states_, pending_, out);
+  }
+
+  /// Captures the state of every key group as it is now, for writing later, possibly on another thread
+  /// (the asynchronous part of a checkpoint): its write_key_group(kg) writes what snapshot_key_group(kg)
+  /// writes now, and its write_all() what snapshot() writes now. Costs O(states x key groups) reference
+  /// counts and copies no entry; each key group that is then mutated while the capture lives is cloned on
+  /// its first mutation (once per capture generation), which is the cost moved out of the pause. The
+  /// capture holds the restored-but-unregistered states and the state metadata too. Task thread only;
+  /// several captures may be alive at once.
+  std::unique_ptr<HeapKeyedStateSnapshot> capture() const {
+    HeapKeyedStateSnapshot::CapturedStates states;
+    states.reserve(states_.size());
     for (const auto& [name, s] : states_)
-      sections += s->num_entries_in_group(g) > 0 ? 1 : 0;
-    for (const auto& [name, p] : pending_)
-      sections += p.groups[g].count > 0 ? 1 : 0;
-    out.write_varint(sections);
-    for (const auto& [name, s] : states_) {
-      size_t n = s->num_entries_in_group(g);
-      if (n == 0) continue;
-      size_t length_at = detail::begin_state_section(out, name, s->kind(), s->format_flags(), n);
-      s->write_group(g, out);
-      detail::end_length_prefixed(out, length_at);
-    }
-    for (const auto& [name, p] : pending_) {
-      const auto& pg = p.groups[g];
-      if (pg.count == 0) continue;
-      size_t length_at = detail::begin_state_section(out, name, p.kind, p.flags, pg.count);
-      out.write_bytes(pg.bytes.data(), pg.bytes.size());
-      detail::end_length_prefixed(out, length_at);
-    }
+      states.emplace_back(name, s->capture());
+    HeapKeyedStateSnapshot::CapturedPending pending(pending_.begin(), pending_.end());
+    return std::make_unique<HeapKeyedStateSnapshot>(range_, max_parallelism_, std::move(states), std::move(pending));
   }
 
   /// Restores one key group written by snapshot_key_group of any backend with the same max parallelism
@@ -305,24 +421,9 @@ class HeapKeyedStateBackend {
 
   /// Appends a snapshot of the whole range: header, state metadata, then every key group.
   void snapshot(DataOutput& out) const {
-    out.write_bytes(detail::kKeyedStateMagic, sizeof(detail::kKeyedStateMagic));
-    out.write_varint(detail::kStateFormatVersion);
-    out.write_varint(static_cast<uint64_t>(max_parallelism_));
-    out.write_varint(static_cast<uint64_t>(range_.start()));
-    out.write_varint(static_cast<uint64_t>(range_.end()));
-    out.write_varint(states_.size() + pending_.size());
-    for (const auto& [name, s] : states_)
-      write_metadata(out, name, s->kind(), s->format_flags());
-    for (const auto& [name, p] : pending_)
-      write_metadata(out, name, p.kind, p.flags);
-    out.write_varint(static_cast<uint64_t>(range_.size()));
-    for (int32_t kg = range_.start(); kg <= range_.end(); ++kg) {
-      out.write_varint(static_cast<uint64_t>(kg));
-      size_t length_at = out.size();
-      out.write_fixed<uint64_t>(0);
-      snapshot_key_group(KeyGroup{kg}, out);
-      detail::end_length_prefixed(out, length_at);
-    }
+    detail::write_whole_range(
+        range_, max_parallelism_, states_, pending_,
+        [this](KeyGroup kg, DataOutput& o) { snapshot_key_group(kg, o); }, out);
   }
 
   /// Restores a whole-range snapshot of any backend with the same max parallelism, keeping only the key
@@ -420,10 +521,11 @@ class HeapKeyedStateBackend {
     auto state = std::make_unique<S>(d, ctx_, clock_, range_.size());
     S& ref = *state;
     if (auto p = pending_.find(d.name); p != pending_.end()) {
-      Status st = detail::check_restored_state(d.name, p->second.kind, p->second.flags, kind, ref.format_flags());
+      const detail::PendingKeyedState& pending = *p->second;
+      Status st = detail::check_restored_state(d.name, pending.kind, pending.flags, kind, ref.format_flags());
       st.value_or_throw();
       for (int32_t g = 0; g < range_.size(); ++g) {
-        const auto& pg = p->second.groups[g];
+        const auto& pg = pending.groups[g];
         if (pg.count == 0) continue;
         DataInput in(pg.bytes);
         ref.read_group(g, KeyGroup{range_.start() + g}, max_parallelism_, pg.count, in);
@@ -433,12 +535,6 @@ class HeapKeyedStateBackend {
     }
     states_.emplace(d.name, std::move(state));
     return ref;
-  }
-
-  static void write_metadata(DataOutput& out, const std::string& name, StateKind kind, uint8_t flags) {
-    out.write_string(name);
-    out.write_u8(static_cast<uint8_t>(kind));
-    out.write_u8(flags);
   }
 
   static void check_version(uint64_t version, DataInput& in) {
@@ -453,7 +549,7 @@ class HeapKeyedStateBackend {
       return detail::check_restored_state(name, kind, flags, it->second->kind(), it->second->format_flags());
     }
     if (auto it = pending_.find(name); it != pending_.end()) {
-      return detail::check_restored_state(name, kind, flags, it->second.kind, it->second.flags);
+      return detail::check_restored_state(name, kind, flags, it->second->kind, it->second->flags);
     }
     return ok_status();
   }
@@ -484,7 +580,13 @@ class HeapKeyedStateBackend {
         if (!section.at_end()) section.fail("trailing bytes after the entries of state '" + name + "'");
         continue;
       }
-      auto& pending = pending_[name];
+      auto [pit, inserted] = pending_.try_emplace(name);
+      if (inserted) {
+        pit->second = detail::PendingHandle::make();
+      } else if (pit->second.shared()) {
+        pit->second = pit->second.clone();  // a capture holds it: copy on write
+      }
+      detail::PendingKeyedState& pending = pit->second.mutable_value();
       if (pending.groups.empty()) {
         pending.kind = kind;
         pending.flags = flags;
@@ -502,7 +604,7 @@ class HeapKeyedStateBackend {
   detail::KeyContext<K> ctx_;
   DataOutput key_buf_;
   std::map<std::string, std::unique_ptr<detail::HeapStateBase<K>>, std::less<>> states_;
-  std::map<std::string, detail::PendingKeyedState, std::less<>> pending_;
+  std::map<std::string, detail::PendingHandle, std::less<>> pending_;
 };
 
 }  // namespace sluice

@@ -11,14 +11,24 @@
 // InternalKvState.setCurrentNamespace); states of VoidNamespace have only the one. The current key belongs
 // to the backend (HeapKeyedStateBackend::set_current_key) and is shared by all its states.
 //
-// Everything here runs on the task thread that owns the backend; nothing is thread-safe.
+// Copy-on-write snapshots (Flink's CopyOnWriteStateMap, at key-group granularity): each key group's map is
+// held through a CowHandle. capture() copies the handles (O(key groups), no entry is copied); the first
+// mutation of a key group whose map a live capture still holds clones that map first, so a capture never
+// changes. Every mutation checks this with one branch (an acquire load of the map's reference count);
+// reads do not clone. With TTL, a read that refreshes or drops an entry and the incremental cleanup are
+// mutations and follow the same rule.
+//
+// Everything here runs on the task thread that owns the backend; nothing is thread-safe, except that a
+// capture (CapturedState) may be read and destroyed on another thread while the task keeps going.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -104,8 +114,102 @@ struct KeyContext {
   uint64_t epoch = 1;     ///< changes whenever the key does (states cache their last lookup per epoch)
 };
 
+/// An owning, reference-counted handle to a heap-allocated T, for copy-on-write sharing between a state
+/// table and the captures that hold the same T (Flink's copy-on-write state map, with one T per key group).
+/// Copies share the T; the last handle destroys it.
+///
+/// Thread-safety: handles to one T may be copied and destroyed on different threads (the count is atomic,
+/// as std::shared_ptr's). The T must not be mutated while shared(): the owner checks shared() and, if true,
+/// replaces its handle with a clone() before mutating. shared() is an acquire load that pairs with the
+/// release decrement of a destroyed handle, so once it returns false every read another thread made
+/// through a released handle happened before the owner's writes. (std::shared_ptr::use_count() is a relaxed
+/// load and gives no such ordering, which is why this small class exists.)
+template <class T>
+class CowHandle {
+ public:
+  /// A null handle (holds no T).
+  CowHandle() noexcept = default;
+  /// A handle to a new T constructed from `args`.
+  template <class... Args>
+  static CowHandle make(Args&&... args) {
+    CowHandle h;
+    h.box_ = new Box{std::forward<Args>(args)...};
+    return h;
+  }
+  CowHandle(const CowHandle& o) noexcept : box_(o.box_) {
+    if (box_ != nullptr) box_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  CowHandle(CowHandle&& o) noexcept : box_(std::exchange(o.box_, nullptr)) {}
+  CowHandle& operator=(CowHandle o) noexcept {
+    std::swap(box_, o.box_);
+    return *this;
+  }
+  ~CowHandle() { reset(); }
+
+  /// Drops this handle (destroying the T if it was the last one).
+  void reset() noexcept {
+    Box* b = std::exchange(box_, nullptr);
+    if (b != nullptr && b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete b;
+  }
+
+  explicit operator bool() const noexcept { return box_ != nullptr; }
+  const T& operator*() const noexcept { return box_->value; }
+  const T* operator->() const noexcept { return &box_->value; }
+  /// True when another handle holds the same T (it must then not be mutated). Not null.
+  bool shared() const noexcept { return box_->refs.load(std::memory_order_acquire) != 1; }
+  /// The T for writing; only when !shared() (checked in debug builds).
+  T& mutable_value() noexcept {
+    assert(!shared());
+    return box_->value;
+  }
+  /// A handle to a new copy of the T (the source is only read, so it may be shared).
+  CowHandle clone() const { return make(box_->value); }
+
+ private:
+  struct Box {
+    template <class... Args>
+    explicit Box(Args&&... args) : value(std::forward<Args>(args)...) {}
+    std::atomic<size_t> refs{1};
+    T value;
+  };
+  Box* box_ = nullptr;
+};
+
+/// A capture of one state: its name, kind and format flags and the maps of its key groups as they were at
+/// capture time (HeapStateBase::capture()). Self-contained: it does not refer to the state or the backend,
+/// so it may outlive both.
+///
+/// Thread-safety: immutable; any thread may call its const members, concurrently with the task thread
+/// that keeps mutating the state (which clones the key groups it touches instead of changing these).
+class CapturedState {
+ public:
+  CapturedState(std::string name, StateKind kind, uint8_t flags)
+      : name_(std::move(name)), kind_(kind), flags_(flags) {}
+  virtual ~CapturedState() = default;
+  CapturedState(const CapturedState&) = delete;
+  CapturedState& operator=(const CapturedState&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  StateKind kind() const noexcept { return kind_; }
+  uint8_t format_flags() const noexcept { return flags_; }
+  /// Entries of key group index `group` (key group - range start) at capture time.
+  virtual size_t num_entries_in_group(int32_t group) const noexcept = 0;
+  /// Appends those entries exactly as HeapStateBase::write_group wrote them at capture time.
+  virtual void write_group(int32_t group, DataOutput& out) const = 0;
+
+ private:
+  std::string name_;
+  StateKind kind_;
+  uint8_t flags_;
+};
+
 /// One absl::flat_hash_map per key group of the range, from (key, namespace) to the slot S. Each entry
 /// stores its table hash, so lookups with a known key hash and rehashing never serialize a key again.
+///
+/// Copy-on-write: each group's map sits behind a CowHandle. share() hands out handles to all of them (a
+/// capture); every mutating member first calls prepare_write(g), which clones group g's map if a capture
+/// still holds it. Reads (map(), lookup()) never clone. A clone changes mutations(), so Entry pointers
+/// and iterators taken before it are known to be stale.
 template <class K, class N, class S>
 class StateTable {
  public:
@@ -136,46 +240,96 @@ class StateTable {
   };
   using Map = absl::flat_hash_map<EntryKey, S, KeyHash, KeyEq>;
   using Entry = typename Map::value_type;
+  using MapHandle = CowHandle<Map>;
 
-  explicit StateTable(int32_t num_groups) : maps_(static_cast<size_t>(num_groups)) {}
+  explicit StateTable(int32_t num_groups) {
+    maps_.reserve(static_cast<size_t>(num_groups));
+    for (int32_t g = 0; g < num_groups; ++g)
+      maps_.push_back(MapHandle::make());
+  }
 
   int32_t num_groups() const noexcept { return static_cast<int32_t>(maps_.size()); }
   size_t size() const noexcept { return size_; }
-  /// Counts inserts and erases: an Entry* stays valid while it does not change.
+  /// Counts inserts, erases and copy-on-write clones: an Entry* or iterator stays valid while it does not
+  /// change.
   uint64_t mutations() const noexcept { return mutations_; }
-  Map& map(int32_t g) noexcept { return maps_[g]; }
-  const Map& map(int32_t g) const noexcept { return maps_[g]; }
+  /// The map of group g, for reading (it may be shared with a capture).
+  const Map& map(int32_t g) const noexcept { return *maps_[g]; }
+  /// The map of group g, for writing (cloned first when a capture holds it).
+  Map& mutable_map(int32_t g) {
+    prepare_write(g);
+    return maps_[g].mutable_value();
+  }
 
-  /// The entry (key, ns) of group g, or nullptr.
+  /// True when a live capture holds group g's map, so the next mutation of g clones it.
+  bool is_shared(int32_t g) const noexcept { return maps_[g].shared(); }
+  /// Makes group g's map private to this table (cloning it if a capture holds it); every mutation of g
+  /// goes through here. One branch when no capture holds the group.
+  void prepare_write(int32_t g) {
+    if (maps_[g].shared()) [[unlikely]]
+      clone_group(g);
+  }
+
+  /// The entry (key, ns) of group g for reading, or nullptr; it may live in a map shared with a capture.
+  const Entry* lookup(int32_t g, const K& key, const N& ns, size_t hash) const {
+    const Map& m = *maps_[g];
+    auto it = m.find(Probe{&key, &ns, hash});
+    return it == m.end() ? nullptr : &*it;
+  }
+
+  /// The entry (key, ns) of group g for writing, or nullptr (makes the group private first).
   Entry* find(int32_t g, const K& key, const N& ns, size_t hash) {
-    Map& m = maps_[g];
+    Map& m = mutable_map(g);
     auto it = m.find(Probe{&key, &ns, hash});
     return it == m.end() ? nullptr : &*it;
   }
 
   /// The entry (key, ns) of group g, inserted with a value-initialized slot when absent; `.second` is true
-  /// when it was inserted.
+  /// when it was inserted. Makes the group private first.
   std::pair<Entry*, bool> find_or_insert(int32_t g, const K& key, const N& ns, size_t hash) {
     if (Entry* e = find(g, key, ns, hash)) return {e, false};
-    auto it = maps_[g].try_emplace(EntryKey{key, ns, hash}).first;
+    auto it = maps_[g].mutable_value().try_emplace(EntryKey{key, ns, hash}).first;
     ++size_;
     ++mutations_;
     return {&*it, true};
   }
 
-  void erase(int32_t g, Entry* e) {
+  /// Erases the entry with the key and namespace of `e`, which may point into a map shared with a capture
+  /// (the erase then happens in the clone).
+  void erase(int32_t g, const Entry* e) {
+    Map& m = mutable_map(g);
     ++mutations_;
     --size_;
-    maps_[g].erase(e->first);
+    m.erase(e->first);
   }
-  void erase(int32_t g, typename Map::iterator it) {
+  /// Erases `it`, an iterator of mutable_map(g) taken after the last clone of g.
+  void erase(int32_t g, typename Map::const_iterator it) {
+    assert(!maps_[g].shared());
     ++mutations_;
     --size_;
-    maps_[g].erase(it);
+    maps_[g].mutable_value().erase(it);
+  }
+
+  /// Handles to the maps of all groups, for a capture. From now on, the first mutation of each group
+  /// clones it, until the capture drops its handle. Also drops the map retired by the last clone.
+  std::vector<MapHandle> share() {
+    retired_.reset();
+    return maps_;
   }
 
  private:
-  std::vector<Map> maps_;
+  // Replaces group g's shared map with a private copy. The old map is kept in retired_ until the next
+  // clone or capture: a reference the caller read from it just before (a state's value() passed to its own
+  // update(), say) must stay valid for the rest of this call even if the capture drops its handle on
+  // another thread meanwhile.
+  [[gnu::noinline]] void clone_group(int32_t g) {
+    MapHandle copy = maps_[g].clone();
+    retired_ = std::exchange(maps_[g], std::move(copy));
+    ++mutations_;
+  }
+
+  std::vector<MapHandle> maps_;
+  MapHandle retired_;
   size_t size_ = 0;
   uint64_t mutations_ = 0;
 };
@@ -207,6 +361,10 @@ class HeapStateBase {
   virtual void read_group(int32_t group, KeyGroup kg, int max_parallelism, uint64_t count, DataInput& in) = 0;
   /// Calls fn(key) for every entry (once per key and namespace).
   virtual void for_each_key(const std::function<void(const K&)>& fn) const = 0;
+  /// Captures the entries of every key group as they are now: O(key groups), copies no entry. Later
+  /// mutations of this state clone the key groups they touch first, so the capture never changes. Task
+  /// thread only; the capture may then be read and destroyed on any thread.
+  virtual std::unique_ptr<CapturedState> capture() = 0;
 
  protected:
   std::string name_;
@@ -216,8 +374,48 @@ class HeapStateBase {
   const Clock& clock_;
 };
 
+/// Writes a slot's snapshot bytes (each state kind's static write_slot); `ttl`: the state has TTL.
+template <class S>
+using SlotWriter = void (*)(const S& slot, bool ttl, DataOutput& out);
+
+/// Appends the entries of one key group's map (key, namespace, slot), in the map's iteration order. The
+/// live state and its captures both write through this, so their bytes are the same.
+template <class K, class N, class S>
+void write_entries(const typename StateTable<K, N, S>::Map& map, SlotWriter<S> write_slot, bool ttl,
+                   DataOutput& out) {
+  for (const auto& [k, slot] : map) {
+    TypeSerializer<K>::serialize(k.key, out);
+    TypeSerializer<N>::serialize(k.ns, out);
+    write_slot(slot, ttl, out);
+  }
+}
+
+/// The capture of a HeapKvState: the handles of its key-group maps at capture time.
+template <class K, class N, class S>
+class CapturedKvState final : public CapturedState {
+ public:
+  using Map = typename StateTable<K, N, S>::Map;
+
+  CapturedKvState(std::string name, StateKind kind, uint8_t flags, std::vector<CowHandle<Map>> maps,
+                  SlotWriter<S> write_slot)
+      : CapturedState(std::move(name), kind, flags), maps_(std::move(maps)), write_slot_(write_slot) {}
+
+  size_t num_entries_in_group(int32_t group) const noexcept override { return maps_[group]->size(); }
+  void write_group(int32_t group, DataOutput& out) const override {
+    write_entries<K, N, S>(*maps_[group], write_slot_, (format_flags() & kStateFlagTtl) != 0, out);
+  }
+
+ private:
+  std::vector<CowHandle<Map>> maps_;
+  SlotWriter<S> write_slot_;
+};
+
 /// Common code of the heap states: current namespace, lookups of the current key, TTL and the
-/// incremental cleanup cursor, and the entry framing (key, namespace) of snapshots.
+/// incremental cleanup cursor, the entry framing (key, namespace) of snapshots, and copy-on-write captures.
+///
+/// Reads look entries up with peek_current (never clones); writes with find_current / insert_current /
+/// find_in / insert_in / erase, which make the key group private first; a read that must write after all
+/// (TTL) upgrades its entry with writable().
 template <class K, class N, class S>
 class HeapKvState : public HeapStateBase<K> {
  public:
@@ -240,11 +438,12 @@ class HeapKvState : public HeapStateBase<K> {
   size_t num_entries_in_group(int32_t group) const noexcept override { return table_.map(group).size(); }
 
   void write_group(int32_t group, DataOutput& out) const override {
-    for (const auto& [k, slot] : table_.map(group)) {
-      TypeSerializer<K>::serialize(k.key, out);
-      TypeSerializer<N>::serialize(k.ns, out);
-      write_slot(slot, out);
-    }
+    write_entries<K, N, S>(table_.map(group), write_slot_, ttl_on(), out);
+  }
+
+  std::unique_ptr<CapturedState> capture() override {
+    return std::make_unique<CapturedKvState<K, N, S>>(this->name_, this->kind_, this->format_flags(), table_.share(),
+                                                      write_slot_);
   }
 
   void read_group(int32_t group, KeyGroup kg, int max_parallelism, uint64_t count, DataInput& in) override {
@@ -272,7 +471,7 @@ class HeapKvState : public HeapStateBase<K> {
   /// Removes the entry (key, ns) of group index g if present; for HeapKeyedStateBackend::clear, which
   /// knows the key's stable hash and group without making it the current key.
   void erase_entry(int32_t g, const K& key, uint64_t key_hash, const N& ns) {
-    if (Entry* e = table_.find(g, key, ns, entry_hash<N>(key_hash, StateHasher<N>{}(ns)))) table_.erase(g, e);
+    if (const Entry* e = table_.lookup(g, key, ns, entry_hash<N>(key_hash, StateHasher<N>{}(ns)))) table_.erase(g, e);
   }
 
   /// Appends the keys that have an entry in namespace `ns`.
@@ -290,13 +489,15 @@ class HeapKvState : public HeapStateBase<K> {
   static constexpr int32_t kMaxGroupsSkippedPerCleanup = 64;
 
   HeapKvState(std::string name, StateKind kind, const StateTtlConfig& ttl, const KeyContext<K>& ctx, const Clock& clock,
-              int32_t num_groups)
+              int32_t num_groups, SlotWriter<S> write_slot)
       : HeapStateBase<K>(std::move(name), kind, ttl, ctx, clock),
         table_(num_groups),
+        write_slot_(write_slot),
         cleanup_(ttl.enabled() && ttl.cleanup_incrementally && ttl.incremental_cleanup_size > 0) {}
 
-  virtual void write_slot(const S& slot, DataOutput& out) const = 0;
   virtual void read_slot(S& slot, DataInput& in) = 0;
+  /// True when something in `slot` expired at `now` (so purge_expired would change it). Only reads.
+  virtual bool has_expired(const S& slot, TimestampMs now) const = 0;
   /// Drops what expired at `now` from `slot`; returns true when nothing is left (the entry must go).
   virtual bool purge_expired(S& slot, TimestampMs now) = 0;
 
@@ -310,16 +511,24 @@ class HeapKvState : public HeapStateBase<K> {
   size_t current_hash() const noexcept { return entry_hash<N>(this->ctx_.key_hash, ns_hash_); }
   size_t hash_in(const N& ns) const { return entry_hash<N>(this->ctx_.key_hash, StateHasher<N>{}(ns)); }
 
-  // The entry of the current key and namespace, or nullptr. The entry found last is remembered until the
-  // key, the namespace or the table changes, so value() followed by update() probes the table once.
-  Entry* find_current(int32_t g) {
+  // The entry of the current key and namespace for reading, or nullptr; it may live in a key group shared
+  // with a capture. The entry found last is remembered until the key, the namespace or the table changes,
+  // so value() followed by update() probes the table once.
+  const Entry* peek_current(int32_t g) {
     if (cache_valid()) return cached_;
+    const Entry* e = table_.lookup(g, this->ctx_.key, ns_, current_hash());
+    if (e != nullptr) remember(const_cast<Entry*>(e));  // written through only once the group is private
+    return e;
+  }
+  // The entry of the current key and namespace for writing, or nullptr (the key group is made private).
+  Entry* find_current(int32_t g) {
+    if (cache_valid() && !table_.is_shared(g)) return cached_;
     Entry* e = table_.find(g, this->ctx_.key, ns_, current_hash());
     if (e != nullptr) remember(e);
     return e;
   }
   std::pair<Entry*, bool> insert_current(int32_t g) {
-    if (cache_valid()) return {cached_, false};
+    if (cache_valid() && !table_.is_shared(g)) return {cached_, false};
     auto result = table_.find_or_insert(g, this->ctx_.key, ns_, current_hash());
     remember(result.first);
     return result;
@@ -328,7 +537,17 @@ class HeapKvState : public HeapStateBase<K> {
   std::pair<Entry*, bool> insert_in(int32_t g, const N& ns) {
     return table_.find_or_insert(g, this->ctx_.key, ns, hash_in(ns));
   }
-  void erase(int32_t g, Entry* e) { table_.erase(g, e); }
+  // `e` may come from peek_current (the erase then clones the group first).
+  void erase(int32_t g, const Entry* e) { table_.erase(g, e); }
+  // The writable entry for `e`, which peek_current returned for group g: `e` itself when the group is
+  // private, otherwise the same entry in the group's new private copy.
+  Entry* writable(int32_t g, const Entry* e) {
+    if (!table_.is_shared(g)) [[likely]]
+      return const_cast<Entry*>(e);
+    Entry* w = table_.find(g, e->first.key, e->first.ns, e->first.hash);
+    remember(w);
+    return w;
+  }
 
   bool ttl_on() const noexcept { return this->ttl_.enabled(); }
   bool expired(TimestampMs last_access, TimestampMs now) const noexcept {
@@ -374,14 +593,15 @@ class HeapKvState : public HeapStateBase<K> {
   // Checks up to incremental_cleanup_size entries from a rolling cursor over the key groups, removing the
   // expired ones. The cursor is an iterator, valid while the table has not changed since it was saved;
   // otherwise the saved key of the entry (copy-assigned, so no allocation in steady state) is looked up
-  // again, and if that entry is gone the scan restarts at the beginning of its key group.
+  // again, and if that entry is gone the scan restarts at the beginning of its key group. The scan only
+  // reads until it finds something expired; a key group shared with a capture is cloned just then.
   void incremental_cleanup(TimestampMs now) {
     if (table_.size() == 0) return;
     int budget = this->ttl_.incremental_cleanup_size;
     const int32_t n = table_.num_groups();
     const int32_t max_skips = std::min(n, kMaxGroupsSkippedPerCleanup);
     int32_t skips = 0;
-    auto* map = &table_.map(cursor_group_);
+    const typename Table::Map* map = &table_.map(cursor_group_);
     auto it = map->end();
     if (has_cursor_) it = cursor_mutations_ == table_.mutations() ? cursor_it_ : map->find(cursor_key_);
     if (it == map->end()) it = map->begin();
@@ -394,7 +614,17 @@ class HeapKvState : public HeapStateBase<K> {
         continue;
       }
       --budget;
-      if (purge_expired(it->second, now)) {
+      if (!has_expired(it->second, now)) {
+        ++it;
+        continue;
+      }
+      if (table_.is_shared(cursor_group_)) [[unlikely]] {
+        cursor_key_ = it->first;
+        map = &table_.mutable_map(cursor_group_);
+        it = map->find(cursor_key_);
+      }
+      // The group's map is private now and not a const object, so writing through the iterator is sound.
+      if (purge_expired(const_cast<S&>(it->second), now)) {
         table_.erase(cursor_group_, it++);
       } else {
         ++it;
@@ -411,12 +641,13 @@ class HeapKvState : public HeapStateBase<K> {
     }
   }
 
+  SlotWriter<S> write_slot_;
   K read_key_{};
   N read_ns_{};
   bool cleanup_;
   int32_t cursor_group_ = 0;
   bool has_cursor_ = false;
-  typename Table::Map::iterator cursor_it_{};
+  typename Table::Map::const_iterator cursor_it_{};
   typename Table::EntryKey cursor_key_{};
   uint64_t cursor_mutations_ = 0;
   Entry* cached_ = nullptr;
@@ -468,33 +699,37 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
 
   HeapValueState(const ValueStateDescriptor<T>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                  int32_t num_groups)
-      : Base(d.name, StateKind::kValue, d.ttl, ctx, clock, num_groups), default_(d.default_value) {}
+      : Base(d.name, StateKind::kValue, d.ttl, ctx, clock, num_groups, &write_slot), default_(d.default_value) {}
 
   const T& value() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos == nullptr) return default_;
-    Slot& slot = pos->second;
     if (this->ttl_on()) {
-      if (this->expired(slot.ts, now)) {
+      if (this->expired(pos->second.ts, now)) {
         if (!this->return_expired()) {
           this->erase(g, pos);
           return default_;
         }
-        scratch_ = std::move(slot.value);
-        this->erase(g, pos);
+        Entry* w = this->writable(g, pos);
+        scratch_ = std::move(w->second.value);
+        this->erase(g, w);
         return scratch_;
       }
-      if (this->refresh_on_read()) slot.ts = now;
+      if (this->refresh_on_read()) {
+        Slot& slot = this->writable(g, pos)->second;
+        slot.ts = now;
+        return slot.value;
+      }
     }
-    return slot.value;
+    return pos->second.value;
   }
 
   bool has_value() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos == nullptr) return false;
     if (this->ttl_on() && !this->return_expired() && this->expired(pos->second.ts, now)) {
       this->erase(g, pos);
@@ -508,7 +743,7 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
 
   void clear() override {
     int32_t g = this->group();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos != nullptr) this->erase(g, pos);
   }
 
@@ -523,14 +758,15 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
     this->end_write(now);
   }
 
-  void write_slot(const Slot& slot, DataOutput& out) const override {
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
     TypeSerializer<T>::serialize(slot.value, out);
-    if (this->ttl_on()) out.write_fixed<int64_t>(slot.ts);
+    if (ttl) out.write_fixed<int64_t>(slot.ts);
   }
   void read_slot(Slot& slot, DataInput& in) override {
     TypeSerializer<T>::deserialize(slot.value, in);
     if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
   }
+  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
   bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
 
   T default_;
@@ -555,17 +791,18 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
 
   HeapListState(const ListStateDescriptor<T>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                 int32_t num_groups)
-      : Base(d.name, StateKind::kList, d.ttl, ctx, clock, num_groups) {}
+      : Base(d.name, StateKind::kList, d.ttl, ctx, clock, num_groups, &write_slot) {}
 
   const std::vector<T>& get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
-    if (pos == nullptr) return empty_;
+    const Entry* peeked = this->peek_current(g);
+    if (peeked == nullptr) return empty_;
+    if (!this->ttl_on()) return peeked->second.values;
+    bool any_expired = has_expired(peeked->second, now);
+    if (!any_expired && !this->refresh_on_read()) return peeked->second.values;
+    Entry* pos = this->writable(g, peeked);
     Slot& slot = pos->second;
-    if (!this->ttl_on()) return slot.values;
-    bool any_expired =
-        std::any_of(slot.ts.begin(), slot.ts.end(), [&](TimestampMs t) { return this->expired(t, now); });
     if (any_expired) {
       bool keep_copy = this->return_expired();
       if (keep_copy) scratch_ = slot.values;
@@ -609,7 +846,7 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
 
   void clear() override {
     int32_t g = this->group();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos != nullptr) this->erase(g, pos);
   }
 
@@ -662,11 +899,11 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     slot.ts.resize(out);
   }
 
-  void write_slot(const Slot& slot, DataOutput& out) const override {
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
     out.write_varint(slot.values.size());
     for (size_t i = 0; i < slot.values.size(); ++i) {
       TypeSerializer<T>::serialize(slot.values[i], out);
-      if (this->ttl_on()) out.write_fixed<int64_t>(slot.ts[i]);
+      if (ttl) out.write_fixed<int64_t>(slot.ts[i]);
     }
   }
   void read_slot(Slot& slot, DataInput& in) override {
@@ -677,6 +914,9 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
       TypeSerializer<T>::deserialize(slot.values[i], in);
       if (this->ttl_on()) slot.ts.push_back(in.read_fixed<int64_t>());
     }
+  }
+  bool has_expired(const Slot& slot, TimestampMs now) const override {
+    return std::any_of(slot.ts.begin(), slot.ts.end(), [&](TimestampMs t) { return this->expired(t, now); });
   }
   bool purge_expired(Slot& slot, TimestampMs now) override {
     remove_expired(slot, now);
@@ -706,7 +946,7 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
 
   HeapMapState(const MapStateDescriptor<UK, UV>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                int32_t num_groups)
-      : Base(d.name, StateKind::kMap, d.ttl, ctx, clock, num_groups) {}
+      : Base(d.name, StateKind::kMap, d.ttl, ctx, clock, num_groups, &write_slot) {}
 
   std::optional<UV> get(const UK& key) override {
     const UV* v = find(key);
@@ -716,22 +956,27 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   const UV* find(const UK& key) override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
-    if (pos == nullptr) return nullptr;
-    auto& map = pos->second.map;
-    auto it = map.find(key);
-    if (it == map.end()) return nullptr;
-    if (this->ttl_on()) {
-      if (this->expired(it->second.ts, now)) {
-        bool keep_copy = this->return_expired();
-        if (keep_copy) scratch_ = std::move(it->second.value);
-        map.erase(it);
-        if (map.empty()) this->erase(g, pos);
-        return keep_copy ? &scratch_ : nullptr;
-      }
-      if (this->refresh_on_read()) it->second.ts = now;
+    const Entry* peeked = this->peek_current(g);
+    if (peeked == nullptr) return nullptr;
+    auto found = peeked->second.map.find(key);
+    if (found == peeked->second.map.end()) return nullptr;
+    if (!this->ttl_on() || (!this->refresh_on_read() && !this->expired(found->second.ts, now))) {
+      return &found->second.value;
     }
-    return &it->second.value;
+    Entry* pos = this->writable(g, peeked);
+    auto& map = pos->second.map;
+    if (this->expired(found->second.ts, now)) {
+      bool keep_copy = this->return_expired();
+      auto it = map.find(key);
+      if (keep_copy) scratch_ = std::move(it->second.value);
+      map.erase(it);
+      if (map.empty()) this->erase(g, pos);
+      return keep_copy ? &scratch_ : nullptr;
+    }
+    // Refresh on read. Unless the group was just cloned, `found` is in the private map, which is not const.
+    auto& value = pos == peeked ? const_cast<detail::MapValue<UV>&>(found->second) : map.find(key)->second;
+    value.ts = now;
+    return &value.value;
   }
 
   bool contains(const UK& key) override { return find(key) != nullptr; }
@@ -761,8 +1006,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   void remove(const UK& key) override {
     int32_t g = this->group();
     this->begin_access();
-    Entry* pos = this->find_current(g);
-    if (pos == nullptr) return;
+    const Entry* peeked = this->peek_current(g);
+    if (peeked == nullptr || !peeked->second.map.contains(key)) return;
+    Entry* pos = this->writable(g, peeked);
     auto& map = pos->second.map;
     map.erase(key);
     if (map.empty()) this->erase(g, pos);
@@ -771,14 +1017,17 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   bool is_empty() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
-    if (pos == nullptr) return true;
-    Slot& slot = pos->second;
-    if (this->ttl_on() && !this->return_expired() && purge_expired(slot, now)) {
-      this->erase(g, pos);
-      return true;
+    const Entry* peeked = this->peek_current(g);
+    if (peeked == nullptr) return true;
+    if (this->ttl_on() && !this->return_expired() && has_expired(peeked->second, now)) {
+      Entry* pos = this->writable(g, peeked);
+      if (purge_expired(pos->second, now)) {
+        this->erase(g, pos);
+        return true;
+      }
+      return pos->second.map.empty();
     }
-    return slot.map.empty();
+    return peeked->second.map.empty();
   }
 
   std::vector<std::pair<UK, UV>> entries() override {
@@ -800,7 +1049,7 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
 
   void clear() override {
     int32_t g = this->group();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos != nullptr) this->erase(g, pos);
   }
 
@@ -811,14 +1060,15 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   void visit(Fn&& fn) {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
-    if (pos == nullptr) return;
-    auto& map = pos->second.map;
-    if (!this->ttl_on()) {
-      for (const auto& [k, v] : map)
+    const Entry* peeked = this->peek_current(g);
+    if (peeked == nullptr) return;
+    if (!this->ttl_on() || (!this->refresh_on_read() && !has_expired(peeked->second, now))) {
+      for (const auto& [k, v] : peeked->second.map)
         fn(k, v.value);
       return;
     }
+    Entry* pos = this->writable(g, peeked);
+    auto& map = pos->second.map;
     for (auto it = map.begin(); it != map.end();) {
       if (this->expired(it->second.ts, now)) {
         if (this->return_expired()) fn(it->first, it->second.value);
@@ -832,12 +1082,12 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
     if (map.empty()) this->erase(g, pos);
   }
 
-  void write_slot(const Slot& slot, DataOutput& out) const override {
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
     out.write_varint(slot.map.size());
     for (const auto& [k, v] : slot.map) {
       TypeSerializer<UK>::serialize(k, out);
       TypeSerializer<UV>::serialize(v.value, out);
-      if (this->ttl_on()) out.write_fixed<int64_t>(v.ts);
+      if (ttl) out.write_fixed<int64_t>(v.ts);
     }
   }
   void read_slot(Slot& slot, DataInput& in) override {
@@ -853,6 +1103,9 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
       TypeSerializer<UV>::deserialize(it->second.value, in);
       if (this->ttl_on()) it->second.ts = in.read_fixed<int64_t>();
     }
+  }
+  bool has_expired(const Slot& slot, TimestampMs now) const override {
+    return std::any_of(slot.map.begin(), slot.map.end(), [&](const auto& kv) { return this->expired(kv.second.ts, now); });
   }
   bool purge_expired(Slot& slot, TimestampMs now) override {
     absl::erase_if(slot.map, [&](const auto& kv) { return this->expired(kv.second.ts, now); });
@@ -879,24 +1132,24 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
 
   HeapReducingState(const ReducingStateDescriptor<T>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                     int32_t num_groups)
-      : Base(d.name, StateKind::kReducing, d.ttl, ctx, clock, num_groups), reduce_(d.reduce) {}
+      : Base(d.name, StateKind::kReducing, d.ttl, ctx, clock, num_groups, &write_slot), reduce_(d.reduce) {}
 
   std::optional<T> get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos == nullptr) return std::nullopt;
-    Slot& slot = pos->second;
     if (this->ttl_on()) {
-      if (this->expired(slot.ts, now)) {
+      if (this->expired(pos->second.ts, now)) {
+        Entry* w = this->writable(g, pos);
         std::optional<T> result;
-        if (this->return_expired()) result = std::move(slot.value);
-        this->erase(g, pos);
+        if (this->return_expired()) result = std::move(w->second.value);
+        this->erase(g, w);
         return result;
       }
-      if (this->refresh_on_read()) slot.ts = now;
+      if (this->refresh_on_read()) this->writable(g, pos)->second.ts = now;
     }
-    return slot.value;
+    return pos->second.value;
   }
 
   void add(const T& value) override {
@@ -921,7 +1174,7 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
 
   void clear() override {
     int32_t g = this->group();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos != nullptr) this->erase(g, pos);
   }
 
@@ -956,14 +1209,15 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
   }
 
  private:
-  void write_slot(const Slot& slot, DataOutput& out) const override {
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
     TypeSerializer<T>::serialize(slot.value, out);
-    if (this->ttl_on()) out.write_fixed<int64_t>(slot.ts);
+    if (ttl) out.write_fixed<int64_t>(slot.ts);
   }
   void read_slot(Slot& slot, DataInput& in) override {
     TypeSerializer<T>::deserialize(slot.value, in);
     if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
   }
+  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
   bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
 
   std::function<T(const T&, const T&)> reduce_;
@@ -989,24 +1243,23 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
 
   HeapAggregatingState(const AggregatingStateDescriptor<In, Acc, Out>& d, const detail::KeyContext<K>& ctx,
                        const Clock& clock, int32_t num_groups)
-      : Base(d.name, StateKind::kAggregating, d.ttl, ctx, clock, num_groups), fn_(d.aggregate) {}
+      : Base(d.name, StateKind::kAggregating, d.ttl, ctx, clock, num_groups, &write_slot), fn_(d.aggregate) {}
 
   std::optional<Out> get() override {
     int32_t g = this->group();
     TimestampMs now = this->begin_access();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos == nullptr) return std::nullopt;
-    Slot& slot = pos->second;
     if (this->ttl_on()) {
-      if (this->expired(slot.ts, now)) {
+      if (this->expired(pos->second.ts, now)) {
         std::optional<Out> result;
-        if (this->return_expired()) result = fn_->get_result(std::as_const(slot.value));
+        if (this->return_expired()) result = fn_->get_result(pos->second.value);
         this->erase(g, pos);
         return result;
       }
-      if (this->refresh_on_read()) slot.ts = now;
+      if (this->refresh_on_read()) this->writable(g, pos)->second.ts = now;
     }
-    return fn_->get_result(std::as_const(slot.value));
+    return fn_->get_result(pos->second.value);
   }
 
   void add(const In& value) override {
@@ -1035,7 +1288,7 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
 
   void clear() override {
     int32_t g = this->group();
-    Entry* pos = this->find_current(g);
+    const Entry* pos = this->peek_current(g);
     if (pos != nullptr) this->erase(g, pos);
   }
 
@@ -1070,14 +1323,15 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
   }
 
  private:
-  void write_slot(const Slot& slot, DataOutput& out) const override {
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
     TypeSerializer<Acc>::serialize(slot.value, out);
-    if (this->ttl_on()) out.write_fixed<int64_t>(slot.ts);
+    if (ttl) out.write_fixed<int64_t>(slot.ts);
   }
   void read_slot(Slot& slot, DataInput& in) override {
     TypeSerializer<Acc>::deserialize(slot.value, in);
     if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
   }
+  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
   bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
 
   std::shared_ptr<AggregateFunction<In, Acc, Out>> fn_;

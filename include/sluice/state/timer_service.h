@@ -16,9 +16,13 @@
 //
 // The watermark is not snapshotted (as in Flink): it restarts at kInitialWatermark after a restore.
 //
+// Snapshots: snapshot() / snapshot_key_group() write synchronously; capture() serializes every key group
+// into a TimerServiceSnapshot at once (timers are usually few, so the copy is the capture) that any thread
+// can then write while the task goes on.
+//
 // Lifecycle: created after its backend (which must outlive it) → restore (optional) → running →
-// snapshot at checkpoints. Threading: the owning task thread only; callbacks must not re-enter
-// advance_watermark or on_processing_time.
+// snapshot or capture at checkpoints. Threading: the owning task thread only (except the snapshots
+// capture() returns); callbacks must not re-enter advance_watermark or on_processing_time.
 #pragma once
 
 #include <absl/container/node_hash_set.h>
@@ -28,8 +32,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +46,7 @@
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_keyed_state_backend.h"
 #include "sluice/state/heap_state.h"
+#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/state.h"
 
 namespace sluice {
@@ -48,6 +55,44 @@ namespace detail {
 /// Magic bytes at the start of a whole-range timer snapshot.
 inline constexpr char kTimersMagic[4] = {'S', 'L', 'T', 'M'};
 }  // namespace detail
+
+/// The timers of an InternalTimerService as they were at capture(), already serialized per key group.
+///
+/// Thread-safety: immutable; write_key_group() may run on any thread, concurrently with the task thread
+/// (which no longer shares anything with it). Destroyed on any thread.
+class TimerServiceSnapshot final : public KeyedStateSnapshot {
+ public:
+  /// Built by InternalTimerService::capture(): `bytes` holds the key groups of `range` back to back, group
+  /// index i at [offsets[i], offsets[i + 1]).
+  TimerServiceSnapshot(KeyGroupRange range, int max_parallelism, std::string bytes, std::vector<size_t> offsets)
+      : range_(range), max_parallelism_(max_parallelism), bytes_(std::move(bytes)), offsets_(std::move(offsets)) {}
+
+  KeyGroupRange key_group_range() const override { return range_; }
+  int max_parallelism() const override { return max_parallelism_; }
+
+  /// The bytes InternalTimerService::snapshot_key_group(kg) wrote at capture time. Throws
+  /// SluiceException (kState) when `kg` is outside key_group_range().
+  std::string_view key_group_bytes(KeyGroup kg) const {
+    if (!range_.contains(kg)) {
+      detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside the captured timer range " +
+                                range_.to_string());
+    }
+    size_t g = static_cast<size_t>(kg.value - range_.start());
+    return std::string_view(bytes_).substr(offsets_[g], offsets_[g + 1] - offsets_[g]);
+  }
+
+  /// Appends key_group_bytes(kg).
+  void write_key_group(KeyGroup kg, DataOutput& out) const override {
+    std::string_view b = key_group_bytes(kg);
+    out.write_bytes(b.data(), b.size());
+  }
+
+ private:
+  KeyGroupRange range_;
+  int max_parallelism_;
+  std::string bytes_;
+  std::vector<size_t> offsets_;
+};
 
 template <class K, class N = VoidNamespace>
 class InternalTimerService {
@@ -108,6 +153,25 @@ class InternalTimerService {
     out.write_varint(static_cast<uint64_t>(kg.value));
     event_time_.write_group(g, out);
     processing_time_.write_group(g, out);
+  }
+
+  /// Captures the timers for an asynchronous checkpoint: the returned snapshot's write_key_group(kg)
+  /// writes what snapshot_key_group(kg) writes now. Timers are usually few (a handful per key and window),
+  /// so this serializes every key group synchronously, here on the task thread (O(timers), part of the
+  /// checkpoint pause), rather than sharing the queues copy-on-write as the state backend does. Task
+  /// thread only.
+  std::unique_ptr<TimerServiceSnapshot> capture() const {
+    const KeyGroupRange& range = backend_.key_group_range();
+    DataOutput out;
+    std::vector<size_t> offsets;
+    offsets.reserve(static_cast<size_t>(range.size()) + 1);
+    for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+      offsets.push_back(out.size());
+      snapshot_key_group(KeyGroup{kg}, out);
+    }
+    offsets.push_back(out.size());
+    return std::make_unique<TimerServiceSnapshot>(range, backend_.max_parallelism(), std::string(out.view()),
+                                                  std::move(offsets));
   }
 
   /// Restores the timers of one key group written by any subtask with the same max parallelism; existing

@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <random>
 #include <system_error>
 #include <unordered_set>
 
@@ -28,13 +31,15 @@ bool has_glob_magic(std::string_view pattern) noexcept {
   return pattern.find_first_of("*?[") != std::string_view::npos;
 }
 
-// Appends the regular files directly inside `dir`, sorted by name. Returns a kConnector error when the
-// directory cannot be listed.
+// Appends the regular files directly inside `dir` whose names do not start with '.', sorted by name. Returns a
+// kConnector error when the directory cannot be listed.
 Status list_directory(const std::string& dir, std::vector<std::string>& out) {
   std::error_code ec;
   std::vector<std::string> found;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code type_ec;
+    // Hidden files are not data: a FileSink's in-progress files start with '.'.
+    if (it->path().filename().string().starts_with('.')) continue;
     if (it->is_regular_file(type_ec)) found.push_back(it->path().string());
   }
   if (ec) {
@@ -364,6 +369,204 @@ void PartFileWriter::close() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throw_io("file sink", "closing", path_, errno);
+}
+
+void PartFileWriter::discard() noexcept {
+  buf_.clear();
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Part files with checkpointing (exactly-once by rename on commit)
+
+namespace {
+
+// A random 128-bit id in hex: in-progress files of different writers (attempts) never share a name.
+std::string random_file_id() {
+  std::random_device rd;
+  uint64_t words[2];
+  for (uint64_t& w : words)
+    w = (uint64_t{rd()} << 32) ^ uint64_t { rd() };
+  return fmt::format("{:016x}{:016x}", words[0], words[1]);
+}
+
+// Parses a non-negative decimal integer at the start of `s` and removes it; false when there is none.
+template <class Int>
+bool consume_number(std::string_view& s, Int& out) noexcept {
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  if (ec != std::errc() || ptr == s.data() || out < 0) return false;
+  s.remove_prefix(static_cast<size_t>(ptr - s.data()));
+  return true;
+}
+
+// Calls fn(name) for each entry of `directory`; nothing when it does not exist. Throws kConnector when it
+// cannot be listed.
+template <class Fn>
+void for_each_name_in(const std::string& directory, Fn&& fn) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(directory, ec), end;
+  if (ec == std::errc::no_such_file_or_directory) return;
+  for (; !ec && it != end; it.increment(ec))
+    fn(it->path().filename().string());
+  if (ec) {
+    throw SluiceException(Error(ErrorCode::kConnector,
+                                fmt::format("file sink: cannot list directory '{}': {}", directory, ec.message())));
+  }
+}
+
+void sync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_io("file sink", "opening the directory", directory, errno);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_io("file sink", "syncing the directory", directory, err);
+  }
+  ::close(fd);
+}
+
+std::string parent_directory(const std::string& path) {
+  std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? std::string(".") : parent;
+}
+
+// The in-progress file of `c` is gone: it was committed before (its rename happened), or it is lost.
+void note_already_committed(const FileCommittable& c) {
+  std::error_code ec;
+  if (std::filesystem::exists(c.final_path, ec)) return;
+  spdlog::warn(
+      "file sink: committing '{}' found neither it nor its final file '{}': it was committed before and the "
+      "committed file was moved or deleted since (or it was lost); counting it as committed",
+      c.in_progress_path, c.final_path);
+}
+
+}  // namespace
+
+std::string part_file_path(const std::string& directory, int subtask, int64_t sequence, std::string_view extension) {
+  return (std::filesystem::path(directory) / fmt::format("part-{}-{}.{}", subtask, sequence, extension)).string();
+}
+
+std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence,
+                                  std::string_view file_id) {
+  return (std::filesystem::path(directory) / fmt::format(".part-{}-{}.inprogress.{}", subtask, sequence, file_id))
+      .string();
+}
+
+std::optional<PartFileName> parse_part_file_name(std::string_view name) noexcept {
+  PartFileName parsed;
+  parsed.in_progress = name.starts_with('.');
+  if (parsed.in_progress) name.remove_prefix(1);
+  if (!name.starts_with("part-")) return std::nullopt;
+  name.remove_prefix(5);
+  if (!consume_number(name, parsed.subtask) || !name.starts_with('-')) return std::nullopt;
+  name.remove_prefix(1);
+  if (!consume_number(name, parsed.sequence) || !name.starts_with('.')) return std::nullopt;
+  name.remove_prefix(1);
+  if (parsed.in_progress) {
+    if (!name.starts_with("inprogress.") || name.size() == 11) return std::nullopt;
+  } else if (name.empty()) {
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+int64_t next_part_sequence_in(const std::string& directory, int subtask) {
+  int64_t next = 0;
+  for_each_name_in(directory, [&](const std::string& name) {
+    std::optional<PartFileName> p = parse_part_file_name(name);
+    if (p && p->subtask == subtask && p->sequence < std::numeric_limits<int64_t>::max()) {
+      next = std::max(next, p->sequence + 1);
+    }
+  });
+  return next;
+}
+
+RollingPartFile::RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension)
+    : state_(&ctx.operator_state().get_union_list_state<std::pair<int32_t, int64_t>>(kSequenceStateName)),
+      directory_(std::move(directory)),
+      extension_(std::move(extension)),
+      file_id_(random_file_id()),
+      subtask_(ctx.subtask_index()) {
+  next_sequence_ = next_part_sequence_in(directory_, subtask_);
+  for (const auto& [subtask, next] : state_->get()) {
+    if (subtask == subtask_) next_sequence_ = std::max(next_sequence_, next);
+  }
+  state_->update({{subtask_, next_sequence_}});
+}
+
+void RollingPartFile::open_next() {
+  const int64_t sequence = next_sequence_++;
+  final_path_ = part_file_path(directory_, subtask_, sequence, extension_);
+  file_.open(in_progress_file_path(directory_, subtask_, sequence, file_id_), /*truncate=*/true);
+}
+
+std::vector<FileCommittable> RollingPartFile::roll() {
+  if (!file_.is_open()) return {};
+  file_.flush_and_sync();
+  file_.close();
+  state_->update({{subtask_, next_sequence_}});
+  return {FileCommittable{file_.path(), final_path_}};
+}
+
+void RollingPartFile::discard() noexcept {
+  if (!file_.is_open()) return;
+  file_.discard();
+  ::unlink(file_.path().c_str());
+}
+
+void FileCommitter::commit(std::vector<FileCommittable>& committables) {
+  std::vector<std::string> directories;
+  for (const FileCommittable& c : committables) {
+    const int fd = ::open(c.in_progress_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno != ENOENT) throw_io("file sink", "opening", c.in_progress_path, errno);
+      note_already_committed(c);
+      continue;
+    }
+    if (::fsync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw_io("file sink", "syncing", c.in_progress_path, err);
+    }
+    ::close(fd);
+    if (::rename(c.in_progress_path.c_str(), c.final_path.c_str()) != 0) {
+      if (errno != ENOENT) {
+        throw_io("file sink", fmt::format("renaming to '{}'", c.final_path), c.in_progress_path, errno);
+      }
+      note_already_committed(c);
+      continue;
+    }
+    std::string dir = parent_directory(c.final_path);
+    if (std::find(directories.begin(), directories.end(), dir) == directories.end()) directories.push_back(dir);
+  }
+  for (const std::string& dir : directories)
+    sync_directory(dir);
+}
+
+void FileCommitter::abort_lingering(RuntimeContext& ctx, const std::vector<FileCommittable>& restored_committables) {
+  std::unordered_set<std::string> keep;
+  for (const FileCommittable& c : restored_committables)
+    keep.insert(std::filesystem::path(c.in_progress_path).filename().string());
+  const int parallelism = std::max(ctx.parallelism(), 1);
+  const int subtask = ctx.subtask_index();
+  std::vector<std::string> lingering;
+  for_each_name_in(directory_, [&](const std::string& name) {
+    std::optional<PartFileName> p = parse_part_file_name(name);
+    if (p && p->in_progress && p->subtask % parallelism == subtask && !keep.contains(name)) {
+      lingering.push_back(name);
+    }
+  });
+  for (const std::string& name : lingering) {
+    const std::string path = (std::filesystem::path(directory_) / name).string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_io("file sink", "deleting", path, errno);
+  }
+  if (!lingering.empty()) {
+    spdlog::info("file sink: subtask {} deleted {} in-progress file(s) of a previous run in '{}'", subtask,
+                 lingering.size(), directory_);
+  }
 }
 
 }  // namespace detail

@@ -11,14 +11,20 @@ NetworkBufferPool::~NetworkBufferPool() = default;
 
 Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
   std::lock_guard lock(mu_);
+  std::vector<NetworkBuffer*> out;
+  out.reserve(n);
+  while (!free_.empty() && out.size() < n) {
+    out.push_back(free_.back());
+    free_.pop_back();
+  }
+  n -= out.size();
   if (buffers_.size() + n > max_buffers_) {
+    free_.insert(free_.end(), out.begin(), out.end());
     return Error(ErrorCode::kNetwork,
                  fmt::format("network buffer pool exhausted: {} buffers requested, {} of {} in use; raise the pool or "
                              "lower taskmanager.network.memory.buffers-per-channel",
                              n, buffers_.size(), max_buffers_));
   }
-  std::vector<NetworkBuffer*> out;
-  out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     // Default-initialized (not zeroed): pages are only touched, and so only count in RSS, when used.
     segments_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[segment_size_]));
@@ -29,6 +35,14 @@ Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
     buffers_.push_back(std::move(b));
   }
   return out;
+}
+
+void NetworkBufferPool::release(const std::vector<NetworkBuffer*>& buffers) {
+  std::lock_guard lock(mu_);
+  for (NetworkBuffer* b : buffers) {
+    b->size = 0;
+    free_.push_back(b);
+  }
 }
 
 size_t NetworkBufferPool::allocated() const {

@@ -15,8 +15,19 @@ namespace {
 
 }  // namespace
 
-StreamInputProcessor::StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input)
-    : channels_(std::move(channels)), state_(channels_.size()), input_(input) {}
+StreamInputProcessor::StreamInputProcessor(std::vector<ChannelReceiver*> channels, RecordInput& input,
+                                           CheckpointBarrierHandler* barriers, size_t channel_offset)
+    : channels_(std::move(channels)),
+      state_(channels_.size()),
+      input_(input),
+      barriers_(barriers),
+      offset_(channel_offset) {}
+
+StreamInputProcessor::~StreamInputProcessor() {
+  for (size_t c = 0; c < channels_.size(); ++c) {
+    if (state_[c].held != nullptr) channels_[c]->recycle(state_[c].held);
+  }
+}
 
 StreamInputProcessor::Status StreamInputProcessor::process_next() {
   if (finished()) return Status::kEndOfInput;
@@ -24,31 +35,45 @@ StreamInputProcessor::Status StreamInputProcessor::process_next() {
   for (size_t i = 0; i < n; ++i) {
     size_t c = next_;
     next_ = next_ + 1 == n ? 0 : next_ + 1;
-    if (state_[c].finished) continue;
-    NetworkBuffer* b = channels_[c]->poll();
-    if (b == nullptr) continue;
-    // Recycle even when a user function throws mid-buffer, so the sender is never left without credit.
+    ChannelState& st = state_[c];
+    if (st.finished || blocked(c)) continue;
+    NetworkBuffer* b = st.held;
+    uint32_t pos = st.held_pos;
+    st.held = nullptr;
+    if (b == nullptr) {
+      b = channels_[c]->poll();
+      if (b == nullptr) continue;
+      pos = 0;
+    }
+    // Recycle even when a user function throws mid-buffer, so the sender is never left without credit; keep
+    // the buffer instead when a barrier blocked the channel in the middle of it.
     struct Recycle {
       ChannelReceiver* ch;
       NetworkBuffer* b;
-      ~Recycle() { ch->recycle(b); }
+      ~Recycle() {
+        if (b != nullptr) ch->recycle(b);
+      }
     } recycle{channels_[c], b};
-    process_buffer(c, *b);
+    if (!process_buffer(c, *b, pos)) {
+      st.held = b;
+      st.held_pos = pos;
+      recycle.b = nullptr;
+    }
     return finished() ? Status::kEndOfInput : Status::kProcessed;
   }
   return Status::kNothingAvailable;
 }
 
-void StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer) {
+bool StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer, uint32_t& pos) {
   ChannelState& st = state_[c];
-  const uint8_t* p = buffer.data;
+  const uint8_t* p = buffer.data + pos;
   const uint8_t* end = buffer.data + buffer.size;
   if (st.missing > 0) {
     uint32_t n = static_cast<uint32_t>(std::min<size_t>(st.missing, static_cast<size_t>(end - p)));
     st.partial.insert(st.partial.end(), p, p + n);
     p += n;
     st.missing -= n;
-    if (st.missing > 0) return;
+    if (st.missing > 0) return true;
     DataInput in(st.partial.data(), st.partial.size());
     input_.process_record(in, st.partial_ts);
   }
@@ -75,7 +100,24 @@ void StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer)
           st.partial.assign(p, end);
           st.missing = len - static_cast<uint32_t>(avail);
           st.partial_ts = ts;
-          return;
+          return true;
+        }
+        break;
+      }
+      case ElementTag::kBarrier: {
+        if (end - p < static_cast<ptrdiff_t>(kBarrierElementSize)) corrupt(c, "truncated checkpoint barrier");
+        CheckpointBarrier barrier;
+        std::memcpy(&barrier.checkpoint_id, p + 1, 8);
+        std::memcpy(&barrier.timestamp, p + 9, 8);
+        barrier.type = static_cast<SnapshotType>(p[17]);
+        barrier.mode = static_cast<CheckpointingMode>(p[18]);
+        p += kBarrierElementSize;
+        if (barriers_ != nullptr) {
+          barriers_->on_barrier(offset_ + c, barrier);
+          if (blocked(c)) {
+            pos = static_cast<uint32_t>(p - buffer.data);
+            return p == end;  // nothing left: the buffer can go back at once
+          }
         }
         break;
       }
@@ -96,11 +138,12 @@ void StreamInputProcessor::process_buffer(size_t c, const NetworkBuffer& buffer)
       }
       case ElementTag::kEndOfPartition:
         on_end_of_partition(c);
-        return;
+        return true;
       default:
         corrupt(c, "unknown element tag " + std::to_string(static_cast<int>(tag)));
     }
   }
+  return true;
 }
 
 void StreamInputProcessor::on_watermark(size_t c, TimestampMs wm) {
@@ -148,6 +191,7 @@ void StreamInputProcessor::on_end_of_partition(size_t c) {
   ++finished_channels_;
   // A finished channel no longer holds the watermark back.
   if (!finished()) update_combined_watermark();
+  if (barriers_ != nullptr) barriers_->on_channel_finished(offset_ + c);
 }
 
 }  // namespace sluice

@@ -84,6 +84,20 @@ void RecordWriter::broadcast_watermark_status(bool idle) {
   }
 }
 
+void RecordWriter::broadcast_barrier(const CheckpointBarrier& barrier) {
+  for (int c = 0; c < num_channels(); ++c) {
+    NetworkBuffer* b = buffer_for(c, kBarrierElementSize);
+    uint8_t* p = b->data + b->size;
+    p[0] = static_cast<uint8_t>(ElementTag::kBarrier);
+    std::memcpy(p + 1, &barrier.checkpoint_id, 8);
+    std::memcpy(p + 9, &barrier.timestamp, 8);
+    p[17] = static_cast<uint8_t>(barrier.type);
+    p[18] = static_cast<uint8_t>(barrier.mode);
+    b->size += kBarrierElementSize;
+    send_current(c);
+  }
+}
+
 void RecordWriter::flush_all() {
   if (unflushed_ == 0) return;
   for (int c = 0; c < num_channels(); ++c) {
@@ -93,6 +107,8 @@ void RecordWriter::flush_all() {
 }
 
 void RecordWriter::finish() {
+  if (finished_) return;
+  finished_ = true;
   for (int c = 0; c < num_channels(); ++c) {
     NetworkBuffer* b = buffer_for(c, 1);
     b->data[b->size++] = static_cast<uint8_t>(ElementTag::kEndOfPartition);

@@ -6,6 +6,9 @@
 
 #include <chrono>
 
+#include "sluice/core/fault_points.h"
+#include "sluice/state/operator_state.h"
+
 namespace sluice {
 namespace {
 
@@ -43,9 +46,11 @@ Task::~Task() {
 }
 
 StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op,
-                                       std::unique_ptr<TaskRuntimeContext> ctx) {
+                                       std::unique_ptr<TaskRuntimeContext> ctx, std::string uid) {
+  ctx->set_checkpointing_enabled(options_.checkpointing_enabled);
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
+  uids_.push_back(std::move(uid));
   return operators_.back().get();
 }
 
@@ -66,6 +71,8 @@ void Task::add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<Rec
     c->set_receiver_wakeup(&wakeup_);
   record_inputs_.push_back(std::move(input));
   inputs_.push_back(std::make_unique<StreamInputProcessor>(std::move(channels), *record_inputs_.back()));
+  inputs_.back()->set_barrier_handler(nullptr, input_channels_);
+  input_channels_ += inputs_.back()->num_channels();
 }
 
 std::string Task::display_name() const {
@@ -73,6 +80,15 @@ std::string Task::display_name() const {
 }
 
 void Task::start() {
+  if (!inputs_.empty()) {
+    barrier_handler_ = std::make_unique<CheckpointBarrierHandler>(
+        input_channels_, [this](const CheckpointBarrier& b, int64_t alignment_ns) { perform_checkpoint(b, alignment_ns); });
+    size_t offset = 0;
+    for (auto& in : inputs_) {
+      in->set_barrier_handler(barrier_handler_.get(), offset);
+      offset += in->num_channels();
+    }
+  }
   state_.store(TaskState::kRunning);
   thread_ = std::thread([this] { run(); });
 }
@@ -151,7 +167,112 @@ void Task::run() {
   listener_.on_task_terminated(*this, final_state, error);
 }
 
+void Task::trigger_checkpoint(const CheckpointBarrier& barrier) {
+  post_mail([this, barrier] { perform_checkpoint(barrier, 0); });
+}
+
+void Task::notify_checkpoint_complete(int64_t checkpoint_id) {
+  post_mail([this, checkpoint_id] {
+    for (auto it = operators_.rbegin(); it != operators_.rend(); ++it) {
+      StreamOperatorBase* op = it->get();
+      call_user_function(op->name(), [&] { op->notify_checkpoint_complete(checkpoint_id); });
+    }
+    if (exit_after_checkpoint_ >= 0 && checkpoint_id >= exit_after_checkpoint_) exit_allowed_ = true;
+  });
+}
+
+void Task::notify_checkpoint_aborted(int64_t checkpoint_id) {
+  post_mail([this, checkpoint_id] {
+    if (barrier_handler_) barrier_handler_->abort(checkpoint_id);
+    for (auto it = operators_.rbegin(); it != operators_.rend(); ++it) {
+      StreamOperatorBase* op = it->get();
+      call_user_function(op->name(), [&] { op->notify_checkpoint_aborted(checkpoint_id); });
+    }
+    if (stop_without_drain_ && checkpoint_id == exit_after_checkpoint_) {
+      // The sources already stopped for this stop-with-savepoint: fail over to the last checkpoint.
+      throw SluiceException(Error(ErrorCode::kRuntime, fmt::format("stop-with-savepoint {} was aborted; the job "
+                                                                   "restarts from its latest checkpoint",
+                                                                   checkpoint_id)));
+    }
+  });
+}
+
+void Task::perform_checkpoint(const CheckpointBarrier& barrier, int64_t alignment_ns) {
+  if (barrier.checkpoint_id <= last_snapshot_id_) return;  // taken already (a trigger raced the barrier)
+  last_snapshot_id_ = barrier.checkpoint_id;
+  const int64_t start = steady_ns();
+  SLUICE_FAULT_POINT("checkpoint.snapshot:" + options_.vertex_name);
+  TaskStateSnapshot snapshot;
+  snapshot.checkpoint_id = barrier.checkpoint_id;
+  snapshot.alignment_ns = alignment_ns;
+  snapshot.finished_input = input_finished_;
+  snapshot.operators.reserve(operators_.size());
+  for (size_t i = 0; i < operators_.size(); ++i) {
+    StreamOperatorBase* op = operators_[i].get();
+    OperatorSubtaskSnapshot os;
+    os.operator_uid = uids_[i];
+    call_user_function(op->name(), [&] {
+      op->snapshot_state(barrier.checkpoint_id);
+      os.keyed = op->snapshot_keyed_state();
+    });
+    OperatorStateStore& store = contexts_[i]->operator_state();
+    if (!store.state_names().empty()) {
+      DataOutput out;
+      store.snapshot(out);
+      os.operator_state.assign(reinterpret_cast<const char*>(out.data()), out.size());
+    }
+    snapshot.operators.push_back(std::move(os));
+  }
+  // Forward the barrier: everything emitted from now on belongs to the next checkpoint.
+  for (auto& w : writers_) {
+    if (!w->finished()) w->broadcast_barrier(barrier);
+  }
+  snapshot.sync_pause_ns = steady_ns() - start;
+  if (barrier.type == SnapshotType::kSavepointTerminate && !input_finished_) {
+    stop_without_drain_ = true;
+    exit_after_checkpoint_ = barrier.checkpoint_id;
+  } else if (input_finished_ && exit_after_checkpoint_ < 0) {
+    exit_after_checkpoint_ = barrier.checkpoint_id;
+  }
+  listener_.on_checkpoint_snapshot(*this, std::move(snapshot));
+}
+
+void Task::restore_state() {
+  if (!options_.restore) return;
+  SLUICE_FAULT_POINT("checkpoint.restore:" + options_.vertex_name);
+  for (size_t i = 0; i < operators_.size(); ++i) {
+    auto it = options_.restore->operators.find(uids_[i]);
+    if (it == options_.restore->operators.end()) continue;
+    StreamOperatorBase* op = operators_[i].get();
+    if (!it->second.operator_state.empty()) {
+      DataInput in(it->second.operator_state);
+      Status st = contexts_[i]->operator_state().restore(in);
+      if (!st.ok()) {
+        throw OperatorException(op->name(),
+                                fmt::format("restoring operator state (uid '{}') from checkpoint {}: {}", uids_[i],
+                                            options_.restore->checkpoint_id, st.error().to_string()),
+                                ErrorCode::kState);
+      }
+    }
+    op->set_restored_keyed_state(it->second.keyed);
+  }
+}
+
+void Task::wait_for_final_checkpoint() {
+  listener_.on_end_of_input(*this);
+  // Only mails run now (checkpoint triggers and notifications); timers stay silent after finish(), as in Flink.
+  while (!exit_allowed_) {
+    wakeup_.clear();
+    check_cancelled();
+    process_mails();
+    if (exit_allowed_) break;
+    flush_outputs();
+    wakeup_.wait_until(std::chrono::steady_clock::now() + kMaxIdleWait);
+  }
+}
+
 void Task::invoke() {
+  restore_state();
   // Open tail first, so downstream operators are ready when the head emits.
   for (auto it = operators_.rbegin(); it != operators_.rend(); ++it) {
     StreamOperatorBase* op = it->get();
@@ -161,21 +282,26 @@ void Task::invoke() {
   auto* source = dynamic_cast<SourceOperatorBase*>(operators_.front().get());
   if (source != nullptr) {
     run_source_loop(*source);
-    // A bounded source has ended: the final watermark fires all event-time timers and windows downstream.
-    source->process_watermark(kMaxWatermark);
+    // A bounded source has ended: the final watermark fires all event-time timers and windows downstream
+    // (not after a stop-with-savepoint, which ends the job without draining, as Flink's default).
+    if (!stop_without_drain_) source->process_watermark(kMaxWatermark);
   } else {
     run_input_loop();
   }
-  // Finish the chain head first: what an operator emits in finish() reaches the next one before it finishes.
-  for (auto& op : operators_) {
-    StreamOperatorBase* o = op.get();
-    call_user_function(o->name(), [&] {
-      o->end_input();
-      o->finish();
-    });
+  if (!stop_without_drain_) {
+    // Finish the chain head first: what an operator emits in finish() reaches the next one before it finishes.
+    for (auto& op : operators_) {
+      StreamOperatorBase* o = op.get();
+      call_user_function(o->name(), [&] {
+        o->end_input();
+        o->finish();
+      });
+    }
   }
   for (auto& w : writers_)
     w->finish();
+  input_finished_ = true;
+  if (options_.checkpointing_enabled || stop_without_drain_) wait_for_final_checkpoint();
 }
 
 void Task::run_source_loop(SourceOperatorBase& source) {
@@ -184,6 +310,7 @@ void Task::run_source_loop(SourceOperatorBase& source) {
     check_cancelled();
     process_mails();
     fire_due_timers();
+    if (stop_without_drain_) return;  // a stop-with-savepoint was taken: emit nothing after its barrier
     InputStatus st = source.emit_next();
     if (st == InputStatus::kEndOfInput) return;
     if (st == InputStatus::kNothingAvailable) {

@@ -15,9 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "sluice/api/sink_operator.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/print.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/fault_points.h"
+#include "sluice/state/operator_state.h"
 #include "test_util/collect_sink.h"
 
 namespace shop {
@@ -532,6 +536,333 @@ TEST(FileSinkTest, AnUnwritableDirectoryFailsTheJobNamingThePath) {
   JobResult r = env.execute("file sink");
   ASSERT_EQ(r.status, JobStatus::kFailed);
   EXPECT_NE(error_text(r).find(dir / "blocker/out"), std::string::npos) << error_text(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// File sink with checkpointing: exactly-once by rename on commit. The operator is driven by hand (open,
+// records, snapshot_state, notify_checkpoint_complete, restore from the operator state's snapshot bytes).
+
+class SinkTestContext final : public RuntimeContext {
+ public:
+  SinkTestContext(int subtask, int parallelism, int attempt, bool checkpointing)
+      : subtask_(subtask), parallelism_(parallelism), attempt_(attempt), checkpointing_(checkpointing) {}
+  const std::string& operator_name() const override { return name_; }
+  int subtask_index() const override { return subtask_; }
+  int parallelism() const override { return parallelism_; }
+  int max_parallelism() const override { return 128; }
+  int attempt_number() const override { return attempt_; }
+  const Clock& clock() const override { return clock_; }
+  OperatorStateStore& operator_state() override { return store_; }
+  bool is_checkpointing_enabled() const override { return checkpointing_; }
+
+ private:
+  std::string name_ = "Sink: files";
+  int subtask_, parallelism_, attempt_;
+  bool checkpointing_;
+  ManualClock clock_;
+  OperatorStateStore store_;
+};
+
+/// One run of one subtask of a text FileSink's operator.
+class FileSinkRun {
+ public:
+  struct Options {
+    int subtask = 0;
+    int parallelism = 1;
+    int attempt = 0;
+    bool checkpointing = true;
+    std::string restored_state;  // the subtask's (redistributed) operator state snapshot; empty: fresh start
+  };
+  FileSinkRun(const std::string& directory, Options o)
+      : ctx_(o.subtask, o.parallelism, o.attempt, o.checkpointing), op_(FileSink<std::string>::text(directory)) {
+    if (!o.restored_state.empty()) {
+      DataInput in(o.restored_state);
+      Status st = ctx_.operator_state().restore(in);
+      EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().to_string());
+    }
+    op_.setup(&ctx_, nullptr, {});
+    op_.open();
+  }
+  ~FileSinkRun() { op_.close(); }
+  TwoPhaseCommitSinkOperator<std::string, FileCommittable>& op() { return op_; }
+  void write(std::string r) { op_.process_element(std::move(r), kNoTimestamp); }
+  std::string snapshot(int64_t id) {
+    op_.snapshot_state(id);
+    DataOutput out;
+    ctx_.operator_state().snapshot(out);
+    return std::string(out.view());
+  }
+  void complete(int64_t id) { op_.notify_checkpoint_complete(id); }
+
+ private:
+  SinkTestContext ctx_;
+  TwoPhaseCommitSinkOperator<std::string, FileCommittable> op_;
+};
+
+/// The names in `dir` that start with '.' (in_progress) or not (committed), sorted.
+std::vector<std::string> names_in(const std::string& dir, bool in_progress) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (n.starts_with('.') == in_progress) names.push_back(std::move(n));
+  }
+  return sorted(names);
+}
+
+TEST(FileSinkExactlyOnceTest, PartFilesBecomeVisibleOnlyWhenTheirCheckpointCompletes) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  FileSinkRun run(out, {});
+  run.write("a");
+  run.write("b");
+  EXPECT_TRUE(names_in(out, false).empty());
+  std::vector<std::string> in_progress = names_in(out, true);
+  ASSERT_EQ(in_progress.size(), 1U);
+  EXPECT_TRUE(in_progress[0].starts_with(".part-0-0.inprogress.")) << in_progress[0];
+  run.snapshot(1);
+  EXPECT_TRUE(names_in(out, false).empty());
+  EXPECT_EQ(read_file(out + "/" + in_progress[0]), "a\nb\n");  // synced by the pre-commit
+  run.write("c");
+  run.snapshot(2);
+  EXPECT_EQ(names_in(out, true).size(), 2U);
+  run.complete(1);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-0.txt"), "a\nb\n");
+  run.snapshot(3);  // nothing written since checkpoint 2: no file
+  run.complete(3);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-1.txt"), "c\n");
+  EXPECT_TRUE(names_in(out, true).empty());
+  // A FileSource reading the directory sees committed files only.
+  run.write("d");
+  Result<std::vector<std::string>> listed = detail::expand_file_paths({out});
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed.value(), (std::vector<std::string>{out + "/part-0-0.txt", out + "/part-0-1.txt"}));
+}
+
+TEST(FileSinkExactlyOnceTest, ARestoreCommitsPreCommittedFilesAndDeletesLingeringOnes) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  std::string chk2;
+  {
+    FileSinkRun run(out, {.parallelism = 2});
+    run.write("a");
+    run.snapshot(1);
+    run.complete(1);
+    run.write("b");
+    chk2 = run.snapshot(2);  // checkpoint 2 completes, but the task fails before its notification
+    run.write("c");
+    run.snapshot(3);  // pre-committed by a checkpoint that never completes
+  }
+  // What a crashed process leaves: an unfinished in-progress file of this subtask, and one of subtask 1.
+  write_file(out + "/.part-0-7.inprogress.0123abcd", "x\n");
+  write_file(out + "/.part-1-0.inprogress.0123abcd", "y\n");
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+
+  FileSinkRun run(out, {.parallelism = 2, .attempt = 1, .restored_state = chk2});
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-1.txt"), "b\n");
+  EXPECT_EQ(names_in(out, true), (std::vector<std::string>{".part-1-0.inprogress.0123abcd"}));
+  // Numbers of deleted (never committed) files may be used again; committed ones never are.
+  run.write("d");
+  run.snapshot(3);
+  run.complete(3);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt", "part-0-2.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-2.txt"), "d\n");
+}
+
+TEST(FileSinkExactlyOnceTest, CommittingAgainAfterARestoreChangesNothing) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  std::string chk1;
+  {
+    FileSinkRun run(out, {});
+    run.write("a");
+    chk1 = run.snapshot(1);
+    run.complete(1);
+  }
+  {
+    FileSinkRun run(out, {.attempt = 1, .restored_state = chk1});
+    EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+    EXPECT_EQ(read_file(out + "/part-0-0.txt"), "a\n");
+  }
+  // The committed file was moved away by a reader: committing it again is still not an error.
+  std::filesystem::rename(out + "/part-0-0.txt", dir / "moved.txt");
+  FileSinkRun run(out, {.attempt = 2, .restored_state = chk1});
+  EXPECT_TRUE(names_in(out, false).empty());
+  EXPECT_TRUE(names_in(out, true).empty());
+}
+
+TEST(FileSinkExactlyOnceTest, NamesNeverRepeatAfterARestore) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  std::string chk1, chk2;
+  {
+    FileSinkRun run(out, {});
+    run.write("a");
+    chk1 = run.snapshot(1);
+    run.complete(1);
+    chk2 = run.snapshot(2);  // nothing pending; the next sequence number (1) is in the state
+    run.write("b");
+    run.snapshot(3);
+    run.complete(3);
+  }
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt"}));
+  {
+    // Restoring an older checkpoint: part-0-1 exists, so the next file is part-0-2.
+    FileSinkRun run(out, {.attempt = 1, .restored_state = chk1});
+    run.write("c");
+    run.snapshot(4);
+    run.complete(4);
+    EXPECT_EQ(read_file(out + "/part-0-1.txt"), "b\n");
+    EXPECT_EQ(read_file(out + "/part-0-2.txt"), "c\n");
+  }
+  // Every committed file was moved away by a reader: the sequence number comes from the state.
+  for (const std::string& n : names_in(out, false))
+    std::filesystem::remove(out + "/" + n);
+  FileSinkRun run(out, {.attempt = 2, .restored_state = chk2});
+  run.write("d");
+  run.snapshot(5);
+  run.complete(5);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-1.txt"}));
+}
+
+TEST(FileSinkExactlyOnceTest, ALowerParallelismCommitsTheFilesOfEveryOldSubtask) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  std::vector<std::string> old;
+  for (int s = 0; s < 3; ++s) {
+    FileSinkRun run(out, {.subtask = s, .parallelism = 3});
+    run.write("r" + std::to_string(s));
+    old.push_back(run.snapshot(1));  // checkpoint 1 completes; the job fails before the notification
+  }
+  write_file(out + "/.part-2-9.inprogress.0123abcd", "lingering\n");
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::string_view> views(old.begin(), old.end());
+    DataOutput state;
+    ASSERT_TRUE(OperatorStateStore::redistribute(views, 2, s, state).ok());
+    FileSinkRun run(out, {.subtask = s, .parallelism = 2, .attempt = 1, .restored_state = std::string(state.view())});
+  }
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-1-0.txt", "part-2-0.txt"}));
+  EXPECT_EQ(read_file(out + "/part-2-0.txt"), "r2\n");
+  EXPECT_TRUE(names_in(out, true).empty());  // subtask 0 owns old subtask 2's leftovers (2 % 2 == 0)
+}
+
+TEST(FileSinkExactlyOnceTest, WithCheckpointingTheFinalCheckpointCommitsTheRest) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  FileSinkRun run(out, {});
+  run.write("a");
+  run.op().end_input();
+  run.op().finish();
+  EXPECT_TRUE(names_in(out, false).empty());
+  run.snapshot(1);
+  run.complete(1);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+}
+
+TEST(FileSinkExactlyOnceTest, AFailedRunDeletesItsUnfinishedInProgressFileOnClose) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  {
+    FileSinkRun run(out, {});
+    run.write("a");
+    run.snapshot(1);
+    run.write("b");  // never pre-committed
+  }                  // close() without finish(): the task failed
+  // The pre-committed file stays for the restore to commit; the unfinished one is gone.
+  const std::vector<std::string> left = names_in(out, true);
+  ASSERT_EQ(left.size(), 1U);
+  EXPECT_TRUE(left[0].starts_with(".part-0-0.inprogress.")) << left[0];
+}
+
+TEST(FileSinkExactlyOnceTest, WithoutCheckpointingASubtaskWritesOnePartFileCommittedAtTheEnd) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  FileSinkRun run(out, {.subtask = 1, .parallelism = 2, .checkpointing = false});
+  run.write("a");
+  run.write("b");
+  run.op().end_input();
+  run.op().finish();
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-1.txt"}));
+  EXPECT_EQ(read_file(out + "/part-1.txt"), "a\nb\n");
+  EXPECT_TRUE(names_in(out, true).empty());
+}
+
+/// Every line of the committed files in `dir` (names not starting with '.').
+std::vector<std::string> committed_lines(const std::string& dir) {
+  std::vector<std::string> lines;
+  for (const std::string& n : names_in(dir, false)) {
+    for (std::string& l : split_lines(read_file(dir + "/" + n)))
+      lines.push_back(std::move(l));
+  }
+  return sorted(lines);
+}
+
+TEST(FileSinkExactlyOnceTest, AJobWithCheckpointingCommitsEveryRecordOnce) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  StreamEnvironment env;
+  env.set_parallelism(3);
+  env.config().set_string("execution.checkpointing.interval", "10ms");
+  env.config().set_string("execution.checkpointing.dir", dir / "checkpoints");
+  env.from_source(datagen::sequence(0, 9999, /*rate=*/200'000), "numbers").sink_to(FileSink<int64_t>::text(out));
+  JobResult r = env.execute("file sink exactly-once");
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  std::vector<std::string> expected;
+  for (int i = 0; i <= 9999; ++i)
+    expected.push_back(std::to_string(i));
+  EXPECT_EQ(committed_lines(out), sorted(expected));
+  EXPECT_TRUE(names_in(out, true).empty());
+  for (const std::string& n : names_in(out, false)) {
+    auto parsed = detail::parse_part_file_name(n);
+    EXPECT_TRUE(parsed.has_value() && !parsed->in_progress && n.ends_with(".txt")) << n;
+  }
+}
+
+TEST(FileSinkExactlyOnceTest, AFailureBetweenPreCommitAndCommitNeitherLosesNorRepeatsARecord) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "fault points are compiled out";
+  TempDir dir;
+  const std::string out = dir / "out";
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  env.config().set_string("execution.checkpointing.interval", "10ms");
+  env.config().set_string("execution.checkpointing.dir", dir / "checkpoints");
+  env.config().set_string("restart-strategy.type", "fixed-delay");
+  env.config().set_string("restart-strategy.fixed-delay.attempts", "3");
+  env.config().set_string("restart-strategy.fixed-delay.delay", "0ms");
+  env.from_source(datagen::sequence(0, 9999, /*rate=*/100'000), "numbers")
+      .sink_to(FileSink<int64_t>::text(out))
+      .name("files");
+  fault::arm("sink.after-precommit:files", /*skip_hits=*/1);
+  JobResult r = env.execute("file sink exactly-once with a failure");
+  const int64_t fired = fault::fired("sink.after-precommit:files");
+  fault::disarm_all();
+  ASSERT_TRUE(r.ok()) << error_text(r);
+  EXPECT_EQ(fired, 1);
+  std::vector<std::string> expected;
+  for (int i = 0; i <= 9999; ++i)
+    expected.push_back(std::to_string(i));
+  EXPECT_EQ(committed_lines(out), sorted(expected));
+  EXPECT_TRUE(names_in(out, true).empty());
+}
+
+TEST(FileSinkExactlyOnceTest, PartFileNamesParse) {
+  auto parsed = detail::parse_part_file_name(".part-3-17.inprogress.00ff");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_TRUE(parsed->in_progress);
+  EXPECT_EQ(parsed->subtask, 3);
+  EXPECT_EQ(parsed->sequence, 17);
+  parsed = detail::parse_part_file_name("part-0-5.jsonl");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_FALSE(parsed->in_progress);
+  EXPECT_EQ(parsed->sequence, 5);
+  for (const char* bad : {"part-0.txt", ".part-0-1.inprogress.", ".part-0-1.txt", "part-0-1", "part--1-2.txt",
+                          "part-a-1.txt", "xpart-0-1.txt", ""}) {
+    EXPECT_FALSE(detail::parse_part_file_name(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(detail::part_file_path("/d", 2, 9, "txt"), "/d/part-2-9.txt");
+  EXPECT_EQ(detail::in_progress_file_path("/d", 2, 9, "ab"), "/d/.part-2-9.inprogress.ab");
 }
 
 // ---------------------------------------------------------------------------------------------------------

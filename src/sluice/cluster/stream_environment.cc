@@ -2,7 +2,7 @@
 #include "sluice/api/stream_environment.h"
 
 #include "sluice/core/logging.h"
-#include "sluice/runtime/local_executor.h"
+#include "sluice/cluster/local_cluster.h"
 
 namespace sluice {
 

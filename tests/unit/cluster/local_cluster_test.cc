@@ -1,5 +1,5 @@
 // Job-level tests of the local runtime: per-key order, backpressure bounds, failures and cancellation.
-#include "sluice/runtime/local_executor.h"
+#include "sluice/cluster/local_cluster.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>

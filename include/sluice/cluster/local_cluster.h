@@ -1,6 +1,11 @@
 // The local mini-cluster (DESIGN.md §2 "local mode"): JobManager and TaskManager parts in one process.
+//
 // Chains the stream graph, checks slots, sizes the network buffer pool, wires in-memory channels and runs one
-// thread per task. A failed task fails the job: every task is cancelled and the first error is reported.
+// thread per task. The JobManager part runs the CheckpointCoordinator (when checkpointing or savepoints are
+// configured) and failover (DESIGN.md §7): a failed task fails its failover region — the connected part of
+// the job graph — whose tasks are cancelled and, under the job's restart strategy, redeployed from the latest
+// completed checkpoint; other regions keep running. When the strategy allows no more restarts the job fails
+// with the task's error.
 #pragma once
 
 #include <memory>
@@ -20,8 +25,9 @@ struct LocalJobProbe {
   int task_count = 0;
 };
 
-/// Submits `graph` to a new local mini-cluster and returns at once. Errors in the graph (kGraph) or
-/// configuration (kConfiguration) are returned before anything runs.
+/// Submits `graph` to a new local mini-cluster and returns at once. Errors in the graph (kGraph),
+/// configuration (kConfiguration) or the state to start from (kState, kCheckpoint: a savepoint that cannot be
+/// read or does not match the job) are returned before anything runs.
 Result<JobClient> submit_local_job(std::shared_ptr<StreamGraph> graph, std::string job_name, const Clock& clock,
                                    LocalJobProbe* probe = nullptr);
 

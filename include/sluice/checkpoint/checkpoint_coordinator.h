@@ -1,0 +1,202 @@
+// CheckpointCoordinator: the JobManager's side of checkpoints (Flink's CheckpointCoordinator, DESIGN.md §6).
+//
+// It triggers checkpoint n periodically (interval, minimum pause, max concurrent) or on demand (savepoints),
+// by asking the job to inject barrier n at every source subtask (and at tasks whose input has already ended).
+// Tasks acknowledge with the captured state; writer threads write each subtask's state files into
+// chk-<n>/ (the asynchronous part); when every live task has been written, the coordinator writes
+// `_metadata` atomically, the checkpoint is **completed**, and every task is told
+// notify_checkpoint_complete(n). A checkpoint that times out, fails to write, or is overtaken by a failover
+// is aborted: its directory is deleted and tasks are told notify_checkpoint_aborted(n). More consecutive
+// failed checkpoints than tolerated fail the job.
+//
+// Finished tasks: a task that consumed all its input snapshots its final state in the next checkpoint and
+// then closes; later checkpoints write that retained final state again, so every completed checkpoint covers
+// every operator (the model of Flink's FLIP-147 "checkpoints after tasks finished").
+//
+// Threading: public methods are thread-safe. One coordinator thread runs the timer loop and completes
+// checkpoints; two writer threads write state files. Lock order: the coordinator's locks, then whatever the
+// CheckpointJobHooks take; hooks must never call back into the coordinator synchronously.
+#pragma once
+
+#include <compare>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/api/job.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/completed_checkpoint_store.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/config.h"
+#include "sluice/runtime/checkpoint_barrier.h"
+#include "sluice/runtime/task_state.h"
+
+namespace sluice {
+
+/// One subtask of a job vertex.
+struct CheckpointTaskKey {
+  int vertex = 0;
+  int subtask = 0;
+  auto operator<=>(const CheckpointTaskKey&) const = default;
+};
+
+/// The checkpointing options of a job (execution.checkpointing.*).
+struct CheckpointCoordinatorOptions {
+  int64_t interval_ms = 0;  ///< 0: no periodic checkpoints (savepoints still work)
+  int64_t timeout_ms = 10 * 60'000;
+  int64_t min_pause_ms = 0;
+  int max_concurrent = 1;
+  CheckpointingMode mode = CheckpointingMode::kExactlyOnce;
+  int tolerable_failures = 0;
+  std::string savepoint_dir;  ///< default target of savepoints
+  int num_retained = 1;
+
+  /// Reads and checks the options. Errors: kConfiguration naming the key.
+  static Result<CheckpointCoordinatorOptions> from_config(const Configuration& config);
+};
+
+/// The operators of one job vertex, as checkpoints record them.
+struct CheckpointVertexInfo {
+  int vertex = 0;
+  std::string name;
+  int parallelism = 1;
+  std::vector<std::string> uids;         ///< chain order
+  std::vector<int> max_parallelism;      ///< per uid
+};
+
+/// What the coordinator asks of the job. Called with the coordinator's lock held: implementations may take
+/// their own locks and post mails to tasks, but must not call the coordinator.
+class CheckpointJobHooks {
+ public:
+  virtual ~CheckpointJobHooks() = default;
+  struct Triggered {
+    std::map<std::string, std::string> coordinator_state;  ///< per source uid
+    std::vector<CheckpointTaskKey> tasks;                  ///< live tasks that will acknowledge
+  };
+  /// False while some region is being restarted (checkpoints wait, as Flink requires all tasks running).
+  virtual bool ready_for_checkpoint() = 0;
+  /// Injects `barrier` at every live source subtask (snapshotting each source's split enumerator first) and
+  /// triggers every live task whose input has ended.
+  virtual Triggered trigger(const CheckpointBarrier& barrier) = 0;
+  /// Triggers one task whose input ended while checkpoint `barrier` was pending.
+  virtual void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) = 0;
+  virtual void notify_complete(int64_t checkpoint_id) = 0;
+  virtual void notify_aborted(int64_t checkpoint_id) = 0;
+  /// Too many checkpoints failed in a row: the job must fail with `error`.
+  virtual void fail_job(const Error& error) = 0;
+};
+
+/// A completed checkpoint or savepoint to restore from.
+struct RestorePoint {
+  std::filesystem::path dir;
+  CheckpointMetadata metadata;
+};
+
+class CheckpointCoordinator {
+ public:
+  /// `first_checkpoint_id` continues the numbering of a restored checkpoint (its id + 1). The storage and
+  /// hooks must outlive the coordinator.
+  CheckpointCoordinator(CheckpointCoordinatorOptions options, FileCheckpointStorage& storage,
+                        std::vector<CheckpointVertexInfo> vertices, CheckpointJobHooks& hooks, const Clock& clock,
+                        int64_t first_checkpoint_id);
+  ~CheckpointCoordinator();
+  CheckpointCoordinator(const CheckpointCoordinator&) = delete;
+  CheckpointCoordinator& operator=(const CheckpointCoordinator&) = delete;
+
+  /// Starts the coordinator and writer threads.
+  void start();
+  /// Aborts pending checkpoints (without telling tasks) and stops the threads. Idempotent.
+  void stop();
+
+  /// A task finished the synchronous part of checkpoint `snapshot.checkpoint_id` (task thread).
+  void acknowledge(const CheckpointTaskKey& task, std::string task_name, TaskStateSnapshot&& snapshot);
+  /// A task consumed all its input and waits for a checkpoint of its final state.
+  void on_end_of_input(const CheckpointTaskKey& task);
+  /// A task closed after its final state was checkpointed; later checkpoints reuse that state, and pending
+  /// ones that still wait for it take it. `mark_exited` runs under the coordinator's lock, so no trigger sees
+  /// the task both live and finished (it should make the job stop listing the task as live).
+  void on_task_finished(const CheckpointTaskKey& task, const std::function<void()>& mark_exited);
+  /// The tasks of a region are being restarted: forget their retained final states.
+  void on_tasks_reset(const std::vector<CheckpointTaskKey>& tasks);
+  /// Aborts every pending checkpoint (a failover); tasks are told. Waits for a completion in progress, so
+  /// afterwards latest_restore_point() is what a restart must restore.
+  void abort_pending(const std::string& reason);
+  /// Triggers a savepoint into `target_dir` ("" = the configured savepoint dir). The future yields its
+  /// directory or the error that aborted it.
+  std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate);
+
+  /// The newest completed checkpoint or savepoint of this run, or the one it was started from.
+  std::optional<RestorePoint> latest_restore_point() const;
+  /// Candidates for a restore, newest first (for execution.checkpointing.restore-fallback).
+  std::vector<RestorePoint> restore_candidates() const;
+  /// Seeds the restore point with the checkpoint the job was started from.
+  void set_initial_restore_point(RestorePoint point);
+  std::vector<CheckpointStats> stats() const;
+  int64_t completed_count() const;
+  const CheckpointCoordinatorOptions& options() const { return options_; }
+
+ private:
+  struct Pending;
+  struct WriteJob;
+  struct Request {
+    SnapshotType type;
+    std::string target_dir;
+    std::shared_ptr<std::promise<Result<std::string>>> promise;
+  };
+
+  void run();
+  void run_writer();
+  void trigger_locked(SnapshotType type, const std::string& target_dir,
+                      std::shared_ptr<std::promise<Result<std::string>>> promise);
+  void enqueue_write_locked(Pending& p, const CheckpointTaskKey& key, std::string task_name,
+                            std::shared_ptr<const TaskStateSnapshot> snapshot);
+  void on_written(int64_t id, const CheckpointTaskKey& key, Result<std::vector<OperatorSubtaskStateHandle>> handles,
+                  std::vector<std::string> uids, TaskCheckpointStats stats);
+  void complete(int64_t id);
+  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure);
+  void record_stats_locked(CheckpointStats stats);
+
+  CheckpointCoordinatorOptions options_;
+  FileCheckpointStorage& storage_;
+  std::vector<CheckpointVertexInfo> vertices_;
+  CheckpointJobHooks& hooks_;
+  const Clock& clock_;
+  std::unique_ptr<CompletedCheckpointStore> store_;
+
+  std::mutex completion_mu_;  // held while a checkpoint completes; taken before mu_
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable writer_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::vector<std::thread> writers_;
+
+  int64_t next_id_;
+  std::map<int64_t, std::unique_ptr<Pending>> pending_;
+  std::deque<int64_t> ready_;            // fully written, waiting for completion
+  std::deque<Request> requests_;         // savepoints asked for
+  std::deque<std::unique_ptr<WriteJob>> write_queue_;
+  int64_t last_trigger_ns_ = 0;
+  int64_t last_end_ns_ = 0;
+  bool urgent_ = false;
+  int consecutive_failures_ = 0;
+  int64_t completed_ = 0;
+  std::optional<RestorePoint> latest_;
+  std::map<std::string, std::string> last_coordinator_state_;
+  std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_;
+  std::map<CheckpointTaskKey, std::string> finished_tasks_;  // key -> task name, final state retained
+  std::deque<CheckpointStats> stats_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,138 @@
+// FileCheckpointStorage: checkpoints and savepoints on a local or mounted file system (Flink's
+// FsCheckpointStorageAccess and FsCheckpointStorageLocation, DESIGN.md §6).
+//
+// Layout (docs/state-format.md, "Checkpoint storage layout"):
+//
+//   <base>/<job-id>/chk-<n>/_metadata          a completed checkpoint n: metadata ...
+//   <base>/<job-id>/chk-<n>/<uid>-<subtask>-<hex>   ... and one state file per operator and subtask
+//   <base>/<job-id>/shared/                    reserved for the files of incremental checkpoints
+//   <target>/savepoint-<job id[0:6]>-<12 hex>/ a savepoint: the same files; never deleted by the engine
+//
+// A checkpoint directory without `_metadata` is an incomplete checkpoint: `_metadata` is written last and
+// atomically (temporary file, fsync, rename, fsync of the directory), so its presence means every state
+// file it references is durable.
+//
+// Lifecycle: create() (makes the job and shared directories) → for each checkpoint: init_checkpoint(),
+// write_subtask_state() per operator subtask, then finalize_checkpoint() or discard().
+// Threading: every member function is safe to call from several threads at once; the object holds no
+// mutable state after create(). Calls for the same checkpoint must be ordered by the caller (all
+// write_subtask_state() calls return before finalize_checkpoint()).
+// Errors: kConfiguration for a bad location, id or argument; kCheckpoint for I/O failures (with the path
+// and the OS error) and for restore paths that do not hold a checkpoint; kState for an unreadable
+// `_metadata` file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/checkpoint/checkpoint_metadata.h"
+#include "sluice/core/error.h"
+#include "sluice/state/keyed_state_snapshot.h"
+
+namespace sluice {
+
+/// Current version of the state file format (docs/state-format.md, "Checkpoint storage layout").
+inline constexpr uint32_t kStateFileVersion = 1;
+
+/// Checkpoint and savepoint storage of one job in a directory tree. Thread-safe (see the file comment).
+class FileCheckpointStorage {
+ public:
+  /// Creates the storage of job `job_id` under `base_location` ("file:///abs/path", or a plain path,
+  /// made absolute against the working directory) and creates `<base>/<job-id>/shared/`.
+  /// Errors: kConfiguration for another scheme ("s3://...": names the scheme), an empty location, or a
+  /// job id that is empty or not a plain directory name; kCheckpoint when the directories cannot be created.
+  [[nodiscard]] static Result<FileCheckpointStorage> create(std::string_view base_location, std::string job_id);
+
+  /// Parses "file:///abs/path" or a plain path into an absolute local path. Errors: kConfiguration for an
+  /// empty location, a scheme other than file, or a file URI with a host ("file://host/path").
+  [[nodiscard]] static Result<std::filesystem::path> parse_location(std::string_view location);
+
+  const std::string& job_id() const noexcept { return job_id_; }
+  /// `<base>/<job-id>`.
+  const std::filesystem::path& job_dir() const noexcept { return job_dir_; }
+  /// `<base>/<job-id>/shared`.
+  std::filesystem::path shared_dir() const { return job_dir_ / "shared"; }
+  /// `<base>/<job-id>/chk-<id>` (whether or not it exists).
+  std::filesystem::path checkpoint_dir(int64_t id) const;
+
+  /// Creates the directory `chk-<id>` of checkpoint `id` (>= 0) and returns it. A leftover directory of
+  /// the same id without `_metadata` (an earlier attempt that failed) is removed first.
+  /// Errors: kConfiguration for a negative id; kCheckpoint when a completed checkpoint `id` already exists
+  /// or the directory cannot be created.
+  [[nodiscard]] Result<std::filesystem::path> init_checkpoint(int64_t id) const;
+
+  /// Writes the state of operator `uid`, subtask `subtask`, into a new file in `dir` (a directory from
+  /// init_checkpoint() or init_savepoint()) and fsyncs it. The file is: header (magic "SLSF", version),
+  /// `operator_state` (OperatorStateStore::snapshot() bytes, may be empty), then the bytes of every key group
+  /// of `keyed->key_group_range()` in ascending order, leaving out key groups that wrote no bytes. `keyed`
+  /// may be null (no keyed state); it is only read. The handle holds the file name (sanitized uid, subtask,
+  /// random suffix), size and XXH3-64 checksum of the whole file.
+  /// Thread-safety: concurrent calls (for different subtasks or operators) are safe; this is what the
+  /// asynchronous part of a checkpoint runs on writer threads.
+  /// Errors: kCheckpoint naming the file for I/O failures; the error of write_key_group() (a thrown
+  /// SluiceException or other exception, with the uid and subtask as context). No file is left on error.
+  [[nodiscard]] Result<OperatorSubtaskStateHandle> write_subtask_state(const std::filesystem::path& dir,
+                                                                       const std::string& uid, int subtask,
+                                                                       const std::string& operator_state,
+                                                                       const KeyedStateSnapshot* keyed) const;
+
+  /// Completes the checkpoint or savepoint in `dir`: writes `_metadata` atomically (temporary file in `dir`,
+  /// fsync, rename to `_metadata`, fsync of `dir` and of its parent). After it returns OK the checkpoint is
+  /// durable and restorable. Errors: kCheckpoint naming the file when `dir` already has a `_metadata` or an
+  /// I/O call fails (the temporary file is then removed).
+  [[nodiscard]] Status finalize_checkpoint(const std::filesystem::path& dir, const CheckpointMetadata& metadata) const;
+
+  /// Removes a failed or subsumed checkpoint directory and everything in it. Refuses (logs an error, removes
+  /// nothing) unless `dir` is a `chk-<n>` directory of this job, or a `savepoint-*` directory without
+  /// `_metadata` (a savepoint that failed): completed savepoints are never deleted by the engine.
+  /// Never throws; failures are logged.
+  void discard(const std::filesystem::path& dir) const noexcept;
+
+  /// Creates the directory of a new savepoint, `<target>/savepoint-<first 6 chars of the job id>-<12 random
+  /// hex digits>` (Flink's naming), creating `<target>` if needed. `target_dir_uri` is parsed as in
+  /// parse_location(); `id` is the checkpoint id the savepoint gets (for the log). Errors: kConfiguration
+  /// for an empty or unsupported target (set execution.checkpointing.savepoint-dir or pass a target);
+  /// kCheckpoint when the directory cannot be created.
+  [[nodiscard]] Result<std::filesystem::path> init_savepoint(std::string_view target_dir_uri, int64_t id) const;
+
+  /// Resolves what a user passes as execution.state-recovery.path into a checkpoint or savepoint
+  /// directory: (1) a directory with a `_metadata` file, (2) the path of a `_metadata` file, or (3) a job
+  /// directory `<base>/<job-id>`: its `chk-<n>` with the highest n that has a `_metadata`.
+  /// Errors: kConfiguration for a bad URI; kCheckpoint naming the path and what was looked for when it
+  /// does not exist or holds none of the three.
+  [[nodiscard]] static Result<std::filesystem::path> resolve_restore_path(std::string_view uri);
+
+  /// Reads and decodes `<dir>/_metadata`. Errors: kState naming the file (missing, unreadable, corrupt;
+  /// see deserialize_checkpoint_metadata).
+  [[nodiscard]] static Result<CheckpointMetadata> load_metadata(const std::filesystem::path& dir);
+
+  /// The completed checkpoints of this job (`chk-<n>` directories with a `_metadata`), by ascending id.
+  /// Errors: kCheckpoint when the job directory cannot be listed.
+  [[nodiscard]] Result<std::vector<std::filesystem::path>> completed_checkpoints() const;
+
+  /// Reads the state file `handle.file` of checkpoint directory `dir` whole and checks it against the
+  /// handle: size, XXH3-64 checksum, then header. Returns its bytes (the handle's offsets index into them).
+  /// Errors: kState naming the full path and the reason: missing, unreadable, truncated (expected vs actual
+  /// size), checksum mismatch (expected vs actual), not a state file.
+  [[nodiscard]] static Result<std::string> read_state_file(const std::filesystem::path& dir,
+                                                           const OperatorSubtaskStateHandle& handle);
+
+  /// The checks of read_state_file() without keeping the bytes (the file is streamed through the hash).
+  [[nodiscard]] static Status verify_state_file(const std::filesystem::path& dir,
+                                                const OperatorSubtaskStateHandle& handle);
+
+  /// The checkpoint id n of a directory named `chk-<n>`, or -1 for any other name.
+  static int64_t checkpoint_id_of(const std::filesystem::path& dir) noexcept;
+
+ private:
+  FileCheckpointStorage(std::filesystem::path job_dir, std::string job_id)
+      : job_dir_(std::move(job_dir)), job_id_(std::move(job_id)) {}
+
+  std::filesystem::path job_dir_;
+  std::string job_id_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,544 @@
+#include "sluice/checkpoint/checkpoint_coordinator.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace sluice {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr size_t kMaxStats = 100;
+constexpr int kWriterThreads = 2;
+
+std::string human_bytes(uint64_t b) {
+  if (b < 1024) return fmt::format("{} B", b);
+  if (b < (1 << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
+  if (b < (1ULL << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ULL << 30));
+}
+
+}  // namespace
+
+Result<CheckpointCoordinatorOptions> CheckpointCoordinatorOptions::from_config(const Configuration& config) {
+  CheckpointCoordinatorOptions o;
+  try {
+    o.interval_ms = config.get(options::kCheckpointInterval);
+    o.timeout_ms = config.get(options::kCheckpointTimeout);
+    o.min_pause_ms = config.get(options::kCheckpointMinPause);
+    o.max_concurrent = config.get(options::kMaxConcurrentCheckpoints);
+    o.mode = config.get(options::kCheckpointMode) == "AT_LEAST_ONCE" ? CheckpointingMode::kAtLeastOnce
+                                                                     : CheckpointingMode::kExactlyOnce;
+    o.tolerable_failures = config.get(options::kTolerableFailedCheckpoints);
+    o.savepoint_dir = config.get(options::kSavepointDir);
+    o.num_retained = config.get(options::kCheckpointsRetained);
+  } catch (const SluiceException& e) {
+    return e.error();
+  }
+  auto bad = [](std::string_view key, auto value, std::string_view expected) {
+    return Error(ErrorCode::kConfiguration, fmt::format("{} = {}; {}", key, value, expected));
+  };
+  if (o.interval_ms < 0) return bad(options::kCheckpointInterval.key, o.interval_ms, "it must be >= 0");
+  if (o.interval_ms > 0 && o.interval_ms < 10) {
+    return bad(options::kCheckpointInterval.key, o.interval_ms, "the minimum is 10 ms (as Flink)");
+  }
+  if (o.timeout_ms <= 0) return bad(options::kCheckpointTimeout.key, o.timeout_ms, "it must be > 0");
+  if (o.min_pause_ms < 0) return bad(options::kCheckpointMinPause.key, o.min_pause_ms, "it must be >= 0");
+  if (o.max_concurrent < 1) return bad(options::kMaxConcurrentCheckpoints.key, o.max_concurrent, "it must be >= 1");
+  if (o.tolerable_failures < 0) {
+    return bad(options::kTolerableFailedCheckpoints.key, o.tolerable_failures, "it must be >= 0");
+  }
+  if (o.num_retained < 1) return bad(options::kCheckpointsRetained.key, o.num_retained, "it must be >= 1");
+  return o;
+}
+
+struct CheckpointCoordinator::Pending {
+  int64_t id = 0;
+  SnapshotType type = SnapshotType::kCheckpoint;
+  CheckpointBarrier barrier;
+  std::filesystem::path dir;
+  int64_t start_ns = 0;
+  std::set<CheckpointTaskKey> not_acknowledged;  // neither acknowledged nor written yet
+  std::set<CheckpointTaskKey> not_written;       // acknowledged or retained, file not written yet
+  std::map<std::string, std::vector<OperatorSubtaskStateHandle>> handles;  // per uid
+  std::map<std::string, std::string> coordinator_state;
+  std::vector<TaskCheckpointStats> task_stats;
+  std::shared_ptr<std::promise<Result<std::string>>> promise;
+  bool completing = false;
+};
+
+struct CheckpointCoordinator::WriteJob {
+  int64_t id = 0;
+  std::filesystem::path dir;
+  CheckpointTaskKey key;
+  std::string task_name;
+  std::shared_ptr<const TaskStateSnapshot> snapshot;
+};
+
+CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions options, FileCheckpointStorage& storage,
+                                             std::vector<CheckpointVertexInfo> vertices, CheckpointJobHooks& hooks,
+                                             const Clock& clock, int64_t first_checkpoint_id)
+    : options_(std::move(options)),
+      storage_(storage),
+      vertices_(std::move(vertices)),
+      hooks_(hooks),
+      clock_(clock),
+      store_(std::make_unique<CompletedCheckpointStore>(options_.num_retained, storage)),
+      next_id_(first_checkpoint_id) {}
+
+CheckpointCoordinator::~CheckpointCoordinator() { stop(); }
+
+void CheckpointCoordinator::start() {
+  last_trigger_ns_ = steady_ns();
+  last_end_ns_ = 0;
+  thread_ = std::thread([this] { run(); });
+  for (int i = 0; i < kWriterThreads; ++i)
+    writers_.emplace_back([this] { run_writer(); });
+}
+
+void CheckpointCoordinator::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    std::vector<int64_t> ids;
+    for (auto& [id, p] : pending_)
+      ids.push_back(id);
+    for (int64_t id : ids)
+      abort_locked(id, "the job ended", /*notify_tasks=*/false, /*count_failure=*/false);
+    for (auto& r : requests_)
+      r.promise->set_value(Error(ErrorCode::kCheckpoint, "the job ended before the savepoint was triggered"));
+    requests_.clear();
+  }
+  cv_.notify_all();
+  writer_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& w : writers_) {
+    if (w.joinable()) w.join();
+  }
+}
+
+void CheckpointCoordinator::run() {
+  pthread_setname_np(pthread_self(), "sluice-ckpt");
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // Completions first: they free a concurrent slot.
+    while (!ready_.empty() && !stopping_) {
+      int64_t id = ready_.front();
+      ready_.pop_front();
+      lock.unlock();
+      complete(id);
+      lock.lock();
+    }
+    if (stopping_) break;
+    const int64_t now = steady_ns();
+    // Timeouts.
+    std::vector<int64_t> expired;
+    for (auto& [id, p] : pending_) {
+      if (!p->completing && now - p->start_ns > options_.timeout_ms * 1'000'000) expired.push_back(id);
+    }
+    for (int64_t id : expired) {
+      abort_locked(id, fmt::format("checkpoint {} expired before completing (timeout {} ms)", id, options_.timeout_ms),
+                   true, true);
+    }
+    // Savepoints asked for: triggered at once (they ignore the interval, as in Flink).
+    while (!requests_.empty() && hooks_.ready_for_checkpoint()) {
+      Request r = std::move(requests_.front());
+      requests_.pop_front();
+      trigger_locked(r.type, r.target_dir, r.promise);
+    }
+    int64_t next_ns = now + 100'000'000;  // re-check at least every 100 ms
+    if (options_.interval_ms > 0 || urgent_) {
+      int64_t due = urgent_ ? now : last_trigger_ns_ + options_.interval_ms * 1'000'000;
+      if (last_end_ns_ > 0) due = std::max(due, last_end_ns_ + options_.min_pause_ms * 1'000'000);
+      const bool slot = static_cast<int>(pending_.size()) < options_.max_concurrent &&
+                        (options_.min_pause_ms == 0 || pending_.empty());
+      if (due <= now && slot && hooks_.ready_for_checkpoint()) {
+        urgent_ = false;
+        trigger_locked(SnapshotType::kCheckpoint, "", nullptr);
+      } else if (due > now) {
+        next_ns = std::min(next_ns, due);
+      }
+    }
+    for (auto& [id, p] : pending_)
+      next_ns = std::min(next_ns, p->start_ns + options_.timeout_ms * 1'000'000 + 1);
+    cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(next_ns - steady_ns(), 1'000'000)));
+  }
+}
+
+void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string& target_dir,
+                                           std::shared_ptr<std::promise<Result<std::string>>> promise) {
+  const int64_t id = next_id_++;
+  last_trigger_ns_ = steady_ns();
+  Result<std::filesystem::path> dir = type == SnapshotType::kCheckpoint
+                                          ? storage_.init_checkpoint(id)
+                                          : storage_.init_savepoint(target_dir.empty() ? options_.savepoint_dir
+                                                                                       : target_dir,
+                                                                    id);
+  if (!dir.ok()) {
+    spdlog::warn("could not start {} {}: {}", snapshot_type_name(type), id, dir.error().to_string());
+    CheckpointStats s;
+    s.checkpoint_id = id;
+    s.type = snapshot_type_name(type);
+    s.trigger_time_ms = clock_.now_ms();
+    s.failure = dir.error().to_string();
+    record_stats_locked(std::move(s));
+    if (promise) promise->set_value(dir.error());
+    if (type == SnapshotType::kCheckpoint && ++consecutive_failures_ > options_.tolerable_failures) {
+      hooks_.fail_job(Error(ErrorCode::kCheckpoint,
+                            fmt::format("{} consecutive checkpoints failed (tolerable: {}); last: {}",
+                                        consecutive_failures_, options_.tolerable_failures, dir.error().to_string())));
+    }
+    return;
+  }
+  auto p = std::make_unique<Pending>();
+  p->id = id;
+  p->type = type;
+  p->dir = *dir;
+  p->start_ns = steady_ns();
+  p->promise = std::move(promise);
+  p->barrier = CheckpointBarrier{id, clock_.now_ms(), type, options_.mode};
+  Pending& ref = *p;
+  pending_[id] = std::move(p);
+  // Register what must be acknowledged before any task can acknowledge: acks wait for mu_.
+  CheckpointJobHooks::Triggered t = hooks_.trigger(ref.barrier);
+  for (const auto& key : t.tasks) {
+    ref.not_acknowledged.insert(key);
+    ref.not_written.insert(key);
+  }
+  ref.coordinator_state = last_coordinator_state_;
+  for (auto& [uid, bytes] : t.coordinator_state) {
+    ref.coordinator_state[uid] = bytes;
+    last_coordinator_state_[uid] = std::move(bytes);
+  }
+  // Tasks that already closed contribute their retained final state.
+  for (const auto& [key, name] : finished_tasks_) {
+    auto it = final_snapshots_.find(key);
+    if (it == final_snapshots_.end()) continue;
+    ref.not_written.insert(key);
+    enqueue_write_locked(ref, key, name, it->second);
+  }
+  spdlog::debug("triggered {} {} at {} tasks", snapshot_type_name(type), id, t.tasks.size());
+  if (ref.not_written.empty()) {
+    ready_.push_back(id);
+    cv_.notify_all();
+  }
+}
+
+void CheckpointCoordinator::enqueue_write_locked(Pending& p, const CheckpointTaskKey& key, std::string task_name,
+                                                 std::shared_ptr<const TaskStateSnapshot> snapshot) {
+  auto job = std::make_unique<WriteJob>();
+  job->id = p.id;
+  job->dir = p.dir;
+  job->key = key;
+  job->task_name = std::move(task_name);
+  job->snapshot = std::move(snapshot);
+  write_queue_.push_back(std::move(job));
+  writer_cv_.notify_one();
+}
+
+void CheckpointCoordinator::acknowledge(const CheckpointTaskKey& task, std::string task_name,
+                                        TaskStateSnapshot&& snapshot) {
+  auto shared = std::make_shared<const TaskStateSnapshot>(std::move(snapshot));
+  std::lock_guard lock(mu_);
+  if (shared->finished_input) final_snapshots_[task] = shared;
+  auto it = pending_.find(shared->checkpoint_id);
+  if (it == pending_.end() || stopping_) return;  // aborted meanwhile
+  Pending& p = *it->second;
+  if (p.not_acknowledged.erase(task) == 0) return;  // not expected (a duplicate, or a task of another attempt)
+  enqueue_write_locked(p, task, std::move(task_name), std::move(shared));
+}
+
+void CheckpointCoordinator::run_writer() {
+  pthread_setname_np(pthread_self(), "sluice-ckpt-io");
+  for (;;) {
+    std::unique_ptr<WriteJob> job;
+    {
+      std::unique_lock lock(mu_);
+      writer_cv_.wait(lock, [&] { return stopping_ || !write_queue_.empty(); });
+      if (stopping_) return;
+      job = std::move(write_queue_.front());
+      write_queue_.pop_front();
+    }
+    std::vector<OperatorSubtaskStateHandle> handles;
+    std::vector<std::string> uids;
+    TaskCheckpointStats stats;
+    stats.task = job->task_name;
+    stats.alignment_ns = job->snapshot->alignment_ns;
+    stats.sync_pause_ns = job->snapshot->sync_pause_ns;
+    std::optional<Error> error;
+    for (const auto& op : job->snapshot->operators) {
+      if (op.operator_state.empty() && op.keyed == nullptr) continue;
+      Result<OperatorSubtaskStateHandle> h =
+          storage_.write_subtask_state(job->dir, op.operator_uid, job->key.subtask, op.operator_state, op.keyed.get());
+      if (!h.ok()) {
+        error = h.error().with_context(fmt::format("writing the state of '{}' for checkpoint {}", job->task_name,
+                                                   job->id));
+        break;
+      }
+      stats.state_bytes += h->file_size;
+      handles.push_back(std::move(*h));
+      uids.push_back(op.operator_uid);
+    }
+    if (error) {
+      on_written(job->id, job->key, *error, {}, stats);
+    } else {
+      on_written(job->id, job->key, std::move(handles), std::move(uids), stats);
+    }
+  }
+}
+
+void CheckpointCoordinator::on_written(int64_t id, const CheckpointTaskKey& key,
+                                       Result<std::vector<OperatorSubtaskStateHandle>> handles,
+                                       std::vector<std::string> uids, TaskCheckpointStats stats) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Pending& p = *it->second;
+  if (!handles.ok()) {
+    abort_locked(id, handles.error().to_string(), true, true);
+    return;
+  }
+  for (size_t i = 0; i < uids.size(); ++i)
+    p.handles[uids[i]].push_back(std::move((*handles)[i]));
+  p.task_stats.push_back(std::move(stats));
+  p.not_written.erase(key);
+  if (p.not_written.empty() && p.not_acknowledged.empty()) {
+    ready_.push_back(id);
+    cv_.notify_all();
+  }
+}
+
+void CheckpointCoordinator::complete(int64_t id) {
+  std::lock_guard completion(completion_mu_);
+  CheckpointMetadata meta;
+  std::filesystem::path dir;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    Pending& p = *it->second;
+    p.completing = true;
+    dir = p.dir;
+    meta.checkpoint_id = id;
+    meta.trigger_timestamp = p.barrier.timestamp;
+    meta.type = p.type;
+    meta.job_id = storage_.job_id();
+    meta.coordinator_state = p.coordinator_state;
+    for (const auto& v : vertices_) {
+      for (size_t i = 0; i < v.uids.size(); ++i) {
+        auto h = p.handles.find(v.uids[i]);
+        if (h == p.handles.end() || h->second.empty()) continue;
+        OperatorStateEntry e;
+        e.uid = v.uids[i];
+        e.parallelism = v.parallelism;
+        e.max_parallelism = v.max_parallelism[i];
+        e.subtasks = h->second;
+        std::sort(e.subtasks.begin(), e.subtasks.end(),
+                  [](const auto& a, const auto& b) { return a.subtask < b.subtask; });
+        for (const auto& s : e.subtasks)
+          meta.total_state_bytes += s.file_size;
+        meta.operators.push_back(std::move(e));
+      }
+    }
+  }
+  Status st = storage_.finalize_checkpoint(dir, meta);
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  if (!st.ok()) {
+    it->second->completing = false;
+    abort_locked(id, st.error().to_string(), true, true);
+    return;
+  }
+  std::unique_ptr<Pending> p = std::move(it->second);
+  pending_.erase(it);
+  const int64_t duration_ms = (steady_ns() - p->start_ns) / 1'000'000;
+  last_end_ns_ = steady_ns();
+  ++completed_;
+  if (p->type == SnapshotType::kCheckpoint) consecutive_failures_ = 0;
+  store_->add(CompletedCheckpoint{id, dir, meta});
+  latest_ = RestorePoint{dir, meta};
+  CheckpointStats s;
+  s.checkpoint_id = id;
+  s.type = snapshot_type_name(p->type);
+  s.trigger_time_ms = p->barrier.timestamp;
+  s.duration_ms = duration_ms;
+  s.state_bytes = meta.total_state_bytes;
+  s.completed = true;
+  s.path = dir.string();
+  int64_t max_sync = 0;
+  int64_t max_align = 0;
+  for (const auto& t : p->task_stats) {
+    max_sync = std::max(max_sync, t.sync_pause_ns);
+    max_align = std::max(max_align, t.alignment_ns);
+  }
+  s.tasks = std::move(p->task_stats);
+  spdlog::info("completed {} {} ({}) in {} ms: {}, max alignment {:.1f} ms, max sync pause {:.2f} ms",
+               snapshot_type_name(p->type), id, dir.string(), duration_ms, human_bytes(meta.total_state_bytes),
+               static_cast<double>(max_align) / 1e6, static_cast<double>(max_sync) / 1e6);
+  record_stats_locked(std::move(s));
+  // Older pending checkpoints are subsumed (Flink aborts them).
+  std::vector<int64_t> older;
+  for (auto& [pid, pp] : pending_) {
+    if (pid < id) older.push_back(pid);
+  }
+  for (int64_t o : older)
+    abort_locked(o, fmt::format("subsumed by checkpoint {}", id), true, false);
+  hooks_.notify_complete(id);
+  if (p->promise) p->promise->set_value(dir.string());
+}
+
+void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  std::unique_ptr<Pending> p = std::move(it->second);
+  pending_.erase(it);
+  last_end_ns_ = steady_ns();
+  // Writes still queued for it are dropped; a write in flight finds no pending entry when it reports.
+  std::erase_if(write_queue_, [&](const std::unique_ptr<WriteJob>& j) { return j->id == id; });
+  storage_.discard(p->dir);
+  // Expected aborts (the job ended, a newer checkpoint completed) are not worth a warning.
+  spdlog::log(count_failure || p->promise ? spdlog::level::warn : spdlog::level::info, "{} {} aborted: {}",
+              snapshot_type_name(p->type), id, reason);
+  CheckpointStats s;
+  s.checkpoint_id = id;
+  s.type = snapshot_type_name(p->type);
+  s.trigger_time_ms = p->barrier.timestamp;
+  s.duration_ms = (steady_ns() - p->start_ns) / 1'000'000;
+  s.failure = reason;
+  s.tasks = std::move(p->task_stats);
+  record_stats_locked(std::move(s));
+  if (notify_tasks) hooks_.notify_aborted(id);
+  if (p->promise) p->promise->set_value(Error(ErrorCode::kCheckpoint, reason));
+  if (count_failure && p->type == SnapshotType::kCheckpoint &&
+      ++consecutive_failures_ > options_.tolerable_failures) {
+    hooks_.fail_job(Error(ErrorCode::kCheckpoint,
+                          fmt::format("{} consecutive checkpoints failed, more than tolerated ({} = {}); last: {}",
+                                      consecutive_failures_, options::kTolerableFailedCheckpoints.key,
+                                      options_.tolerable_failures, reason)));
+  }
+}
+
+void CheckpointCoordinator::on_end_of_input(const CheckpointTaskKey& task) {
+  std::lock_guard lock(mu_);
+  for (auto& [id, p] : pending_) {
+    if (p->not_acknowledged.count(task) != 0) hooks_.trigger_task(task, p->barrier);
+  }
+  // The task waits for a checkpoint of its final state before it closes: take one soon.
+  urgent_ = true;
+  cv_.notify_all();
+}
+
+void CheckpointCoordinator::on_task_finished(const CheckpointTaskKey& task, const std::function<void()>& mark_exited) {
+  std::lock_guard lock(mu_);
+  mark_exited();
+  auto it = final_snapshots_.find(task);
+  std::string name;
+  for (const auto& v : vertices_) {
+    if (v.vertex == task.vertex) name = fmt::format("{} ({}/{})", v.name, task.subtask + 1, v.parallelism);
+  }
+  if (it != final_snapshots_.end()) finished_tasks_[task] = name;
+  // Pending checkpoints that still expect this task: its final state stands in for the acknowledgement
+  // (without one, a job without periodic checkpoints, it contributes nothing).
+  std::vector<int64_t> ready;
+  for (auto& [id, p] : pending_) {
+    if (p->not_acknowledged.erase(task) == 0) continue;
+    if (it != final_snapshots_.end()) {
+      enqueue_write_locked(*p, task, name, it->second);
+    } else {
+      p->not_written.erase(task);
+      if (p->not_written.empty() && p->not_acknowledged.empty()) ready.push_back(id);
+    }
+  }
+  for (int64_t id : ready)
+    ready_.push_back(id);
+  if (!ready.empty()) cv_.notify_all();
+}
+
+void CheckpointCoordinator::on_tasks_reset(const std::vector<CheckpointTaskKey>& tasks) {
+  std::lock_guard lock(mu_);
+  for (const auto& t : tasks) {
+    final_snapshots_.erase(t);
+    finished_tasks_.erase(t);
+  }
+}
+
+void CheckpointCoordinator::abort_pending(const std::string& reason) {
+  std::lock_guard completion(completion_mu_);
+  std::lock_guard lock(mu_);
+  std::vector<int64_t> ids;
+  for (auto& [id, p] : pending_)
+    ids.push_back(id);
+  for (int64_t id : ids)
+    abort_locked(id, reason, true, false);
+  ready_.clear();
+}
+
+std::future<Result<std::string>> CheckpointCoordinator::trigger_savepoint(std::string target_dir, bool terminate) {
+  auto promise = std::make_shared<std::promise<Result<std::string>>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      promise->set_value(Error(ErrorCode::kCheckpoint, "the job is not running"));
+      return future;
+    }
+    if (target_dir.empty() && options_.savepoint_dir.empty()) {
+      promise->set_value(Error(ErrorCode::kConfiguration,
+                               fmt::format("no savepoint directory: pass one or set {}", options::kSavepointDir.key)));
+      return future;
+    }
+    requests_.push_back(Request{terminate ? SnapshotType::kSavepointTerminate : SnapshotType::kSavepoint,
+                                std::move(target_dir), promise});
+  }
+  cv_.notify_all();
+  return future;
+}
+
+std::optional<RestorePoint> CheckpointCoordinator::latest_restore_point() const {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
+std::vector<RestorePoint> CheckpointCoordinator::restore_candidates() const {
+  std::lock_guard lock(mu_);
+  std::vector<RestorePoint> out;
+  for (const auto& c : store_->all())
+    out.push_back(RestorePoint{c->dir, c->metadata});
+  if (latest_ && (out.empty() || out.front().metadata.checkpoint_id != latest_->metadata.checkpoint_id)) {
+    out.insert(out.begin(), *latest_);
+  }
+  return out;
+}
+
+void CheckpointCoordinator::set_initial_restore_point(RestorePoint point) {
+  std::lock_guard lock(mu_);
+  last_coordinator_state_ = point.metadata.coordinator_state;
+  latest_ = std::move(point);
+}
+
+std::vector<CheckpointStats> CheckpointCoordinator::stats() const {
+  std::lock_guard lock(mu_);
+  return {stats_.begin(), stats_.end()};
+}
+
+int64_t CheckpointCoordinator::completed_count() const {
+  std::lock_guard lock(mu_);
+  return completed_;
+}
+
+void CheckpointCoordinator::record_stats_locked(CheckpointStats stats) {
+  stats_.push_back(std::move(stats));
+  while (stats_.size() > kMaxStats)
+    stats_.pop_front();
+}
+
+}  // namespace sluice

@@ -1,0 +1,573 @@
+#include "sluice/checkpoint/checkpoint_storage.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <random>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "sluice/core/data_io.h"
+
+namespace sluice {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kStateFileMagic[4] = {'S', 'L', 'S', 'F'};
+constexpr size_t kStateFileHeaderSize = sizeof(kStateFileMagic) + 1;  // magic + varint version (< 128)
+constexpr size_t kWriteBufferSize = 1 << 20;
+constexpr size_t kReadChunkSize = 1 << 20;
+constexpr int kCreateAttempts = 16;
+
+Error io_error(std::string_view what, const fs::path& path, int err) {
+  return Error(ErrorCode::kCheckpoint, fmt::format("{} {}: {}", what, path.string(), std::strerror(err)));
+}
+
+Error io_error(std::string_view what, const fs::path& path, const std::error_code& ec) {
+  return Error(ErrorCode::kCheckpoint, fmt::format("{} {}: {}", what, path.string(), ec.message()));
+}
+
+// `n` random lower-case hex digits. Only uniqueness matters (file and directory names), so each thread has
+// its own generator seeded from the OS, the clock and the thread.
+std::string random_hex(int n) {
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device device;
+    std::seed_seq seed{static_cast<uint64_t>(device()), static_cast<uint64_t>(device()),
+                       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
+                       static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()))};
+    return std::mt19937_64(seed);
+  }();
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(static_cast<size_t>(n), '0');
+  for (char& c : s)
+    c = kDigits[rng() & 0xf];
+  return s;
+}
+
+// The uid as a file-name part: [A-Za-z0-9._-] kept, everything else '_', at most 64 characters.
+std::string sanitize(std::string_view uid) {
+  std::string s;
+  for (char c : uid.substr(0, 64))
+    s.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_');
+  if (s.empty() || s[0] == '.') s.insert(s.begin(), '_');
+  return s;
+}
+
+// Strips trailing separators so that filename() and parent_path() see the last component.
+fs::path normalized(const fs::path& p) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec);
+  if (ec) abs = p;
+  abs = abs.lexically_normal();
+  if (abs.filename().empty() && abs.has_parent_path() && abs != abs.root_path()) abs = abs.parent_path();
+  return abs;
+}
+
+bool has_metadata(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / kMetadataFileName, ec);
+}
+
+Status write_all(int fd, const void* data, size_t n, const fs::path& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return io_error("writing", path, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return ok_status();
+}
+
+Status fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error("opening directory", dir, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return io_error("fsyncing directory", dir, err);
+  return ok_status();
+}
+
+// A new file written through a buffer and hashed on the way (XXH3-64 of every byte), then fsynced.
+class HashingFileWriter {
+ public:
+  HashingFileWriter() : hash_(XXH3_createState()) {
+    if (hash_ == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(hash_);
+  }
+  HashingFileWriter(const HashingFileWriter&) = delete;
+  HashingFileWriter& operator=(const HashingFileWriter&) = delete;
+  ~HashingFileWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    XXH3_freeState(hash_);
+  }
+
+  /// Creates `path` exclusively; returns EEXIST as a distinguishable errno via `err`.
+  Status create(const fs::path& path, int& err) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    err = fd_ < 0 ? errno : 0;
+    if (fd_ < 0) return io_error("creating", path, err);
+    return ok_status();
+  }
+
+  Status append(const void* data, size_t n) {
+    XXH3_64bits_update(hash_, data, n);
+    size_ += n;
+    if (buf_.size() + n > kWriteBufferSize) {
+      SLUICE_RETURN_IF_ERROR(flush());
+      if (n >= kWriteBufferSize) return write_all(fd_, data, n, path_);
+    }
+    buf_.write_bytes(data, n);
+    return ok_status();
+  }
+
+  Status finish() {
+    SLUICE_RETURN_IF_ERROR(flush());
+    if (::fsync(fd_) != 0) return io_error("fsyncing", path_, errno);
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) return io_error("closing", path_, errno);
+    return ok_status();
+  }
+
+  uint64_t size() const noexcept { return size_; }
+  uint64_t digest() const noexcept { return XXH3_64bits_digest(hash_); }
+
+ private:
+  Status flush() {
+    SLUICE_RETURN_IF_ERROR(write_all(fd_, buf_.data(), buf_.size(), path_));
+    buf_.clear();
+    return ok_status();
+  }
+
+  XXH3_state_t* hash_;
+  fs::path path_;
+  int fd_ = -1;
+  DataOutput buf_;
+  uint64_t size_ = 0;
+};
+
+Error state_file_error(const fs::path& path, const std::string& what) {
+  return Error(ErrorCode::kState, fmt::format("state file {}: {}", path.string(), what));
+}
+
+// Streams `path` through XXH3 and checks it against `handle`; keeps the bytes in `*keep` when given.
+Status check_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle, std::string* keep) {
+  const fs::path path = dir / handle.file;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return state_file_error(path, "is missing (the checkpoint directory is incomplete)");
+    return state_file_error(path, fmt::format("cannot be opened: {}", std::strerror(err)));
+  }
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return state_file_error(path, fmt::format("cannot be read: {}", std::strerror(errno)));
+  const uint64_t actual_size = static_cast<uint64_t>(st.st_size);
+  if (actual_size != handle.file_size) {
+    return state_file_error(
+        path, fmt::format("{}: the metadata records {} bytes, the file has {} bytes",
+                          actual_size < handle.file_size ? "is truncated" : "has an unexpected size", handle.file_size,
+                          actual_size));
+  }
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
+  if (hash == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(hash.get());
+  std::string chunk;
+  if (keep != nullptr) {
+    keep->resize(actual_size);
+  } else {
+    chunk.resize(std::min<uint64_t>(kReadChunkSize, actual_size));
+  }
+  uint64_t done = 0;
+  char header[kStateFileHeaderSize] = {};
+  while (done < actual_size) {
+    char* dst = keep != nullptr ? keep->data() + done : chunk.data();
+    size_t want = keep != nullptr ? actual_size - done : std::min<uint64_t>(chunk.size(), actual_size - done);
+    ssize_t r = ::read(fd, dst, want);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return state_file_error(path, fmt::format("cannot be read: {}", std::strerror(errno)));
+    }
+    if (r == 0) {
+      return state_file_error(
+          path, fmt::format("is truncated: the metadata records {} bytes, read only {}", handle.file_size, done));
+    }
+    for (uint64_t i = done; i < kStateFileHeaderSize && i < done + static_cast<uint64_t>(r); ++i)
+      header[i] = dst[i - done];
+    XXH3_64bits_update(hash.get(), dst, static_cast<size_t>(r));
+    done += static_cast<uint64_t>(r);
+  }
+  const uint64_t actual = XXH3_64bits_digest(hash.get());
+  if (actual != handle.checksum) {
+    return state_file_error(
+        path, fmt::format("checksum mismatch: expected {:016x} (from the metadata), actual {:016x} (the file "
+                          "is corrupted)",
+                          handle.checksum, actual));
+  }
+  if (actual_size < kStateFileHeaderSize || std::memcmp(header, kStateFileMagic, sizeof(kStateFileMagic)) != 0)
+    return state_file_error(path, "is not a Sluice state file (magic \"SLSF\" missing)");
+  if (static_cast<uint8_t>(header[sizeof(kStateFileMagic)]) != kStateFileVersion) {
+    return state_file_error(path,
+                            fmt::format("format version {} is not supported (this Sluice reads version {})",
+                                        static_cast<uint8_t>(header[sizeof(kStateFileMagic)]), kStateFileVersion));
+  }
+  return ok_status();
+}
+
+struct NumberedDir {
+  int64_t id;
+  fs::path path;
+};
+
+// The chk-<n> subdirectories of `dir`, ascending n; `complete` keeps only those with a _metadata.
+Result<std::vector<NumberedDir>> list_checkpoint_dirs(const fs::path& dir, bool complete) {
+  std::vector<NumberedDir> found;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return io_error("listing", dir, ec);
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    int64_t id = FileCheckpointStorage::checkpoint_id_of(it->path());
+    std::error_code type_ec;
+    if (id < 0 || !it->is_directory(type_ec)) continue;
+    if (complete && !has_metadata(it->path())) continue;
+    found.push_back({id, it->path()});
+  }
+  if (ec) return io_error("listing", dir, ec);
+  std::sort(found.begin(), found.end(), [](const NumberedDir& a, const NumberedDir& b) { return a.id < b.id; });
+  return found;
+}
+
+}  // namespace
+
+Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location) {
+  auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!location.empty() && blank(location.front()))
+    location.remove_prefix(1);
+  while (!location.empty() && blank(location.back()))
+    location.remove_suffix(1);
+  if (location.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 "the checkpoint storage location is empty: pass file:///absolute/path or a plain path");
+  }
+  std::string_view path = location;
+  if (size_t sep = location.find("://"); sep != std::string_view::npos) {
+    std::string scheme(location.substr(0, sep));
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (scheme != "file") {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("unsupported storage scheme '{}' in '{}': Sluice stores checkpoints and savepoints "
+                               "on a local or mounted file system only; use file:///absolute/path or a plain path",
+                               scheme, location));
+    }
+    path = location.substr(sep + 3);
+    if (path.starts_with("localhost/")) path.remove_prefix(std::string_view("localhost").size());
+    if (!path.starts_with('/')) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("file URI '{}' names a host or a relative path; write file:///absolute/path "
+                               "(three slashes)",
+                               location));
+    }
+  } else if (location.starts_with("file:/")) {
+    path = location.substr(5);  // "file:/abs/path", as Java's File.toURI() writes it
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(fs::path(path), ec);
+  if (ec) return Error(ErrorCode::kConfiguration, fmt::format("cannot resolve '{}': {}", location, ec.message()));
+  return normalized(abs);
+}
+
+Result<FileCheckpointStorage> FileCheckpointStorage::create(std::string_view base_location, std::string job_id) {
+  if (job_id.empty() || job_id == "." || job_id == ".." || job_id.find('/') != std::string::npos ||
+      job_id.find('\0') != std::string::npos) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("job id '{}' cannot name a checkpoint directory (empty, '.', '..' or with '/')", job_id));
+  }
+  auto base = parse_location(base_location);
+  if (!base.ok()) return base.error();
+  fs::path job_dir = *base / job_id;
+  std::error_code ec;
+  fs::create_directories(job_dir / "shared", ec);
+  if (ec) return io_error("creating the checkpoint directory", job_dir / "shared", ec);
+  return FileCheckpointStorage(std::move(job_dir), std::move(job_id));
+}
+
+fs::path FileCheckpointStorage::checkpoint_dir(int64_t id) const {
+  return job_dir_ / ("chk-" + std::to_string(id));
+}
+
+int64_t FileCheckpointStorage::checkpoint_id_of(const fs::path& dir) noexcept {
+  fs::path p = dir;
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  constexpr std::string_view kPrefix = "chk-";
+  if (name.size() <= kPrefix.size() || !std::string_view(name).starts_with(kPrefix)) return -1;
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  int64_t id = -1;
+  auto [ptr, err] = std::from_chars(first, last, id);
+  if (err != std::errc() || ptr != last) return -1;
+  return id;
+}
+
+Result<fs::path> FileCheckpointStorage::init_checkpoint(int64_t id) const {
+  if (id < 0) return Error(ErrorCode::kConfiguration, fmt::format("checkpoint id {} is negative", id));
+  fs::path dir = checkpoint_dir(id);
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (has_metadata(dir)) {
+      return Error(ErrorCode::kCheckpoint,
+                   fmt::format("checkpoint directory {} already holds a completed checkpoint {}; checkpoint ids "
+                               "must continue after the restored one",
+                               dir.string(), id));
+    }
+    spdlog::warn("removing the incomplete checkpoint directory {} left by an earlier attempt", dir.string());
+    fs::remove_all(dir, ec);
+    if (ec) return io_error("removing the incomplete checkpoint directory", dir, ec);
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("creating the checkpoint directory", dir, ec);
+  return dir;
+}
+
+Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(const fs::path& dir,
+                                                                              const std::string& uid, int subtask,
+                                                                              const std::string& operator_state,
+                                                                              const KeyedStateSnapshot* keyed) const {
+  OperatorSubtaskStateHandle handle;
+  handle.subtask = subtask;
+  HashingFileWriter writer;
+  fs::path path;
+  for (int attempt = 0;; ++attempt) {
+    handle.file = fmt::format("{}-{}-{}", sanitize(uid), subtask, random_hex(8));
+    path = dir / handle.file;
+    int err = 0;
+    Status created = writer.create(path, err);
+    if (created.ok()) break;
+    if (err != EEXIST || attempt + 1 == kCreateAttempts) return created.error();
+  }
+
+  auto fail = [&](const Error& error) -> Error {
+    std::error_code ec;
+    fs::remove(path, ec);
+    return error.with_context(fmt::format("writing the state of operator '{}' subtask {}", uid, subtask));
+  };
+
+  try {
+    DataOutput header;
+    header.write_bytes(kStateFileMagic, sizeof(kStateFileMagic));
+    header.write_varint(kStateFileVersion);
+    Status s = writer.append(header.data(), header.size());
+    if (!s.ok()) return fail(s.error());
+
+    handle.operator_state_offset = writer.size();
+    handle.operator_state_length = operator_state.size();
+    s = writer.append(operator_state.data(), operator_state.size());
+    if (!s.ok()) return fail(s.error());
+
+    if (keyed != nullptr) {
+      const KeyGroupRange range = keyed->key_group_range();
+      DataOutput bytes;
+      for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+        bytes.clear();
+        keyed->write_key_group(KeyGroup{kg}, bytes);
+        if (bytes.size() == 0) continue;
+        handle.key_groups.push_back(KeyGroupHandle{kg, writer.size(), bytes.size()});
+        s = writer.append(bytes.data(), bytes.size());
+        if (!s.ok()) return fail(s.error());
+      }
+    }
+    s = writer.finish();
+    if (!s.ok()) return fail(s.error());
+  } catch (const SluiceException& e) {
+    return fail(e.error());
+  } catch (const std::exception& e) {
+    return fail(Error(ErrorCode::kState, fmt::format("the keyed state snapshot threw: {}", e.what())));
+  }
+  handle.file_size = writer.size();
+  handle.checksum = writer.digest();
+  return handle;
+}
+
+Status FileCheckpointStorage::finalize_checkpoint(const fs::path& dir, const CheckpointMetadata& metadata) const {
+  const fs::path target = dir / kMetadataFileName;
+  std::error_code ec;
+  if (fs::exists(target, ec)) {
+    return Error(ErrorCode::kCheckpoint, fmt::format("{} already exists: checkpoint {} was finalized before",
+                                                     target.string(), metadata.checkpoint_id));
+  }
+  const std::string bytes = serialize_checkpoint_metadata(metadata);
+  const fs::path temp = dir / fmt::format("{}.inprogress-{}", kMetadataFileName, random_hex(8));
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("creating", temp, errno);
+  auto fail = [&](Error error) -> Error {
+    if (fd >= 0) ::close(fd);
+    std::error_code remove_ec;
+    fs::remove(temp, remove_ec);
+    return error;
+  };
+  Status s = write_all(fd, bytes.data(), bytes.size(), temp);
+  if (!s.ok()) return fail(s.error());
+  if (::fsync(fd) != 0) return fail(io_error("fsyncing", temp, errno));
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) return fail(io_error("closing", temp, errno));
+  if (::rename(temp.c_str(), target.c_str()) != 0) return fail(io_error("renaming to", target, errno));
+  SLUICE_RETURN_IF_ERROR(fsync_dir(dir));
+  const fs::path abs = normalized(dir);
+  if (abs.has_parent_path()) SLUICE_RETURN_IF_ERROR(fsync_dir(abs.parent_path()));
+  return ok_status();
+}
+
+void FileCheckpointStorage::discard(const fs::path& dir) const noexcept {
+  try {
+    const fs::path abs = normalized(dir);
+    const std::string name = abs.filename().string();
+    const bool own_checkpoint = checkpoint_id_of(abs) >= 0 && abs.parent_path() == normalized(job_dir_);
+    const bool failed_savepoint = name.starts_with("savepoint-") && !has_metadata(abs);
+    if (!own_checkpoint && !failed_savepoint) {
+      spdlog::error(
+          "not discarding {}: it is neither a chk-<n> directory of job {} nor an incomplete savepoint directory",
+          abs.string(), job_id_);
+      return;
+    }
+    std::error_code ec;
+    fs::remove_all(abs, ec);
+    if (ec) spdlog::warn("discarding checkpoint directory {} failed: {}", abs.string(), ec.message());
+  } catch (const std::exception& e) {
+    spdlog::warn("discarding checkpoint directory {} failed: {}", dir.string(), e.what());
+  }
+}
+
+Result<fs::path> FileCheckpointStorage::init_savepoint(std::string_view target_dir_uri, int64_t id) const {
+  if (target_dir_uri.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 "no savepoint directory: set execution.checkpointing.savepoint-dir or pass a target directory");
+  }
+  auto target = parse_location(target_dir_uri);
+  if (!target.ok()) return target.error().with_context("savepoint target");
+  std::error_code ec;
+  fs::create_directories(*target, ec);
+  if (ec) return io_error("creating the savepoint target directory", *target, ec);
+  const std::string prefix = fmt::format("savepoint-{}-", std::string_view(job_id_).substr(0, 6));
+  for (int attempt = 0; attempt < kCreateAttempts; ++attempt) {
+    fs::path dir = *target / (prefix + random_hex(12));
+    if (fs::create_directory(dir, ec)) {
+      spdlog::info("savepoint {} of job {} goes to {}", id, job_id_, dir.string());
+      return dir;
+    }
+    if (ec) return io_error("creating the savepoint directory", dir, ec);
+  }
+  return Error(ErrorCode::kCheckpoint,
+               fmt::format("could not create a new savepoint directory in {}", target->string()));
+}
+
+Result<fs::path> FileCheckpointStorage::resolve_restore_path(std::string_view uri) {
+  auto parsed = parse_location(uri);
+  if (!parsed.ok()) return parsed.error().with_context("execution.state-recovery.path");
+  const fs::path& p = *parsed;
+  constexpr std::string_view kExpected =
+      "expected a checkpoint or savepoint directory (with a _metadata file), a _metadata file, or a job "
+      "directory with chk-<n> subdirectories";
+  std::error_code ec;
+  fs::file_status st = fs::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return Error(ErrorCode::kCheckpoint, fmt::format("restore path {} cannot be read: {}", p.string(), ec.message()));
+  }
+  if (!fs::exists(st)) {
+    return Error(ErrorCode::kCheckpoint, fmt::format("restore path {} does not exist ({})", p.string(), kExpected));
+  }
+  if (fs::is_regular_file(st)) {
+    if (p.filename() == kMetadataFileName) return p.parent_path();
+    return Error(ErrorCode::kCheckpoint, fmt::format("restore path {} is a file but not a {} file ({})", p.string(),
+                                                     kMetadataFileName, kExpected));
+  }
+  if (!fs::is_directory(st)) {
+    return Error(ErrorCode::kCheckpoint,
+                 fmt::format("restore path {} is neither a file nor a directory ({})", p.string(), kExpected));
+  }
+  if (has_metadata(p)) return p;
+  auto all = list_checkpoint_dirs(p, /*complete=*/false);
+  if (!all.ok()) return all.error();
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    if (has_metadata(it->path)) return it->path;
+  }
+  return Error(ErrorCode::kCheckpoint,
+               fmt::format("restore path {} has no {} file and no chk-<n> subdirectory with a {} file ({} "
+                           "chk-<n> directories without one: incomplete checkpoints); {}",
+                           p.string(), kMetadataFileName, kMetadataFileName, all->size(), kExpected));
+}
+
+Result<CheckpointMetadata> FileCheckpointStorage::load_metadata(const fs::path& dir) {
+  const fs::path path = dir / kMetadataFileName;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return Error(ErrorCode::kState,
+                 fmt::format("checkpoint metadata file {}: {}", path.string(),
+                             err == ENOENT ? std::string("is missing (not a completed checkpoint or savepoint)")
+                                           : fmt::format("cannot be opened: {}", std::strerror(err))));
+  }
+  std::string bytes;
+  std::array<char, 64 * 1024> chunk;
+  for (;;) {
+    ssize_t r = ::read(fd, chunk.data(), chunk.size());
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return Error(ErrorCode::kState,
+                   fmt::format("checkpoint metadata file {}: cannot be read: {}", path.string(), std::strerror(err)));
+    }
+    if (r == 0) break;
+    bytes.append(chunk.data(), static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return deserialize_checkpoint_metadata(bytes, path.string());
+}
+
+Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() const {
+  auto found = list_checkpoint_dirs(job_dir_, /*complete=*/true);
+  if (!found.ok()) return found.error();
+  std::vector<fs::path> paths;
+  paths.reserve(found->size());
+  for (NumberedDir& d : *found)
+    paths.push_back(std::move(d.path));
+  return paths;
+}
+
+Result<std::string> FileCheckpointStorage::read_state_file(const fs::path& dir,
+                                                           const OperatorSubtaskStateHandle& handle) {
+  std::string bytes;
+  SLUICE_RETURN_IF_ERROR(check_state_file(dir, handle, &bytes));
+  return bytes;
+}
+
+Status FileCheckpointStorage::verify_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
+  return check_state_file(dir, handle, nullptr);
+}
+
+}  // namespace sluice

@@ -1,0 +1,934 @@
+#include "sluice/cluster/local_cluster.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "sluice/api/source_operator.h"
+#include "sluice/checkpoint/checkpoint_coordinator.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/state_assignment.h"
+#include "sluice/cluster/failover_regions.h"
+#include "sluice/cluster/restart_strategy.h"
+#include "sluice/graph/job_graph.h"
+#include "sluice/runtime/buffer_pool.h"
+#include "sluice/runtime/channel.h"
+#include "sluice/runtime/task.h"
+
+namespace sluice {
+
+const char* job_status_name(JobStatus s) {
+  switch (s) {
+    case JobStatus::kCreated:
+      return "CREATED";
+    case JobStatus::kRunning:
+      return "RUNNING";
+    case JobStatus::kFinished:
+      return "FINISHED";
+    case JobStatus::kFailed:
+      return "FAILED";
+    case JobStatus::kCanceled:
+      return "CANCELED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+std::string new_job_id() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;  // only for a unique id, never for data
+  uint64_t a = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return fmt::format("{:016x}{:016x}", a, counter.fetch_add(1) + 1);
+}
+
+enum class RegionState { kRunning, kFailing, kRestarting, kFinished, kFailed, kCanceled };
+
+bool region_terminal(RegionState s) {
+  return s == RegionState::kFinished || s == RegionState::kFailed || s == RegionState::kCanceled;
+}
+
+// One deployment of a failover region: its tasks, their channels and the coordinators of its sources.
+struct RegionAttempt {
+  int number = 0;
+  // Declaration order matters for teardown: tasks (and their input processors, which recycle held buffers
+  // into channels) go first, then the channels, which give their buffers back to the pool.
+  std::vector<std::unique_ptr<LocalChannel>> channels;
+  std::map<int, std::shared_ptr<SourceCoordinatorBase>> coordinators;  // by stream node id
+  std::vector<std::unique_ptr<Task>> tasks;
+  std::vector<std::pair<int, StreamOperatorBase*>> operators;  // (stream node id, operator)
+  size_t terminated = 0;
+  std::set<Task*> exited;        // terminated as FINISHED
+  std::set<Task*> end_of_input;  // waiting for a checkpoint of their final state
+};
+
+struct Region {
+  std::vector<int> vertices;
+  RegionState state = RegionState::kRunning;
+  std::unique_ptr<RegionAttempt> attempt;
+  int attempts = 0;
+  std::optional<Error> failure;
+  std::chrono::steady_clock::time_point restart_at;
+};
+
+struct JobEvent {
+  enum Kind { kTaskTerminated, kFailJob } kind = kTaskTerminated;
+  Task* task = nullptr;
+  TaskState state = TaskState::kFinished;
+  std::optional<Error> error;
+};
+
+class LocalJob final : public JobClient::Impl, public TaskListener, public CheckpointJobHooks {
+ public:
+  LocalJob(std::shared_ptr<StreamGraph> graph, std::string name, const Clock& clock)
+      : graph_(std::move(graph)), name_(std::move(name)), id_(new_job_id()), clock_(clock) {}
+
+  ~LocalJob() override {
+    cancel();
+    if (master_.joinable()) master_.join();
+    if (coordinator_) coordinator_->stop();
+  }
+
+  Status prepare(JobGraph jg);
+  Status start();
+
+  // --- JobClient::Impl ---
+  const std::string& job_id() const override { return id_; }
+  JobStatus status() const override {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+  void cancel() override {
+    {
+      std::lock_guard lock(mu_);
+      if (status_ != JobStatus::kRunning || cancel_requested_) return;
+      cancel_requested_ = true;
+    }
+    cv_.notify_all();
+  }
+  JobResult wait() override {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return terminal_; });
+    return result_;
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(mu_);
+    return done_cv_.wait_for(lock, timeout, [&] { return terminal_; });
+  }
+  std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) override {
+    if (!coordinator_) {
+      std::promise<Result<std::string>> p;
+      p.set_value(Error(ErrorCode::kConfiguration,
+                        fmt::format("savepoints need checkpoint storage: set {} (and {} or pass a directory)",
+                                    options::kCheckpointDir.key, options::kSavepointDir.key)));
+      return p.get_future();
+    }
+    return coordinator_->trigger_savepoint(std::move(target_dir), terminate);
+  }
+  std::vector<CheckpointStats> checkpoint_stats() const override {
+    return coordinator_ ? coordinator_->stats() : std::vector<CheckpointStats>{};
+  }
+  int restarts() const override {
+    std::lock_guard lock(mu_);
+    return restarts_;
+  }
+
+  // --- TaskListener (task threads) ---
+  void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) override {
+    if (state == TaskState::kFinished && coordinator_) {
+      // Atomically (under the coordinator's lock) the task stops being live and its retained final state
+      // takes its place in every later checkpoint.
+      coordinator_->on_task_finished(key_of(task), [&] { mark_exited(task); });
+    } else if (state == TaskState::kFinished) {
+      mark_exited(task);
+    }
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(JobEvent{JobEvent::kTaskTerminated, &task, state, error});
+    }
+    cv_.notify_all();
+  }
+  void on_checkpoint_snapshot(Task& task, TaskStateSnapshot&& snapshot) override {
+    if (coordinator_) coordinator_->acknowledge(key_of(task), task.display_name(), std::move(snapshot));
+  }
+  void on_end_of_input(Task& task) override {
+    {
+      std::lock_guard lock(mu_);
+      Region& r = regions_[static_cast<size_t>(region_of_vertex_[static_cast<size_t>(task.options().vertex_id)])];
+      if (r.attempt) r.attempt->end_of_input.insert(&task);
+    }
+    if (coordinator_) coordinator_->on_end_of_input(key_of(task));
+  }
+
+  // --- CheckpointJobHooks (coordinator thread, coordinator lock held) ---
+  bool ready_for_checkpoint() override {
+    std::lock_guard lock(mu_);
+    if (status_ != JobStatus::kRunning || cancel_requested_ || failing_) return false;
+    for (const auto& r : regions_) {
+      if (r.state != RegionState::kRunning && r.state != RegionState::kFinished) return false;
+    }
+    return true;
+  }
+  Triggered trigger(const CheckpointBarrier& barrier) override {
+    std::lock_guard lock(mu_);
+    Triggered t;
+    for (auto& r : regions_) {
+      if (r.state != RegionState::kRunning || !r.attempt) continue;
+      RegionAttempt& a = *r.attempt;
+      for (auto& task : a.tasks) {
+        if (a.exited.count(task.get()) == 0) t.tasks.push_back(key_of(*task));
+      }
+      for (int vid : r.vertices) {
+        const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
+        int head = v.chained_nodes[0];
+        auto c = a.coordinators.find(head);
+        if (c == a.coordinators.end()) continue;
+        t.coordinator_state[jg_.node_uid[static_cast<size_t>(head)]] = c->second->checkpoint(barrier.checkpoint_id, [&] {
+          for (auto& task : a.tasks) {
+            if (task->options().vertex_id == vid && a.exited.count(task.get()) == 0) task->trigger_checkpoint(barrier);
+          }
+        });
+      }
+      for (Task* task : a.end_of_input) {
+        if (a.exited.count(task) == 0) task->trigger_checkpoint(barrier);
+      }
+    }
+    return t;
+  }
+  void trigger_task(const CheckpointTaskKey& key, const CheckpointBarrier& barrier) override {
+    std::lock_guard lock(mu_);
+    if (Task* t = find_task_locked(key)) t->trigger_checkpoint(barrier);
+  }
+  void notify_complete(int64_t checkpoint_id) override {
+    std::lock_guard lock(mu_);
+    for_each_live_task_locked([&](Task& t) { t.notify_checkpoint_complete(checkpoint_id); });
+  }
+  void notify_aborted(int64_t checkpoint_id) override {
+    std::lock_guard lock(mu_);
+    for_each_live_task_locked([&](Task& t) { t.notify_checkpoint_aborted(checkpoint_id); });
+  }
+  void fail_job(const Error& error) override {
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(JobEvent{JobEvent::kFailJob, nullptr, TaskState::kFailed, error});
+    }
+    cv_.notify_all();
+  }
+
+  const NetworkBufferPool* pool() const { return pool_.get(); }
+  int task_count() const { return task_count_; }
+
+ private:
+  CheckpointTaskKey key_of(const Task& t) const { return {t.options().vertex_id, t.options().subtask_index}; }
+  void mark_exited(Task& task) {
+    std::lock_guard lock(mu_);
+    Region& r = regions_[static_cast<size_t>(region_of_vertex_[static_cast<size_t>(task.options().vertex_id)])];
+    if (r.attempt) r.attempt->exited.insert(&task);
+  }
+  Task* find_task_locked(const CheckpointTaskKey& key) {
+    Region& r = regions_[static_cast<size_t>(region_of_vertex_[static_cast<size_t>(key.vertex)])];
+    if (r.state != RegionState::kRunning || !r.attempt) return nullptr;
+    for (auto& t : r.attempt->tasks) {
+      if (key_of(*t) == key && r.attempt->exited.count(t.get()) == 0) return t.get();
+    }
+    return nullptr;
+  }
+  template <class F>
+  void for_each_live_task_locked(F&& f) {
+    for (auto& r : regions_) {
+      if (!r.attempt) continue;
+      for (auto& t : r.attempt->tasks) {
+        if (r.attempt->exited.count(t.get()) == 0) f(*t);
+      }
+    }
+  }
+
+  Status deploy_region(size_t region_index, const RestorePoint* restore);
+  Result<std::vector<std::vector<std::shared_ptr<const TaskRestore>>>> assign_state(const Region& region,
+                                                                                    const RestorePoint& point);
+  Result<RestorePoint> pick_restore_point();
+  void run_master();
+  void handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock);
+  void teardown_locked(Region& r, std::unique_lock<std::mutex>& lock);
+  void maybe_finalize_locked(std::unique_lock<std::mutex>& lock);
+  void finalize_locked(std::unique_lock<std::mutex>& lock);
+
+  std::shared_ptr<StreamGraph> graph_;
+  std::string name_;
+  std::string id_;
+  const Clock& clock_;
+  JobGraph jg_;
+  std::vector<int> region_of_vertex_;
+  struct EdgePlan {
+    std::vector<std::vector<int>> targets;  // per producer subtask
+  };
+  std::vector<EdgePlan> edge_plans_;
+  int credits_ = 0;
+  bool checkpointing_ = false;
+  std::unique_ptr<NetworkBufferPool> pool_;
+  std::unique_ptr<FileCheckpointStorage> storage_;
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
+  std::unique_ptr<RestartBackoffTimeStrategy> restart_strategy_;
+  bool restore_fallback_ = false;
+  int task_count_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  std::thread master_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the master thread
+  std::condition_variable done_cv_;  // wakes wait()
+  std::deque<JobEvent> events_;
+  std::vector<Region> regions_;
+  JobStatus status_ = JobStatus::kCreated;
+  bool cancel_requested_ = false;
+  bool cancel_sent_ = false;
+  bool failing_ = false;  // the job is failing for good: no more restarts
+  bool terminal_ = false;
+  int restarts_ = 0;
+  std::optional<Error> job_error_;
+  std::vector<OperatorStats> stats_;  // per stream node, summed over finished attempts
+  JobResult result_;
+};
+
+Status LocalJob::prepare(JobGraph jg) {
+  jg_ = std::move(jg);
+  const Configuration& config = graph_->config();
+  const int configured_slots = config.get(options::kTaskSlots);
+  if (configured_slots > 0 && configured_slots < jg_.required_slots) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("the job needs {} task slots (the largest parallelism of each slot sharing group, "
+                             "summed) but {} = {}; raise it or lower the parallelism",
+                             jg_.required_slots, options::kTaskSlots.key, configured_slots));
+  }
+  const int64_t segment_size = config.get(options::kBufferSize);
+  credits_ = config.get(options::kBuffersPerChannel);
+  if (segment_size < 1024 || segment_size > (64 << 20)) {
+    return Error(ErrorCode::kConfiguration, fmt::format("{} = {} bytes; it must be between 1 KiB and 64 MiB",
+                                                        options::kBufferSize.key, segment_size));
+  }
+  if (credits_ < 1) {
+    return Error(ErrorCode::kConfiguration, fmt::format("{} must be at least 1", options::kBuffersPerChannel.key));
+  }
+  // Channels per job edge: producer i feeds consumers targets[i].
+  edge_plans_.resize(jg_.edges.size());
+  size_t channel_count = 0;
+  for (const auto& e : jg_.edges) {
+    int ps = jg_.vertices[static_cast<size_t>(e.source_vertex)].parallelism;
+    int pt = jg_.vertices[static_cast<size_t>(e.target_vertex)].parallelism;
+    auto& plan = edge_plans_[static_cast<size_t>(e.id)];
+    plan.targets.resize(static_cast<size_t>(ps));
+    for (int i = 0; i < ps; ++i) {
+      if (is_pointwise(e.partitioner)) {
+        plan.targets[static_cast<size_t>(i)] = pointwise_targets(ps, pt, i);
+      } else {
+        for (int j = 0; j < pt; ++j)
+          plan.targets[static_cast<size_t>(i)].push_back(j);
+      }
+      channel_count += plan.targets[static_cast<size_t>(i)].size();
+    }
+  }
+  const int64_t network_max = config.get(options::kNetworkMemoryMax);
+  const long double needed = static_cast<long double>(channel_count) * credits_ * segment_size;
+  if (needed > static_cast<long double>(network_max)) {
+    return Error(
+        ErrorCode::kConfiguration,
+        fmt::format("the job's data exchange needs {} channels x {} buffers x {} bytes = {:.0f} MiB of network "
+                    "buffers, above {} = {} MiB; lower the parallelism, {} or {}, or raise {}",
+                    channel_count, credits_, segment_size, static_cast<double>(needed) / (1 << 20),
+                    options::kNetworkMemoryMax.key, network_max >> 20, options::kBuffersPerChannel.key,
+                    options::kBufferSize.key, options::kNetworkMemoryMax.key));
+  }
+  pool_ = std::make_unique<NetworkBufferPool>(static_cast<uint32_t>(segment_size),
+                                              channel_count * static_cast<size_t>(credits_));
+
+  // Failover regions.
+  std::vector<std::vector<int>> regions = compute_failover_regions(jg_);
+  region_of_vertex_.assign(jg_.vertices.size(), 0);
+  regions_.resize(regions.size());
+  for (size_t r = 0; r < regions.size(); ++r) {
+    regions_[r].vertices = regions[r];
+    for (int v : regions[r])
+      region_of_vertex_[static_cast<size_t>(v)] = static_cast<int>(r);
+  }
+  for (const auto& v : jg_.vertices)
+    task_count_ += v.parallelism;
+
+  // Restart strategy (seeded for jitter; the seed only spreads restarts of different jobs, and is logged).
+  const uint64_t seed = std::random_device{}();
+  auto strategy = make_restart_strategy(config, seed);
+  if (!strategy.ok()) return strategy.error();
+  restart_strategy_ = std::move(*strategy);
+  spdlog::debug("job '{}': restart strategy {} (jitter seed {})", name_, restart_strategy_->describe(), seed);
+  restore_fallback_ = config.get(options::kRestoreFallback);
+
+  // Checkpointing: a coordinator when checkpoints, savepoints or a restore are configured.
+  auto ck = CheckpointCoordinatorOptions::from_config(config);
+  if (!ck.ok()) return ck.error();
+  checkpointing_ = ck->interval_ms > 0;
+  std::string dir = config.get(options::kCheckpointDir);
+  const std::string recovery = config.get(options::kStateRecoveryPath);
+  if (checkpointing_ && dir.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("{} is set but {} is not: checkpoints need a directory (file:///path)",
+                             options::kCheckpointInterval.key, options::kCheckpointDir.key));
+  }
+  if (dir.empty() && (!ck->savepoint_dir.empty() || !recovery.empty())) {
+    dir = (std::filesystem::temp_directory_path() / "sluice-checkpoints").string();
+  }
+  if (!dir.empty()) {
+    auto storage = FileCheckpointStorage::create(dir, id_);
+    if (!storage.ok()) return storage.error();
+    storage_ = std::make_unique<FileCheckpointStorage>(std::move(*storage));
+    std::vector<CheckpointVertexInfo> vertices;
+    for (const auto& v : jg_.vertices) {
+      CheckpointVertexInfo info;
+      info.vertex = v.id;
+      info.name = v.name;
+      info.parallelism = v.parallelism;
+      for (int nid : v.chained_nodes) {
+        info.uids.push_back(jg_.node_uid[static_cast<size_t>(nid)]);
+        info.max_parallelism.push_back(jg_.node_max_parallelism[static_cast<size_t>(nid)]);
+      }
+      vertices.push_back(std::move(info));
+    }
+    int64_t first_id = 1;
+    std::optional<RestorePoint> initial;
+    if (!recovery.empty()) {
+      auto path = FileCheckpointStorage::resolve_restore_path(recovery);
+      if (!path.ok()) return path.error();
+      // With restore-fallback, older checkpoints of the same job directory are the next candidates.
+      std::vector<std::filesystem::path> candidates{*path};
+      const int64_t wanted = FileCheckpointStorage::checkpoint_id_of(*path);
+      if (restore_fallback_ && wanted >= 0) {
+        std::vector<std::pair<int64_t, std::filesystem::path>> older;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(path->parent_path(), ec)) {
+          int64_t id = FileCheckpointStorage::checkpoint_id_of(e.path());
+          if (id >= 0 && id < wanted && std::filesystem::exists(e.path() / kMetadataFileName)) {
+            older.emplace_back(id, e.path());
+          }
+        }
+        std::sort(older.rbegin(), older.rend());
+        for (auto& [id, p] : older)
+          candidates.push_back(p);
+      }
+      auto loaded = load_for_restore(candidates, restore_fallback_);
+      if (!loaded.ok()) return loaded.error();
+      std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
+      Status unclaimed = check_unclaimed_state(loaded->metadata, uids, config.get(options::kIgnoreUnclaimedState));
+      if (!unclaimed.ok()) return unclaimed.error();
+      first_id = loaded->metadata.checkpoint_id + 1;
+      initial = RestorePoint{loaded->dir, loaded->metadata};
+      spdlog::info("job '{}' starts from {} {} ({})", name_, snapshot_type_name(loaded->metadata.type),
+                   loaded->metadata.checkpoint_id, loaded->dir.string());
+    }
+    coordinator_ = std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
+    if (initial) coordinator_->set_initial_restore_point(std::move(*initial));
+  }
+  stats_.resize(graph_->nodes().size());
+  for (const auto& node : graph_->nodes()) {
+    OperatorStats& s = stats_[static_cast<size_t>(node.id)];
+    s.name = node.name;
+    s.uid = jg_.node_uid[static_cast<size_t>(node.id)];
+    s.parallelism = jg_.node_parallelism[static_cast<size_t>(node.id)];
+  }
+  return ok_status();
+}
+
+Result<RestorePoint> LocalJob::pick_restore_point() {
+  std::vector<RestorePoint> candidates = coordinator_->restore_candidates();
+  std::string failures;
+  for (const auto& c : candidates) {
+    Status st = verify_checkpoint_files(c.metadata, c.dir);
+    if (st.ok()) return c;
+    if (!restore_fallback_) return st.error();
+    spdlog::error("cannot restore {} {}: {}; trying the previous one ({} = true)", snapshot_type_name(c.metadata.type),
+                  c.metadata.checkpoint_id, st.error().to_string(), options::kRestoreFallback.key);
+    failures += "\n  " + st.error().to_string();
+  }
+  return Error(ErrorCode::kState, "no checkpoint could be restored:" + failures);
+}
+
+Result<std::vector<std::vector<std::shared_ptr<const TaskRestore>>>> LocalJob::assign_state(
+    const Region& region, const RestorePoint& point) {
+  std::vector<std::vector<std::shared_ptr<const TaskRestore>>> out(jg_.vertices.size());
+  for (int vid : region.vertices) {
+    const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
+    VertexToRestore vr;
+    vr.parallelism = v.parallelism;
+    for (int nid : v.chained_nodes) {
+      vr.operator_uids.push_back(jg_.node_uid[static_cast<size_t>(nid)]);
+      vr.max_parallelism.push_back(jg_.node_max_parallelism[static_cast<size_t>(nid)]);
+    }
+    auto assigned = assign_subtask_states(point.metadata, point.dir, vr);
+    if (!assigned.ok()) return assigned.error();
+    out[static_cast<size_t>(vid)] = std::move(*assigned);
+  }
+  return out;
+}
+
+Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore) {
+  Region& region = regions_[region_index];
+  const Configuration& config = graph_->config();
+  std::vector<std::vector<std::shared_ptr<const TaskRestore>>> restores;
+  if (restore != nullptr) {
+    auto assigned = assign_state(region, *restore);
+    if (!assigned.ok()) return assigned.error();
+    restores = std::move(*assigned);
+  }
+  auto attempt = std::make_unique<RegionAttempt>();
+  attempt->number = region.attempts++;
+  std::set<int> in_region(region.vertices.begin(), region.vertices.end());
+
+  // Coordinators of the region's sources, restored with their enumerators' state.
+  for (int vid : region.vertices) {
+    for (int nid : jg_.vertices[static_cast<size_t>(vid)].chained_nodes) {
+      const StreamNode& node = graph_->node(nid);
+      if (!node.factory->is_source()) continue;
+      const std::string* state = nullptr;
+      if (restore != nullptr) {
+        auto it = restore->metadata.coordinator_state.find(jg_.node_uid[static_cast<size_t>(nid)]);
+        if (it != restore->metadata.coordinator_state.end()) state = &it->second;
+      }
+      try {
+        attempt->coordinators[nid] =
+            node.factory->create_coordinator(jg_.node_parallelism[static_cast<size_t>(nid)], state);
+      } catch (const SluiceException& e) {
+        return e.error().with_context(fmt::format("restoring the split enumerator of '{}'", node.name));
+      }
+    }
+  }
+
+  // Tasks, vertex by vertex.
+  std::vector<std::vector<Task*>> vertex_tasks(jg_.vertices.size());
+  const int64_t buffer_timeout = config.get(options::kBufferTimeout);
+  for (int vid : region.vertices) {
+    const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
+    for (int i = 0; i < v.parallelism; ++i) {
+      Task::Options o;
+      o.vertex_name = v.name;
+      o.vertex_id = v.id;
+      o.subtask_index = i;
+      o.parallelism = v.parallelism;
+      o.attempt = attempt->number;
+      o.clock = &clock_;
+      o.buffer_timeout_ms = buffer_timeout;
+      o.checkpointing_enabled = checkpointing_;
+      if (restore != nullptr) o.restore = restores[static_cast<size_t>(vid)][static_cast<size_t>(i)];
+      attempt->tasks.push_back(std::make_unique<Task>(o, *this));
+      vertex_tasks[static_cast<size_t>(vid)].push_back(attempt->tasks.back().get());
+    }
+  }
+
+  // Channels and writers of the region's edges (every edge of a region's vertex stays inside the region).
+  std::vector<std::vector<RecordWriter*>> writers(jg_.edges.size());
+  std::vector<std::vector<std::vector<std::vector<ChannelReceiver*>>>> receivers(jg_.vertices.size());
+  for (int vid : region.vertices) {
+    receivers[static_cast<size_t>(vid)].assign(
+        static_cast<size_t>(jg_.vertices[static_cast<size_t>(vid)].parallelism),
+        std::vector<std::vector<ChannelReceiver*>>(2));
+  }
+  for (const auto& e : jg_.edges) {
+    if (in_region.count(e.source_vertex) == 0) continue;
+    const auto& plan = edge_plans_[static_cast<size_t>(e.id)];
+    for (size_t i = 0; i < plan.targets.size(); ++i) {
+      std::vector<ChannelSender*> senders;
+      for (int j : plan.targets[i]) {
+        auto buffers = pool_->allocate(static_cast<size_t>(credits_));
+        if (!buffers.ok()) return buffers.error();
+        attempt->channels.push_back(std::make_unique<LocalChannel>(*pool_, std::move(*buffers)));
+        senders.push_back(attempt->channels.back().get());
+        const int input_index = graph_->edge(e.stream_edge).input_index;
+        receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)][static_cast<size_t>(input_index)]
+            .push_back(attempt->channels.back().get());
+      }
+      writers[static_cast<size_t>(e.id)].push_back(
+          vertex_tasks[static_cast<size_t>(e.source_vertex)][i]->add_record_writer(std::move(senders)));
+    }
+  }
+
+  // Operators, outputs and inputs per task.
+  std::map<int, int> job_edge_of_stream_edge;
+  for (const auto& e : jg_.edges)
+    job_edge_of_stream_edge[e.stream_edge] = e.id;
+  for (int vid : region.vertices) {
+    const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
+    for (int i = 0; i < v.parallelism; ++i) {
+      Task* task = vertex_tasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)];
+      std::map<int, StreamOperatorBase*> op_of_node;
+      std::map<int, TaskRuntimeContext*> ctx_of_node;
+      for (int nid : v.chained_nodes) {
+        const StreamNode& node = graph_->node(nid);
+        auto it = attempt->coordinators.find(nid);
+        auto op = node.factory->create(it == attempt->coordinators.end() ? nullptr : it->second.get());
+        auto ctx = std::make_unique<TaskRuntimeContext>(
+            node.name, i, v.parallelism, jg_.node_max_parallelism[static_cast<size_t>(nid)], attempt->number, clock_);
+        ctx_of_node[nid] = ctx.get();
+        op_of_node[nid] = task->add_operator(std::move(op), std::move(ctx), jg_.node_uid[static_cast<size_t>(nid)]);
+        attempt->operators.emplace_back(nid, op_of_node[nid]);
+      }
+      // Outputs: tail first so chained targets exist; edges grouped by side-output tag.
+      for (auto it = v.chained_nodes.rbegin(); it != v.chained_nodes.rend(); ++it) {
+        const StreamNode& node = graph_->node(*it);
+        std::map<std::string, std::vector<std::pair<const StreamEdge*, OutputBase*>>> by_tag;
+        for (int eid : node.out_edges) {
+          const StreamEdge& se = graph_->edge(eid);
+          OutputBase* out = nullptr;
+          if (jg_.vertex_of_node[static_cast<size_t>(se.target)] == v.id) {
+            out = task->own_output(se.ops->make_chaining_output(op_of_node.at(se.target)));
+          } else {
+            int je = job_edge_of_stream_edge.at(eid);
+            RecordWriter* w = writers[static_cast<size_t>(je)][static_cast<size_t>(i)];
+            out = task->own_output(se.ops->make_network_output(
+                *w, se.partitioner, i, jg_.node_max_parallelism[static_cast<size_t>(se.target)]));
+          }
+          by_tag[se.side_output_tag].push_back({&se, out});
+        }
+        std::unordered_map<std::string, OutputBase*> outputs;
+        if (by_tag.find("") == by_tag.end() && node.output_ops != nullptr) {
+          // Nothing reads the main output (only side outputs, or a dangling operator): drop its records.
+          outputs[""] = task->own_output(node.output_ops->make_discarding_output());
+        }
+        for (auto& [tag, outs] : by_tag) {
+          if (outs.size() == 1) {
+            outputs[tag] = outs[0].second;
+          } else {
+            std::vector<OutputBase*> list;
+            for (auto& p : outs)
+              list.push_back(p.second);
+            outputs[tag] = task->own_output(outs[0].first->ops->make_broadcasting_output(std::move(list)));
+          }
+        }
+        op_of_node.at(*it)->setup(ctx_of_node.at(*it), task, std::move(outputs));
+      }
+      // One input processor per input index of the head (two for connect and joins).
+      for (int input_index = 0; input_index < 2; ++input_index) {
+        const JobEdge* first = nullptr;
+        for (int je : v.inputs) {
+          const JobEdge& e = jg_.edges[static_cast<size_t>(je)];
+          if (graph_->edge(e.stream_edge).input_index == input_index) {
+            first = &e;
+            break;
+          }
+        }
+        if (first == nullptr) continue;
+        auto input =
+            graph_->edge(first->stream_edge).ops->make_record_input(op_of_node.at(v.chained_nodes[0]), input_index);
+        task->add_input(receivers[static_cast<size_t>(v.id)][static_cast<size_t>(i)][static_cast<size_t>(input_index)],
+                        std::move(input));
+      }
+    }
+  }
+  region.attempt = std::move(attempt);
+  region.state = RegionState::kRunning;
+  for (auto& t : region.attempt->tasks)
+    t->start();
+  return ok_status();
+}
+
+Status LocalJob::start() {
+  std::unique_lock lock(mu_);
+  status_ = JobStatus::kRunning;
+  start_ = std::chrono::steady_clock::now();
+  spdlog::info("job '{}' ({}) starting with {} tasks in {} failover region(s){}", name_, id_, task_count_,
+               regions_.size(), checkpointing_ ? "" : ", checkpointing off");
+  std::optional<RestorePoint> initial;
+  if (coordinator_) initial = coordinator_->latest_restore_point();
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    Status st = deploy_region(r, initial ? &*initial : nullptr);
+    if (!st.ok()) {
+      // Nothing may keep running: stop what was deployed, then report.
+      for (size_t k = 0; k < r; ++k) {
+        for (auto& t : regions_[k].attempt->tasks)
+          t->cancel();
+      }
+      status_ = JobStatus::kFailed;
+      lock.unlock();
+      for (size_t k = 0; k < r; ++k) {
+        for (auto& t : regions_[k].attempt->tasks)
+          t->join();
+      }
+      lock.lock();
+      terminal_ = true;
+      return st;
+    }
+  }
+  lock.unlock();
+  if (coordinator_) coordinator_->start();
+  master_ = std::thread([this] { run_master(); });
+  return ok_status();
+}
+
+void LocalJob::run_master() {
+  pthread_setname_np(pthread_self(), "sluice-jobmgr");
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (cancel_requested_ && !cancel_sent_) {
+      cancel_sent_ = true;
+      for (auto& r : regions_) {
+        if (r.state == RegionState::kRestarting) r.state = RegionState::kCanceled;
+        if (r.attempt && !region_terminal(r.state)) {
+          for (auto& t : r.attempt->tasks)
+            t->cancel();
+        }
+      }
+      maybe_finalize_locked(lock);
+    }
+    while (!events_.empty()) {
+      JobEvent e = std::move(events_.front());
+      events_.pop_front();
+      handle_event(e, lock);
+    }
+    if (terminal_) break;
+    // Restarts that are due.
+    auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      Region& r = regions_[i];
+      if (r.state != RegionState::kRestarting) continue;
+      if (std::chrono::steady_clock::now() < r.restart_at) {
+        next = std::min(next, r.restart_at);
+        continue;
+      }
+      Result<RestorePoint> point = Error(ErrorCode::kState, "no checkpoint");
+      bool have_point = false;
+      if (coordinator_) {
+        lock.unlock();
+        auto latest = coordinator_->latest_restore_point();
+        if (latest) {
+          point = pick_restore_point();
+          have_point = true;
+        }
+        lock.lock();
+      }
+      Status st = have_point && !point.ok() ? Status(point.error()) : ok_status();
+      if (st.ok()) {
+        spdlog::info("job '{}': restarting region {} (attempt {}) from {}", name_, i, r.attempts,
+                     have_point ? fmt::format("checkpoint {}", point->metadata.checkpoint_id) : "the beginning");
+        st = deploy_region(i, have_point ? &*point : nullptr);
+      }
+      if (!st.ok()) {
+        spdlog::error("job '{}': region {} cannot restart: {}", name_, i, st.error().to_string());
+        job_error_ = st.error();
+        failing_ = true;
+        r.state = RegionState::kFailed;
+        if (r.attempt) teardown_locked(r, lock);
+        for (auto& other : regions_) {
+          if (other.state == RegionState::kRestarting) other.state = RegionState::kFailed;
+          if (other.attempt && !region_terminal(other.state)) {
+            for (auto& t : other.attempt->tasks)
+              t->cancel();
+          }
+        }
+        maybe_finalize_locked(lock);
+      }
+    }
+    if (terminal_) break;
+    if (!events_.empty() || (cancel_requested_ && !cancel_sent_)) continue;
+    cv_.wait_until(lock, next);
+  }
+}
+
+void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
+  if (e.kind == JobEvent::kFailJob) {
+    if (failing_ || terminal_) return;
+    spdlog::error("job '{}' ({}) fails: {}", name_, id_, e.error->to_string());
+    job_error_ = e.error;
+    failing_ = true;
+    for (auto& r : regions_) {
+      if (r.state == RegionState::kRestarting) r.state = RegionState::kFailed;
+      if (r.attempt && !region_terminal(r.state)) {
+        r.state = RegionState::kFailing;
+        for (auto& t : r.attempt->tasks)
+          t->cancel();
+      }
+    }
+    maybe_finalize_locked(lock);
+    return;
+  }
+  Task& task = *e.task;
+  const size_t ri = static_cast<size_t>(region_of_vertex_[static_cast<size_t>(task.options().vertex_id)]);
+  Region& r = regions_[ri];
+  if (!r.attempt) return;
+  RegionAttempt& a = *r.attempt;
+  ++a.terminated;
+  if (e.state == TaskState::kFailed && r.state == RegionState::kRunning) {
+    r.state = RegionState::kFailing;
+    r.failure = e.error.value_or(Error(ErrorCode::kRuntime, "task '" + task.display_name() + "' failed"));
+    spdlog::error("job '{}' ({}): {}", name_, id_, r.failure->to_string());
+    for (auto& t : a.tasks)
+      t->cancel();
+    if (coordinator_) {
+      lock.unlock();
+      coordinator_->abort_pending("a task failed: " + r.failure->message());
+      lock.lock();
+    }
+  }
+  if (a.terminated < a.tasks.size()) return;
+  // Every task of the region has terminated.
+  if (r.state == RegionState::kRunning) {
+    r.state = cancel_requested_ ? RegionState::kCanceled : RegionState::kFinished;
+    if (r.state == RegionState::kFinished) {
+      bool all_finished = true;
+      for (auto& t : a.tasks)
+        all_finished = all_finished && t->state() == TaskState::kFinished;
+      if (!all_finished) r.state = RegionState::kCanceled;
+    }
+  } else if (r.state == RegionState::kFailing) {
+    teardown_locked(r, lock);
+    if (failing_) {
+      r.state = RegionState::kFailed;
+    } else if (cancel_requested_) {
+      r.state = RegionState::kCanceled;
+    } else {
+      const TimestampMs now = clock_.now_ms();
+      restart_strategy_->notify_failure(now);
+      if (restart_strategy_->can_restart()) {
+        const int64_t delay = restart_strategy_->backoff_time_ms();
+        ++restarts_;
+        r.state = RegionState::kRestarting;
+        r.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay);
+        spdlog::warn("job '{}': region {} failed ({}); restart {} in {} ms ({})", name_, ri, r.failure->message(),
+                     restarts_, delay, restart_strategy_->describe());
+        if (coordinator_) {
+          std::vector<CheckpointTaskKey> keys;
+          for (int vid : r.vertices) {
+            for (int s = 0; s < jg_.vertices[static_cast<size_t>(vid)].parallelism; ++s)
+              keys.push_back({vid, s});
+          }
+          lock.unlock();
+          coordinator_->on_tasks_reset(keys);
+          lock.lock();
+        }
+      } else {
+        job_error_ = r.failure->with_context(
+            fmt::format("the restart strategy allows no more restarts ({})", restart_strategy_->describe()));
+        failing_ = true;
+        r.state = RegionState::kFailed;
+        for (auto& other : regions_) {
+          if (other.state == RegionState::kRestarting) other.state = RegionState::kFailed;
+          if (other.attempt && !region_terminal(other.state)) {
+            other.state = RegionState::kFailing;
+            for (auto& t : other.attempt->tasks)
+              t->cancel();
+          }
+        }
+      }
+    }
+  }
+  maybe_finalize_locked(lock);
+}
+
+void LocalJob::teardown_locked(Region& r, std::unique_lock<std::mutex>& lock) {
+  std::unique_ptr<RegionAttempt> a = std::move(r.attempt);
+  // Task threads may still be returning from on_task_terminated; join without the lock.
+  lock.unlock();
+  for (auto& t : a->tasks)
+    t->join();
+  for (auto& [nid, c] : a->coordinators)
+    c->close();
+  lock.lock();
+  for (auto& [nid, op] : a->operators) {
+    stats_[static_cast<size_t>(nid)].records_in += op->metrics().records_in.get();
+    stats_[static_cast<size_t>(nid)].records_out += op->metrics().records_out.get();
+  }
+  lock.unlock();
+  a.reset();  // tasks, then channels (their buffers go back to the pool)
+  lock.lock();
+}
+
+void LocalJob::maybe_finalize_locked(std::unique_lock<std::mutex>& lock) {
+  if (terminal_) return;
+  for (const auto& r : regions_) {
+    if (!region_terminal(r.state)) return;
+  }
+  finalize_locked(lock);
+}
+
+void LocalJob::finalize_locked(std::unique_lock<std::mutex>& lock) {
+  // Join and fold the counters of every attempt still deployed.
+  for (auto& r : regions_) {
+    if (r.attempt) teardown_locked(r, lock);
+  }
+  bool failed = job_error_.has_value();
+  std::optional<Error> region_error;
+  for (const auto& r : regions_) {
+    if (r.state == RegionState::kFailed) {
+      failed = true;
+      if (!region_error && r.failure) region_error = r.failure;
+    }
+  }
+  if (failed) {
+    status_ = JobStatus::kFailed;
+  } else if (cancel_requested_) {
+    status_ = JobStatus::kCanceled;
+  } else {
+    bool all_finished = true;
+    for (const auto& r : regions_)
+      all_finished = all_finished && r.state == RegionState::kFinished;
+    status_ = all_finished ? JobStatus::kFinished : JobStatus::kCanceled;
+  }
+  result_.job_id = id_;
+  result_.job_name = name_;
+  result_.status = status_;
+  result_.error = job_error_ ? job_error_ : region_error;
+  if (status_ == JobStatus::kFailed && !result_.error) {
+    result_.error = Error(ErrorCode::kRuntime, "the job failed");
+  }
+  result_.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+  result_.operators = stats_;
+  result_.restarts = restarts_;
+  if (coordinator_) {
+    result_.completed_checkpoints = coordinator_->completed_count();
+    if (auto p = coordinator_->latest_restore_point()) result_.latest_checkpoint_path = p->dir.string();
+  }
+  if (status_ == JobStatus::kFailed) {
+    spdlog::error("job '{}' ({}) FAILED: {}", name_, id_, result_.error->to_string());
+  } else {
+    spdlog::info("job '{}' ({}) {} after {} ms", name_, id_, job_status_name(status_), result_.duration.count());
+  }
+  terminal_ = true;
+  done_cv_.notify_all();
+}
+
+}  // namespace
+
+Result<JobClient> submit_local_job(std::shared_ptr<StreamGraph> graph, std::string job_name, const Clock& clock,
+                                   LocalJobProbe* probe) {
+  Result<JobGraph> jg = [&]() -> Result<JobGraph> {
+    try {
+      return build_job_graph(*graph);
+    } catch (const SluiceException& e) {
+      return e.error();
+    }
+  }();
+  if (!jg.ok()) return jg.error();
+  auto job = std::make_shared<LocalJob>(graph, std::move(job_name), clock);
+  try {
+    Status st = job->prepare(std::move(*jg));
+    if (!st.ok()) return st.error();
+    st = job->start();
+    if (!st.ok()) return st.error();
+  } catch (const SluiceException& e) {
+    return e.error();
+  } catch (const std::bad_alloc&) {
+    return Error(ErrorCode::kConfiguration,
+                 "out of memory while deploying the job (network buffers, operators); lower the parallelism or "
+                 "the network memory options");
+  }
+  if (probe != nullptr) {
+    probe->buffer_pool = job->pool();
+    probe->task_count = job->task_count();
+  }
+  return JobClient(job);
+}
+
+}  // namespace sluice
