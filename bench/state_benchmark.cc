@@ -8,9 +8,12 @@
 //
 // State: one ValueState<std::string> (64-byte values) keyed by int64_t, max parallelism 128, one subtask
 // owning all key groups; ~160 bytes of heap per key (entry, hash-table overhead, string allocation), so
-// --state_mb=100 is 625k keys. Every figure is a wall-clock time taken around exactly the measured call
-// (manual timing), reported per iteration; items/s where given counts state updates.
+// --state_mb=100 is 625k keys. Time is the wall-clock time around exactly the measured calls (manual
+// timing) per iteration; the counter cpu_ms is the thread CPU time of the same calls (steadier on a shared
+// machine); items/s where given counts state updates.
 #include <benchmark/benchmark.h>
+
+#include <time.h>
 
 #include <chrono>
 #include <cstdint>
@@ -41,9 +44,27 @@ int64_t g_state_mb = 100;
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+/// Times the measured calls of one iteration: wall clock for SetIterationTime, thread CPU time summed into
+/// the cpu_ms counter.
+class IterationTimer {
+ public:
+  explicit IterationTimer(double& cpu_total) : cpu_total_(cpu_total), wall_(Clock::now()), cpu_(thread_cpu_seconds()) {}
+  void stop(benchmark::State& st) {
+    cpu_total_ += thread_cpu_seconds() - cpu_;
+    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - wall_).count());
+  }
+
+ private:
+  double& cpu_total_;
+  Clock::time_point wall_;
+  double cpu_;
+};
 
 /// Resident set size of this process in MB (Linux).
 double rss_mb() {
@@ -82,52 +103,56 @@ Fixture& fixture() {
   return f;
 }
 
-void set_counters(benchmark::State& st, const Fixture& f) {
+void set_counters(benchmark::State& st, const Fixture& f, double cpu_seconds) {
   st.counters["keys"] = static_cast<double>(f.keys);
   st.counters["heap_mb"] = f.heap_mb;
+  st.counters["cpu_ms"] = benchmark::Counter(cpu_seconds * 1e3, benchmark::Counter::kAvgIterations);
 }
 
 // (a) The pause of a checkpoint with copy-on-write: capture() alone.
 void BM_CapturePause(benchmark::State& st) {
   Fixture& f = fixture();
+  double cpu = 0;
   for (auto _ : st) {
-    auto start = Clock::now();
+    IterationTimer t(cpu);
     auto snap = f.backend.capture();
-    st.SetIterationTime(seconds_since(start));
+    t.stop(st);
     benchmark::DoNotOptimize(snap.get());
   }
-  set_counters(st, f);
+  set_counters(st, f, cpu);
 }
 
 // (b) The pause before: a synchronous snapshot of every key group into a buffer (reused, so no growth).
 void BM_SyncSnapshot(benchmark::State& st) {
   Fixture& f = fixture();
   DataOutput out;
+  double cpu = 0;
   for (auto _ : st) {
     out.clear();
-    auto start = Clock::now();
+    IterationTimer t(cpu);
     for (int32_t kg = 0; kg < kMaxParallelism; ++kg)
       f.backend.snapshot_key_group(KeyGroup{kg}, out);
-    st.SetIterationTime(seconds_since(start));
+    t.stop(st);
   }
   st.SetBytesProcessed(static_cast<int64_t>(out.size()) * st.iterations());
-  set_counters(st, f);
+  set_counters(st, f, cpu);
 }
 
 // (c) The asynchronous part: writing a capture's key groups to a buffer (reused), no mutation meanwhile.
 void BM_AsyncWrite(benchmark::State& st) {
   Fixture& f = fixture();
   DataOutput out;
+  double cpu = 0;
   for (auto _ : st) {
     auto snap = f.backend.capture();
     out.clear();
-    auto start = Clock::now();
+    IterationTimer t(cpu);
     for (int32_t kg = 0; kg < kMaxParallelism; ++kg)
       snap->write_key_group(KeyGroup{kg}, out);
-    st.SetIterationTime(seconds_since(start));
+    t.stop(st);
   }
   st.SetBytesProcessed(static_cast<int64_t>(out.size()) * st.iterations());
-  set_counters(st, f);
+  set_counters(st, f, cpu);
 }
 
 // (d) `range(0)` value-state updates of random keys, right after a capture that stays alive meanwhile
@@ -140,19 +165,50 @@ void BM_UpdatesAfterCapture(benchmark::State& st) {
   std::vector<int64_t> keys(static_cast<size_t>(updates));
   for (auto& k : keys)
     k = static_cast<int64_t>(rng() % static_cast<uint64_t>(f.keys));
+  double cpu = 0;
   for (auto _ : st) {
     std::unique_ptr<KeyedStateSnapshot> snap;
     if (with_capture) snap = f.backend.capture();
-    auto start = Clock::now();
+    IterationTimer t(cpu);
     for (int64_t k : keys) {
       f.backend.set_current_key(k);
       f.state.update(f.value);
     }
-    st.SetIterationTime(seconds_since(start));
+    t.stop(st);
     snap.reset();  // frees the old copies of the cloned key groups, outside the timing
   }
   st.SetItemsProcessed(updates * st.iterations());
-  set_counters(st, f);
+  set_counters(st, f, cpu);
+}
+
+// (d') The worst single update after a capture: the first write into a key group, which clones that key
+// group's map (1/128 of the state here). Times one update per key group, each the group's first.
+void BM_FirstTouchOfAKeyGroup(benchmark::State& st) {
+  Fixture& f = fixture();
+  std::vector<int64_t> key_of_group(kMaxParallelism, -1);  // one key of every key group
+  for (int64_t k = 0, found = 0; k < f.keys && found < kMaxParallelism; ++k) {
+    auto& slot = key_of_group[static_cast<size_t>(f.backend.key_group_of(k).value)];
+    if (slot < 0) {
+      slot = k;
+      ++found;
+    }
+  }
+  double cpu = 0;
+  int32_t kg = 0;
+  std::unique_ptr<KeyedStateSnapshot> snap = f.backend.capture();
+  for (auto _ : st) {
+    if (kg == kMaxParallelism) {
+      st.PauseTiming();
+      snap = f.backend.capture();  // every key group shared again
+      kg = 0;
+      st.ResumeTiming();
+    }
+    f.backend.set_current_key(key_of_group[static_cast<size_t>(kg++)]);
+    IterationTimer t(cpu);
+    f.state.update(f.value);
+    t.stop(st);
+  }
+  set_counters(st, f, cpu);
 }
 
 // Steady state (no capture ever alive): value-state reads and updates of random keys, the per-record cost
@@ -165,8 +221,9 @@ void BM_SteadyState(benchmark::State& st) {
   std::vector<int64_t> keys(kOps);
   for (auto& k : keys)
     k = static_cast<int64_t>(rng() % static_cast<uint64_t>(f.keys));
+  double cpu = 0;
   for (auto _ : st) {
-    auto start = Clock::now();
+    IterationTimer t(cpu);
     for (int64_t k : keys) {
       f.backend.set_current_key(k);
       if (write) {
@@ -175,10 +232,10 @@ void BM_SteadyState(benchmark::State& st) {
         benchmark::DoNotOptimize(f.state.value().size());
       }
     }
-    st.SetIterationTime(seconds_since(start));
+    t.stop(st);
   }
   st.SetItemsProcessed(kOps * st.iterations());
-  set_counters(st, f);
+  set_counters(st, f, cpu);
 }
 
 void register_benchmarks() {
@@ -189,6 +246,10 @@ void register_benchmarks() {
   ms(benchmark::RegisterBenchmark("BM_UpdatesAfterCapture", BM_UpdatesAfterCapture))
       ->ArgNames({"updates", "capture"})
       ->ArgsProduct({{1'000, 100'000, 1'000'000}, {0, 1}});
+  benchmark::RegisterBenchmark("BM_FirstTouchOfAKeyGroup", BM_FirstTouchOfAKeyGroup)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(kMaxParallelism);
   ms(benchmark::RegisterBenchmark("BM_SteadyState", BM_SteadyState))->ArgNames({"write"})->Arg(0)->Arg(1);
 }
 

@@ -110,10 +110,13 @@ void build_word_count(StreamEnvironment& env, std::vector<std::string> inputs,
       .uid("final-counts");
 }
 
-void build_running_sum(StreamEnvironment& env, int64_t count, uint64_t seed) {
-  auto charges = datagen::seeded_random(seed, count, [](SeededRandom& rng, int64_t) {
-    return Charge{"customer-" + std::to_string(rng.next_below(5)), static_cast<int64_t>(rng.next_below(10'000))};
-  });
+void build_running_sum(StreamEnvironment& env, int64_t count, uint64_t seed, double records_per_second) {
+  auto charges = datagen::seeded_random(
+      seed, count,
+      [](SeededRandom& rng, int64_t) {
+        return Charge{"customer-" + std::to_string(rng.next_below(5)), static_cast<int64_t>(rng.next_below(10'000))};
+      },
+      records_per_second);
   env.from_source(charges, "charges")
       .uid("charges")
       .key_by(&Charge::customer)

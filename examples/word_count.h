@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,8 +22,13 @@ std::vector<std::string> split_words(std::string_view line);
 void build_word_count(StreamEnvironment& env, std::vector<std::string> inputs,
                       std::function<void(const std::map<std::string, int64_t>&)> on_result);
 
-/// Adds the running-sum example: `count` seeded random charges (customer, amount) from datagen, summed per
-/// customer, printed as they change.
-void build_running_sum(StreamEnvironment& env, int64_t count, uint64_t seed);
+/// A count of charges for build_running_sum that never ends (the job runs until stopped or cancelled).
+inline constexpr int64_t kEndless = std::numeric_limits<int64_t>::max();
+
+/// Adds the running-sum example: `count` (or kEndless) seeded random charges (customer, amount) from
+/// datagen, at most `records_per_second` over all subtasks (0 = no limit), summed per customer, printed as
+/// they change. Its operators have stable uids ("charges", "sum-per-customer", "print"), so it can be stopped
+/// with a savepoint and resumed from it, also at another parallelism.
+void build_running_sum(StreamEnvironment& env, int64_t count, uint64_t seed, double records_per_second = 0);
 
 }  // namespace sluice::examples

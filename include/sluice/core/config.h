@@ -180,6 +180,14 @@ inline const ConfigOption<double> kExpDelayJitter{"restart-strategy.exponential-
 inline const ConfigOption<int32_t> kExpDelayAttempts{
     "restart-strategy.exponential-delay.attempts-before-reset-backoff", 2147483647,
     "Restarts allowed before the backoff resets; more fail the job."};
+
+// --- REST API (Flink keys; used by RestServer::start(const Configuration&) in web/) ---
+inline const ConfigOption<int32_t> kRestPort{
+    "rest.port", -1,
+    "Port of the REST API (jobs, checkpoints, savepoint/stop/cancel); 0 picks a free port, -1 disables it. "
+    "The sluice command enables it on 8081 (--rest-port)."};
+inline const ConfigOption<std::string> kRestAddress{"rest.address", "127.0.0.1",
+                                                    "Address the REST API binds to."};
 }  // namespace options
 
 /// Checks every engine option in `config` parses; returns the first error (kConfiguration) naming the key.

@@ -7,19 +7,30 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/fault_points.h"
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/graph/stream_graph.h"
 
 namespace sluice {
 
+/// The named fault point "operator.process:<name>" before a record reaches an operator (compiled out in
+/// release builds: the name is then never built).
+inline void operator_fault_point([[maybe_unused]] const StreamOperatorBase* op) {
+#ifdef SLUICE_FAULT_POINTS
+  call_user_function(op->name(), [&] { SLUICE_FAULT_POINT("operator.process:" + op->name()); });
+#endif
+}
+
 /// Calls the next operator of the chain directly (no serialization, no copy).
 template <class T>
 class ChainingOutput final : public Output<T> {
  public:
-  explicit ChainingOutput(InputHandle<T>* target) : target_(target), counter_(&target->input_metrics().records_in) {}
+  ChainingOutput(InputHandle<T>* target, const StreamOperatorBase* op)
+      : target_(target), op_(op), counter_(&target->input_metrics().records_in) {}
   void collect(T&& record, TimestampMs ts) override {
     counter_->inc();
+    operator_fault_point(op_);
     target_->process_element(std::move(record), ts);
   }
   void emit_watermark(TimestampMs wm) override { target_->process_input_watermark(wm); }
@@ -27,6 +38,7 @@ class ChainingOutput final : public Output<T> {
 
  private:
   InputHandle<T>* target_;
+  const StreamOperatorBase* op_;
   Counter* counter_;
 };
 
@@ -133,10 +145,12 @@ class BroadcastNetworkOutput final : public Output<T> {
 template <class T>
 class TypedRecordInput final : public RecordInput {
  public:
-  explicit TypedRecordInput(InputHandle<T>* head) : head_(head), counter_(&head->input_metrics().records_in) {}
+  TypedRecordInput(InputHandle<T>* head, const StreamOperatorBase* op)
+      : head_(head), op_(op), counter_(&head->input_metrics().records_in) {}
   void process_record(DataInput& in, TimestampMs ts) override {
     TypeSerializer<T>::deserialize(reuse_, in);
     counter_->inc();
+    operator_fault_point(op_);
     head_->process_element(std::move(reuse_), ts);
   }
   void process_watermark(TimestampMs wm) override { head_->process_input_watermark(wm); }
@@ -144,6 +158,7 @@ class TypedRecordInput final : public RecordInput {
 
  private:
   InputHandle<T>* head_;
+  const StreamOperatorBase* op_;
   Counter* counter_;
   T reuse_{};
 };
@@ -155,7 +170,7 @@ class TypedEdgeOps : public EdgeOps {
   TypedEdgeOps() = default;
 
   std::unique_ptr<OutputBase> make_chaining_output(StreamOperatorBase* target) const override {
-    return std::make_unique<ChainingOutput<T>>(checked_cast(target, 0));
+    return std::make_unique<ChainingOutput<T>>(checked_cast(target, 0), target);
   }
   std::unique_ptr<OutputBase> make_network_output(RecordWriterBase& writer, PartitionerKind partitioner,
                                                   int subtask_index, int max_parallelism) const override {
@@ -188,7 +203,7 @@ class TypedEdgeOps : public EdgeOps {
     return std::make_unique<Discard>();
   }
   std::unique_ptr<RecordInput> make_record_input(StreamOperatorBase* head, int input_index) const override {
-    return std::make_unique<TypedRecordInput<T>>(checked_cast(head, input_index));
+    return std::make_unique<TypedRecordInput<T>>(checked_cast(head, input_index), head);
   }
 
  protected:

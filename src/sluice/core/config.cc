@@ -138,7 +138,8 @@ Status validate_engine_options(const Configuration& config) {
       options::kRestartStrategy.key, options::kFixedDelayAttempts.key, options::kFixedDelayDelay.key,
       options::kFailureRateMaxFailures.key, options::kFailureRateInterval.key, options::kFailureRateDelay.key,
       options::kExpDelayInitialBackoff.key, options::kExpDelayMaxBackoff.key, options::kExpDelayMultiplier.key,
-      options::kExpDelayResetThreshold.key, options::kExpDelayJitter.key, options::kExpDelayAttempts.key};
+      options::kExpDelayResetThreshold.key, options::kExpDelayJitter.key, options::kExpDelayAttempts.key,
+      options::kRestPort.key, options::kRestAddress.key};
   try {
     (void)config.get(options::kParallelism);
     (void)config.get(options::kMaxParallelism);
@@ -168,6 +169,12 @@ Status validate_engine_options(const Configuration& config) {
     (void)config.get(options::kExpDelayResetThreshold);
     (void)config.get(options::kExpDelayJitter);
     (void)config.get(options::kExpDelayAttempts);
+    const int32_t rest_port = config.get(options::kRestPort);
+    if (rest_port < -1 || rest_port > 65535) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{} = {}; expected a port 0..65535 (0: any free port) or -1 (disabled)",
+                               options::kRestPort.key, rest_port));
+    }
     std::string mode = config.get(options::kCheckpointMode);
     if (mode != "EXACTLY_ONCE" && mode != "AT_LEAST_ONCE") {
       return Error(ErrorCode::kConfiguration, fmt::format("{} = '{}'; expected EXACTLY_ONCE or AT_LEAST_ONCE",

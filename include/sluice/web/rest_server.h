@@ -1,0 +1,90 @@
+// RestServer: the JobManager's REST API (DESIGN.md §9) over HTTP/1.1 and JSON, in the shapes of Flink's REST
+// API so that a Flink user's scripts and habits carry over (docs/operations.md lists every endpoint):
+//
+//   GET   /jobs                               {"jobs": [{"id", "name", "status", "start-time"}]}
+//   GET   /jobs/:id                           status, times, restarts, failure, vertices (operators)
+//   GET   /jobs/:id/checkpoints               counts, latest and history of checkpoints and savepoints
+//   POST  /jobs/:id/savepoints                {"target-directory", "cancel-job"} -> 202 {"request-id"}
+//   GET   /jobs/:id/savepoints/:request-id    {"status": {"id": IN_PROGRESS|COMPLETED}, "operation": ...}
+//   POST  /jobs/:id/stop                      {"targetDirectory", "drain"} -> 202 {"request-id"}
+//   PATCH /jobs/:id?mode=cancel               202 {}
+//
+// Errors are JSON `{"errors": ["..."]}`: 404 for an unknown job, request id or path, 400 for a malformed
+// body or parameter, 409 for an action on a job that is no longer running.
+//
+// Lifecycle: start() binds the socket and starts serving on a background thread (created -> serving);
+// register_job() adds jobs at any time; stop() (or the destructor) stops accepting requests, waits for the
+// requests in flight and for the helper threads of cancel-job savepoints (serving -> closed).
+// Threading: every member function is thread-safe. Handlers run on a small pool of HTTP threads; they only
+// call the thread-safe JobClient, never block on a job, and hold the registry lock only to copy entries.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/api/job.h"
+#include "sluice/core/config.h"
+#include "sluice/core/error.h"
+#include "sluice/graph/stream_graph.h"
+
+namespace sluice {
+
+/// Where and how a RestServer listens.
+struct RestServerOptions {
+  std::string address = "127.0.0.1";  ///< an IP address or host name to bind to (rest.address)
+  int port = 0;                       ///< 0 = an ephemeral port chosen by the kernel (see RestServer::port())
+  int threads = 4;                    ///< HTTP worker threads (each serves one connection at a time)
+};
+
+/// The REST API of the jobs of one process. Thread-safe (see the file comment).
+class RestServer {
+ public:
+  /// Binds `options.address:options.port` and starts serving. Errors: kConfiguration for a port outside
+  /// 0..65535 or thread count < 1; kNetwork when the address cannot be bound (in use, not local), with the
+  /// address and how to pick another port.
+  [[nodiscard]] static Result<std::unique_ptr<RestServer>> start(RestServerOptions options);
+  /// As start(RestServerOptions), from `rest.address` and `rest.port`. Errors: also kConfiguration when
+  /// rest.port is -1 (the API is disabled: check the option first) or does not parse.
+  [[nodiscard]] static Result<std::unique_ptr<RestServer>> start(const Configuration& config);
+
+  RestServer(const RestServer&) = delete;
+  RestServer& operator=(const RestServer&) = delete;
+  /// Calls stop().
+  ~RestServer();
+
+  /// The bound address and port (the real one when started with port 0).
+  const std::string& address() const noexcept;
+  int port() const noexcept;
+  /// "http://<address>:<port>".
+  std::string url() const;
+
+  /// Serves `client` under its job id and `name`. `operators` describes the job's operators while it runs
+  /// (operators_of() of its graph, taken before execution); once the job has ended, the counters of its
+  /// JobResult are served instead. Registering the same job id again replaces the entry. The server keeps
+  /// the client (and so the job's resources) until it is destroyed.
+  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators = {});
+
+  /// Waits until a client has fetched the result of every savepoint or stop operation that has completed,
+  /// or `timeout` passes; true when nothing is left unfetched. A process that serves a job calls it after
+  /// the job ended, so that `sluice stop` reads the savepoint's path before the server goes away.
+  bool wait_for_fetched_operations(std::chrono::milliseconds timeout);
+
+  /// Stops serving: closes the listening socket, waits for requests in flight and for the threads that
+  /// cancel jobs after a cancel-job savepoint (they end when the savepoint does, or when its job ends).
+  /// Idempotent.
+  void stop();
+
+ private:
+  class Impl;
+  explicit RestServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The operators of `graph` (name, uid, parallelism; no counters) in graph order, resolving the default
+/// parallelism from the graph's configuration. Call it before execute_async(), which consumes the graph.
+std::vector<OperatorStats> operators_of(const StreamGraph& graph);
+
+}  // namespace sluice

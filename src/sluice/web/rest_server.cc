@@ -1,0 +1,567 @@
+#include "sluice/web/rest_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "sluice/core/value.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+}
+
+/// Flink's names of checkpoint types.
+const char* flink_checkpoint_type(const std::string& type) {
+  if (type == "savepoint") return "SAVEPOINT";
+  if (type == "stop-with-savepoint") return "SYNC_SAVEPOINT";
+  return "CHECKPOINT";
+}
+
+Value checkpoint_json(const CheckpointStats& s) {
+  Value tasks = Value::array();
+  for (const auto& t : s.tasks) {
+    tasks.push_back(Value::object({{"task", t.task},
+                                   {"alignment_duration_ns", t.alignment_ns},
+                                   {"sync_duration_ns", t.sync_pause_ns},
+                                   {"state_size", t.state_bytes}}));
+  }
+  const bool savepoint = s.type != "checkpoint";
+  return Value::object({{"id", s.checkpoint_id},
+                        {"status", s.completed ? "COMPLETED" : "FAILED"},
+                        {"is_savepoint", savepoint},
+                        {"checkpoint_type", flink_checkpoint_type(s.type)},
+                        {"trigger_timestamp", s.trigger_time_ms},
+                        {"end_to_end_duration", s.duration_ms},
+                        {"state_size", s.state_bytes},
+                        {"external_path", s.completed ? Value(s.path) : Value()},
+                        {"failure_message", s.completed ? Value() : Value(s.failure)},
+                        {"tasks", std::move(tasks)}});
+}
+
+Value error_json(const Error& e) {
+  return Value::object(
+      {{"class", error_code_name(e.code())}, {"message", e.message()}, {"stack-trace", e.to_string()}});
+}
+
+/// One savepoint or stop-with-savepoint triggered through the API.
+struct Operation {
+  std::shared_future<Result<std::string>> result;
+  bool fetched = false;  ///< a client has read its final status
+};
+
+struct JobEntry {
+  std::string name;
+  JobClient client;
+  std::vector<OperatorStats> operators;
+  int64_t start_time_ms = 0;
+  std::map<std::string, Operation> operations;  // by request id
+};
+
+void reply(httplib::Response& res, int status, const Value& body) {
+  res.status = status;
+  res.set_content(body.to_json(), "application/json");
+}
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  reply(res, status, Value::object({{"errors", Value::array({Value(message)})}}));
+}
+
+}  // namespace
+
+class RestServer::Impl {
+ public:
+  explicit Impl(RestServerOptions options) : options_(std::move(options)) {
+    std::random_device rd;  // only for unguessable request ids, never for data
+    id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+
+  ~Impl() { stop(); }
+
+  Status start() {
+    const int threads = options_.threads;
+    server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server_.set_keep_alive_timeout(2);
+    server_.set_payload_max_length(1 << 20);
+    server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
+      reply_error(res, res.status,
+                  res.status == 404 ? fmt::format("not found: {} {} (see docs/operations.md for the endpoints)",
+                                                  req.method, req.path)
+                                    : fmt::format("HTTP {}", res.status));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    server_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      spdlog::error("REST {} {} failed: {}", req.method, req.path, what);
+      reply_error(res, 500, fmt::format("internal error: {}", what));
+    });
+    route();
+
+    if (options_.port == 0) {
+      const int port = server_.bind_to_any_port(options_.address);
+      if (port < 0) return bind_error();
+      port_ = port;
+    } else {
+      if (!server_.bind_to_port(options_.address, options_.port)) return bind_error();
+      port_ = options_.port;
+    }
+    listener_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "sluice-rest");
+      if (!server_.listen_after_bind()) spdlog::error("REST API at {} stopped serving", url());
+      listener_done_.store(true);
+    });
+    // httplib's stop() is a no-op until the listener runs: wait for it so that stop() cannot be lost.
+    while (!server_.is_running() && !listener_done_.load()) {
+      std::this_thread::yield();
+    }
+    spdlog::info("REST API at {}", url());
+    return ok_status();
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(stop_mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    stopping_.store(true);
+    server_.stop();
+    if (listener_.joinable()) listener_.join();
+    std::vector<std::thread> cancellers;
+    {
+      std::lock_guard lock(mu_);
+      cancellers.swap(cancellers_);
+    }
+    for (auto& t : cancellers)
+      t.join();
+  }
+
+  std::string url() const { return fmt::format("http://{}:{}", options_.address, port_); }
+
+  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators) {
+    std::string id = client.job_id();
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = jobs_.insert_or_assign(
+        id, std::make_shared<JobEntry>(JobEntry{std::move(name), std::move(client), std::move(operators), now_ms(), {}}));
+    (void)it;
+    if (inserted) order_.push_back(id);
+  }
+
+  bool wait_for_fetched_operations(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::unique_lock lock(mu_);
+    while (true) {
+      bool unfetched = false;
+      for (const auto& [id, job] : jobs_) {
+        for (const auto& [rid, op] : job->operations) {
+          if (!op.fetched && op.result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) unfetched = true;
+        }
+      }
+      if (!unfetched) return true;
+      // A fetch notifies fetched_cv_; the slice bounds how late a just-completed operation is noticed.
+      if (fetched_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                              std::chrono::milliseconds(100))) ==
+              std::cv_status::timeout &&
+          std::chrono::steady_clock::now() >= deadline) {
+        return false;
+      }
+    }
+  }
+
+  const RestServerOptions& options() const { return options_; }
+  int port() const { return port_; }
+
+ private:
+  Error bind_error() const {
+    return Error(ErrorCode::kNetwork,
+                 fmt::format("cannot serve the REST API on {}:{} (the port is in use or the address is not local); "
+                             "pick another port with --rest-port / {} (0 = any free port)",
+                             options_.address, options_.port, options::kRestPort.key));
+  }
+
+  std::shared_ptr<JobEntry> find_job(const std::string& id) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(id);
+    return it == jobs_.end() ? nullptr : it->second;
+  }
+
+  /// Looks up the job of `req.matches[1]`; answers 404 and returns null when there is none.
+  std::shared_ptr<JobEntry> job_or_404(const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    auto job = find_job(id);
+    if (!job) {
+      reply_error(res, 404, fmt::format("no job with id '{}' on this JobManager; GET /jobs lists the jobs", id));
+    }
+    return job;
+  }
+
+  /// Parses a JSON object body; an empty body is an empty object. Answers 400 and returns null on error.
+  std::optional<Value> body_or_400(const httplib::Request& req, httplib::Response& res) {
+    if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Value::object();
+    auto v = Value::from_json(req.body);
+    if (!v.ok()) {
+      reply_error(res, 400, fmt::format("the request body is not valid JSON: {}", v.error().message()));
+      return std::nullopt;
+    }
+    if (!v->is_object()) {
+      reply_error(res, 400, "the request body must be a JSON object");
+      return std::nullopt;
+    }
+    return std::move(*v);
+  }
+
+  /// Reads an optional string field; answers 400 when it has another type.
+  static bool string_field(const Value& body, std::string_view key, std::string& out, httplib::Response& res) {
+    const Value* v = body.find(key);
+    if (v == nullptr || v->is_null()) return true;
+    if (!v->is_string()) {
+      reply_error(res, 400, fmt::format("\"{}\" must be a string (a directory)", key));
+      return false;
+    }
+    out = std::string(v->as_string());
+    return true;
+  }
+  static bool bool_field(const Value& body, std::string_view key, bool& out, httplib::Response& res) {
+    const Value* v = body.find(key);
+    if (v == nullptr || v->is_null()) return true;
+    if (!v->is_bool()) {
+      reply_error(res, 400, fmt::format("\"{}\" must be true or false", key));
+      return false;
+    }
+    out = v->as_bool();
+    return true;
+  }
+
+  std::string new_request_id() {
+    const uint64_t n = request_counter_.fetch_add(1) + 1;
+    return fmt::format("{:016x}{:016x}", splitmix(id_seed_ ^ n), splitmix(id_seed_ + n));
+  }
+  static uint64_t splitmix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+  }
+
+  /// Answers 409 and returns false when the job no longer runs.
+  static bool running_or_409(JobEntry& job, const char* action, httplib::Response& res) {
+    const JobStatus s = job.client.status();
+    if (s == JobStatus::kRunning) return true;
+    reply_error(res, 409,
+                fmt::format("cannot {} job '{}' ({}): it is {}, not RUNNING", action, job.name, job.client.job_id(),
+                            job_status_name(s)));
+    return false;
+  }
+
+  void add_operation(JobEntry& job, const std::string& rid, std::shared_future<Result<std::string>> f) {
+    std::lock_guard lock(mu_);
+    job.operations[rid] = Operation{std::move(f), false};
+  }
+
+  void route() {
+    server_.Get("/jobs", [this](const httplib::Request&, httplib::Response& res) {
+      std::vector<std::shared_ptr<JobEntry>> jobs;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& id : order_)
+          jobs.push_back(jobs_.at(id));
+      }
+      Value list = Value::array();
+      for (const auto& j : jobs) {
+        list.push_back(Value::object({{"id", j->client.job_id()},
+                                      {"name", j->name},
+                                      {"status", job_status_name(j->client.status())},
+                                      {"start-time", j->start_time_ms}}));
+      }
+      reply(res, 200, Value::object({{"jobs", std::move(list)}}));
+    });
+
+    server_.Get(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      reply(res, 200, job_details(*job));
+    });
+
+    server_.Patch(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const std::string mode = req.has_param("mode") ? req.get_param_value("mode") : "cancel";
+      if (mode != "cancel") {
+        reply_error(res, 400,
+                    fmt::format("mode '{}' is not supported: use mode=cancel, or POST /jobs/:id/stop to stop with "
+                                "a savepoint",
+                                mode));
+        return;
+      }
+      job->client.cancel();  // a no-op for a job that already ended (Flink also answers 202)
+      reply(res, 202, Value::object());
+    });
+
+    server_.Get(R"(/jobs/([^/]+)/checkpoints)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      reply(res, 200, checkpoints_json(job->client.checkpoint_stats()));
+    });
+
+    server_.Post(R"(/jobs/([^/]+)/savepoints)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      auto body = body_or_400(req, res);
+      if (!body) return;
+      std::string target;
+      bool cancel_job = false;
+      if (!string_field(*body, "target-directory", target, res) || !bool_field(*body, "cancel-job", cancel_job, res)) {
+        return;
+      }
+      if (!running_or_409(*job, "take a savepoint of", res)) return;
+      const std::string rid = new_request_id();
+      std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
+      if (cancel_job) {
+        // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
+        JobClient client = job->client;
+        std::lock_guard lock(mu_);
+        cancellers_.emplace_back([this, f, client]() mutable {
+          // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
+          // thread's client would prevent.
+          while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+            if (stopping_.load() || client.status() != JobStatus::kRunning) return;
+          }
+          if (await(f).ok()) client.cancel();
+        });
+      }
+      add_operation(*job, rid, f);
+      spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+      reply(res, 202, Value::object({{"request-id", rid}}));
+    });
+
+    server_.Get(R"(/jobs/([^/]+)/savepoints/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const std::string rid = req.matches[2];
+      std::shared_future<Result<std::string>> f;
+      {
+        std::lock_guard lock(mu_);
+        auto it = job->operations.find(rid);
+        if (it == job->operations.end()) {
+          reply_error(res, 404, fmt::format("no savepoint request '{}' for job '{}'", rid, job->client.job_id()));
+          return;
+        }
+        f = it->second.result;
+      }
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        reply(res, 200, Value::object({{"status", Value::object({{"id", "IN_PROGRESS"}})}, {"operation", Value()}}));
+        return;
+      }
+      Result<std::string> r = await(f);
+      Value operation = r.ok() ? Value::object({{"location", *r}})
+                               : Value::object({{"failure-cause", error_json(r.error())}});
+      reply(res, 200,
+            Value::object({{"status", Value::object({{"id", "COMPLETED"}})}, {"operation", std::move(operation)}}));
+      {
+        std::lock_guard lock(mu_);
+        job->operations[rid].fetched = true;
+      }
+      fetched_cv_.notify_all();
+    });
+
+    server_.Post(R"(/jobs/([^/]+)/stop)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      auto body = body_or_400(req, res);
+      if (!body) return;
+      std::string target;
+      bool drain = false;
+      if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res)) return;
+      if (drain) {
+        reply_error(res, 400,
+                    "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
+                    "supported yet; stop without drain: the job stops right after the savepoint and resumes "
+                    "from it with its timers and windows intact");
+        return;
+      }
+      if (!running_or_409(*job, "stop", res)) return;
+      const std::string rid = new_request_id();
+      add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
+      spdlog::info("REST: stop-with-savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+      reply(res, 202, Value::object({{"request-id", rid}}));
+    });
+  }
+
+  /// The result of a ready future; a broken promise (the job went away) becomes an error.
+  static Result<std::string> await(const std::shared_future<Result<std::string>>& f) {
+    try {
+      return f.get();
+    } catch (const std::future_error&) {
+      return Error(ErrorCode::kCheckpoint, "the job ended before the savepoint completed");
+    }
+  }
+
+  static Value job_details(JobEntry& job) {
+    const JobStatus status = job.client.status();
+    const bool ended = status == JobStatus::kFinished || status == JobStatus::kFailed || status == JobStatus::kCanceled;
+    Value v = Value::object({{"jid", job.client.job_id()},
+                             {"name", job.name},
+                             {"state", job_status_name(status)},
+                             {"start-time", job.start_time_ms}});
+    std::vector<OperatorStats> operators = job.operators;
+    if (ended) {
+      JobResult r = job.client.wait();  // returns at once: the job has ended
+      v.set("end-time", job.start_time_ms + r.duration.count());
+      v.set("duration", r.duration.count());
+      v.set("restarts", r.restarts);
+      if (r.error) v.set("failure-cause", error_json(*r.error));
+      if (!r.operators.empty()) operators = r.operators;
+    } else {
+      v.set("end-time", -1);
+      v.set("duration", now_ms() - job.start_time_ms);
+      v.set("restarts", job.client.restarts());
+    }
+    Value vertices = Value::array();
+    for (const auto& op : operators) {
+      Value vertex = Value::object({{"name", op.name}, {"uid", op.uid}, {"parallelism", op.parallelism}});
+      if (ended) {
+        vertex.set("metrics", Value::object({{"read-records", op.records_in}, {"write-records", op.records_out}}));
+      }
+      vertices.push_back(std::move(vertex));
+    }
+    v.set("vertices", std::move(vertices));
+    return v;
+  }
+
+  static Value checkpoints_json(const std::vector<CheckpointStats>& stats) {
+    int64_t completed = 0;
+    int64_t failed = 0;
+    const CheckpointStats* latest_completed = nullptr;
+    const CheckpointStats* latest_savepoint = nullptr;
+    const CheckpointStats* latest_failed = nullptr;
+    Value history = Value::array();
+    for (auto it = stats.rbegin(); it != stats.rend(); ++it) {  // newest first, as Flink
+      const CheckpointStats& s = *it;
+      if (s.completed) {
+        ++completed;
+        if (!latest_completed) latest_completed = &s;
+        if (!latest_savepoint && s.type != "checkpoint") latest_savepoint = &s;
+      } else {
+        ++failed;
+        if (!latest_failed) latest_failed = &s;
+      }
+      history.push_back(checkpoint_json(s));
+    }
+    auto or_null = [](const CheckpointStats* s) { return s ? checkpoint_json(*s) : Value(); };
+    return Value::object(
+        {{"counts", Value::object({{"total", completed + failed}, {"completed", completed}, {"failed", failed}})},
+         {"latest", Value::object({{"completed", or_null(latest_completed)},
+                                   {"savepoint", or_null(latest_savepoint)},
+                                   {"failed", or_null(latest_failed)}})},
+         {"history", std::move(history)}});
+  }
+
+  RestServerOptions options_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread listener_;
+  std::atomic<bool> listener_done_{false};
+  std::mutex stop_mu_;
+  bool stopped_ = false;
+  std::atomic<bool> stopping_{false};
+
+  uint64_t id_seed_ = 0;
+  std::atomic<uint64_t> request_counter_{0};
+
+  std::mutex mu_;  // guards jobs_, order_, every JobEntry::operations and cancellers_
+  std::condition_variable fetched_cv_;
+  std::map<std::string, std::shared_ptr<JobEntry>> jobs_;
+  std::vector<std::string> order_;  // job ids in registration order
+  std::vector<std::thread> cancellers_;
+};
+
+Result<std::unique_ptr<RestServer>> RestServer::start(RestServerOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("REST port {} is out of range; expected 0..65535 (0 = any free port)", options.port));
+  }
+  if (options.threads < 1) {
+    return Error(ErrorCode::kConfiguration, fmt::format("REST threads = {}; expected at least 1", options.threads));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  SLUICE_RETURN_IF_ERROR(impl->start());
+  return std::unique_ptr<RestServer>(new RestServer(std::move(impl)));
+}
+
+Result<std::unique_ptr<RestServer>> RestServer::start(const Configuration& config) {
+  RestServerOptions options;
+  try {
+    options.port = config.get(options::kRestPort);
+    options.address = config.get(options::kRestAddress);
+  } catch (const SluiceException& e) {
+    return e.error();
+  }
+  if (options.port == -1) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("the REST API is disabled ({} = -1); set a port, or 0 for any free port",
+                             options::kRestPort.key));
+  }
+  return start(std::move(options));
+}
+
+RestServer::RestServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RestServer::~RestServer() {
+  stop();
+}
+
+const std::string& RestServer::address() const noexcept {
+  return impl_->options().address;
+}
+int RestServer::port() const noexcept {
+  return impl_->port();
+}
+std::string RestServer::url() const {
+  return impl_->url();
+}
+void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators) {
+  impl_->register_job(std::move(name), std::move(client), std::move(operators));
+}
+bool RestServer::wait_for_fetched_operations(std::chrono::milliseconds timeout) {
+  return impl_->wait_for_fetched_operations(timeout);
+}
+void RestServer::stop() {
+  impl_->stop();
+}
+
+std::vector<OperatorStats> operators_of(const StreamGraph& graph) {
+  std::vector<OperatorStats> out;
+  for (const auto& node : graph.nodes()) {
+    OperatorStats s;
+    s.name = node.name;
+    s.uid = node.uid.value_or(node.derived_uid);
+    try {
+      s.parallelism = graph.parallelism_of(node);
+    } catch (const SluiceException&) {
+      s.parallelism = node.parallelism;  // a malformed default: execute() reports it
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace sluice

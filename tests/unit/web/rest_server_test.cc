@@ -1,0 +1,308 @@
+// The REST API against real jobs on the local mini-cluster: listing, job details, checkpoint statistics,
+// savepoints (polled until COMPLETED), stop-with-savepoint, cancel, and the error answers (404, 400, 409).
+#include "sluice/web/rest_server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/core/value.h"
+#include "test_util/collect_sink.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using Sum = std::pair<int64_t, int64_t>;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("sluice-rest-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// An endless, rate-limited job: numbers -> (n % 10, 1) -> key_by -> sum -> collect.
+struct RunningJob {
+  std::shared_ptr<testing::CollectedRecords<Sum>> out = std::make_shared<testing::CollectedRecords<Sum>>();
+  std::optional<JobClient> client;
+  std::vector<OperatorStats> operators;
+
+  void start(Configuration config) {
+    StreamEnvironment env(std::move(config));
+    env.from_source(datagen::sequence(0, DataGeneratorSource<int64_t>::kUnbounded - 1, 2'000), "numbers")
+        .uid("numbers")
+        .map([](const int64_t& n) { return Sum{n % 10, 1}; })
+        .key_by([](const Sum& s) { return s.first; })
+        .sum<1>()
+        .uid("sums")
+        .sink_to(std::make_shared<testing::CollectSink<Sum>>(out), "Collect")
+        .uid("collect");
+    operators = operators_of(env.stream_graph());
+    client = env.execute_async("running sums");
+  }
+  ~RunningJob() {
+    if (client) {
+      client->cancel();
+      client->wait();
+    }
+  }
+};
+
+Configuration checkpointing(const fs::path& dir) {
+  Configuration c;
+  c.set(options::kParallelism, 2);
+  c.set_string(std::string(options::kCheckpointInterval.key), "50ms");
+  c.set(options::kCheckpointDir, dir.string());
+  return c;
+}
+
+/// A started server, or a failed test.
+std::unique_ptr<RestServer> start_server() {
+  auto server = RestServer::start(RestServerOptions{});
+  EXPECT_TRUE(server.ok()) << server.error().to_string();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+struct Answer {
+  int status = 0;
+  Value body;
+};
+
+/// Sends one request; the body of the answer is parsed as JSON (every answer of the API is JSON).
+Answer call(httplib::Client& http, const std::string& method, const std::string& path, const std::string& body = "") {
+  httplib::Result r = method == "GET"     ? http.Get(path)
+                      : method == "POST"  ? http.Post(path, body, "application/json")
+                      : method == "PATCH" ? http.Patch(path, body, "application/json")
+                                          : httplib::Result();
+  if (!r) {
+    ADD_FAILURE() << method << " " << path << ": " << httplib::to_string(r.error());
+    return {};
+  }
+  auto v = Value::from_json(r->body);
+  EXPECT_TRUE(v.ok()) << method << " " << path << " answered non-JSON: " << r->body;
+  return {r->status, v.ok() ? std::move(*v) : Value()};
+}
+
+std::string str(const Value& v, std::string_view path) {
+  const Value* f = v.at_path(path);
+  return f != nullptr && f->is_string() ? std::string(f->as_string()) : std::string();
+}
+
+/// Polls a savepoint operation until its status is COMPLETED; returns the final answer.
+Value await_operation(httplib::Client& http, const std::string& job_id, const std::string& request_id) {
+  Value last;
+  EXPECT_TRUE(testing::wait_until([&] {
+    last = call(http, "GET", "/jobs/" + job_id + "/savepoints/" + request_id).body;
+    return str(last, "status.id") == "COMPLETED";
+  })) << last.to_json();
+  return last;
+}
+
+TEST(RestServerTest, ListsJobsTakesASavepointAndStopsWithOne) {
+  const fs::path root = fresh_dir("savepoint");
+  RunningJob job;
+  job.start(checkpointing(root / "checkpoints"));
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  EXPECT_GT(server->port(), 0);
+  server->register_job("running sums", *job.client, job.operators);
+  const std::string id = job.client->job_id();
+  httplib::Client http(server->address(), server->port());
+
+  Answer jobs = call(http, "GET", "/jobs");
+  ASSERT_EQ(jobs.status, 200);
+  ASSERT_EQ(jobs.body.find("jobs")->size(), 1u);
+  EXPECT_EQ(str(jobs.body, "jobs[0].id"), id);
+  EXPECT_EQ(str(jobs.body, "jobs[0].name"), "running sums");
+  EXPECT_EQ(str(jobs.body, "jobs[0].status"), "RUNNING");
+
+  Answer details = call(http, "GET", "/jobs/" + id);
+  ASSERT_EQ(details.status, 200);
+  EXPECT_EQ(str(details.body, "state"), "RUNNING");
+  EXPECT_EQ(details.body.at_path("restarts")->as_int64(), 0);
+  ASSERT_EQ(details.body.find("vertices")->size(), job.operators.size());
+  EXPECT_EQ(str(details.body, "vertices[0].uid"), "numbers");
+  EXPECT_EQ(details.body.at_path("vertices[0].parallelism")->as_int64(), 2);
+
+  // Periodic checkpoints show up in the statistics.
+  ASSERT_TRUE(testing::wait_until([&] { return !job.client->checkpoint_stats().empty(); }));
+  Answer checkpoints = call(http, "GET", "/jobs/" + id + "/checkpoints");
+  ASSERT_EQ(checkpoints.status, 200);
+  EXPECT_GE(checkpoints.body.at_path("counts.completed")->as_int64(), 1);
+  EXPECT_EQ(str(checkpoints.body, "history[0].checkpoint_type"), "CHECKPOINT");
+  EXPECT_TRUE(fs::exists(str(checkpoints.body, "latest.completed.external_path")));
+  EXPECT_GT(checkpoints.body.at_path("latest.completed.tasks")->size(), 0u);
+
+  // A savepoint while the job keeps running.
+  Answer trigger = call(http, "POST", "/jobs/" + id + "/savepoints",
+                        Value::object({{"target-directory", (root / "savepoints").string()}, {"cancel-job", false}})
+                            .to_json());
+  ASSERT_EQ(trigger.status, 202) << trigger.body.to_json();
+  Value done = await_operation(http, id, str(trigger.body, "request-id"));
+  const std::string savepoint = str(done, "operation.location");
+  ASSERT_FALSE(savepoint.empty()) << done.to_json();
+  EXPECT_TRUE(fs::exists(fs::path(savepoint) / "_metadata"));
+  EXPECT_EQ(fs::path(savepoint).parent_path(), root / "savepoints");
+  EXPECT_EQ(job.client->status(), JobStatus::kRunning);
+  Answer after = call(http, "GET", "/jobs/" + id + "/checkpoints");
+  EXPECT_EQ(str(after.body, "latest.savepoint.external_path"), savepoint);
+  EXPECT_EQ(str(after.body, "latest.savepoint.checkpoint_type"), "SAVEPOINT");
+
+  // Stop with a savepoint: the job ends FINISHED.
+  Answer stop = call(http, "POST", "/jobs/" + id + "/stop",
+                     Value::object({{"targetDirectory", (root / "final").string()}, {"drain", false}}).to_json());
+  ASSERT_EQ(stop.status, 202) << stop.body.to_json();
+  Value stopped = await_operation(http, id, str(stop.body, "request-id"));
+  const std::string final_savepoint = str(stopped, "operation.location");
+  ASSERT_FALSE(final_savepoint.empty()) << stopped.to_json();
+  EXPECT_TRUE(fs::exists(fs::path(final_savepoint) / "_metadata"));
+  JobResult r = job.client->wait();
+  EXPECT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  EXPECT_TRUE(server->wait_for_fetched_operations(std::chrono::seconds(0)));
+
+  Answer ended = call(http, "GET", "/jobs/" + id);
+  EXPECT_EQ(str(ended.body, "state"), "FINISHED");
+  EXPECT_GT(ended.body.at_path("vertices[0].metrics.write-records")->as_int64(), 0);
+  // Actions on a job that has ended are refused.
+  EXPECT_EQ(call(http, "POST", "/jobs/" + id + "/savepoints", "{}").status, 409);
+  EXPECT_EQ(call(http, "POST", "/jobs/" + id + "/stop", "{}").status, 409);
+  server->stop();
+  fs::remove_all(root);
+}
+
+TEST(RestServerTest, UnknownJobsRequestsAndPathsAre404) {
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  RunningJob job;
+  job.start(Configuration{});
+  server->register_job("running sums", *job.client);
+  httplib::Client http(server->address(), server->port());
+
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/jobs/0123456789abcdef"},
+           {"GET", "/jobs/0123456789abcdef/checkpoints"},
+           {"POST", "/jobs/0123456789abcdef/savepoints"},
+           {"POST", "/jobs/0123456789abcdef/stop"},
+           {"PATCH", "/jobs/0123456789abcdef?mode=cancel"},
+           {"GET", "/jobs/" + job.client->job_id() + "/savepoints/no-such-request"},
+           {"GET", "/no/such/endpoint"}}) {
+    Answer a = call(http, method, path, "{}");
+    EXPECT_EQ(a.status, 404) << method << " " << path;
+    const Value* errors = a.body.find("errors");
+    ASSERT_TRUE(errors != nullptr && errors->is_array() && errors->size() == 1) << a.body.to_json();
+  }
+  Answer unknown = call(http, "GET", "/jobs/0123456789abcdef");
+  EXPECT_NE(str(unknown.body, "errors[0]").find("no job with id '0123456789abcdef'"), std::string::npos);
+}
+
+TEST(RestServerTest, BadRequestsAre400) {
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  const fs::path root = fresh_dir("bad");
+  RunningJob job;
+  job.start(checkpointing(root / "checkpoints"));
+  server->register_job("running sums", *job.client);
+  httplib::Client http(server->address(), server->port());
+  const std::string base = "/jobs/" + job.client->job_id();
+
+  EXPECT_EQ(call(http, "POST", base + "/savepoints", "{not json").status, 400);
+  EXPECT_EQ(call(http, "POST", base + "/savepoints", "[1, 2]").status, 400);
+  EXPECT_EQ(call(http, "POST", base + "/savepoints", R"({"target-directory": 5})").status, 400);
+  EXPECT_EQ(call(http, "POST", base + "/savepoints", R"({"cancel-job": "yes"})").status, 400);
+  EXPECT_EQ(call(http, "PATCH", base + "?mode=stop").status, 400);
+  Answer drain = call(http, "POST", base + "/stop", R"({"targetDirectory": "/tmp/x", "drain": true})");
+  EXPECT_EQ(drain.status, 400);
+  EXPECT_NE(str(drain.body, "errors[0]").find("not supported yet"), std::string::npos) << drain.body.to_json();
+  EXPECT_EQ(job.client->status(), JobStatus::kRunning);  // none of it touched the job
+  fs::remove_all(root);
+}
+
+TEST(RestServerTest, CancelEndsTheJobCanceled) {
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  RunningJob job;
+  job.start(Configuration{});
+  server->register_job("running sums", *job.client);
+  httplib::Client http(server->address(), server->port());
+  const std::string base = "/jobs/" + job.client->job_id();
+
+  ASSERT_TRUE(testing::wait_until([&] { return job.out->size() > 0; }));
+  Answer cancel = call(http, "PATCH", base + "?mode=cancel");
+  EXPECT_EQ(cancel.status, 202);
+  JobResult r = job.client->wait();
+  EXPECT_EQ(r.status, JobStatus::kCanceled);
+  EXPECT_EQ(str(call(http, "GET", base).body, "state"), "CANCELED");
+  EXPECT_EQ(str(call(http, "GET", "/jobs").body, "jobs[0].status"), "CANCELED");
+}
+
+TEST(RestServerTest, SavepointFailureAndCancelWithSavepoint) {
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  httplib::Client http(server->address(), server->port());
+
+  // No checkpoint storage: the operation completes with the engine's reason.
+  RunningJob plain;
+  plain.start(Configuration{});
+  server->register_job("no storage", *plain.client);
+  Answer trigger = call(http, "POST", "/jobs/" + plain.client->job_id() + "/savepoints",
+                        R"({"target-directory": "/tmp/unused"})");
+  ASSERT_EQ(trigger.status, 202);
+  Value failed = await_operation(http, plain.client->job_id(), str(trigger.body, "request-id"));
+  EXPECT_EQ(str(failed, "operation.failure-cause.class"), "configuration") << failed.to_json();
+  EXPECT_NE(str(failed, "operation.failure-cause.message").find("checkpoint storage"), std::string::npos);
+  EXPECT_EQ(failed.find("operation")->find("location"), nullptr);
+
+  // cancel-job: the job is cancelled once the savepoint has completed.
+  const fs::path root = fresh_dir("cancel-job");
+  RunningJob job;
+  job.start(checkpointing(root / "checkpoints"));
+  server->register_job("cancel with savepoint", *job.client);
+  Answer cws = call(http, "POST", "/jobs/" + job.client->job_id() + "/savepoints",
+                    Value::object({{"target-directory", (root / "sp").string()}, {"cancel-job", true}}).to_json());
+  ASSERT_EQ(cws.status, 202);
+  Value done = await_operation(http, job.client->job_id(), str(cws.body, "request-id"));
+  EXPECT_TRUE(fs::exists(fs::path(str(done, "operation.location")) / "_metadata")) << done.to_json();
+  EXPECT_EQ(job.client->wait().status, JobStatus::kCanceled);
+  Answer jobs = call(http, "GET", "/jobs");
+  EXPECT_EQ(jobs.body.find("jobs")->size(), 2u);
+  server->stop();
+  fs::remove_all(root);
+}
+
+TEST(RestServerTest, ConfigurationAndBindErrors) {
+  Configuration disabled;
+  auto off = RestServer::start(disabled);
+  ASSERT_FALSE(off.ok());
+  EXPECT_EQ(off.error().code(), ErrorCode::kConfiguration);
+  EXPECT_NE(off.error().message().find("rest.port"), std::string::npos);
+
+  Configuration any;
+  any.set(options::kRestPort, 0);
+  auto first = RestServer::start(any);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_EQ((*first)->url(), "http://127.0.0.1:" + std::to_string((*first)->port()));
+
+  RestServerOptions busy;
+  busy.port = (*first)->port();
+  auto second = RestServer::start(busy);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code(), ErrorCode::kNetwork);
+  EXPECT_NE(second.error().message().find(std::to_string(busy.port)), std::string::npos);
+  EXPECT_FALSE(RestServer::start(RestServerOptions{"127.0.0.1", 70000, 4}).ok());
+  EXPECT_TRUE(validate_engine_options(any).ok());
+  Configuration bad;
+  bad.set(options::kRestPort, -5);
+  EXPECT_FALSE(validate_engine_options(bad).ok());
+}
+
+}  // namespace
+}  // namespace sluice
