@@ -12,7 +12,6 @@
 // timing) per iteration; the counter cpu_ms is the thread CPU time of the same calls (steadier on a shared
 // machine); items/s where given counts state updates.
 #include <benchmark/benchmark.h>
-
 #include <time.h>
 
 #include <chrono>

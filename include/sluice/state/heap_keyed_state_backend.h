@@ -187,7 +187,9 @@ class HeapKeyedStateSnapshot final : public KeyedStateSnapshot {
   void write_all(DataOutput& out) const {
     detail::write_whole_range(
         range_, max_parallelism_, states_, pending_,
-        [this](KeyGroup kg, DataOutput& o) { detail::write_key_group_blob(kg, kg.value - range_.start(), states_, pending_, o); },
+        [this](KeyGroup kg, DataOutput& o) {
+          detail::write_key_group_blob(kg, kg.value - range_.start(), states_, pending_, o);
+        },
         out);
   }
 
@@ -422,8 +424,8 @@ class HeapKeyedStateBackend {
   /// Appends a snapshot of the whole range: header, state metadata, then every key group.
   void snapshot(DataOutput& out) const {
     detail::write_whole_range(
-        range_, max_parallelism_, states_, pending_,
-        [this](KeyGroup kg, DataOutput& o) { snapshot_key_group(kg, o); }, out);
+        range_, max_parallelism_, states_, pending_, [this](KeyGroup kg, DataOutput& o) { snapshot_key_group(kg, o); },
+        out);
   }
 
   /// Restores a whole-range snapshot of any backend with the same max parallelism, keeping only the key

@@ -183,8 +183,7 @@ class CowHandle {
 /// that keeps mutating the state (which clones the key groups it touches instead of changing these).
 class CapturedState {
  public:
-  CapturedState(std::string name, StateKind kind, uint8_t flags)
-      : name_(std::move(name)), kind_(kind), flags_(flags) {}
+  CapturedState(std::string name, StateKind kind, uint8_t flags) : name_(std::move(name)), kind_(kind), flags_(flags) {}
   virtual ~CapturedState() = default;
   CapturedState(const CapturedState&) = delete;
   CapturedState& operator=(const CapturedState&) = delete;
@@ -381,8 +380,7 @@ using SlotWriter = void (*)(const S& slot, bool ttl, DataOutput& out);
 /// Appends the entries of one key group's map (key, namespace, slot), in the map's iteration order. The
 /// live state and its captures both write through this, so their bytes are the same.
 template <class K, class N, class S>
-void write_entries(const typename StateTable<K, N, S>::Map& map, SlotWriter<S> write_slot, bool ttl,
-                   DataOutput& out) {
+void write_entries(const typename StateTable<K, N, S>::Map& map, SlotWriter<S> write_slot, bool ttl, DataOutput& out) {
   for (const auto& [k, slot] : map) {
     TypeSerializer<K>::serialize(k.key, out);
     TypeSerializer<N>::serialize(k.ns, out);
@@ -1105,7 +1103,8 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
     }
   }
   bool has_expired(const Slot& slot, TimestampMs now) const override {
-    return std::any_of(slot.map.begin(), slot.map.end(), [&](const auto& kv) { return this->expired(kv.second.ts, now); });
+    return std::any_of(slot.map.begin(), slot.map.end(),
+                       [&](const auto& kv) { return this->expired(kv.second.ts, now); });
   }
   bool purge_expired(Slot& slot, TimestampMs now) override {
     absl::erase_if(slot.map, [&](const auto& kv) { return this->expired(kv.second.ts, now); });

@@ -119,7 +119,8 @@ template <class K, class N>
                                             const KeyedStateRestore& restore) {
   if (restore.max_parallelism != backend.max_parallelism()) {
     return Error(ErrorCode::kState, "restoring keyed operator state: it was written with max parallelism " +
-                                        std::to_string(restore.max_parallelism) + " but this operator has max parallelism " +
+                                        std::to_string(restore.max_parallelism) +
+                                        " but this operator has max parallelism " +
                                         std::to_string(backend.max_parallelism()) +
                                         "; keyed state can only be rescaled within the same max parallelism: restore "
                                         "with the old max parallelism");

@@ -2,8 +2,6 @@
 // snapshot wrote at capture time whatever the task does afterwards (writes of every state kind, TTL reads
 // and cleanup, restores, timers), also while another thread writes it; and the keyed operator blob round
 // trips, also into other key-group ranges.
-#include "sluice/state/keyed_operator_snapshot.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -23,6 +21,7 @@
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_operator_snapshot.h"
 #include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/state.h"
 #include "sluice/state/timer_service.h"
@@ -332,7 +331,7 @@ TEST_F(HeapSnapshotCowTest, RestoredButUnregisteredStatesAreCaptured) {
   value.update("changed");
   HeapKeyedStateBackend<std::string> other(KeyGroupRange(0, kMaxP - 1), kMaxP, clock_);
   other.set_current_key("extra");
-  other.get_state(ListStateDescriptor<int>{"list"}).add(42);                         // pending in target
+  other.get_state(ListStateDescriptor<int>{"list"}).add(42);                        // pending in target
   other.get_state(ValueStateDescriptor<std::string>{"value", "none"}).update("x");  // registered in target
   DataOutput group;
   other.snapshot_key_group(other.current_key_group(), group);
