@@ -1,6 +1,7 @@
 // sluice-bench: end-to-end benchmarks on the local mini-cluster.
 //
 //   sluice-bench nexmark --query q1 --events 10000000 --parallelism 2 [--rate 10000] [--format json]
+//   sluice-bench checkpoint state|throughput|recovery [--state-mb 100] [--intervals none,10s,1s,200ms] ...
 //
 // Runs one Nexmark query over generated events into a discarding sink and prints one line: query, events,
 // parallelism, wall seconds, events/s, events per CPU-second, peak RSS and output records. CPU time is the
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <utility>
 
+#include "checkpoint_bench.h"
 #include "nexmark/queries.h"
 #include "nexmark/source.h"
 #include "sluice/api/stream_environment.h"
@@ -203,11 +205,26 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
 
+  sluice::bench::CheckpointBenchOptions ck;
+  auto* checkpoint = app.add_subcommand("checkpoint", "What checkpoints cost: state size, throughput, recovery");
+  checkpoint->add_option("scenario", ck.scenario, "state, throughput or recovery")
+      ->required()
+      ->check(CLI::IsMember({"state", "throughput", "recovery"}));
+  checkpoint->add_option("--state-mb", ck.state_mb, "MiB of keyed state (state, recovery)")->capture_default_str();
+  checkpoint->add_option("--value-bytes", ck.value_bytes, "Bytes of each key's value")->capture_default_str();
+  checkpoint->add_option("--records", ck.records, "Records per run (throughput)")->capture_default_str();
+  checkpoint->add_option("--intervals", ck.intervals, "Checkpoint intervals, the first is the baseline")
+      ->capture_default_str();
+  checkpoint->add_option("--rounds", ck.rounds, "Rounds (throughput)")->capture_default_str();
+  checkpoint->add_option("-p,--parallelism", ck.parallelism, "Parallelism")->capture_default_str();
+  checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   try {
     if (nexmark->parsed()) return run_nexmark(opt);
+    if (checkpoint->parsed()) return sluice::bench::run_checkpoint_bench(ck);
   } catch (const sluice::SluiceException& e) {
     fmt::print(stderr, "error: {}\n", e.error().to_string());
     return 1;

@@ -69,8 +69,9 @@ class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
 ///   parallelism); calls Committer::abort_lingering with all of them; clears the state; creates the writer.
 ///   A union list (rather than an even-split list) lets abort_lingering of every subtask see every
 ///   committable still to be committed, so no subtask aborts what another one commits.
-/// * snapshot_state(n): writer flush(false) (flush(true) after the end of the input), prepare_commit(); the
-///   committables join the pending ones as checkpoint n's, and every pending entry is written to the state.
+/// * snapshot_state(n): writer flush(false) (not after finish(), which flushed with end_of_input = true),
+///   prepare_commit(); the committables join the pending ones as checkpoint n's, and every pending entry is
+///   written to the state.
 /// * notify_checkpoint_complete(n): commits the pending committables of checkpoints <= n, one
 ///   Committer::commit call per checkpoint in id order, and drops them (fault point
 ///   "sink.after-precommit:<operator name>" right before, when there is something to commit).
@@ -127,7 +128,7 @@ class TwoPhaseCommitSinkOperator final : public OneInputOperator<T>, SinkWriterC
 
   void snapshot_state(int64_t checkpoint_id) override {
     call_user_function(this->name(), [&] {
-      writer_->flush(ended_);
+      if (!ended_) writer_->flush(false);  // after finish() the writer was flushed with end_of_input = true
       std::vector<CommT> committables = writer_->prepare_commit();
       if (!committables.empty()) pending_.push_back(Pending{checkpoint_id, std::move(committables)});
       std::vector<StateEntry> entries;
@@ -185,10 +186,10 @@ class TwoPhaseCommitSinkOperator final : public OneInputOperator<T>, SinkWriterC
   // Commits the pending entries of checkpoints <= checkpoint_id in id order; an entry is dropped only after
   // its commit returned, so a failed commit is retried from the state after the restore.
   void commit_up_to(int64_t checkpoint_id) {
-    size_t done = 0;
-    for (; done < pending_.size() && pending_[done].checkpoint_id <= checkpoint_id; ++done)
-      committer_->commit(pending_[done].committables);
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+    while (!pending_.empty() && pending_.front().checkpoint_id <= checkpoint_id) {
+      committer_->commit(pending_.front().committables);
+      pending_.erase(pending_.begin());
+    }
   }
 
   TimestampMs timestamp() const override { return ts_; }

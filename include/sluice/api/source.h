@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,11 @@ class SourceReader {
   virtual void notify_no_more_splits() = 0;
   /// The splits this reader owns with their current positions, for a checkpoint.
   virtual std::vector<SplitT> snapshot_state(int64_t /*checkpoint_id*/) { return {}; }
+  /// Checkpoint `checkpoint_id` completed: positions up to its snapshot are durable (a Kafka reader commits
+  /// offsets to its consumer group here, a CDC reader confirms its slot or resume token).
+  virtual void notify_checkpoint_complete(int64_t /*checkpoint_id*/) {}
+  /// Checkpoint `checkpoint_id` was aborted.
+  virtual void notify_checkpoint_aborted(int64_t /*checkpoint_id*/) {}
   /// Releases resources; called on success, failure and cancellation.
   virtual void close() {}
 };
@@ -93,6 +99,11 @@ class SplitEnumeratorContext {
   virtual void assign_split(SplitT split, int subtask) = 0;
   /// Tells a reader it will get no more splits.
   virtual void signal_no_more_splits(int subtask) = 0;
+  /// Runs `task` every `period_ms` on the coordinator's worker thread, under the coordinator's lock (so it may
+  /// assign splits), until the coordinator closes: periodic split discovery such as new Kafka partitions
+  /// (Flink's SplitEnumeratorContext.callAsync with a period). An exception from `task` is logged and the
+  /// task keeps its schedule.
+  virtual void schedule_periodic(std::function<void()> task, int64_t period_ms) = 0;
 };
 
 /// Discovers and assigns splits. Its methods run serialized (under the coordinator's lock), never

@@ -5,11 +5,16 @@
 // reader as a mail on the reader's task thread, so readers never see concurrent calls.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/api/operator.h"
@@ -92,9 +97,16 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
     enumerator_->handle_split_request(subtask);
   }
   void close() override {
-    std::lock_guard lock(mu_);
-    if (enumerator_) enumerator_->close();
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      if (enumerator_) enumerator_->close();
+    }
+    periodic_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
   }
+  ~SourceCoordinator() override { close(); }
 
  private:
   struct Reader {
@@ -111,8 +123,42 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
     Reader r = readers_.at(static_cast<size_t>(subtask));
     r.services->post_mail([recv = r.receiver] { recv->receive_no_more_splits(); });
   }
+  // Called under mu_ (from the enumerator).
+  void schedule_periodic(std::function<void()> task, int64_t period_ms) override {
+    periodic_.push_back(Periodic{std::move(task), std::max<int64_t>(period_ms, 1),
+                                 std::chrono::steady_clock::now() + std::chrono::milliseconds(period_ms)});
+    if (!worker_.joinable()) worker_ = std::thread([this] { run_periodic(); });
+    periodic_cv_.notify_all();
+  }
+  void run_periodic() {
+    std::unique_lock lock(mu_);
+    while (!closed_) {
+      auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (auto& p : periodic_) {
+        if (std::chrono::steady_clock::now() >= p.due) {
+          try {
+            p.task();
+          } catch (const std::exception& e) {
+            spdlog::warn("a periodic task of a split enumerator failed: {}", e.what());
+          }
+          p.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(p.period_ms);
+        }
+        next = std::min(next, p.due);
+      }
+      periodic_cv_.wait_until(lock, next);
+    }
+  }
+  struct Periodic {
+    std::function<void()> task;
+    int64_t period_ms;
+    std::chrono::steady_clock::time_point due;
+  };
 
   std::mutex mu_;
+  std::condition_variable periodic_cv_;
+  std::vector<Periodic> periodic_;
+  std::thread worker_;
+  bool closed_ = false;
   std::unique_ptr<SplitEnumerator<SplitT>> enumerator_;
   std::vector<Reader> readers_;
 };
@@ -151,6 +197,12 @@ class SourceOperator final : public SourceOperatorBase, SplitReceiver<SplitT>, S
   /// Runs on the task thread between two emit_next() calls, so the positions match what was emitted.
   void snapshot_state(int64_t checkpoint_id) override {
     split_state_->update(reader_->snapshot_state(checkpoint_id));
+  }
+  void notify_checkpoint_complete(int64_t checkpoint_id) override {
+    call_user_function(name(), [&] { reader_->notify_checkpoint_complete(checkpoint_id); });
+  }
+  void notify_checkpoint_aborted(int64_t checkpoint_id) override {
+    call_user_function(name(), [&] { reader_->notify_checkpoint_aborted(checkpoint_id); });
   }
   InputStatus emit_next() override {
     return call_user_function(name(), [&] { return reader_->poll_next(main_); });

@@ -225,6 +225,11 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
     ref.not_written.insert(key);
     enqueue_write_locked(ref, key, name, it->second);
   }
+  if (t.tasks.empty() && ref.not_written.empty()) {
+    // Every task has closed (a stop-with-savepoint, or the job ended meanwhile): nothing to checkpoint.
+    abort_locked(id, "no task is running", false, false);
+    return;
+  }
   spdlog::debug("triggered {} {} at {} tasks", snapshot_type_name(type), id, t.tasks.size());
   if (ref.not_written.empty()) {
     ready_.push_back(id);

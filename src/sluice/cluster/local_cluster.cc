@@ -173,10 +173,12 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   bool ready_for_checkpoint() override {
     std::lock_guard lock(mu_);
     if (status_ != JobStatus::kRunning || cancel_requested_ || failing_) return false;
+    bool any_running = false;
     for (const auto& r : regions_) {
       if (r.state != RegionState::kRunning && r.state != RegionState::kFinished) return false;
+      any_running = any_running || r.state == RegionState::kRunning;
     }
-    return true;
+    return any_running;
   }
   Triggered trigger(const CheckpointBarrier& barrier) override {
     std::lock_guard lock(mu_);

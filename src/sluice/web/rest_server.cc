@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -94,16 +95,23 @@ class RestServer::Impl {
   Status start() {
     const int threads = options_.threads;
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second process bind the same
+    // port and silently take half of the requests.
+    server_.set_socket_options([](httplib::socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     server_.set_keep_alive_timeout(2);
     server_.set_payload_max_length(1 << 20);
-    server_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    server_.set_error_handler(httplib::Server::HandlerWithResponse(
+        [](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
       reply_error(res, res.status,
                   res.status == 404 ? fmt::format("not found: {} {} (see docs/operations.md for the endpoints)",
                                                   req.method, req.path)
                                     : fmt::format("HTTP {}", res.status));
       return httplib::Server::HandlerResponse::Handled;
-    });
+    }));
     server_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown exception";
       try {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/api/joins.h"
 #include "sluice/api/keyed_operators.h"
 #include "sluice/api/operators.h"
 #include "sluice/api/window_operator.h"
@@ -449,6 +450,51 @@ TEST(OperatorSnapshotTest, ProcessingTimeWindowTimersAreArmedAgainAfterRestore) 
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Interval join (a keyed two-input operator)
+// ---------------------------------------------------------------------------------------------------------
+
+/// Emits "key:left+right" for each joined pair; logs checkpoint hooks into `log`.
+class PairJoin final : public ProcessJoinFunction<KV, KV, std::string> {
+ public:
+  explicit PairJoin(std::shared_ptr<std::vector<std::string>> log) : log_(std::move(log)) {}
+  void process_element(const KV& l, const KV& r, Context&, Collector<std::string>& out) override {
+    out.collect(l.first + ":" + std::to_string(l.second) + "+" + std::to_string(r.second));
+  }
+  void snapshot_state(int64_t id) override { log_->push_back("snapshot " + std::to_string(id)); }
+  void notify_checkpoint_complete(int64_t id) override { log_->push_back("complete " + std::to_string(id)); }
+  void notify_checkpoint_aborted(int64_t id) override { log_->push_back("aborted " + std::to_string(id)); }
+
+ private:
+  std::shared_ptr<std::vector<std::string>> log_;
+};
+
+using JoinOp = IntervalJoinOperator<std::string, KV, KV, std::string, PairJoin>;
+using JoinSubtask = Subtask<JoinOp, std::string>;
+
+std::unique_ptr<JoinOp> make_join(std::shared_ptr<std::vector<std::string>> log = nullptr) {
+  if (log == nullptr) log = std::make_shared<std::vector<std::string>>();
+  auto key = [](const KV& kv) { return kv.first; };
+  return std::make_unique<JoinOp>(key, key, -5, 5, PairJoin(std::move(log)));
+}
+
+TEST(OperatorSnapshotTest, IntervalJoinRestoresBufferedElementsOfBothSides) {
+  ManualClock clock(kStartTime);
+  JoinSubtask first(make_join(), 0, 1, nullptr, clock);
+  first.op->process_element1(KV{"a", 1}, 10);
+  first.op->process_element2(KV{"b", 2}, 20);
+  first.op->process_element1(KV{"a", 3}, 40);
+  KeyGroupBytes bytes = checkpoint(*first.op);
+
+  JoinSubtask second(make_join(), 0, 1, restore_for({bytes}, KeyGroupRange(0, kMaxParallelism - 1)), clock);
+  second.op->process_element2(KV{"a", 4}, 12);  // joins the restored left element of a at 10
+  second.op->process_element1(KV{"b", 5}, 17);  // joins the restored right element of b at 20
+  // The restored cleanup timer of a@10 (at 15) fires; the buffered a@40 still joins afterwards.
+  second.watermark(16);
+  second.op->process_element2(KV{"a", 6}, 36);  // a@10 is gone, a@40 joins
+  EXPECT_EQ(second.out.records, (std::vector<std::string>{"a:1+4", "b:5+2", "a:3+6"}));
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // RichFunction checkpoint hooks
 // ---------------------------------------------------------------------------------------------------------
 
@@ -500,6 +546,12 @@ TEST(OperatorSnapshotTest, OperatorsForwardCheckpointHooksToRichFunctions) {
   {
     ProcessSubtask process(make_process(log), 0, 1, nullptr, clock);
     run_hooks(*process.op);
+    EXPECT_EQ(*log, kHookLog);
+  }
+  log->clear();
+  {
+    JoinSubtask join(make_join(log), 0, 1, nullptr, clock);
+    run_hooks(*join.op);
     EXPECT_EQ(*log, kHookLog);
   }
   log->clear();

@@ -77,12 +77,11 @@ struct Answer {
   Value body;
 };
 
-/// Sends one request; the body of the answer is parsed as JSON (every answer of the API is JSON).
+/// Sends one request (GET, POST or PATCH); the body of the answer is parsed as JSON (every answer of the API is JSON).
 Answer call(httplib::Client& http, const std::string& method, const std::string& path, const std::string& body = "") {
-  httplib::Result r = method == "GET"     ? http.Get(path)
-                      : method == "POST"  ? http.Post(path, body, "application/json")
-                      : method == "PATCH" ? http.Patch(path, body, "application/json")
-                                          : httplib::Result();
+  httplib::Result r = method == "GET"    ? http.Get(path)
+                      : method == "POST" ? http.Post(path, body, "application/json")
+                                         : http.Patch(path, body, "application/json");
   if (!r) {
     ADD_FAILURE() << method << " " << path << ": " << httplib::to_string(r.error());
     return {};

@@ -1,0 +1,295 @@
+#include "checkpoint_bench.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "sluice/api/keyed_process_function.h"
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+
+namespace sluice::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Process-wide probes of the benchmark jobs (one job runs at a time).
+std::atomic<int64_t> g_processed{0};
+std::atomic<bool> g_fail_now{false};
+std::atomic<int64_t> g_failed_at_ns{0};
+std::atomic<int64_t> g_resumed_at_ns{0};
+
+/// Keeps one value of `bytes` bytes per key and rewrites it on every record.
+class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
+ public:
+  explicit FillState(int64_t bytes) : bytes_(bytes) {}
+  void open(RuntimeContext& ctx) override {
+    value_ = &keyed_state().get_state(ValueStateDescriptor<std::string>{"value", {}});
+    restored_ = ctx.attempt_number() > 0;
+  }
+  void process_element(const int64_t& v, Context&, Collector<int64_t>&) override {
+    if (restored_) {
+      int64_t expected = 0;
+      g_resumed_at_ns.compare_exchange_strong(expected, now_ns());
+      restored_ = false;
+    }
+    std::string s(static_cast<size_t>(bytes_), static_cast<char>('a' + v % 26));
+    value_->update(std::move(s));
+    g_processed.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  int64_t bytes_;
+  bool restored_ = false;
+  ValueState<std::string>* value_ = nullptr;
+};
+
+/// Counts records per key (the "keyed counting job").
+class Count final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
+ public:
+  void open(RuntimeContext&) override { count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0}); }
+  void process_element(const int64_t&, Context&, Collector<int64_t>& out) override {
+    int64_t c = count_->value() + 1;
+    count_->update(c);
+    if ((c & 1023) == 0) out.collect(c);  // a trickle of output, so the sink is exercised
+  }
+
+ private:
+  ValueState<int64_t>* count_ = nullptr;
+};
+
+class Discard final : public Sink<int64_t> {
+ public:
+  std::unique_ptr<SinkWriter<int64_t>> create_writer(RuntimeContext&) const override {
+    struct W final : SinkWriter<int64_t> {
+      void write(const int64_t&, const SinkWriterContext&) override {}
+      void flush(bool) override {}
+    };
+    return std::make_unique<W>();
+  }
+};
+
+fs::path checkpoint_root(const CheckpointBenchOptions& o, const std::string& name) {
+  fs::path base = o.dir.empty() ? fs::temp_directory_path() / fmt::format("sluice-bench-{}", ::getpid()) : fs::path(o.dir);
+  fs::path dir = base / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+Configuration base_config(const CheckpointBenchOptions& o, const fs::path& dir, const std::string& interval) {
+  Configuration c;
+  c.set(options::kParallelism, o.parallelism);
+  if (interval != "none") {
+    c.set_string(std::string(options::kCheckpointInterval.key), interval);
+    c.set(options::kCheckpointDir, dir.string());
+  }
+  return c;
+}
+
+int64_t keys_for(const CheckpointBenchOptions& o) {
+  // ~64 bytes of per-entry overhead (hash table slot, key, string header) on top of the value.
+  return std::max<int64_t>(1, o.state_mb * (1 << 20) / (o.value_bytes + 64));
+}
+
+/// Starts the fill job: an endless stream over `keys` keys at full speed.
+JobClient start_fill_job(const CheckpointBenchOptions& o, Configuration config, int64_t keys) {
+  StreamEnvironment env(std::move(config));
+  auto source = std::make_shared<DataGeneratorSource<int64_t>>([keys](int64_t i) { return i % keys; },
+                                                               DataGeneratorSource<int64_t>::kUnbounded);
+  env.from_source(source, "keys")
+      .uid("keys")
+      .map([](const int64_t& v) {
+        if (g_fail_now.load(std::memory_order_relaxed)) {
+          bool expected = true;
+          if (g_fail_now.compare_exchange_strong(expected, false)) {
+            g_failed_at_ns.store(now_ns());
+            throw std::runtime_error("injected failure (recovery benchmark)");
+          }
+        }
+        return v;
+      })
+      .uid("fail")
+      .key_by([](const int64_t& v) { return v; })
+      .process(FillState(o.value_bytes))
+      .uid("state")
+      .sink_to(std::make_shared<Discard>())
+      .uid("discard");
+  return env.execute_async("checkpoint benchmark");
+}
+
+bool wait_for(const std::function<bool()>& pred, std::chrono::seconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a benchmark driver, not a test
+  }
+  return true;
+}
+
+int run_state(const CheckpointBenchOptions& o) {
+  const int64_t keys = keys_for(o);
+  fs::path dir = checkpoint_root(o, "state");
+  g_processed = 0;
+  JobClient client = start_fill_job(o, base_config(o, dir, "3s"), keys);
+  if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: the state was not filled within 10 minutes\n");
+    return 1;
+  }
+  const int64_t filled_ms = SystemClock::instance().now_ms();
+  auto after_fill = [&] {
+    std::vector<CheckpointStats> out;
+    for (auto& s : client.checkpoint_stats()) {
+      if (s.completed && s.trigger_time_ms > filled_ms) out.push_back(s);
+    }
+    return out;
+  };
+  if (!wait_for([&] { return after_fill().size() >= 3; }, std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: no 3 checkpoints completed within 10 minutes\n");
+    return 1;
+  }
+  client.cancel();
+  client.wait();
+  std::vector<double> duration, size, pause, align;
+  for (const auto& s : after_fill()) {
+    duration.push_back(static_cast<double>(s.duration_ms));
+    size.push_back(static_cast<double>(s.state_bytes) / (1 << 20));
+    int64_t p = 0, a = 0;
+    for (const auto& t : s.tasks) {
+      p = std::max(p, t.sync_pause_ns);
+      a = std::max(a, t.alignment_ns);
+    }
+    pause.push_back(static_cast<double>(p) / 1e6);
+    align.push_back(static_cast<double>(a) / 1e6);
+  }
+  fmt::print(
+      "checkpoint state: {} MiB target ({} keys x {} B), parallelism {}, {} checkpoints: median duration {:.0f} ms, "
+      "size {:.1f} MiB, max synchronous pause {:.2f} ms, max alignment {:.2f} ms\n",
+      o.state_mb, keys, o.value_bytes, o.parallelism, duration.size(), median(duration), median(size), median(pause),
+      median(align));
+  fs::remove_all(dir);
+  return 0;
+}
+
+int run_throughput(const CheckpointBenchOptions& o) {
+  std::vector<std::string> intervals;
+  for (size_t start = 0; start <= o.intervals.size();) {
+    size_t end = o.intervals.find(',', start);
+    if (end == std::string::npos) end = o.intervals.size();
+    if (end > start) intervals.push_back(o.intervals.substr(start, end - start));
+    start = end + 1;
+  }
+  std::vector<std::vector<double>> rate(intervals.size()), cpu(intervals.size()), checkpoints(intervals.size());
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t i = 0; i < intervals.size(); ++i) {
+      fs::path dir = checkpoint_root(o, "throughput");
+      StreamEnvironment env(base_config(o, dir, intervals[i]));
+      env.from_source(datagen::sequence(0, o.records - 1), "numbers")
+          .uid("numbers")
+          .key_by([](const int64_t& v) { return v % 10'000; })
+          .process(Count{})
+          .uid("count")
+          .sink_to(std::make_shared<Discard>())
+          .uid("discard");
+      const double cpu0 = cpu_seconds();
+      const auto t0 = Clock::now();
+      JobResult r = env.execute("keyed counting, checkpoints " + intervals[i]);
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double used = cpu_seconds() - cpu0;
+      if (!r.ok()) {
+        fmt::print(stderr, "error: {}\n", r.error ? r.error->to_string() : "job failed");
+        return 1;
+      }
+      rate[i].push_back(static_cast<double>(o.records) / wall);
+      cpu[i].push_back(static_cast<double>(o.records) / used);
+      checkpoints[i].push_back(static_cast<double>(r.completed_checkpoints));
+      fs::remove_all(dir);
+    }
+  }
+  const double base = median(rate[0]);
+  for (size_t i = 0; i < intervals.size(); ++i) {
+    fmt::print(
+        "checkpoint throughput: interval {:>5}: {:.0f} records/s (median of {}), {:.0f} records/cpu-s, {:.0f} "
+        "checkpoints per run, {:.3f} of '{}'\n",
+        intervals[i], median(rate[i]), rate[i].size(), median(cpu[i]), median(checkpoints[i]), median(rate[i]) / base,
+        intervals[0]);
+  }
+  return 0;
+}
+
+int run_recovery(const CheckpointBenchOptions& o) {
+  const int64_t keys = keys_for(o);
+  fs::path dir = checkpoint_root(o, "recovery");
+  Configuration c = base_config(o, dir, "2s");
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 1);
+  c.set_string(std::string(options::kFixedDelayDelay.key), "0ms");
+  g_processed = 0;
+  g_resumed_at_ns = 0;
+  JobClient client = start_fill_job(o, c, keys);
+  if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) return 1;
+  const int64_t filled_ms = SystemClock::instance().now_ms();
+  if (!wait_for(
+          [&] {
+            for (auto& s : client.checkpoint_stats()) {
+              if (s.completed && s.trigger_time_ms > filled_ms) return true;
+            }
+            return false;
+          },
+          std::chrono::minutes(10))) {
+    return 1;
+  }
+  uint64_t state_bytes = 0;
+  for (auto& s : client.checkpoint_stats()) {
+    if (s.completed) state_bytes = s.state_bytes;
+  }
+  g_fail_now = true;
+  if (!wait_for([&] { return g_resumed_at_ns.load() != 0; }, std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: processing did not resume within 10 minutes\n");
+    return 1;
+  }
+  const double ms = static_cast<double>(g_resumed_at_ns.load() - g_failed_at_ns.load()) / 1e6;
+  client.cancel();
+  client.wait();
+  fmt::print(
+      "checkpoint recovery: {} MiB target ({} keys x {} B, checkpoint {:.1f} MiB), parallelism {}: {:.0f} ms from "
+      "the failure to the first record processed by the restored operator\n",
+      o.state_mb, keys, o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism, ms);
+  fs::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+
+int run_checkpoint_bench(const CheckpointBenchOptions& options) {
+  if (options.scenario == "state") return run_state(options);
+  if (options.scenario == "throughput") return run_throughput(options);
+  if (options.scenario == "recovery") return run_recovery(options);
+  fmt::print(stderr, "error: unknown scenario '{}' (state, throughput, recovery)\n", options.scenario);
+  return 2;
+}
+
+}  // namespace sluice::bench

@@ -1,0 +1,29 @@
+// `sluice-bench checkpoint ...`: what checkpoints cost on the local mini-cluster.
+//
+//   state      heap keyed state of --state-mb MiB: checkpoint duration, size and the synchronous pause
+//   throughput a keyed counting job with checkpoints every --intervals (none,10s,1s,200ms): records/s and
+//              the ratio to no checkpoints, medians over --rounds rounds run alternately
+//   recovery   --state-mb MiB of state, one injected failure: time from the failure to the first record
+//              processed by the restored keyed operator
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sluice::bench {
+
+struct CheckpointBenchOptions {
+  std::string scenario;                         ///< state, throughput or recovery
+  int64_t state_mb = 100;                       ///< MiB of keyed state (state, recovery)
+  int64_t value_bytes = 1024;                   ///< bytes per key's value (state, recovery)
+  int64_t records = 20'000'000;                 ///< records per run (throughput)
+  std::string intervals = "none,10s,1s,200ms";  ///< checkpoint intervals (throughput)
+  int rounds = 3;
+  int parallelism = 1;
+  std::string dir;  ///< checkpoint directory; default: a fresh one under the temp dir
+};
+
+/// Runs one scenario and prints its figures; returns the process exit code.
+int run_checkpoint_bench(const CheckpointBenchOptions& options);
+
+}  // namespace sluice::bench
