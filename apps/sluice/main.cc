@@ -203,8 +203,12 @@ int report(const JobResult& r) {
     }
     return 0;
   }
-  fmt::print(stderr, "job '{}' {}: {}\n", r.job_name, sluice::job_status_name(r.status),
-             r.error ? r.error->to_string() : "no error recorded");
+  if (r.status == sluice::JobStatus::kCanceled && !r.error) {
+    fmt::print(stderr, "job '{}' CANCELED after {} ms\n", r.job_name, r.duration.count());
+  } else {
+    fmt::print(stderr, "job '{}' {}: {}\n", r.job_name, sluice::job_status_name(r.status),
+               r.error ? r.error->to_string() : "no error recorded");
+  }
   return 1;
 }
 
@@ -272,6 +276,9 @@ int await_savepoint(sluice::cli::RestClient& rest, const std::string& job_id, co
         std::string cause = string_at(*st, "operation.failure-cause.message");
         fmt::print(stderr, "error: the savepoint of job {} failed: {}\n", job_id,
                    cause.empty() ? "no reason given" : cause);
+        if (cause.find(sluice::options::kCheckpointDir.key) != std::string::npos) {
+          fmt::print(stderr, "hint: start the job with --checkpoint-dir DIR to take savepoints of it\n");
+        }
         return 1;
       }
       fmt::print("Savepoint completed. Path: {}\n", location);

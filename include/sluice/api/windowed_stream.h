@@ -114,6 +114,7 @@ class WindowedStream {
       auto s = settings;
       s.open_fn = [fn](RuntimeContext& ctx) { fn->open(ctx); };
       s.close_fn = [fn] { fn->close(); };
+      if constexpr (std::is_base_of_v<RichFunction, P>) s.rich_function = fn;  // checkpoint hooks
       typename Op::WindowFn call = [fn](const K& key, auto& ctx, const auto& elements, Collector<Out>& out) {
         fn->process(key, ctx, elements, out);
       };

@@ -97,7 +97,7 @@ class RestServer::Impl {
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second process bind the same
     // port and silently take half of the requests.
-    server_.set_socket_options([](httplib::socket_t sock) {
+    server_.set_socket_options([](int sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
@@ -218,7 +218,7 @@ class RestServer::Impl {
     const std::string id = req.matches[1];
     auto job = find_job(id);
     if (!job) {
-      reply_error(res, 404, fmt::format("no job with id '{}' on this JobManager; GET /jobs lists the jobs", id));
+      reply_error(res, 404, fmt::format("no job with id '{}' on this JobManager (GET /jobs or `sluice list` shows its jobs)", id));
     }
     return job;
   }

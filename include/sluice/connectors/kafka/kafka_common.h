@@ -1,0 +1,151 @@
+// What the Kafka source and sink share (DESIGN.md §8: Kafka on librdkafka): RAII handles for librdkafka
+// objects, client configuration from a string map, client creation, error text, and a metadata lookup that
+// waits a bounded time for an unreachable cluster.
+//
+// Client properties are librdkafka's (https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md),
+// which for the common ones are the Java client's names: `bootstrap.servers`, `security.protocol`,
+// `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.location`, ... They are passed through as
+// given; the connectors set only the few they own (documented on each connector). Values of secret
+// properties (passwords, keys, secrets) never appear in error messages or logs.
+//
+// librdkafka's own log lines go to spdlog's default logger (levels mapped from syslog: 0-3 error,
+// 4 warning, 5-6 info, 7 debug), prefixed with the client's name.
+//
+// Thread-safety: the functions are thread-safe. librdkafka handles (rd_kafka_t) are thread-safe; the RAII
+// wrappers are not (own each from one thread, as any unique_ptr).
+#pragma once
+
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/error.h"
+
+namespace sluice::kafka {
+
+/// Destroys librdkafka objects; the deleter of the handle aliases below.
+struct KafkaDeleter {
+  void operator()(rd_kafka_t* rk) const noexcept {
+    if (rk != nullptr) rd_kafka_destroy(rk);
+  }
+  void operator()(rd_kafka_conf_t* c) const noexcept {
+    if (c != nullptr) rd_kafka_conf_destroy(c);
+  }
+  void operator()(rd_kafka_topic_conf_t* c) const noexcept {
+    if (c != nullptr) rd_kafka_topic_conf_destroy(c);
+  }
+  void operator()(rd_kafka_message_t* m) const noexcept {
+    if (m != nullptr) rd_kafka_message_destroy(m);
+  }
+  void operator()(rd_kafka_topic_partition_list_t* l) const noexcept {
+    if (l != nullptr) rd_kafka_topic_partition_list_destroy(l);
+  }
+  void operator()(rd_kafka_error_t* e) const noexcept {
+    if (e != nullptr) rd_kafka_error_destroy(e);
+  }
+  void operator()(rd_kafka_queue_t* q) const noexcept {
+    if (q != nullptr) rd_kafka_queue_destroy(q);
+  }
+  void operator()(rd_kafka_event_t* e) const noexcept {
+    if (e != nullptr) rd_kafka_event_destroy(e);
+  }
+  void operator()(rd_kafka_headers_t* h) const noexcept {
+    if (h != nullptr) rd_kafka_headers_destroy(h);
+  }
+  void operator()(rd_kafka_AdminOptions_t* o) const noexcept {
+    if (o != nullptr) rd_kafka_AdminOptions_destroy(o);
+  }
+  void operator()(rd_kafka_NewTopic_t* t) const noexcept {
+    if (t != nullptr) rd_kafka_NewTopic_destroy(t);
+  }
+  void operator()(rd_kafka_NewPartitions_t* p) const noexcept {
+    if (p != nullptr) rd_kafka_NewPartitions_destroy(p);
+  }
+  void operator()(rd_kafka_consumer_group_metadata_t* m) const noexcept {
+    if (m != nullptr) rd_kafka_consumer_group_metadata_destroy(m);
+  }
+  void operator()(const rd_kafka_metadata_t* m) const noexcept {
+    if (m != nullptr) rd_kafka_metadata_destroy(m);
+  }
+};
+
+using KafkaClientPtr = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
+using KafkaConfPtr = std::unique_ptr<rd_kafka_conf_t, KafkaDeleter>;
+using KafkaMessagePtr = std::unique_ptr<rd_kafka_message_t, KafkaDeleter>;
+using KafkaPartitionListPtr = std::unique_ptr<rd_kafka_topic_partition_list_t, KafkaDeleter>;
+using KafkaErrorPtr = std::unique_ptr<rd_kafka_error_t, KafkaDeleter>;
+using KafkaQueuePtr = std::unique_ptr<rd_kafka_queue_t, KafkaDeleter>;
+using KafkaEventPtr = std::unique_ptr<rd_kafka_event_t, KafkaDeleter>;
+using KafkaHeadersPtr = std::unique_ptr<rd_kafka_headers_t, KafkaDeleter>;
+using KafkaAdminOptionsPtr = std::unique_ptr<rd_kafka_AdminOptions_t, KafkaDeleter>;
+using KafkaNewTopicPtr = std::unique_ptr<rd_kafka_NewTopic_t, KafkaDeleter>;
+using KafkaNewPartitionsPtr = std::unique_ptr<rd_kafka_NewPartitions_t, KafkaDeleter>;
+using KafkaGroupMetadataPtr = std::unique_ptr<rd_kafka_consumer_group_metadata_t, KafkaDeleter>;
+using KafkaMetadataPtr = std::unique_ptr<const rd_kafka_metadata_t, KafkaDeleter>;
+
+/// Client properties: librdkafka configuration keys to values, e.g. {"security.protocol", "SASL_SSL"}.
+using KafkaProperties = std::map<std::string, std::string>;
+
+/// True for properties whose values are secrets (keys containing "password", "secret", "sasl.jaas",
+/// "sasl.oauthbearer.config" or ending in ".pem" / "ssl.key"): never print their values.
+bool is_secret_property(std::string_view key) noexcept;
+
+/// `value`, or "<redacted>" when `key` is secret (for messages and logs).
+std::string printable_property_value(std::string_view key, std::string_view value);
+
+/// "NAME: description" of a librdkafka error code, e.g.
+/// "UNKNOWN_TOPIC_OR_PART: Broker: Unknown topic or partition".
+std::string kafka_error_text(rd_kafka_resp_err_t err);
+
+/// "NAME: message" of a librdkafka error object ("" for nullptr). Does not take ownership.
+std::string kafka_error_text(const rd_kafka_error_t* error);
+
+/// An Error with `code` whose message is "<context>: <kafka_error_text(err)>".
+Error kafka_error(ErrorCode code, std::string_view context, rd_kafka_resp_err_t err);
+
+/// True when librdkafka reports `err` as permanent for a client: authentication, authorization, TLS,
+/// fatal (idempotence/transactions, rd_kafka_fatal_error), invalid configuration. Retrying with the same
+/// configuration will not help, so connectors fail their task on these and only log the others
+/// (transport failures, leader changes, timeouts), which librdkafka retries itself.
+bool is_permanent_kafka_error(rd_kafka_resp_err_t err) noexcept;
+
+/// Builds a librdkafka configuration from `properties` (applied in key order) and installs the spdlog
+/// log callback. `role` names the client in errors ("Kafka source", "Kafka sink").
+/// Errors: kConfiguration naming the property, its (redacted when secret) value and librdkafka's reason
+/// when a key is unknown or a value invalid.
+[[nodiscard]] Result<KafkaConfPtr> make_kafka_conf(const KafkaProperties& properties, std::string_view role);
+
+/// Creates a client of `type` (RD_KAFKA_CONSUMER or RD_KAFKA_PRODUCER) from `conf`, which it takes over
+/// also on failure. Creating a client does not contact the cluster. Errors: kConfiguration with librdkafka's
+/// reason (invalid combinations of properties, e.g. a SASL mechanism without its library).
+[[nodiscard]] Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf,
+                                                       std::string_view role);
+
+/// One topic in the cluster's metadata.
+struct KafkaTopicInfo {
+  std::string name;
+  int32_t partitions = 0;
+  /// The broker's error for this topic (RD_KAFKA_RESP_ERR_NO_ERROR when fine); UNKNOWN_TOPIC_OR_PART when
+  /// it does not exist.
+  rd_kafka_resp_err_t error = RD_KAFKA_RESP_ERR_NO_ERROR;
+};
+
+/// Reads the metadata of every topic (when `topics` is empty) or of the named topics from `rk`, retrying
+/// transient failures (transport errors, timeouts) until `timeout` has passed. A named topic that does not
+/// exist comes back with error UNKNOWN_TOPIC_OR_PART (the request does not create topics). Blocks the
+/// calling thread for at most about `timeout`.
+/// Errors: kConnector "cannot reach the Kafka cluster at '<bootstrap>' within <n> ms: <last librdkafka
+/// error>; check bootstrap.servers, the security settings and that the brokers run" when no answer came;
+/// permanent errors (authentication, authorization) at once.
+[[nodiscard]] Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk,
+                                                                       const std::vector<std::string>& topics,
+                                                                       std::chrono::milliseconds timeout,
+                                                                       std::string_view bootstrap_servers);
+
+}  // namespace sluice::kafka

@@ -1,0 +1,162 @@
+#include "sluice/connectors/kafka/kafka_common.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <thread>
+
+namespace sluice::kafka {
+
+namespace {
+
+// librdkafka calls this from its internal threads (spdlog's default logger is thread-safe).
+void log_to_spdlog(const rd_kafka_t* rk, int level, const char* facility, const char* message) {
+  const char* name = rk != nullptr ? rd_kafka_name(rk) : "rdkafka";
+  spdlog::level::level_enum lvl = spdlog::level::debug;
+  if (level <= 3) {
+    lvl = spdlog::level::err;
+  } else if (level == 4) {
+    lvl = spdlog::level::warn;
+  } else if (level <= 6) {
+    lvl = spdlog::level::info;
+  }
+  spdlog::log(lvl, "librdkafka {} [{}]: {}", name, facility, message);
+}
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+}  // namespace
+
+bool is_secret_property(std::string_view key) noexcept {
+  return contains(key, "password") || contains(key, "secret") || contains(key, "sasl.jaas") ||
+         contains(key, "sasl.oauthbearer.config") || key.ends_with(".pem") || key.ends_with("ssl.key") ||
+         key == "ssl_key";
+}
+
+std::string printable_property_value(std::string_view key, std::string_view value) {
+  return is_secret_property(key) ? std::string("<redacted>") : std::string(value);
+}
+
+std::string kafka_error_text(rd_kafka_resp_err_t err) {
+  return fmt::format("{}: {}", rd_kafka_err2name(err), rd_kafka_err2str(err));
+}
+
+std::string kafka_error_text(const rd_kafka_error_t* error) {
+  if (error == nullptr) return {};
+  return fmt::format("{}: {}", rd_kafka_error_name(error), rd_kafka_error_string(error));
+}
+
+Error kafka_error(ErrorCode code, std::string_view context, rd_kafka_resp_err_t err) {
+  return Error(code, fmt::format("{}: {}", context, kafka_error_text(err)));
+}
+
+bool is_permanent_kafka_error(rd_kafka_resp_err_t err) noexcept {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR__FATAL:
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR__SSL:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR__NOT_CONFIGURED:
+    case RD_KAFKA_RESP_ERR__FENCED:
+    case RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_DELEGATION_TOKEN_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
+    case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Result<KafkaConfPtr> make_kafka_conf(const KafkaProperties& properties, std::string_view role) {
+  KafkaConfPtr conf(rd_kafka_conf_new());
+  std::array<char, 512> errstr{};
+  for (const auto& [key, value] : properties) {
+    if (rd_kafka_conf_set(conf.get(), key.c_str(), value.c_str(), errstr.data(), errstr.size()) !=
+        RD_KAFKA_CONF_OK) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{}: invalid client property '{}' = '{}': {} (properties are librdkafka's, see its "
+                               "CONFIGURATION.md)",
+                               role, key, printable_property_value(key, value), errstr.data()));
+    }
+  }
+  rd_kafka_conf_set_log_cb(conf.get(), &log_to_spdlog);
+  return conf;
+}
+
+Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf, std::string_view role) {
+  std::array<char, 512> errstr{};
+  rd_kafka_t* rk = rd_kafka_new(type, conf.get(), errstr.data(), errstr.size());
+  if (rk == nullptr) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("{}: cannot create the Kafka {}: {}", role,
+                             type == RD_KAFKA_PRODUCER ? "producer" : "consumer", errstr.data()));
+  }
+  conf.release();  // owned by rk now
+  return KafkaClientPtr(rk);
+}
+
+Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const std::vector<std::string>& topics,
+                                                         std::chrono::milliseconds timeout,
+                                                         std::string_view bootstrap_servers) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  rd_kafka_resp_err_t last = RD_KAFKA_RESP_ERR__TIMED_OUT;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    // One attempt waits at most 5 s, so a broker that becomes reachable is seen soon.
+    const int attempt_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 100, 5000));
+    const rd_kafka_metadata_t* md = nullptr;
+    const rd_kafka_resp_err_t err = rd_kafka_metadata(rk, /*all_topics=*/1, nullptr, &md, attempt_ms);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      KafkaMetadataPtr owned(md);
+      std::vector<KafkaTopicInfo> out;
+      auto info_of = [](const rd_kafka_metadata_topic_t& t) {
+        return KafkaTopicInfo{t.topic, t.partition_cnt, t.err};
+      };
+      if (topics.empty()) {
+        out.reserve(static_cast<size_t>(md->topic_cnt));
+        for (int i = 0; i < md->topic_cnt; ++i)
+          out.push_back(info_of(md->topics[i]));
+      } else {
+        for (const std::string& name : topics) {
+          KafkaTopicInfo info{name, 0, RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART};
+          for (int i = 0; i < md->topic_cnt; ++i) {
+            if (name == md->topics[i].topic) info = info_of(md->topics[i]);
+          }
+          out.push_back(std::move(info));
+        }
+      }
+      return out;
+    }
+    last = err;
+    if (is_permanent_kafka_error(err)) {
+      return kafka_error(ErrorCode::kConnector,
+                         fmt::format("the Kafka cluster at '{}' refused the metadata request", bootstrap_servers),
+                         err);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    // rd_kafka_metadata returns at once while no broker connection is up: do not spin.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(
+        100, std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      deadline - std::chrono::steady_clock::now())
+                                      .count()))));
+  }
+  return Error(ErrorCode::kConnector,
+               fmt::format("cannot reach the Kafka cluster at '{}' within {} ms: {}; check bootstrap.servers, the "
+                           "security settings and that the brokers run",
+                           bootstrap_servers, timeout.count(), kafka_error_text(last)));
+}
+
+}  // namespace sluice::kafka

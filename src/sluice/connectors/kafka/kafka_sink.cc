@@ -1,0 +1,994 @@
+// The Kafka sink's librdkafka side: producers, the transactional producer pool, pre-commit, commit and the
+// recovery of restored transactions (see kafka_sink.h for the design).
+#include "sluice/connectors/kafka/kafka_sink.h"
+
+#include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "sluice/api/functions.h"
+#include "sluice/connectors/kafka/kafka_common.h"
+#include "sluice/state/operator_state.h"
+
+namespace sluice {
+
+std::string_view delivery_guarantee_name(DeliveryGuarantee guarantee) noexcept {
+  switch (guarantee) {
+    case DeliveryGuarantee::kNone:
+      return "none";
+    case DeliveryGuarantee::kAtLeastOnce:
+      return "at-least-once";
+    case DeliveryGuarantee::kExactlyOnce:
+      return "exactly-once";
+  }
+  return "unknown";
+}
+
+Result<DeliveryGuarantee> parse_delivery_guarantee(std::string_view text) {
+  std::string t;
+  for (char c : text)
+    t.push_back(c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (t == "none") return DeliveryGuarantee::kNone;
+  if (t == "at-least-once") return DeliveryGuarantee::kAtLeastOnce;
+  if (t == "exactly-once") return DeliveryGuarantee::kExactlyOnce;
+  return Error(ErrorCode::kConfiguration, "unknown delivery guarantee '" + std::string(text) +
+                                              "': use none, at-least-once or exactly-once");
+}
+
+int32_t kafka_murmur2(std::string_view bytes) noexcept {
+  // org.apache.kafka.common.utils.Utils.murmur2, in unsigned arithmetic (Java's int wraps the same way).
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  const auto length = static_cast<uint32_t>(bytes.size());
+  constexpr uint32_t kSeed = 0x9747b28c;
+  constexpr uint32_t kM = 0x5bd1e995;
+  constexpr int kR = 24;
+  uint32_t h = kSeed ^ length;
+  const uint32_t length4 = length / 4;
+  for (uint32_t i = 0; i < length4; ++i) {
+    const uint32_t i4 = i * 4;
+    uint32_t k = static_cast<uint32_t>(data[i4]) | (static_cast<uint32_t>(data[i4 + 1]) << 8) |
+                 (static_cast<uint32_t>(data[i4 + 2]) << 16) | (static_cast<uint32_t>(data[i4 + 3]) << 24);
+    k *= kM;
+    k ^= k >> kR;
+    k *= kM;
+    h *= kM;
+    h ^= k;
+  }
+  const uint32_t tail = length & ~3u;
+  switch (length % 4) {
+    case 3:
+      h ^= static_cast<uint32_t>(data[tail + 2]) << 16;
+      [[fallthrough]];
+    case 2:
+      h ^= static_cast<uint32_t>(data[tail + 1]) << 8;
+      [[fallthrough]];
+    case 1:
+      h ^= static_cast<uint32_t>(data[tail]);
+      h *= kM;
+      break;
+    default:
+      break;
+  }
+  h ^= h >> 13;
+  h *= kM;
+  h ^= h >> 15;
+  return static_cast<int32_t>(h);
+}
+
+int32_t kafka_default_partition(std::string_view key, int32_t num_partitions) noexcept {
+  const uint32_t positive = static_cast<uint32_t>(kafka_murmur2(key)) & 0x7fffffffu;
+  return static_cast<int32_t>(positive % static_cast<uint32_t>(num_partitions));
+}
+
+namespace detail {
+namespace {
+
+// ------------------------------------------------------------------------------------------------------------
+// librdkafka helpers (the shared RAII handles are in kafka_common.h)
+
+using kafka::KafkaClientPtr;
+using kafka::KafkaErrorPtr;
+using kafka::KafkaPartitionListPtr;
+
+// Handles kafka_common.h has no deleter for.
+struct LocalDeleter {
+  void operator()(rd_kafka_topic_t* t) const noexcept { rd_kafka_topic_destroy(t); }
+  void operator()(rd_kafka_ListConsumerGroupOffsets_t* r) const noexcept { rd_kafka_ListConsumerGroupOffsets_destroy(r); }
+};
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(int64_t ms) {
+  return Clock::now() + std::chrono::milliseconds(ms);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000'000));
+}
+
+[[noreturn]] void fail(std::string message) {
+  throw SluiceException(Error(ErrorCode::kConnector, std::move(message)));
+}
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_false(const std::string& v) {
+  std::string t;
+  for (char c : v)
+    t.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return t == "false" || t == "0";
+}
+
+// The librdkafka properties of a sink producer: the sink's defaults, the user's properties, then the ones the
+// sink manages.
+kafka::KafkaProperties producer_properties(const KafkaSinkSettings& settings, const std::string& transactional_id) {
+  kafka::KafkaProperties props{{"partitioner", "murmur2_random"}, {"enable.idempotence", "true"}, {"acks", "all"}};
+  if (!settings.bootstrap_servers.empty()) props["bootstrap.servers"] = settings.bootstrap_servers;
+  if (!transactional_id.empty()) props["transaction.timeout.ms"] = std::to_string(transaction_timeout_ms(settings));
+  for (const auto& [k, v] : settings.properties)
+    props[k] = v;
+  if (!transactional_id.empty()) props["transactional.id"] = transactional_id;
+  return props;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// One librdkafka producer with its delivery-report bookkeeping. Used by one thread at a time (callbacks are
+// served by rd_kafka_poll/flush on the calling thread).
+
+class Producer {
+ public:
+  /// Creates a producer; `transactional_id` empty for a plain idempotent producer.
+  Producer(const KafkaSinkSettings& settings, std::string transactional_id, std::string who)
+      : who_(std::move(who)),
+        txid_(std::move(transactional_id)),
+        bootstrap_(settings.bootstrap_servers),
+        timeout_ms_(settings.operation_timeout_ms) {
+    kafka::KafkaConfPtr conf = kafka::make_kafka_conf(producer_properties(settings, txid_), who_).value_or_throw();
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), &Producer::on_delivery);
+    rd_kafka_conf_set_error_cb(conf.get(), &Producer::on_error);
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    rk_ = kafka::make_kafka_client(RD_KAFKA_PRODUCER, std::move(conf), who_).value_or_throw();
+  }
+
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  ~Producer() {
+    topics_.clear();
+    // Undelivered messages of a failed run are dropped; an open transaction is left to abort_lingering.
+    if (rk_) rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  }
+
+  rd_kafka_t* rk() const noexcept { return rk_.get(); }
+  const std::string& transactional_id() const noexcept { return txid_; }
+
+  /// Produces one record; waits (serving delivery reports) while librdkafka's queue is full.
+  void produce(std::string_view topic, int32_t partition, std::optional<std::string_view> key,
+               std::optional<std::string_view> value,
+               const std::vector<std::pair<std::string_view, std::optional<std::string_view>>>* view_headers,
+               const std::vector<KafkaHeader>* headers, int64_t timestamp_ms) {
+    rd_kafka_topic_t* rkt = topic_handle(topic);
+    Clock::time_point deadline{};
+    for (bool first = true;; first = false) {
+      kafka::KafkaHeadersPtr hdrs;
+      const size_t header_count = headers ? headers->size() : (view_headers ? view_headers->size() : 0);
+      if (header_count > 0) {
+        hdrs.reset(rd_kafka_headers_new(header_count));
+        if (headers) {
+          for (const KafkaHeader& h : *headers) {
+            rd_kafka_header_add(hdrs.get(), h.key.data(), static_cast<ssize_t>(h.key.size()),
+                                h.value ? h.value->data() : nullptr, h.value ? static_cast<ssize_t>(h.value->size()) : 0);
+          }
+        } else {
+          for (const auto& [name, v] : *view_headers) {
+            rd_kafka_header_add(hdrs.get(), name.data(), static_cast<ssize_t>(name.size()), v ? v->data() : nullptr,
+                                v ? static_cast<ssize_t>(v->size()) : 0);
+          }
+        }
+      }
+      rd_kafka_vu_t vu[7];
+      size_t n = 0;
+      vu[n].vtype = RD_KAFKA_VTYPE_RKT;
+      vu[n++].u.rkt = rkt;
+      vu[n].vtype = RD_KAFKA_VTYPE_PARTITION;
+      vu[n++].u.i32 = partition;
+      vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+      vu[n++].u.i = RD_KAFKA_MSG_F_COPY;
+      vu[n].vtype = RD_KAFKA_VTYPE_VALUE;
+      vu[n].u.mem.ptr = value ? const_cast<char*>(value->data()) : nullptr;
+      vu[n++].u.mem.size = value ? value->size() : 0;
+      if (key) {
+        // A present empty key must not be a null pointer: librdkafka treats a null key as "no key".
+        static char empty = '\0';
+        vu[n].vtype = RD_KAFKA_VTYPE_KEY;
+        vu[n].u.mem.ptr = key->empty() ? &empty : const_cast<char*>(key->data());
+        vu[n++].u.mem.size = key->size();
+      }
+      if (timestamp_ms > 0) {
+        vu[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
+        vu[n++].u.i64 = timestamp_ms;
+      }
+      if (hdrs) {
+        vu[n].vtype = RD_KAFKA_VTYPE_HEADERS;
+        vu[n++].u.headers = hdrs.get();
+      }
+      KafkaErrorPtr err(rd_kafka_produceva(rk_.get(), vu, n));
+      if (!err) {
+        hdrs.release();  // owned by the message now
+        if (++since_poll_ >= 256) poll();
+        return;
+      }
+      if (rd_kafka_error_code(err.get()) != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        fail(who_ + ": producing to topic '" + std::string(topic) + "' partition " + partition_text(partition) +
+             " failed: " + kafka::kafka_error_text(err.get()));
+      }
+      // Backpressure: wait for deliveries to free the queue.
+      if (first) deadline = deadline_after(timeout_ms_);
+      if (Clock::now() >= deadline) {
+        fail(who_ + ": librdkafka's queue stayed full for " + std::to_string(timeout_ms_) + " ms (topic '" +
+             std::string(topic) + "'): is the broker reachable?");
+      }
+      rd_kafka_poll(rk_.get(), 10);
+      check_errors();
+    }
+  }
+
+  /// Serves delivery reports and throws on a failed delivery or a fatal error.
+  void poll() {
+    since_poll_ = 0;
+    rd_kafka_poll(rk_.get(), 0);
+    check_errors();
+  }
+
+  /// Waits until every produced record is acknowledged; throws on failures or after the timeout.
+  void flush() {
+    rd_kafka_resp_err_t err = rd_kafka_flush(rk_.get(), static_cast<int>(timeout_ms_));
+    check_errors();
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      fail(who_ + ": flush did not complete within " + std::to_string(timeout_ms_) + " ms (" +
+           std::to_string(rd_kafka_outq_len(rk_.get())) + " records and requests in flight): " + rd_kafka_err2str(err) +
+           "; is the broker reachable?");
+    }
+  }
+
+  void check_errors() {
+    if (!fatal_.empty()) fail(who_ + ": fatal producer error" + txid_suffix() + ": " + fatal_);
+    if (failed_ > 0) {
+      fail(who_ + ": " + first_failure_ +
+           (failed_ > 1 ? " (" + std::to_string(failed_) + " deliveries failed in all)" : std::string()));
+    }
+  }
+
+  // --- transactions (all block up to the operation timeout; throw with librdkafka's error) ---
+
+  void init_transactions() {
+    retry("init_transactions", [&](int ms) { return rd_kafka_init_transactions(rk_.get(), ms); });
+  }
+
+  void begin_transaction() {
+    KafkaErrorPtr err(rd_kafka_begin_transaction(rk_.get()));
+    if (err) fail(who_ + ": begin_transaction" + txid_suffix() + " failed: " + kafka::kafka_error_text(err.get()));
+  }
+
+  /// Adds the marker (group `<txid>-marker`, `topic` partition 0, offset, metadata = token) to the transaction.
+  void send_marker(const std::string& topic, int64_t offset, const std::string& token) {
+    const std::string group = txid_ + "-marker";
+    retry("send_offsets_to_transaction", [&](int ms) {
+      KafkaPartitionListPtr offsets(rd_kafka_topic_partition_list_new(1));
+      rd_kafka_topic_partition_t* p = rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), 0);
+      p->offset = offset;
+      p->metadata = std::malloc(token.size());
+      std::memcpy(p->metadata, token.data(), token.size());
+      p->metadata_size = token.size();
+      kafka::KafkaGroupMetadataPtr meta(rd_kafka_consumer_group_metadata_new(group.c_str()));
+      return rd_kafka_send_offsets_to_transaction(rk_.get(), offsets.get(), meta.get(), ms);
+    });
+  }
+
+  /// Commits the open transaction (retrying retriable errors up to the timeout).
+  void commit_transaction() {
+    retry("commit_transaction", [&](int ms) { return rd_kafka_commit_transaction(rk_.get(), ms); });
+  }
+
+  /// The marker's metadata in the marker group of this producer's transactional id (nullopt: no offset).
+  std::optional<std::string> read_marker(const std::string& topic) {
+    const std::string group = txid_ + "-marker";
+    const Clock::time_point deadline = deadline_after(timeout_ms_);
+    std::string last;
+    while (true) {
+      KafkaPartitionListPtr parts(rd_kafka_topic_partition_list_new(1));
+      rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), 0);
+      std::unique_ptr<rd_kafka_ListConsumerGroupOffsets_t, LocalDeleter> request(
+          rd_kafka_ListConsumerGroupOffsets_new(group.c_str(), parts.get()));
+      kafka::KafkaAdminOptionsPtr options(
+          rd_kafka_AdminOptions_new(rk_.get(), RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS));
+      char errstr[512];
+      rd_kafka_AdminOptions_set_request_timeout(options.get(), std::max(remaining_ms(deadline), 1), errstr,
+                                                sizeof errstr);
+      KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), 1));
+      kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
+      rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
+      rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
+      kafka::KafkaEventPtr ev(rd_kafka_queue_poll(queue.get(), remaining_ms(deadline) + 5000));
+      bool retriable = false;
+      if (!ev) {
+        last = "no answer";
+        retriable = true;
+      } else if (rd_kafka_event_error(ev.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        last = rd_kafka_event_error_string(ev.get());
+        retriable = true;  // request-level errors (timeouts, coordinator moves) are worth another try
+      } else {
+        const rd_kafka_ListConsumerGroupOffsets_result_t* result = rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
+        size_t n = 0;
+        const rd_kafka_group_result_t** groups =
+            result != nullptr ? rd_kafka_ListConsumerGroupOffsets_result_groups(result, &n) : nullptr;
+        if (n != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + ") returned " + std::to_string(n) + " groups");
+        if (const rd_kafka_error_t* ge = rd_kafka_group_result_error(groups[0])) {
+          last = kafka::kafka_error_text(ge);
+          retriable = rd_kafka_error_is_retriable(ge) != 0 ||
+                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
+                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
+                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
+        } else {
+          const rd_kafka_topic_partition_list_t* got = rd_kafka_group_result_partitions(groups[0]);
+          if (got == nullptr || got->cnt != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + "): no partition");
+          const rd_kafka_topic_partition_t& p = got->elems[0];
+          if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (p.offset < 0) return std::nullopt;
+            return std::string(static_cast<const char*>(p.metadata), p.metadata == nullptr ? 0 : p.metadata_size);
+          }
+          last = rd_kafka_err2str(p.err);
+          // Pending transactional offsets: wait until the transaction's markers are written.
+          retriable = p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT ||
+                      p.err == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
+                      p.err == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
+        }
+      }
+      if (!retriable || Clock::now() >= deadline) {
+        fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
+             "' partition 0) failed: " + last);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  /// Partition count of `topic` (broker metadata).
+  int32_t fetch_partition_count(const std::string& topic) {
+    std::vector<kafka::KafkaTopicInfo> topics =
+        kafka::fetch_topic_metadata(rk_.get(), {topic}, std::chrono::milliseconds(timeout_ms_), bootstrap_)
+            .value_or_throw();
+    for (const kafka::KafkaTopicInfo& t : topics) {
+      if (t.name != topic) continue;
+      if (t.error != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        fail(who_ + ": topic '" + topic + "': " + kafka::kafka_error_text(t.error));
+      }
+      if (t.partitions > 0) return t.partitions;
+    }
+    fail(who_ + ": topic '" + topic + "' has no partitions in the broker's metadata");
+  }
+
+ private:
+  static std::string partition_text(int32_t partition) {
+    return partition == RD_KAFKA_PARTITION_UA ? std::string("(any)") : std::to_string(partition);
+  }
+
+  std::string txid_suffix() const { return txid_.empty() ? std::string() : " (transactional.id " + txid_ + ")"; }
+
+  // Calls `op(timeout_ms)` until it succeeds, retrying retriable errors until the operation timeout. Throws on a
+  // non-retriable error (after aborting the transaction when librdkafka says it must be).
+  template <class Op>
+  void retry(const char* what, Op&& op) {
+    const Clock::time_point deadline = deadline_after(timeout_ms_);
+    while (true) {
+      KafkaErrorPtr err(op(std::max(remaining_ms(deadline), 1)));
+      if (!err) return;
+      if (rd_kafka_error_is_retriable(err.get()) && Clock::now() < deadline) continue;
+      std::string text = kafka::kafka_error_text(err.get());
+      if (rd_kafka_error_txn_requires_abort(err.get())) {
+        KafkaErrorPtr abort_err(rd_kafka_abort_transaction(rk_.get(), static_cast<int>(timeout_ms_)));
+        if (abort_err) text += " (abort_transaction: " + kafka::kafka_error_text(abort_err.get()) + ")";
+      }
+      check_errors();  // a failed delivery is the better explanation
+      fail(who_ + ": " + what + txid_suffix() + " failed: " + text);
+    }
+  }
+
+  rd_kafka_topic_t* topic_handle(std::string_view topic) {
+    if (last_topic_ != nullptr && last_topic_name_ == topic) return last_topic_;
+    std::string name(topic);
+    auto it = topics_.find(name);
+    if (it == topics_.end()) {
+      rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_.get(), name.c_str(), nullptr);
+      if (rkt == nullptr) {
+        fail(who_ + ": cannot use topic '" + name + "': " + rd_kafka_err2str(rd_kafka_last_error()));
+      }
+      it = topics_.emplace(name, std::unique_ptr<rd_kafka_topic_t, LocalDeleter>(rkt)).first;
+    }
+    last_topic_name_ = it->first;
+    last_topic_ = it->second.get();
+    return last_topic_;
+  }
+
+  static void on_delivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    auto* self = static_cast<Producer*>(opaque);
+    if (self->failed_++ == 0) {
+      self->first_failure_ = "delivery to topic '" + std::string(rd_kafka_topic_name(m->rkt)) + "' partition " +
+                             partition_text(m->partition) + " failed: " + rd_kafka_err2str(m->err) + " (" +
+                             rd_kafka_err2name(m->err) + ")";
+    }
+  }
+
+  static void on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    auto* self = static_cast<Producer*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+      char buf[512];
+      rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof buf);
+      self->fatal_ = std::string(rd_kafka_err2name(orig)) + ": " + buf;
+      return;
+    }
+    // Other errors are informational: librdkafka retries (a broker restarting, a connection refused).
+    spdlog::debug("{}: librdkafka: {}: {}", self->who_, rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
+                  reason);
+  }
+
+  KafkaClientPtr rk_;
+  std::string who_;
+  std::string txid_;
+  std::string bootstrap_;
+  int64_t timeout_ms_;
+  int since_poll_ = 0;
+  int64_t failed_ = 0;
+  std::string first_failure_;
+  std::string fatal_;
+  std::unordered_map<std::string, std::unique_ptr<rd_kafka_topic_t, LocalDeleter>> topics_;
+  std::string last_topic_name_;
+  rd_kafka_topic_t* last_topic_ = nullptr;
+};
+
+std::string describe(const RuntimeContext& ctx) {
+  return "Kafka sink '" + ctx.operator_name() + "' (subtask " + std::to_string(ctx.subtask_index()) + ")";
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+// --------------------------------------------------------------------------------------------------------------
+// settings
+
+int64_t transaction_timeout_ms(const KafkaSinkSettings& settings) {
+  auto it = settings.properties.find("transaction.timeout.ms");
+  if (it != settings.properties.end()) {
+    char* end = nullptr;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && v > 0) return v;
+  }
+  return kDefaultTransactionTimeoutMs;
+}
+
+Status validate_settings(const KafkaSinkSettings& settings) {
+  auto config_error = [](std::string m) { return Error(ErrorCode::kConfiguration, "KafkaSink: " + std::move(m)); };
+  if (settings.bootstrap_servers.empty() && !settings.properties.contains("bootstrap.servers")) {
+    return config_error("bootstrap_servers() is required");
+  }
+  if (settings.properties.contains("transactional.id")) {
+    return config_error(
+        "do not set transactional.id: the sink manages it (set transactional_id_prefix() for exactly-once)");
+  }
+  if (settings.operation_timeout_ms <= 0) return config_error("operation_timeout must be positive");
+  if (settings.guarantee == DeliveryGuarantee::kExactlyOnce) {
+    if (settings.transactional_id_prefix.empty()) {
+      return config_error(
+          "exactly-once needs transactional_id_prefix(): a name unique to this job and stable across its restarts");
+    }
+    if (settings.pool_size < 2) {
+      return config_error("producer_pool_size must be at least 2 (one open and one pre-committed transaction), not " +
+                          std::to_string(settings.pool_size));
+    }
+    auto idem = settings.properties.find("enable.idempotence");
+    if (idem != settings.properties.end() && is_false(idem->second)) {
+      return config_error("exactly-once needs enable.idempotence=true (transactions are idempotent)");
+    }
+  }
+  Result<kafka::KafkaConfPtr> conf = kafka::make_kafka_conf(settings.properties, "KafkaSink");
+  if (!conf.ok()) return conf.error();
+  return ok_status();
+}
+
+std::optional<std::string> transaction_timeout_warning(const KafkaSinkSettings& settings) {
+  if (settings.guarantee != DeliveryGuarantee::kExactlyOnce || !settings.max_commit_delay_ms) return std::nullopt;
+  const int64_t timeout = transaction_timeout_ms(settings);
+  const int64_t delay = *settings.max_commit_delay_ms;
+  if (timeout >= 2 * delay) return std::nullopt;
+  return "KafkaSink: transaction.timeout.ms (" + std::to_string(timeout) +
+         " ms) is not well above the checkpoint interval plus the longest restart (" + std::to_string(delay) +
+         " ms; want at least twice that): the broker may abort pre-committed transactions, which then costs a "
+         "task restart and a re-publication from the checkpoint's copy. Raise transaction.timeout.ms (and the "
+         "broker's transaction.max.timeout.ms) or lower the checkpoint interval / restart delays.";
+}
+
+int64_t max_commit_delay_from(const Configuration& job_config) {
+  const int64_t interval = job_config.get(options::kCheckpointInterval);
+  std::string strategy = job_config.get(options::kRestartStrategy);
+  if (strategy.empty()) strategy = interval > 0 ? "exponential-delay" : "none";
+  int64_t restart = 0;
+  if (strategy == "fixed-delay") {
+    restart = job_config.get(options::kFixedDelayDelay);
+  } else if (strategy == "failure-rate") {
+    restart = job_config.get(options::kFailureRateDelay);
+  } else if (strategy == "exponential-delay") {
+    const double jitter = job_config.get(options::kExpDelayJitter);
+    restart = static_cast<int64_t>(static_cast<double>(job_config.get(options::kExpDelayMaxBackoff)) * (1.0 + jitter));
+  }
+  return interval + restart;
+}
+
+std::string transactional_id(std::string_view prefix, int subtask, int k) {
+  return std::string(prefix) + "-" + std::to_string(subtask) + "-" + std::to_string(k);
+}
+
+std::vector<std::string> lingering_transactional_ids(std::string_view prefix, int subtask, int parallelism,
+                                                     int old_parallelism, int pool_size, int old_pool_size,
+                                                     const std::vector<std::string>& skip) {
+  std::vector<std::string> ids;
+  if (prefix.empty() || parallelism <= 0) return ids;
+  const std::set<std::string> skipped(skip.begin(), skip.end());
+  const int subtasks = std::max(old_parallelism, parallelism);
+  const int pool = std::max(old_pool_size, pool_size);
+  for (int j = subtask; j < subtasks; j += parallelism) {
+    for (int k = 0; k < pool; ++k) {
+      std::string id = transactional_id(prefix, j, k);
+      if (!skipped.contains(id)) ids.push_back(std::move(id));
+    }
+  }
+  return ids;
+}
+
+// --------------------------------------------------------------------------------------------------------------
+// recovery copies
+
+namespace {
+constexpr uint8_t kHasKey = 1;
+constexpr uint8_t kHasValue = 2;
+constexpr uint8_t kSameTopic = 4;
+}  // namespace
+
+void RecoveryCopyWriter::append(const KafkaProducerRecord& record, int32_t partition, int64_t timestamp_ms) {
+  uint8_t flags = 0;
+  if (record.has_key()) flags |= kHasKey;
+  if (record.has_value()) flags |= kHasValue;
+  const bool same_topic = count_ > 0 && record.topic == last_topic_;
+  if (same_topic) flags |= kSameTopic;
+  out_.write_u8(flags);
+  if (!same_topic) {
+    out_.write_string(record.topic);
+    last_topic_ = record.topic;
+  }
+  out_.write_signed_varint(partition);
+  out_.write_signed_varint(timestamp_ms);
+  if (record.has_key()) out_.write_string(record.key());
+  if (record.has_value()) out_.write_string(record.value());
+  out_.write_varint(record.headers.size());
+  for (const KafkaHeader& h : record.headers) {
+    out_.write_string(h.key);
+    out_.write_u8(h.value ? 1 : 0);
+    if (h.value) out_.write_string(*h.value);
+  }
+  ++count_;
+}
+
+std::string RecoveryCopyWriter::take() {
+  std::string bytes(out_.view());
+  out_.clear();
+  last_topic_.clear();
+  count_ = 0;
+  return bytes;
+}
+
+bool RecoveryCopyReader::next(RecoveryRecord& out) {
+  if (in_.at_end()) return false;
+  const uint8_t flags = in_.read_u8();
+  if ((flags & ~(kHasKey | kHasValue | kSameTopic)) != 0) in_.fail("unknown recovery record flags");
+  if ((flags & kSameTopic) != 0) {
+    if (last_topic_.empty()) in_.fail("a recovery record repeats the topic of no previous record");
+  } else {
+    last_topic_ = in_.read_view(in_.read_length());
+  }
+  out.topic = last_topic_;
+  out.partition = static_cast<int32_t>(in_.read_signed_varint());
+  out.timestamp_ms = in_.read_signed_varint();
+  out.key.reset();
+  out.value.reset();
+  if ((flags & kHasKey) != 0) out.key = in_.read_view(in_.read_length());
+  if ((flags & kHasValue) != 0) out.value = in_.read_view(in_.read_length());
+  out.headers.clear();
+  const uint64_t headers = in_.read_varint();
+  for (uint64_t i = 0; i < headers; ++i) {
+    std::string_view name = in_.read_view(in_.read_length());
+    std::optional<std::string_view> value;
+    if (in_.read_u8() != 0) value = in_.read_view(in_.read_length());
+    out.headers.emplace_back(name, value);
+  }
+  return true;
+}
+
+// --------------------------------------------------------------------------------------------------------------
+// the producer pool of one subtask
+
+class KafkaProducerPool {
+ public:
+  enum class SlotState { kIdle, kOpen, kPrecommitted };
+  struct Slot {
+    std::unique_ptr<Producer> producer;
+    SlotState state = SlotState::kIdle;
+    std::string token;
+  };
+
+  KafkaProducerPool(const KafkaSinkSettings& settings, RuntimeContext& ctx)
+      : settings(settings),
+        who(describe(ctx)),
+        subtask(ctx.subtask_index()),
+        parallelism(std::max(ctx.parallelism(), 1)),
+        transactional(settings.guarantee == DeliveryGuarantee::kExactlyOnce && ctx.is_checkpointing_enabled()) {
+    if (transactional) slots.resize(static_cast<size_t>(settings.pool_size));
+    std::random_device rd;
+    token_base = hex64((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(wall_ms()));
+  }
+
+  std::string own_id(int k) const { return transactional_id(settings.transactional_id_prefix, subtask, k); }
+
+  /// The pool index of `id` when it is one of this subtask's current ids, else -1.
+  int index_of(const std::string& id) const {
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (own_id(static_cast<int>(k)) == id) return static_cast<int>(k);
+    }
+    return -1;
+  }
+
+  std::unique_ptr<Producer> make_producer(const std::string& txid) const {
+    return std::make_unique<Producer>(settings, txid, who);
+  }
+
+  std::string next_token() { return token_base + "-" + std::to_string(++token_counter); }
+
+  void close() {
+    slots.clear();
+    plain.reset();
+  }
+
+  const KafkaSinkSettings settings;
+  const std::string who;
+  const int subtask;
+  const int parallelism;
+  const bool transactional;
+  std::vector<Slot> slots;          // transactional producers (exactly-once)
+  std::unique_ptr<Producer> plain;  // the producer of none / at-least-once
+  std::string token_base;
+  int64_t token_counter = 0;
+};
+
+std::shared_ptr<KafkaProducerPool> make_producer_pool(const KafkaSinkSettings& settings, RuntimeContext& ctx) {
+  return std::make_shared<KafkaProducerPool>(settings, ctx);
+}
+
+void log_start_warnings(const KafkaSinkSettings& settings, RuntimeContext& ctx) {
+  if (ctx.subtask_index() != 0 || ctx.attempt_number() != 0) return;
+  if (settings.guarantee != DeliveryGuarantee::kExactlyOnce) return;
+  if (!ctx.is_checkpointing_enabled()) {
+    spdlog::warn("{}: exactly-once needs checkpointing (execution.checkpointing.interval); without it the sink "
+                 "runs at-least-once",
+                 describe(ctx));
+    return;
+  }
+  if (std::optional<std::string> w = transaction_timeout_warning(settings)) {
+    spdlog::warn("{}: {}", describe(ctx), *w);
+  } else if (!settings.max_commit_delay_ms) {
+    spdlog::info("{}: transaction.timeout.ms is {} ms; set max_commit_delay() to have it checked against the "
+                 "checkpoint interval plus the longest restart",
+                 describe(ctx), transaction_timeout_ms(settings));
+  }
+}
+
+// --------------------------------------------------------------------------------------------------------------
+// writer
+
+struct KafkaSinkWriterCore::Impl {
+  Impl(const KafkaSinkSettings& s, RuntimeContext& ctx, std::shared_ptr<KafkaProducerPool> p)
+      : settings(s), pool(std::move(p)) {
+    auto& state = ctx.operator_state().get_union_list_state<KafkaSinkWriterState>(kWriterStateName);
+    state.update({KafkaSinkWriterState{ctx.subtask_index(), std::max(ctx.parallelism(), 1), settings.pool_size,
+                                       settings.transactional_id_prefix}});
+    if (!pool->transactional) pool->plain = std::make_unique<Producer>(settings, "", pool->who);
+  }
+
+  // The producer of the open transaction (opens one on the lowest idle producer when there is none).
+  Producer& open_transaction() {
+    if (current >= 0) return *pool->slots[static_cast<size_t>(current)].producer;
+    int k = -1;
+    for (size_t i = 0; i < pool->slots.size(); ++i) {
+      if (pool->slots[i].state == KafkaProducerPool::SlotState::kIdle) {
+        k = static_cast<int>(i);
+        break;
+      }
+    }
+    if (k < 0) {
+      fail(pool->who + ": all " + std::to_string(pool->slots.size()) +
+           " transactional producers hold pre-committed transactions whose checkpoints have not completed yet; "
+           "raise producer_pool_size() or make checkpoints complete (too many failing or slow checkpoints)");
+    }
+    KafkaProducerPool::Slot& slot = pool->slots[static_cast<size_t>(k)];
+    if (!slot.producer) {
+      slot.producer = pool->make_producer(pool->own_id(k));
+      slot.producer->init_transactions();
+    }
+    slot.producer->begin_transaction();
+    slot.state = KafkaProducerPool::SlotState::kOpen;
+    slot.token = pool->next_token();
+    current = k;
+    marker_topic = settings.marker_topic.empty() ? settings.topic : settings.marker_topic;
+    return *slot.producer;
+  }
+
+  Producer& metadata_producer() { return pool->transactional ? open_transaction() : *pool->plain; }
+
+  KafkaSinkSettings settings;
+  std::shared_ptr<KafkaProducerPool> pool;
+  int current = -1;  // slot of the open transaction
+  std::string marker_topic;
+  RecoveryCopyWriter copy;
+  struct CachedCount {
+    int32_t count;
+    Clock::time_point fetched;
+  };
+  std::unordered_map<std::string, CachedCount> partition_counts;
+};
+
+KafkaSinkWriterCore::KafkaSinkWriterCore(const KafkaSinkSettings& settings, RuntimeContext& ctx,
+                                         std::shared_ptr<KafkaProducerPool> pool)
+    : impl_(std::make_unique<Impl>(settings, ctx, std::move(pool))) {}
+
+KafkaSinkWriterCore::~KafkaSinkWriterCore() = default;
+
+bool KafkaSinkWriterCore::transactional() const noexcept {
+  return impl_->pool->transactional;
+}
+
+void KafkaSinkWriterCore::write(const KafkaProducerRecord& record, int64_t event_timestamp) {
+  Impl& s = *impl_;
+  if (record.topic.empty()) fail(s.pool->who + ": a record has no topic (the serializer or topic selector gave none)");
+  int64_t ts = 0;
+  if (record.timestamp_ms) {
+    ts = *record.timestamp_ms;
+  } else if (event_timestamp != kNoTimestamp && event_timestamp > 0) {
+    ts = event_timestamp;
+  }
+  std::optional<std::string_view> key;
+  if (record.has_key()) key = record.key();
+  std::optional<std::string_view> value;
+  if (record.has_value()) value = record.value();
+  const std::vector<KafkaHeader>* headers = record.headers.empty() ? nullptr : &record.headers;
+  if (!s.pool->transactional) {
+    s.pool->plain->produce(record.topic, record.partition, key, value, nullptr, headers, ts);
+    return;
+  }
+  Producer& p = s.open_transaction();
+  if (s.marker_topic.empty()) s.marker_topic = record.topic;
+  p.produce(record.topic, record.partition, key, value, nullptr, headers, ts);
+  s.copy.append(record, record.partition, ts);
+}
+
+int32_t KafkaSinkWriterCore::partition_count(const std::string& topic) {
+  Impl& s = *impl_;
+  auto it = s.partition_counts.find(topic);
+  if (it != s.partition_counts.end() && Clock::now() - it->second.fetched < std::chrono::minutes(1)) {
+    return it->second.count;
+  }
+  const int32_t count = s.metadata_producer().fetch_partition_count(topic);
+  s.partition_counts[topic] = Impl::CachedCount{count, Clock::now()};
+  return count;
+}
+
+void KafkaSinkWriterCore::flush(bool end_of_input) {
+  Impl& s = *impl_;
+  if (!s.pool->transactional) {
+    if (s.settings.guarantee == DeliveryGuarantee::kNone && !end_of_input) {
+      s.pool->plain->poll();
+    } else {
+      s.pool->plain->flush();
+    }
+    return;
+  }
+  if (s.current >= 0) s.pool->slots[static_cast<size_t>(s.current)].producer->flush();
+}
+
+std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
+  Impl& s = *impl_;
+  if (!s.pool->transactional || s.current < 0) return {};
+  KafkaProducerPool::Slot& slot = s.pool->slots[static_cast<size_t>(s.current)];
+  slot.producer->flush();
+  KafkaCommittable c;
+  c.transactional_id = slot.producer->transactional_id();
+  c.subtask = s.pool->subtask;
+  c.token = slot.token;
+  c.marker_topic = s.marker_topic;
+  c.precommit_time_ms = wall_ms();
+  slot.producer->send_marker(c.marker_topic, c.precommit_time_ms, c.token);
+  c.record_count = s.copy.count();
+  c.records = s.copy.take();
+  slot.state = KafkaProducerPool::SlotState::kPrecommitted;
+  s.current = -1;
+  std::vector<KafkaCommittable> out;
+  out.push_back(std::move(c));
+  return out;
+}
+
+void KafkaSinkWriterCore::close() {
+  impl_->current = -1;
+  impl_->pool->close();
+}
+
+// --------------------------------------------------------------------------------------------------------------
+// committer
+
+namespace {
+
+// Makes sure committable `c` is visible exactly once (see the file comment of kafka_sink.h): init_transactions on
+// its transactional id, then either "already committed" (the marker carries its token) or a re-publication of its
+// recovery copy. Returns the producer, initialized and without an open transaction.
+std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommittable& c) {
+  std::unique_ptr<Producer> p = pool.make_producer(c.transactional_id);
+  p->init_transactions();
+  std::optional<std::string> marker = p->read_marker(c.marker_topic);
+  if (marker && *marker == c.token) {
+    spdlog::info("{}: transaction {} ({} records) was committed before the restart", pool.who, c.transactional_id,
+                 c.record_count);
+    return p;
+  }
+  p->begin_transaction();
+  RecoveryCopyReader reader(c.records);
+  RecoveryRecord r;
+  int64_t n = 0;
+  while (reader.next(r)) {
+    p->produce(r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr,
+               r.timestamp_ms);
+    ++n;
+  }
+  p->flush();
+  p->send_marker(c.marker_topic, wall_ms(), c.token);
+  p->commit_transaction();
+  spdlog::info("{}: transaction {} was not committed before the restart: re-published its {} records", pool.who,
+               c.transactional_id, n);
+  return p;
+}
+
+// Runs init_transactions for each id (aborting what is open), at most 8 at a time. Returns the producers.
+std::vector<std::unique_ptr<Producer>> init_all(const KafkaProducerPool& pool, const std::vector<std::string>& ids) {
+  std::vector<std::unique_ptr<Producer>> producers(ids.size());
+  std::vector<std::exception_ptr> errors(ids.size());
+  constexpr size_t kConcurrency = 8;
+  for (size_t begin = 0; begin < ids.size(); begin += kConcurrency) {
+    std::vector<std::thread> threads;
+    const size_t end = std::min(ids.size(), begin + kConcurrency);
+    for (size_t i = begin; i < end; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          producers[i] = pool.make_producer(ids[i]);
+          producers[i]->init_transactions();
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads)
+      t.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return producers;
+}
+
+}  // namespace
+
+KafkaSinkCommitter::KafkaSinkCommitter(KafkaSinkSettings settings, std::shared_ptr<KafkaProducerPool> pool)
+    : settings_(std::move(settings)), pool_(std::move(pool)) {}
+
+KafkaSinkCommitter::~KafkaSinkCommitter() = default;
+
+void KafkaSinkCommitter::commit(std::vector<KafkaCommittable>& committables) {
+  if (!restore_done_) return;  // restored committables: abort_lingering settles them (by owner, in order)
+  for (const KafkaCommittable& c : committables) {
+    const int k = pool_->index_of(c.transactional_id);
+    KafkaProducerPool::Slot* slot = k >= 0 ? &pool_->slots[static_cast<size_t>(k)] : nullptr;
+    if (slot != nullptr && slot->producer && slot->state == KafkaProducerPool::SlotState::kPrecommitted &&
+        slot->token == c.token) {
+      try {
+        slot->producer->commit_transaction();
+      } catch (const SluiceException& e) {
+        slot->producer.reset();
+        slot->state = KafkaProducerPool::SlotState::kIdle;
+        throw SluiceException(Error(ErrorCode::kConnector,
+                                    e.error().message() +
+                                        "; the task restarts and the restore re-publishes this transaction's "
+                                        "records from the checkpoint"));
+      }
+      slot->state = KafkaProducerPool::SlotState::kIdle;
+      slot->token.clear();
+      continue;
+    }
+    // Not held by this subtask's writer (a committer used without its writer): settle it like a restored one.
+    std::unique_ptr<Producer> p = settle(*pool_, c);
+    if (k >= 0 && slot != nullptr && slot->state == KafkaProducerPool::SlotState::kIdle) slot->producer = std::move(p);
+  }
+}
+
+void KafkaSinkCommitter::abort_lingering(RuntimeContext& ctx, const std::vector<KafkaCommittable>& restored) {
+  const int subtask = ctx.subtask_index();
+  const int parallelism = std::max(ctx.parallelism(), 1);
+  const std::string& prefix = settings_.transactional_id_prefix;
+
+  // Ids and pool sizes of the run that took the restored checkpoint (this run's when there is none).
+  int old_parallelism = parallelism;
+  int old_pool = settings_.pool_size;
+  auto& writers = ctx.operator_state().get_union_list_state<KafkaSinkWriterState>(kWriterStateName);
+  bool found = false;
+  for (const KafkaSinkWriterState& w : writers.get()) {
+    if (w.transactional_id_prefix != prefix) continue;
+    old_parallelism = found ? std::max(old_parallelism, w.parallelism) : w.parallelism;
+    old_pool = found ? std::max(old_pool, w.pool_size) : w.pool_size;
+    found = true;
+  }
+
+  // 1. The restored committables whose writer this subtask succeeds, in checkpoint order.
+  std::vector<std::string> settled_ids;
+  int64_t republished = 0;
+  for (const KafkaCommittable& c : restored) {
+    if (!owns_committable(c.subtask, subtask, parallelism)) continue;
+    std::unique_ptr<Producer> p = settle(*pool_, c);
+    ++republished;
+    settled_ids.push_back(c.transactional_id);
+    const int k = pool_->index_of(c.transactional_id);
+    if (k >= 0) pool_->slots[static_cast<size_t>(k)].producer = std::move(p);
+  }
+
+  // 2. Abort what a previous run left open under this subtask's ids.
+  std::vector<std::string> ids = lingering_transactional_ids(prefix, subtask, parallelism, old_parallelism,
+                                                             settings_.pool_size, old_pool, settled_ids);
+  if (!ids.empty()) {
+    const auto start = Clock::now();
+    std::vector<std::unique_ptr<Producer>> producers = init_all(*pool_, ids);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int k = pool_->index_of(ids[i]);
+      if (k >= 0) pool_->slots[static_cast<size_t>(k)].producer = std::move(producers[i]);
+    }
+    spdlog::debug("{}: initialized {} transactional ids in {} ms ({} restored transactions settled)", pool_->who,
+                  ids.size(), std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
+                  republished);
+  }
+  // Producers kept for the writer's pool only make sense for a transactional writer.
+  if (!pool_->transactional) pool_->slots.clear();
+  restore_done_ = true;
+}
+
+}  // namespace detail
+}  // namespace sluice

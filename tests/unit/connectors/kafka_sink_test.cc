@@ -1,0 +1,586 @@
+// Unit tests of the Kafka sink: partitioner placement pinned against Kafka's Java client, serializers, the
+// committable and recovery-copy encodings, transactional-id ranges, settings checks; and, on librdkafka's mock
+// cluster (no broker needed), where records land and how a failed delivery fails the flush. Transactions need
+// the real broker (the mock cluster implements neither read_committed nor transactional offsets): see
+// tests/integration/kafka_sink_test.cc.
+#include "sluice/connectors/kafka/kafka_sink.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/api/functions.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/data_io.h"
+#include "sluice/state/operator_state.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------------------------------------
+// Partitioner placement. Expected values come from Kafka 4.4.0's own Java code
+// (org.apache.kafka.common.utils.Utils.murmur2 and BuiltInPartitioner.partitionForKey:
+// toPositive(murmur2(key)) % partitions), run with `java -cp kafka-clients-4.4.0.jar`.
+
+TEST(KafkaPartitionerTest, Murmur2MatchesJava) {
+  EXPECT_EQ(kafka_murmur2("a"), -1563381124);
+  EXPECT_EQ(kafka_murmur2("b"), -1853091852);
+  EXPECT_EQ(kafka_murmur2("21"), -973932308);
+  EXPECT_EQ(kafka_murmur2("foobar"), -790332482);
+  EXPECT_EQ(kafka_murmur2("abc"), 479470107);
+  EXPECT_EQ(kafka_murmur2("key-1"), 193331640);
+  EXPECT_EQ(kafka_murmur2("order-42"), 501153024);
+  EXPECT_EQ(kafka_murmur2(""), 275646681);
+}
+
+TEST(KafkaPartitionerTest, DefaultPartitionMatchesJava) {
+  EXPECT_EQ(kafka_default_partition("a", 10), 4);
+  EXPECT_EQ(kafka_default_partition("a", 3), 1);
+  EXPECT_EQ(kafka_default_partition("a", 100), 24);
+  EXPECT_EQ(kafka_default_partition("b", 10), 6);
+  EXPECT_EQ(kafka_default_partition("b", 12), 8);
+  EXPECT_EQ(kafka_default_partition("order-42", 10), 4);
+  EXPECT_EQ(kafka_default_partition("foobar", 10), 6);
+  EXPECT_EQ(kafka_default_partition("abc", 12), 3);
+  EXPECT_EQ(kafka_default_partition("", 10), 1);
+  EXPECT_EQ(kafka_default_partition("key-1", 1), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Encodings
+
+KafkaCommittable sample_committable() {
+  KafkaCommittable c;
+  c.transactional_id = "job-1-3";
+  c.subtask = 1;
+  c.token = "0123456789abcdef-7";
+  c.marker_topic = "orders";
+  c.precommit_time_ms = 1'700'000'000'123;
+  c.record_count = 2;
+  c.records = std::string("\x01\x02\x00\xff", 4);
+  return c;
+}
+
+TEST(KafkaCommittableTest, SerializerRoundTrip) {
+  const KafkaCommittable c = sample_committable();
+  DataOutput out;
+  TypeSerializer<KafkaCommittable>::serialize(c, out);
+  KafkaCommittable back;
+  DataInput in(out.view());
+  TypeSerializer<KafkaCommittable>::deserialize(back, in);
+  EXPECT_TRUE(in.at_end());
+  EXPECT_EQ(back, c);
+
+  // As the operator state keeps it: (checkpoint id, committable).
+  std::pair<int64_t, KafkaCommittable> entry{42, c};
+  DataOutput out2;
+  TypeSerializer<std::pair<int64_t, KafkaCommittable>>::serialize(entry, out2);
+  std::pair<int64_t, KafkaCommittable> back2;
+  DataInput in2(out2.view());
+  TypeSerializer<std::pair<int64_t, KafkaCommittable>>::deserialize(back2, in2);
+  EXPECT_EQ(back2, entry);
+}
+
+TEST(KafkaCommittableTest, WriterStateRoundTrip) {
+  KafkaSinkWriterState s{3, 4, 5, "prefix"};
+  DataOutput out;
+  TypeSerializer<KafkaSinkWriterState>::serialize(s, out);
+  KafkaSinkWriterState back;
+  DataInput in(out.view());
+  TypeSerializer<KafkaSinkWriterState>::deserialize(back, in);
+  EXPECT_EQ(back, s);
+}
+
+TEST(RecoveryCopyTest, RoundTripKeepsEveryField) {
+  detail::RecoveryCopyWriter w;
+  KafkaProducerRecord r;
+  r.topic = "t1";
+  r.set_key("k1");
+  r.set_value("v1");
+  r.headers.push_back(KafkaHeader{"h", std::string("hv")});
+  r.headers.push_back(KafkaHeader{"n", std::nullopt});
+  w.append(r, 3, 1000);
+  r.clear();
+  r.topic = "t1";  // same topic: stored once
+  r.set_key("");   // an empty key is not a null key
+  w.append(r, -1, 0);
+  r.clear();
+  r.topic = "t2";
+  r.set_value(std::string("\0bin\xff", 5));
+  w.append(r, 0, 5);
+  EXPECT_EQ(w.count(), 3);
+  const std::string bytes = w.take();
+  EXPECT_EQ(w.count(), 0);
+  EXPECT_EQ(w.bytes(), 0u);
+
+  detail::RecoveryCopyReader reader(bytes);
+  detail::RecoveryRecord got;
+  ASSERT_TRUE(reader.next(got));
+  EXPECT_EQ(got.topic, "t1");
+  EXPECT_EQ(got.partition, 3);
+  EXPECT_EQ(got.timestamp_ms, 1000);
+  EXPECT_EQ(got.key, std::optional<std::string_view>("k1"));
+  EXPECT_EQ(got.value, std::optional<std::string_view>("v1"));
+  ASSERT_EQ(got.headers.size(), 2u);
+  EXPECT_EQ(got.headers[0].first, "h");
+  EXPECT_EQ(got.headers[0].second, std::optional<std::string_view>("hv"));
+  EXPECT_EQ(got.headers[1].first, "n");
+  EXPECT_FALSE(got.headers[1].second.has_value());
+  ASSERT_TRUE(reader.next(got));
+  EXPECT_EQ(got.topic, "t1");
+  EXPECT_EQ(got.partition, -1);
+  EXPECT_EQ(got.key, std::optional<std::string_view>(""));
+  EXPECT_FALSE(got.value.has_value());  // a null value (tombstone)
+  EXPECT_TRUE(got.headers.empty());
+  ASSERT_TRUE(reader.next(got));
+  EXPECT_EQ(got.topic, "t2");
+  EXPECT_FALSE(got.key.has_value());
+  EXPECT_EQ(got.value, std::optional<std::string_view>(std::string_view("\0bin\xff", 5)));
+  EXPECT_FALSE(reader.next(got));
+}
+
+TEST(RecoveryCopyTest, CorruptBytesThrowSerializationError) {
+  detail::RecoveryCopyWriter w;
+  KafkaProducerRecord r;
+  r.topic = "topic";
+  r.set_value("value");
+  w.append(r, 1, 2);
+  std::string bytes = w.take();
+  bytes.pop_back();  // truncated
+  detail::RecoveryCopyReader reader(bytes);
+  detail::RecoveryRecord got;
+  try {
+    reader.next(got);
+    FAIL() << "a truncated copy decoded";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kSerialization);
+  }
+  detail::RecoveryCopyReader bad_flags(std::string("\x80", 1));
+  EXPECT_THROW(bad_flags.next(got), SluiceException);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Transactional ids
+
+TEST(KafkaTransactionalIdsTest, NamesAndLingeringRanges) {
+  EXPECT_EQ(detail::transactional_id("job", 2, 4), "job-2-4");
+  // Same parallelism and pool: this subtask's own ids.
+  EXPECT_THAT(detail::lingering_transactional_ids("p", 1, 2, 2, 3, 3, {}), ElementsAre("p-1-0", "p-1-1", "p-1-2"));
+  // Skip the ids of restored committables (they were settled already).
+  EXPECT_THAT(detail::lingering_transactional_ids("p", 0, 2, 2, 2, 2, {"p-0-1"}), ElementsAre("p-0-0"));
+  // Scale down 4 -> 2: subtask 0 also covers old subtask 2, with the old (larger) pool.
+  EXPECT_THAT(detail::lingering_transactional_ids("p", 0, 2, 4, 2, 3, {}),
+              ElementsAre("p-0-0", "p-0-1", "p-0-2", "p-2-0", "p-2-1", "p-2-2"));
+  // Scale up 1 -> 3: subtask 2 has only its own ids.
+  EXPECT_THAT(detail::lingering_transactional_ids("p", 2, 3, 1, 2, 2, {}), ElementsAre("p-2-0", "p-2-1"));
+  // No prefix (never exactly-once): nothing to abort.
+  EXPECT_TRUE(detail::lingering_transactional_ids("", 0, 1, 1, 5, 5, {}).empty());
+}
+
+TEST(KafkaTransactionalIdsTest, EachOldSubtaskHasOneOwner) {
+  for (int old_p = 1; old_p <= 6; ++old_p) {
+    for (int p = 1; p <= 6; ++p) {
+      for (int j = 0; j < old_p; ++j) {
+        int owners = 0;
+        for (int i = 0; i < p; ++i)
+          owners += detail::owns_committable(j, i, p) ? 1 : 0;
+        EXPECT_EQ(owners, 1) << "old subtask " << j << " of " << old_p << " at parallelism " << p;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Settings
+
+detail::KafkaSinkSettings eo_settings() {
+  detail::KafkaSinkSettings s;
+  s.bootstrap_servers = "127.0.0.1:1";
+  s.topic = "t";
+  s.guarantee = DeliveryGuarantee::kExactlyOnce;
+  s.transactional_id_prefix = "job";
+  return s;
+}
+
+std::string validation_error(const detail::KafkaSinkSettings& s) {
+  Status st = detail::validate_settings(s);
+  if (st.ok()) return "";
+  EXPECT_EQ(st.error().code(), ErrorCode::kConfiguration);
+  return st.error().message();
+}
+
+TEST(KafkaSinkSettingsTest, Validation) {
+  EXPECT_EQ(validation_error(eo_settings()), "");
+  auto s = eo_settings();
+  s.bootstrap_servers.clear();
+  EXPECT_THAT(validation_error(s), HasSubstr("bootstrap_servers"));
+  s = eo_settings();
+  s.transactional_id_prefix.clear();
+  EXPECT_THAT(validation_error(s), HasSubstr("transactional_id_prefix"));
+  s = eo_settings();
+  s.pool_size = 1;
+  EXPECT_THAT(validation_error(s), HasSubstr("producer_pool_size"));
+  s = eo_settings();
+  s.properties["transactional.id"] = "x";
+  EXPECT_THAT(validation_error(s), HasSubstr("transactional.id"));
+  s = eo_settings();
+  s.properties["enable.idempotence"] = "false";
+  EXPECT_THAT(validation_error(s), HasSubstr("enable.idempotence"));
+  s = eo_settings();
+  s.properties["no.such.property"] = "1";
+  EXPECT_THAT(validation_error(s), HasSubstr("no.such.property"));
+  s = eo_settings();
+  s.properties["sasl.password"] = "hunter2";
+  s.properties["linger.ms"] = "not-a-number";
+  EXPECT_THAT(validation_error(s), HasSubstr("linger.ms"));
+  // At-least-once needs no prefix.
+  s = eo_settings();
+  s.guarantee = DeliveryGuarantee::kAtLeastOnce;
+  s.transactional_id_prefix.clear();
+  EXPECT_EQ(validation_error(s), "");
+}
+
+TEST(KafkaSinkSettingsTest, BuilderErrors) {
+  Result<std::shared_ptr<KafkaSink<std::string>>> no_topic =
+      KafkaSink<std::string>::builder().bootstrap_servers("h:1").try_build();
+  ASSERT_FALSE(no_topic.ok());
+  EXPECT_THAT(no_topic.error().message(), HasSubstr("topic"));
+  Result<std::shared_ptr<KafkaSink<std::string>>> eo = KafkaSink<std::string>::builder()
+                                                           .bootstrap_servers("h:1")
+                                                           .topic("t")
+                                                           .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                                                           .try_build();
+  ASSERT_FALSE(eo.ok());
+  EXPECT_THROW(KafkaSink<std::string>::builder().topic("t").build(), SluiceException);
+  struct Opaque {
+    int x;
+  };
+  Result<std::shared_ptr<KafkaSink<Opaque>>> opaque =
+      KafkaSink<Opaque>::builder().bootstrap_servers("h:1").topic("t").try_build();
+  ASSERT_FALSE(opaque.ok());
+  EXPECT_THAT(opaque.error().message(), HasSubstr("value_serializer"));
+}
+
+TEST(KafkaSinkSettingsTest, TransactionTimeoutWarning) {
+  auto s = eo_settings();
+  EXPECT_EQ(detail::transaction_timeout_ms(s), detail::kDefaultTransactionTimeoutMs);
+  EXPECT_FALSE(detail::transaction_timeout_warning(s).has_value());  // nothing to compare against
+  s.max_commit_delay_ms = 61'000;
+  EXPECT_FALSE(detail::transaction_timeout_warning(s).has_value());  // 900 s >= 2 x 61 s
+  s.properties["transaction.timeout.ms"] = "100000";
+  ASSERT_TRUE(detail::transaction_timeout_warning(s).has_value());
+  EXPECT_THAT(*detail::transaction_timeout_warning(s), HasSubstr("100000"));
+  s.guarantee = DeliveryGuarantee::kAtLeastOnce;
+  EXPECT_FALSE(detail::transaction_timeout_warning(s).has_value());
+}
+
+TEST(KafkaSinkSettingsTest, MaxCommitDelayFromJobConfiguration) {
+  Configuration c;
+  c.set_string("execution.checkpointing.interval", "1s");
+  c.set_string("restart-strategy.type", "fixed-delay");
+  c.set_string("restart-strategy.fixed-delay.delay", "5s");
+  EXPECT_EQ(detail::max_commit_delay_from(c), 6'000);
+  Configuration e;  // checkpointing on, default strategy: exponential-delay up to 60 s, +10 % jitter
+  e.set_string("execution.checkpointing.interval", "200ms");
+  EXPECT_EQ(detail::max_commit_delay_from(e), 200 + 66'000);
+  auto sink = KafkaSink<std::string>::builder()
+                  .bootstrap_servers("h:1")
+                  .topic("t")
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix("p")
+                  .max_commit_delay_from(c)
+                  .build();
+  EXPECT_EQ(sink->settings().max_commit_delay_ms, std::optional<int64_t>(6'000));
+}
+
+TEST(KafkaSinkSettingsTest, ParseDeliveryGuarantee) {
+  EXPECT_EQ(parse_delivery_guarantee("exactly-once").value(), DeliveryGuarantee::kExactlyOnce);
+  EXPECT_EQ(parse_delivery_guarantee("AT_LEAST_ONCE").value(), DeliveryGuarantee::kAtLeastOnce);
+  EXPECT_EQ(parse_delivery_guarantee("none").value(), DeliveryGuarantee::kNone);
+  EXPECT_FALSE(parse_delivery_guarantee("twice").ok());
+  EXPECT_EQ(delivery_guarantee_name(DeliveryGuarantee::kExactlyOnce), "exactly-once");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Against librdkafka's mock cluster
+
+class TestContext final : public RuntimeContext {
+ public:
+  explicit TestContext(bool checkpointing = true) : checkpointing_(checkpointing) {}
+  const std::string& operator_name() const override { return name_; }
+  int subtask_index() const override { return 0; }
+  int parallelism() const override { return 1; }
+  int max_parallelism() const override { return 128; }
+  int attempt_number() const override { return 0; }
+  const Clock& clock() const override { return clock_; }
+  OperatorStateStore& operator_state() override { return store_; }
+  bool is_checkpointing_enabled() const override { return checkpointing_; }
+
+ private:
+  std::string name_ = "Sink: test";
+  bool checkpointing_;
+  ManualClock clock_;
+  OperatorStateStore store_;
+};
+
+class WriteContext final : public SinkWriterContext {
+ public:
+  TimestampMs timestamp() const override { return ts; }
+  TimestampMs current_watermark() const override { return kNoTimestamp; }
+  TimestampMs ts = kNoTimestamp;
+};
+
+struct Consumed {
+  int32_t partition;
+  std::optional<std::string> key;
+  std::optional<std::string> value;
+  int64_t timestamp;
+  std::vector<KafkaHeader> headers;
+};
+
+/// A mock cluster (one broker) owned by a throwaway client, with helpers to create topics and read them back.
+class MockCluster {
+ public:
+  MockCluster() {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char errstr[256];
+    rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof errstr);
+    owner_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cluster_ = rd_kafka_mock_cluster_new(owner_, 1);
+  }
+  ~MockCluster() {
+    rd_kafka_mock_cluster_destroy(cluster_);
+    rd_kafka_destroy(owner_);
+  }
+  std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(cluster_); }
+  rd_kafka_mock_cluster_t* get() const { return cluster_; }
+  void create_topic(const std::string& topic, int partitions) {
+    ASSERT_EQ(rd_kafka_mock_topic_create(cluster_, topic.c_str(), partitions, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+  /// Reads `count` records of `topic` (all partitions from the start), waiting up to 30 s.
+  std::vector<Consumed> read(const std::string& topic, int partitions, size_t count) {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char errstr[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps().c_str(), errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "group.id", "unit-test-reader", errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof errstr);
+    rd_kafka_t* c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; ++p)
+      rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(c, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    std::vector<Consumed> out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        Consumed r{m->partition, std::nullopt, std::nullopt, rd_kafka_message_timestamp(m, nullptr), {}};
+        if (m->key != nullptr) r.key = std::string(static_cast<const char*>(m->key), m->key_len);
+        if (m->payload != nullptr) r.value = std::string(static_cast<const char*>(m->payload), m->len);
+        rd_kafka_headers_t* hdrs = nullptr;
+        if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          const char* name;
+          const void* value;
+          size_t size;
+          for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+            r.headers.push_back(KafkaHeader{name, value ? std::optional<std::string>(std::string(
+                                                              static_cast<const char*>(value), size))
+                                                        : std::nullopt});
+          }
+        }
+        out.push_back(std::move(r));
+      }
+      rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return out;
+  }
+
+ private:
+  rd_kafka_t* owner_ = nullptr;
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+};
+
+/// Runs one writer of `sink` by hand (open as the two-phase-commit operator would).
+template <class T>
+class WriterRun {
+ public:
+  WriterRun(const std::shared_ptr<KafkaSink<T>>& sink, bool checkpointing = true)
+      : ctx_(checkpointing),
+        committer_(sink->create_committer(ctx_)),
+        writer_((committer_->abort_lingering(ctx_, {}), sink->create_precommitting_writer(ctx_))) {}
+  ~WriterRun() { writer_->close(); }
+  void write(const T& record, TimestampMs ts = kNoTimestamp) {
+    wctx_.ts = ts;
+    writer_->write(record, wctx_);
+  }
+  PrecommittingSinkWriter<T, KafkaCommittable>& writer() { return *writer_; }
+
+ private:
+  TestContext ctx_;
+  std::unique_ptr<Committer<KafkaCommittable>> committer_;
+  std::unique_ptr<PrecommittingSinkWriter<T, KafkaCommittable>> writer_;
+  WriteContext wctx_;
+};
+
+TEST(KafkaSinkMockTest, KeyedRecordsLandWhereJavaPutsThem) {
+  MockCluster mock;
+  mock.create_topic("placement", 10);
+  auto sink = KafkaSink<std::string>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .topic("placement")
+                  .key_serializer([](const std::string& s) { return s; })
+                  .property("log_level", "0")
+                  .build();
+  const std::vector<std::string> keys = {"a", "b", "order-42", "foobar", ""};
+  {
+    WriterRun<std::string> run(sink);
+    for (const std::string& k : keys)
+      run.write(k);
+    run.writer().flush(false);
+    EXPECT_TRUE(run.writer().prepare_commit().empty());  // at-least-once: nothing to commit
+  }
+  std::map<std::string, int32_t> placed;
+  for (const Consumed& c : mock.read("placement", 10, keys.size())) {
+    ASSERT_TRUE(c.key.has_value());
+    placed[*c.key] = c.partition;
+  }
+  ASSERT_EQ(placed.size(), keys.size());
+  EXPECT_EQ(placed["a"], 4);  // pinned: Java's toPositive(murmur2("a")) % 10
+  for (const std::string& k : keys)
+    EXPECT_EQ(placed[k], kafka_default_partition(k, 10)) << "key '" << k << "'";
+}
+
+struct Order {
+  std::string id;
+  int64_t cents = 0;
+};
+SLUICE_FIELDS(Order, id, cents);
+
+TEST(KafkaSinkMockTest, SerializersSetKeyValueHeadersPartitionTimestampAndTopic) {
+  MockCluster mock;
+  mock.create_topic("even", 3);
+  mock.create_topic("odd", 3);
+  // A record serializer: topic per record, explicit partition, headers (one null), own timestamp.
+  auto full = KafkaSink<Order>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .property("log_level", "0")
+                  .record_serializer([](const Order& o, KafkaProducerRecord& out) {
+                    out.topic = o.cents % 2 == 0 ? "even" : "odd";
+                    out.partition = 2;
+                    out.set_key(o.id);
+                    out.set_value("cents=" + std::to_string(o.cents));
+                    out.headers.push_back(KafkaHeader{"source", std::string("unit")});
+                    out.headers.push_back(KafkaHeader{"empty", std::nullopt});
+                    out.timestamp_ms = 1'600'000'000'000 + o.cents;
+                  })
+                  .build();
+  {
+    WriterRun<Order> run(full);
+    run.write(Order{"o1", 2});
+    run.write(Order{"o2", 3});
+    run.writer().flush(true);
+  }
+  std::vector<Consumed> even = mock.read("even", 3, 1);
+  ASSERT_EQ(even.size(), 1u);
+  EXPECT_EQ(even[0].partition, 2);
+  EXPECT_EQ(even[0].key, std::optional<std::string>("o1"));
+  EXPECT_EQ(even[0].value, std::optional<std::string>("cents=2"));
+  EXPECT_EQ(even[0].timestamp, 1'600'000'000'002);
+  EXPECT_THAT(even[0].headers,
+              ElementsAre(KafkaHeader{"source", std::string("unit")}, KafkaHeader{"empty", std::nullopt}));
+  std::vector<Consumed> odd = mock.read("odd", 3, 1);
+  ASSERT_EQ(odd.size(), 1u);
+  EXPECT_EQ(odd[0].value, std::optional<std::string>("cents=3"));
+
+  // Defaults: a SLUICE_FIELDS struct is JSON, no key, the event timestamp; a custom partitioner sees the
+  // partition count.
+  mock.create_topic("json", 4);
+  int32_t seen_partitions = 0;
+  auto json = KafkaSink<Order>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .topic("json")
+                  .property("log_level", "0")
+                  .partitioner([&](const Order&, const KafkaProducerRecord&, int32_t n) {
+                    seen_partitions = n;
+                    return n - 1;
+                  })
+                  .build();
+  {
+    WriterRun<Order> run(json);
+    run.write(Order{"o3", 7}, 1'234'567);
+    run.writer().flush(true);
+  }
+  EXPECT_EQ(seen_partitions, 4);
+  std::vector<Consumed> js = mock.read("json", 4, 1);
+  ASSERT_EQ(js.size(), 1u);
+  EXPECT_EQ(js[0].partition, 3);
+  EXPECT_FALSE(js[0].key.has_value());
+  EXPECT_EQ(js[0].value, std::optional<std::string>(R"({"id":"o3","cents":7})"));
+  EXPECT_EQ(js[0].timestamp, 1'234'567);
+}
+
+TEST(KafkaSinkMockTest, FailedDeliveryFailsTheFlushNamingTopicAndPartition) {
+  MockCluster mock;
+  mock.create_topic("refused", 1);
+  // Every Produce request (ApiKey 0) is refused with a non-retriable error.
+  rd_kafka_mock_push_request_errors(mock.get(), 0, 5, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+  auto sink = KafkaSink<std::string>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .topic("refused")
+                  .property("log_level", "0")
+                  .operation_timeout(std::chrono::seconds(20))
+                  .build();
+  WriterRun<std::string> run(sink);
+  run.write("x");
+  try {
+    run.writer().flush(false);
+    FAIL() << "flush succeeded although every delivery failed";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kConnector);
+    EXPECT_THAT(e.error().message(), HasSubstr("Kafka sink 'Sink: test' (subtask 0)"));
+    EXPECT_THAT(e.error().message(), HasSubstr("topic 'refused' partition 0"));
+    EXPECT_THAT(e.error().message(), HasSubstr("TOPIC_AUTHORIZATION_FAILED"));
+  }
+}
+
+TEST(KafkaSinkMockTest, ExactlyOnceWithoutCheckpointingRunsAtLeastOnce) {
+  MockCluster mock;
+  mock.create_topic("plain", 1);
+  auto sink = KafkaSink<std::string>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .topic("plain")
+                  .property("log_level", "0")
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix("unit")
+                  .build();
+  {
+    WriterRun<std::string> run(sink, /*checkpointing=*/false);
+    run.write("v");
+    run.writer().flush(true);
+    EXPECT_TRUE(run.writer().prepare_commit().empty());
+  }
+  EXPECT_EQ(mock.read("plain", 1, 1).size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice
