@@ -638,13 +638,14 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
 }
 
 Status LocalJob::start() {
+  // Lock order is coordinator before job: ask the coordinator before taking mu_.
+  std::optional<RestorePoint> initial;
+  if (coordinator_) initial = coordinator_->latest_restore_point();
   std::unique_lock lock(mu_);
   status_ = JobStatus::kRunning;
   start_ = std::chrono::steady_clock::now();
   spdlog::info("job '{}' ({}) starting with {} tasks in {} failover region(s){}", name_, id_, task_count_,
                regions_.size(), checkpointing_ ? "" : ", checkpointing off");
-  std::optional<RestorePoint> initial;
-  if (coordinator_) initial = coordinator_->latest_restore_point();
   for (size_t r = 0; r < regions_.size(); ++r) {
     Status st = deploy_region(r, initial ? &*initial : nullptr);
     if (!st.ok()) {
@@ -889,8 +890,13 @@ void LocalJob::finalize_locked(std::unique_lock<std::mutex>& lock) {
   result_.operators = stats_;
   result_.restarts = restarts_;
   if (coordinator_) {
-    result_.completed_checkpoints = coordinator_->completed_count();
-    if (auto p = coordinator_->latest_restore_point()) result_.latest_checkpoint_path = p->dir.string();
+    // Lock order is coordinator before job.
+    lock.unlock();
+    const int64_t completed = coordinator_->completed_count();
+    std::optional<RestorePoint> latest = coordinator_->latest_restore_point();
+    lock.lock();
+    result_.completed_checkpoints = completed;
+    if (latest) result_.latest_checkpoint_path = latest->dir.string();
   }
   if (status_ == JobStatus::kFailed) {
     spdlog::error("job '{}' ({}) FAILED: {}", name_, id_, result_.error->to_string());

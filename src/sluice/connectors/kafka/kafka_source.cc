@@ -783,10 +783,9 @@ struct KafkaReaderCore::Impl {
 
 KafkaReaderCore::KafkaReaderCore(const KafkaSourceSettings& settings, SourceReaderContext& ctx,
                                  std::shared_ptr<DeadLetterFile> dead_letter, std::shared_ptr<BadRecordStats> stats)
-    : ctx_(ctx),
-      dead_letter_(std::move(dead_letter)),
-      stats_(std::move(stats)),
-      impl_(std::make_unique<Impl>()) {}
+    : ctx_(ctx), dead_letter_(std::move(dead_letter)), stats_(std::move(stats)), impl_(std::make_unique<Impl>()) {
+  impl_->settings = settings;
+}
 
 Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSourceSettings& settings,
                                                                   SourceReaderContext& ctx,
@@ -794,7 +793,6 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
                                                                   std::shared_ptr<BadRecordStats> stats) {
   std::unique_ptr<KafkaReaderCore> core(new KafkaReaderCore(settings, ctx, std::move(dead_letter), std::move(stats)));
   Impl& impl = *core->impl_;
-  impl.settings = settings;
   impl.subtask = ctx.subtask_index();
   impl.name = fmt::format("{} subtask {} ({})", kRole, impl.subtask, settings.describe_topics());
   impl.commit = settings.commit_offsets_on_checkpoint && !settings.group_id().empty();
@@ -1028,13 +1026,16 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
                         static_cast<ssize_t>(partition.size()));
     rd_kafka_header_add(headers.get(), "sluice.dlq.offset", -1, offset.data(), static_cast<ssize_t>(offset.size()));
     rd_kafka_header_add(headers.get(), "sluice.dlq.error", -1, reason.data(), static_cast<ssize_t>(reason.size()));
+    void* key = m.key ? const_cast<char*>(m.key->data()) : nullptr;
+    const size_t key_len = m.key ? m.key->size() : 0;
+    void* value = m.value ? const_cast<char*>(m.value->data()) : nullptr;
+    const size_t value_len = m.value ? m.value->size() : 0;
     for (;;) {
       rd_kafka_headers_t* h = headers.get();
       const rd_kafka_resp_err_t err = rd_kafka_producev(
           impl.dead_letter_producer.get(), RD_KAFKA_V_TOPIC(impl_->settings.dead_letter_topic.c_str()),
           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_KEY(m.key ? const_cast<char*>(m.key->data()) : nullptr, m.key ? m.key->size() : 0),
-          RD_KAFKA_V_VALUE(m.value ? const_cast<char*>(m.value->data()) : nullptr, m.value ? m.value->size() : 0),
+          RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
           RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         (void)headers.release();  // owned by the message now
