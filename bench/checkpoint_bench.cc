@@ -21,7 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 double cpu_seconds() {
   rusage u{};
@@ -93,7 +95,8 @@ class Discard final : public Sink<int64_t> {
 };
 
 fs::path checkpoint_root(const CheckpointBenchOptions& o, const std::string& name) {
-  fs::path base = o.dir.empty() ? fs::temp_directory_path() / fmt::format("sluice-bench-{}", ::getpid()) : fs::path(o.dir);
+  fs::path base =
+      o.dir.empty() ? fs::temp_directory_path() / fmt::format("sluice-bench-{}", ::getpid()) : fs::path(o.dir);
   fs::path dir = base / name;
   fs::remove_all(dir);
   fs::create_directories(dir);

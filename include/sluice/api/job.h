@@ -30,22 +30,22 @@ struct OperatorStats {
 
 /// Timings of one subtask in one checkpoint.
 struct TaskCheckpointStats {
-  std::string task;            ///< "Map -> Sink (2/4)"
-  int64_t alignment_ns = 0;    ///< first to last barrier (exactly-once alignment)
-  int64_t sync_pause_ns = 0;   ///< processing paused for the synchronous part of the snapshot
-  uint64_t state_bytes = 0;    ///< bytes written for this subtask
+  std::string task;           ///< "Map -> Sink (2/4)"
+  int64_t alignment_ns = 0;   ///< first to last barrier (exactly-once alignment)
+  int64_t sync_pause_ns = 0;  ///< processing paused for the synchronous part of the snapshot
+  uint64_t state_bytes = 0;   ///< bytes written for this subtask
 };
 
 /// One checkpoint or savepoint as the coordinator saw it (Flink's checkpoint statistics).
 struct CheckpointStats {
   int64_t checkpoint_id = 0;
-  std::string type;            ///< "checkpoint", "savepoint" or "stop-with-savepoint"
+  std::string type;  ///< "checkpoint", "savepoint" or "stop-with-savepoint"
   TimestampMs trigger_time_ms = 0;
-  int64_t duration_ms = 0;     ///< trigger to completion (or abort)
-  uint64_t state_bytes = 0;    ///< all state files
+  int64_t duration_ms = 0;   ///< trigger to completion (or abort)
+  uint64_t state_bytes = 0;  ///< all state files
   bool completed = false;
-  std::string failure;         ///< why it was aborted (empty when completed)
-  std::string path;            ///< its directory once completed
+  std::string failure;  ///< why it was aborted (empty when completed)
+  std::string path;     ///< its directory once completed
   std::vector<TaskCheckpointStats> tasks;
 };
 
@@ -59,7 +59,7 @@ struct JobResult {
   std::vector<OperatorStats> operators;  ///< in graph order; counts summed over every attempt
   int restarts = 0;                      ///< failover restarts (of any region)
   int64_t completed_checkpoints = 0;
-  std::string latest_checkpoint_path;    ///< the last completed checkpoint or savepoint ("" when none)
+  std::string latest_checkpoint_path;  ///< the last completed checkpoint or savepoint ("" when none)
 
   bool ok() const { return status == JobStatus::kFinished; }
   /// The stats of the first operator with this name, or nullptr.

@@ -195,9 +195,7 @@ class SourceOperator final : public SourceOperatorBase, SplitReceiver<SplitT>, S
     if (strategy_ != nullptr && interval_ms_ > 0) schedule_periodic_emit();
   }
   /// Runs on the task thread between two emit_next() calls, so the positions match what was emitted.
-  void snapshot_state(int64_t checkpoint_id) override {
-    split_state_->update(reader_->snapshot_state(checkpoint_id));
-  }
+  void snapshot_state(int64_t checkpoint_id) override { split_state_->update(reader_->snapshot_state(checkpoint_id)); }
   void notify_checkpoint_complete(int64_t checkpoint_id) override {
     call_user_function(name(), [&] { reader_->notify_checkpoint_complete(checkpoint_id); });
   }
@@ -356,7 +354,7 @@ class SourceOperatorFactory final : public OperatorFactory {
       : source_(std::move(source)), strategy_(std::move(strategy)), interval_ms_(watermark_interval_ms) {}
   bool is_source() const override { return true; }
   std::shared_ptr<SourceCoordinatorBase> create_coordinator(int parallelism,
-                                                           const std::string* restored) const override {
+                                                            const std::string* restored) const override {
     return std::make_shared<SourceCoordinator<T, SplitT>>(*source_, parallelism, restored);
   }
   std::unique_ptr<StreamOperatorBase> create(SourceCoordinatorBase* coordinator) const override {

@@ -71,8 +71,8 @@ struct CheckpointVertexInfo {
   int vertex = 0;
   std::string name;
   int parallelism = 1;
-  std::vector<std::string> uids;         ///< chain order
-  std::vector<int> max_parallelism;      ///< per uid
+  std::vector<std::string> uids;     ///< chain order
+  std::vector<int> max_parallelism;  ///< per uid
 };
 
 /// What the coordinator asks of the job. Called with the coordinator's lock held: implementations may take
@@ -184,8 +184,8 @@ class CheckpointCoordinator {
 
   int64_t next_id_;
   std::map<int64_t, std::unique_ptr<Pending>> pending_;
-  std::deque<int64_t> ready_;            // fully written, waiting for completion
-  std::deque<Request> requests_;         // savepoints asked for
+  std::deque<int64_t> ready_;     // fully written, waiting for completion
+  std::deque<Request> requests_;  // savepoints asked for
   std::deque<std::unique_ptr<WriteJob>> write_queue_;
   int64_t last_trigger_ns_ = 0;
   int64_t last_end_ns_ = 0;

@@ -111,14 +111,14 @@ inline const ConfigOption<int64_t> kCheckpointInterval{
     "execution.checkpointing.interval", 0,
     "Time between the triggers of periodic checkpoints (ms or with a unit); 0 disables checkpointing.",
     OptionUnit::kDuration};
-inline const ConfigOption<int64_t> kCheckpointTimeout{
-    "execution.checkpointing.timeout", 10 * 60'000,
-    "A checkpoint not completed within this time is aborted.", OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kCheckpointTimeout{"execution.checkpointing.timeout", 10 * 60'000,
+                                                      "A checkpoint not completed within this time is aborted.",
+                                                      OptionUnit::kDuration};
 inline const ConfigOption<int64_t> kCheckpointMinPause{
-    "execution.checkpointing.min-pause", 0,
-    "Least time between the end of one checkpoint and the trigger of the next.", OptionUnit::kDuration};
-inline const ConfigOption<int32_t> kMaxConcurrentCheckpoints{
-    "execution.checkpointing.max-concurrent-checkpoints", 1, "Checkpoints that may be in progress at once."};
+    "execution.checkpointing.min-pause", 0, "Least time between the end of one checkpoint and the trigger of the next.",
+    OptionUnit::kDuration};
+inline const ConfigOption<int32_t> kMaxConcurrentCheckpoints{"execution.checkpointing.max-concurrent-checkpoints", 1,
+                                                             "Checkpoints that may be in progress at once."};
 inline const ConfigOption<std::string> kCheckpointMode{
     "execution.checkpointing.mode", "EXACTLY_ONCE",
     "EXACTLY_ONCE (barriers aligned: state reflects every record exactly once) or AT_LEAST_ONCE (no "
@@ -158,12 +158,11 @@ inline const ConfigOption<int64_t> kFixedDelayDelay{"restart-strategy.fixed-dela
 inline const ConfigOption<int32_t> kFailureRateMaxFailures{
     "restart-strategy.failure-rate.max-failures-per-interval", 1,
     "Failures within one interval that fail the job (failure-rate)."};
-inline const ConfigOption<int64_t> kFailureRateInterval{"restart-strategy.failure-rate.failure-rate-interval",
-                                                        60'000, "The measuring interval (failure-rate).",
+inline const ConfigOption<int64_t> kFailureRateInterval{"restart-strategy.failure-rate.failure-rate-interval", 60'000,
+                                                        "The measuring interval (failure-rate).",
                                                         OptionUnit::kDuration};
-inline const ConfigOption<int64_t> kFailureRateDelay{"restart-strategy.failure-rate.delay", 1000,
-                                                     "Delay before each restart (failure-rate).",
-                                                     OptionUnit::kDuration};
+inline const ConfigOption<int64_t> kFailureRateDelay{
+    "restart-strategy.failure-rate.delay", 1000, "Delay before each restart (failure-rate).", OptionUnit::kDuration};
 inline const ConfigOption<int64_t> kExpDelayInitialBackoff{"restart-strategy.exponential-delay.initial-backoff", 1000,
                                                            "First restart delay (exponential-delay).",
                                                            OptionUnit::kDuration};
@@ -177,17 +176,16 @@ inline const ConfigOption<int64_t> kExpDelayResetThreshold{
     "Running this long without a failure resets the delay to the initial backoff.", OptionUnit::kDuration};
 inline const ConfigOption<double> kExpDelayJitter{"restart-strategy.exponential-delay.jitter-factor", 0.1,
                                                   "Random +/- fraction applied to each delay."};
-inline const ConfigOption<int32_t> kExpDelayAttempts{
-    "restart-strategy.exponential-delay.attempts-before-reset-backoff", 2147483647,
-    "Restarts allowed before the backoff resets; more fail the job."};
+inline const ConfigOption<int32_t> kExpDelayAttempts{"restart-strategy.exponential-delay.attempts-before-reset-backoff",
+                                                     2147483647,
+                                                     "Restarts allowed before the backoff resets; more fail the job."};
 
 // --- REST API (Flink keys; used by RestServer::start(const Configuration&) in web/) ---
 inline const ConfigOption<int32_t> kRestPort{
     "rest.port", -1,
     "Port of the REST API (jobs, checkpoints, savepoint/stop/cancel); 0 picks a free port, -1 disables it. "
     "The sluice command enables it on 8081 (--rest-port)."};
-inline const ConfigOption<std::string> kRestAddress{"rest.address", "127.0.0.1",
-                                                    "Address the REST API binds to."};
+inline const ConfigOption<std::string> kRestAddress{"rest.address", "127.0.0.1", "Address the REST API binds to."};
 }  // namespace options
 
 /// Checks every engine option in `config` parses; returns the first error (kConfiguration) naming the key.

@@ -11,9 +11,9 @@ namespace sluice {
 
 /// What a checkpoint is for.
 enum class SnapshotType : uint8_t {
-  kCheckpoint = 0,             ///< periodic; owned and deleted by the engine
-  kSavepoint = 1,              ///< user-triggered; never deleted by the engine
-  kSavepointTerminate = 2,     ///< stop-with-savepoint: sources stop once it is taken; the job then finishes
+  kCheckpoint = 0,          ///< periodic; owned and deleted by the engine
+  kSavepoint = 1,           ///< user-triggered; never deleted by the engine
+  kSavepointTerminate = 2,  ///< stop-with-savepoint: sources stop once it is taken; the job then finishes
 };
 
 /// How barriers are handled by a task with several input channels.

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "sluice/graph/exchange.h"
-#include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/channel.h"
+#include "sluice/runtime/checkpoint_barrier.h"
 
 namespace sluice {
 

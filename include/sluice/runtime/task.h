@@ -207,8 +207,8 @@ class Task final : public TaskServices, public CreditWaiter {
   std::unique_ptr<CheckpointBarrierHandler> barrier_handler_;
   size_t input_channels_ = 0;
   int64_t last_snapshot_id_ = 0;
-  bool input_finished_ = false;    // end of input reached, operators finished, end-of-partition sent
-  bool stop_without_drain_ = false;  // a stop-with-savepoint was taken: end without final watermark/finish
+  bool input_finished_ = false;         // end of input reached, operators finished, end-of-partition sent
+  bool stop_without_drain_ = false;     // a stop-with-savepoint was taken: end without final watermark/finish
   int64_t exit_after_checkpoint_ = -1;  // the checkpoint whose completion lets a finished task close
   bool exit_allowed_ = false;
 };

@@ -15,24 +15,24 @@ namespace sluice {
 /// The synchronous result of one operator's snapshot in one subtask.
 struct OperatorSubtaskSnapshot {
   std::string operator_uid;
-  std::string operator_state;                        ///< OperatorStateStore::snapshot() bytes ("" when none)
-  std::shared_ptr<const KeyedStateSnapshot> keyed;   ///< null for operators without keyed state
+  std::string operator_state;                       ///< OperatorStateStore::snapshot() bytes ("" when none)
+  std::shared_ptr<const KeyedStateSnapshot> keyed;  ///< null for operators without keyed state
 };
 
 /// Everything one subtask captured for checkpoint `checkpoint_id`, plus its timings.
 struct TaskStateSnapshot {
   int64_t checkpoint_id = 0;
-  std::vector<OperatorSubtaskSnapshot> operators;    ///< chain order
-  int64_t alignment_ns = 0;   ///< from the first barrier to the last one (0 for sources)
-  int64_t sync_pause_ns = 0;  ///< processing paused for the synchronous part
+  std::vector<OperatorSubtaskSnapshot> operators;  ///< chain order
+  int64_t alignment_ns = 0;                        ///< from the first barrier to the last one (0 for sources)
+  int64_t sync_pause_ns = 0;                       ///< processing paused for the synchronous part
   /// True when the subtask had consumed all its input before it snapshotted (its state is final).
   bool finished_input = false;
 };
 
 /// The state one operator of a restored subtask gets.
 struct OperatorSubtaskRestore {
-  std::string operator_state;                       ///< redistributed OperatorStateStore bytes ("" when none)
-  std::shared_ptr<const KeyedStateRestore> keyed;   ///< null when the operator had no keyed state
+  std::string operator_state;                      ///< redistributed OperatorStateStore bytes ("" when none)
+  std::shared_ptr<const KeyedStateRestore> keyed;  ///< null when the operator had no keyed state
 };
 
 /// The state a restored subtask gets, by operator uid. Immutable, shared read-only.

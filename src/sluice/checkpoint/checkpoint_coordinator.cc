@@ -93,7 +93,9 @@ CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions option
       store_(std::make_unique<CompletedCheckpointStore>(options_.num_retained, storage)),
       next_id_(first_checkpoint_id) {}
 
-CheckpointCoordinator::~CheckpointCoordinator() { stop(); }
+CheckpointCoordinator::~CheckpointCoordinator() {
+  stop();
+}
 
 void CheckpointCoordinator::start() {
   last_trigger_ns_ = steady_ns();
@@ -177,11 +179,10 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
                                            std::shared_ptr<std::promise<Result<std::string>>> promise) {
   const int64_t id = next_id_++;
   last_trigger_ns_ = steady_ns();
-  Result<std::filesystem::path> dir = type == SnapshotType::kCheckpoint
-                                          ? storage_.init_checkpoint(id)
-                                          : storage_.init_savepoint(target_dir.empty() ? options_.savepoint_dir
-                                                                                       : target_dir,
-                                                                    id);
+  Result<std::filesystem::path> dir =
+      type == SnapshotType::kCheckpoint
+          ? storage_.init_checkpoint(id)
+          : storage_.init_savepoint(target_dir.empty() ? options_.savepoint_dir : target_dir, id);
   if (!dir.ok()) {
     spdlog::warn("could not start {} {}: {}", snapshot_type_name(type), id, dir.error().to_string());
     CheckpointStats s;
@@ -284,8 +285,8 @@ void CheckpointCoordinator::run_writer() {
       Result<OperatorSubtaskStateHandle> h =
           storage_.write_subtask_state(job->dir, op.operator_uid, job->key.subtask, op.operator_state, op.keyed.get());
       if (!h.ok()) {
-        error = h.error().with_context(fmt::format("writing the state of '{}' for checkpoint {}", job->task_name,
-                                                   job->id));
+        error =
+            h.error().with_context(fmt::format("writing the state of '{}' for checkpoint {}", job->task_name, job->id));
         break;
       }
       stats.state_bytes += h->file_size;
@@ -423,12 +424,11 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   record_stats_locked(std::move(s));
   if (notify_tasks) hooks_.notify_aborted(id);
   if (p->promise) p->promise->set_value(Error(ErrorCode::kCheckpoint, reason));
-  if (count_failure && p->type == SnapshotType::kCheckpoint &&
-      ++consecutive_failures_ > options_.tolerable_failures) {
-    hooks_.fail_job(Error(ErrorCode::kCheckpoint,
-                          fmt::format("{} consecutive checkpoints failed, more than tolerated ({} = {}); last: {}",
-                                      consecutive_failures_, options::kTolerableFailedCheckpoints.key,
-                                      options_.tolerable_failures, reason)));
+  if (count_failure && p->type == SnapshotType::kCheckpoint && ++consecutive_failures_ > options_.tolerable_failures) {
+    hooks_.fail_job(Error(
+        ErrorCode::kCheckpoint,
+        fmt::format("{} consecutive checkpoints failed, more than tolerated ({} = {}); last: {}", consecutive_failures_,
+                    options::kTolerableFailedCheckpoints.key, options_.tolerable_failures, reason)));
   }
 }
 

@@ -194,11 +194,13 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
         int head = v.chained_nodes[0];
         auto c = a.coordinators.find(head);
         if (c == a.coordinators.end()) continue;
-        t.coordinator_state[jg_.node_uid[static_cast<size_t>(head)]] = c->second->checkpoint(barrier.checkpoint_id, [&] {
-          for (auto& task : a.tasks) {
-            if (task->options().vertex_id == vid && a.exited.count(task.get()) == 0) task->trigger_checkpoint(barrier);
-          }
-        });
+        t.coordinator_state[jg_.node_uid[static_cast<size_t>(head)]] =
+            c->second->checkpoint(barrier.checkpoint_id, [&] {
+              for (auto& task : a.tasks) {
+                if (task->options().vertex_id == vid && a.exited.count(task.get()) == 0)
+                  task->trigger_checkpoint(barrier);
+              }
+            });
       }
       for (Task* task : a.end_of_input) {
         if (a.exited.count(task) == 0) task->trigger_checkpoint(barrier);
@@ -433,7 +435,8 @@ Status LocalJob::prepare(JobGraph jg) {
       spdlog::info("job '{}' starts from {} {} ({})", name_, snapshot_type_name(loaded->metadata.type),
                    loaded->metadata.checkpoint_id, loaded->dir.string());
     }
-    coordinator_ = std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
+    coordinator_ =
+        std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
     if (initial) coordinator_->set_initial_restore_point(std::move(*initial));
   }
   stats_.resize(graph_->nodes().size());
@@ -460,8 +463,8 @@ Result<RestorePoint> LocalJob::pick_restore_point() {
   return Error(ErrorCode::kState, "no checkpoint could be restored:" + failures);
 }
 
-Result<std::vector<std::vector<std::shared_ptr<const TaskRestore>>>> LocalJob::assign_state(
-    const Region& region, const RestorePoint& point) {
+Result<std::vector<std::vector<std::shared_ptr<const TaskRestore>>>> LocalJob::assign_state(const Region& region,
+                                                                                            const RestorePoint& point) {
   std::vector<std::vector<std::shared_ptr<const TaskRestore>>> out(jg_.vertices.size());
   for (int vid : region.vertices) {
     const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
@@ -535,9 +538,8 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
   std::vector<std::vector<RecordWriter*>> writers(jg_.edges.size());
   std::vector<std::vector<std::vector<std::vector<ChannelReceiver*>>>> receivers(jg_.vertices.size());
   for (int vid : region.vertices) {
-    receivers[static_cast<size_t>(vid)].assign(
-        static_cast<size_t>(jg_.vertices[static_cast<size_t>(vid)].parallelism),
-        std::vector<std::vector<ChannelReceiver*>>(2));
+    receivers[static_cast<size_t>(vid)].assign(static_cast<size_t>(jg_.vertices[static_cast<size_t>(vid)].parallelism),
+                                               std::vector<std::vector<ChannelReceiver*>>(2));
   }
   for (const auto& e : jg_.edges) {
     if (in_region.count(e.source_vertex) == 0) continue;

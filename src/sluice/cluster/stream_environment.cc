@@ -1,8 +1,8 @@
 // StreamEnvironment's execution half lives with the runtime: the API builds the graph, the mini-cluster runs it.
 #include "sluice/api/stream_environment.h"
 
-#include "sluice/core/logging.h"
 #include "sluice/cluster/local_cluster.h"
+#include "sluice/core/logging.h"
 
 namespace sluice {
 

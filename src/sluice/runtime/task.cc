@@ -45,8 +45,8 @@ Task::~Task() {
   join();
 }
 
-StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op,
-                                       std::unique_ptr<TaskRuntimeContext> ctx, std::string uid) {
+StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx,
+                                       std::string uid) {
   ctx->set_checkpointing_enabled(options_.checkpointing_enabled);
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
@@ -82,7 +82,8 @@ std::string Task::display_name() const {
 void Task::start() {
   if (!inputs_.empty()) {
     barrier_handler_ = std::make_unique<CheckpointBarrierHandler>(
-        input_channels_, [this](const CheckpointBarrier& b, int64_t alignment_ns) { perform_checkpoint(b, alignment_ns); });
+        input_channels_,
+        [this](const CheckpointBarrier& b, int64_t alignment_ns) { perform_checkpoint(b, alignment_ns); });
     size_t offset = 0;
     for (auto& in : inputs_) {
       in->set_barrier_handler(barrier_handler_.get(), offset);

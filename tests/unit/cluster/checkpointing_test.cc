@@ -37,9 +37,9 @@ constexpr int kFailures = 20;
 constexpr int64_t kKeys = 10'000;
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("sluice-ckpt-test-" + name + "-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::path dir =
+      fs::temp_directory_path() / ("sluice-ckpt-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

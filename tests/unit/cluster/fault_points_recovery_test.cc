@@ -102,16 +102,18 @@ TEST_P(FaultPointsRecoveryTest, RecoversWithExactlyOnceOutput) {
   fs::remove_all(root);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Points, FaultPointsRecoveryTest,
-    ::testing::Values(Case{"operator.process:count", 15'000}, Case{"checkpoint.snapshot:count -> sink", 2},
-                      Case{"sink.after-precommit:sink", 2}, Case{"checkpoint.restore:count -> sink", 0, "operator.process:count"}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      std::string n = info.param.point;
-      std::string out;
-      for (char ch : n) out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-      return out;
-    });
+INSTANTIATE_TEST_SUITE_P(Points, FaultPointsRecoveryTest,
+                         ::testing::Values(Case{"operator.process:count", 15'000},
+                                           Case{"checkpoint.snapshot:count -> sink", 2},
+                                           Case{"sink.after-precommit:sink", 2},
+                                           Case{"checkpoint.restore:count -> sink", 0, "operator.process:count"}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string n = info.param.point;
+                           std::string out;
+                           for (char ch : n)
+                             out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return out;
+                         });
 
 }  // namespace
 }  // namespace sluice
