@@ -379,8 +379,7 @@ int main(int argc, char** argv) {
   bool drain = false;
   int timeout_s = 600;
   auto add_jobmanager = [&](CLI::App* cmd) {
-    cmd->add_option("-m,--jobmanager", jobmanager, "The REST API of the JobManager (HOST:PORT)")
-        ->capture_default_str();
+    cmd->add_option("-m,--jobmanager", jobmanager, "The REST API of the JobManager (HOST:PORT)")->capture_default_str();
   };
   auto* list = app.add_subcommand("list", "List the jobs of a JobManager");
   add_jobmanager(list);
@@ -411,8 +410,9 @@ int main(int argc, char** argv) {
   }
   if (list_examples->parsed()) {
     fmt::print("wordcount     count words in text files (bundled: {}/hamlet.txt)\n", SLUICE_EXAMPLES_DATA_DIR);
-    fmt::print("running-sum   per-customer running sum over seeded random charges (datagen; --rate for an endless "
-               "stream to take savepoints of)\n");
+    fmt::print(
+        "running-sum   per-customer running sum over seeded random charges (datagen; --rate for an endless "
+        "stream to take savepoints of)\n");
     return 0;
   }
 

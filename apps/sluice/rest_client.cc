@@ -25,8 +25,8 @@ size_t append_body(char* data, size_t size, size_t n, void* user) {
 std::string server_message(const std::string& body) {
   auto v = Value::from_json(body);
   if (v.ok()) {
-    if (const Value* errors = v->find("errors"); errors != nullptr && errors->is_array() && errors->size() > 0 &&
-                                                 errors->at(0).is_string()) {
+    if (const Value* errors = v->find("errors");
+        errors != nullptr && errors->is_array() && errors->size() > 0 && errors->at(0).is_string()) {
       return std::string(errors->at(0).as_string());
     }
   }

@@ -35,9 +35,9 @@ namespace fs = std::filesystem;
 constexpr auto kDeadline = std::chrono::seconds(60);
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("sluice-cli-test-" + name + "-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::path dir =
+      fs::temp_directory_path() / ("sluice-cli-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -89,8 +89,8 @@ class Process {
   /// running: a failed test).
   int wait() {
     int status = 0;
-    const bool ended = testing::wait_until([&] { return exited_ || ::waitpid(pid_, &status, WNOHANG) == pid_; },
-                                           kDeadline);
+    const bool ended =
+        testing::wait_until([&] { return exited_ || ::waitpid(pid_, &status, WNOHANG) == pid_; }, kDeadline);
     if (!ended) {
       ADD_FAILURE() << "the process did not exit within the deadline; stderr:\n" << err();
       return -1;
@@ -223,8 +223,8 @@ TEST(CliSavepointTest, StopWithSavepointAndResumeAtAnotherParallelism) {
   ASSERT_FALSE(sp1.empty()) << savepoint.out;
   EXPECT_TRUE(fs::exists(fs::path(sp1) / "_metadata"));
 
-  Ran stop = run({"stop", "--jobmanager", served.jobmanager, "--savepoint-dir", (root / "final").string(),
-                  served.job_id});
+  Ran stop =
+      run({"stop", "--jobmanager", served.jobmanager, "--savepoint-dir", (root / "final").string(), served.job_id});
   ASSERT_EQ(stop.code, 0) << stop.err;
   const std::string sp2 = savepoint_path(stop.out);
   ASSERT_FALSE(sp2.empty()) << stop.out;
@@ -274,8 +274,8 @@ TEST(CliSavepointTest, ClientErrorsAreClear) {
   EXPECT_NE(failed.err.find("savepoint of job " + served.job_id + " failed"), std::string::npos) << failed.err;
   EXPECT_NE(failed.err.find("checkpoint storage"), std::string::npos) << failed.err;
 
-  Ran drain = run({"stop", "-m", served.jobmanager, "--drain", "--savepoint-dir", (root / "sp").string(),
-                   served.job_id});
+  Ran drain =
+      run({"stop", "-m", served.jobmanager, "--drain", "--savepoint-dir", (root / "sp").string(), served.job_id});
   EXPECT_EQ(drain.code, 1);
   EXPECT_NE(drain.err.find("not supported yet"), std::string::npos) << drain.err;
 

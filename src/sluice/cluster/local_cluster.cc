@@ -263,6 +263,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   void run_master();
   void handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock);
   void teardown_locked(Region& r, std::unique_lock<std::mutex>& lock);
+  /// The job fails for good with `error`: no more restarts; every region still deployed is cancelled.
+  void fail_job_locked(Error error);
   void maybe_finalize_locked(std::unique_lock<std::mutex>& lock);
   void finalize_locked(std::unique_lock<std::mutex>& lock);
 
@@ -722,17 +724,9 @@ void LocalJob::run_master() {
       }
       if (!st.ok()) {
         spdlog::error("job '{}': region {} cannot restart: {}", name_, i, st.error().to_string());
-        job_error_ = st.error();
-        failing_ = true;
         r.state = RegionState::kFailed;
         if (r.attempt) teardown_locked(r, lock);
-        for (auto& other : regions_) {
-          if (other.state == RegionState::kRestarting) other.state = RegionState::kFailed;
-          if (other.attempt && !region_terminal(other.state)) {
-            for (auto& t : other.attempt->tasks)
-              t->cancel();
-          }
-        }
+        fail_job_locked(st.error());
         maybe_finalize_locked(lock);
       }
     }
@@ -746,16 +740,7 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
   if (e.kind == JobEvent::kFailJob) {
     if (failing_ || terminal_) return;
     spdlog::error("job '{}' ({}) fails: {}", name_, id_, e.error->to_string());
-    job_error_ = e.error;
-    failing_ = true;
-    for (auto& r : regions_) {
-      if (r.state == RegionState::kRestarting) r.state = RegionState::kFailed;
-      if (r.attempt && !region_terminal(r.state)) {
-        r.state = RegionState::kFailing;
-        for (auto& t : r.attempt->tasks)
-          t->cancel();
-      }
-    }
+    fail_job_locked(*e.error);
     maybe_finalize_locked(lock);
     return;
   }
@@ -814,22 +799,26 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
           lock.lock();
         }
       } else {
-        job_error_ = r.failure->with_context(
-            fmt::format("the restart strategy allows no more restarts ({})", restart_strategy_->describe()));
-        failing_ = true;
         r.state = RegionState::kFailed;
-        for (auto& other : regions_) {
-          if (other.state == RegionState::kRestarting) other.state = RegionState::kFailed;
-          if (other.attempt && !region_terminal(other.state)) {
-            other.state = RegionState::kFailing;
-            for (auto& t : other.attempt->tasks)
-              t->cancel();
-          }
-        }
+        fail_job_locked(r.failure->with_context(
+            fmt::format("the restart strategy allows no more restarts ({})", restart_strategy_->describe())));
       }
     }
   }
   maybe_finalize_locked(lock);
+}
+
+void LocalJob::fail_job_locked(Error error) {
+  job_error_ = std::move(error);
+  failing_ = true;
+  for (auto& r : regions_) {
+    if (r.state == RegionState::kRestarting) r.state = RegionState::kFailed;
+    if (r.attempt && !region_terminal(r.state)) {
+      r.state = RegionState::kFailing;
+      for (auto& t : r.attempt->tasks)
+        t->cancel();
+    }
+  }
 }
 
 void LocalJob::teardown_locked(Region& r, std::unique_lock<std::mutex>& lock) {

@@ -103,13 +103,13 @@ class RestServer::Impl {
     });
     server_.set_keep_alive_timeout(2);
     server_.set_payload_max_length(1 << 20);
-    server_.set_error_handler(httplib::Server::HandlerWithResponse(
-        [](const httplib::Request& req, httplib::Response& res) {
+    server_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                                      httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
       reply_error(res, res.status,
-                  res.status == 404 ? fmt::format("not found: {} {} (see docs/operations.md for the endpoints)",
-                                                  req.method, req.path)
-                                    : fmt::format("HTTP {}", res.status));
+                  res.status == 404
+                      ? fmt::format("not found: {} {} (see docs/operations.md for the endpoints)", req.method, req.path)
+                      : fmt::format("HTTP {}", res.status));
       return httplib::Server::HandlerResponse::Handled;
     }));
     server_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
@@ -170,7 +170,8 @@ class RestServer::Impl {
     std::string id = client.job_id();
     std::lock_guard lock(mu_);
     auto [it, inserted] = jobs_.insert_or_assign(
-        id, std::make_shared<JobEntry>(JobEntry{std::move(name), std::move(client), std::move(operators), now_ms(), {}}));
+        id,
+        std::make_shared<JobEntry>(JobEntry{std::move(name), std::move(client), std::move(operators), now_ms(), {}}));
     (void)it;
     if (inserted) order_.push_back(id);
   }
@@ -187,8 +188,8 @@ class RestServer::Impl {
       }
       if (!unfetched) return true;
       // A fetch notifies fetched_cv_; the slice bounds how late a just-completed operation is noticed.
-      if (fetched_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
-                                                              std::chrono::milliseconds(100))) ==
+      if (fetched_cv_.wait_until(
+              lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) ==
               std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline) {
         return false;
@@ -218,7 +219,9 @@ class RestServer::Impl {
     const std::string id = req.matches[1];
     auto job = find_job(id);
     if (!job) {
-      reply_error(res, 404, fmt::format("no job with id '{}' on this JobManager (GET /jobs or `sluice list` shows its jobs)", id));
+      reply_error(
+          res, 404,
+          fmt::format("no job with id '{}' on this JobManager (GET /jobs or `sluice list` shows its jobs)", id));
     }
     return job;
   }
@@ -381,8 +384,8 @@ class RestServer::Impl {
         return;
       }
       Result<std::string> r = await(f);
-      Value operation = r.ok() ? Value::object({{"location", *r}})
-                               : Value::object({{"failure-cause", error_json(r.error())}});
+      Value operation =
+          r.ok() ? Value::object({{"location", *r}}) : Value::object({{"failure-cause", error_json(r.error())}});
       reply(res, 200,
             Value::object({{"status", Value::object({{"id", "COMPLETED"}})}, {"operation", std::move(operation)}}));
       {
@@ -525,9 +528,9 @@ Result<std::unique_ptr<RestServer>> RestServer::start(const Configuration& confi
     return e.error();
   }
   if (options.port == -1) {
-    return Error(ErrorCode::kConfiguration,
-                 fmt::format("the REST API is disabled ({} = -1); set a port, or 0 for any free port",
-                             options::kRestPort.key));
+    return Error(
+        ErrorCode::kConfiguration,
+        fmt::format("the REST API is disabled ({} = -1); set a port, or 0 for any free port", options::kRestPort.key));
   }
   return start(std::move(options));
 }

@@ -20,6 +20,7 @@
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/files.h"
 #include "test_util/collect_sink.h"
+#include "test_util/counting_job.h"
 
 namespace sluice {
 namespace {
@@ -44,35 +45,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::create_directories(dir);
   return dir;
 }
-
-/// Committed output lines of a FileSink directory (hidden in-progress files are not output).
-std::map<std::string, int64_t> read_committed(const fs::path& dir) {
-  std::map<std::string, int64_t> lines;
-  if (!fs::exists(dir)) return lines;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().filename().string().starts_with(".")) continue;
-    std::ifstream in(e.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      if (!line.empty()) ++lines[line];
-    }
-  }
-  return lines;
-}
-
-/// Counts records per key in keyed state and emits "key,count" for every record.
-class CountPerKey final : public KeyedProcessFunction<int64_t, int64_t, std::string> {
- public:
-  void open(RuntimeContext&) override { count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0}); }
-  void process_element(const int64_t& value, Context&, Collector<std::string>& out) override {
-    int64_t c = count_->value() + 1;
-    count_->update(c);
-    out.collect(std::to_string(value % kKeys) + "," + std::to_string(c));
-  }
-
- private:
-  ValueState<int64_t>* count_ = nullptr;
-};
 
 /// Fails after a seeded number of records, `failures` times over the whole job (shared by every subtask and
 /// attempt through the atomic counter).
@@ -106,20 +78,14 @@ void build_counting_job(StreamEnvironment& env, const CountingJob& job, int64_t 
       .map(FailingMap{job.fired, std::move(thresholds)})
       .uid("failing-map")
       .key_by([](const int64_t& v) { return v % kKeys; })
-      .process(CountPerKey{})
+      .process(testing::CountPerKey(kKeys))
       .uid("count")
       .sink_to(FileSink<std::string>::text(job.out.string()))
       .uid("sink");
 }
 
 std::map<std::string, int64_t> expected_counts(int64_t records) {
-  std::map<std::string, int64_t> expected;
-  std::vector<int64_t> per_key(kKeys, 0);
-  for (int64_t v = 0; v < records; ++v) {
-    int64_t k = v % kKeys;
-    ++expected[std::to_string(k) + "," + std::to_string(++per_key[static_cast<size_t>(k)])];
-  }
-  return expected;
+  return testing::expected_counts(records, kKeys);
 }
 
 Configuration checkpointing_config(const fs::path& dir, int64_t interval_ms, const std::string& mode = "EXACTLY_ONCE") {
@@ -155,7 +121,7 @@ TEST(CheckpointingTest, ExactlyOnceStateAndFileOutputUnderInjectedFailures) {
   EXPECT_GE(r.restarts, 1);
   EXPECT_LE(r.restarts, kFailures);
   EXPECT_GT(r.completed_checkpoints, 0);
-  std::map<std::string, int64_t> got = read_committed(job.out);
+  std::map<std::string, int64_t> got = testing::read_committed(job.out);
   std::map<std::string, int64_t> want = expected_counts(kRecords);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want) << "output differs from the failure-free run (seed " << seed << ")";
@@ -177,7 +143,7 @@ TEST(CheckpointingTest, AtLeastOnceModeLosesNothing) {
   build_counting_job(env, job, kRecords, thresholds);
   JobResult r = env.execute("at-least-once counting");
   ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
-  std::map<std::string, int64_t> got = read_committed(job.out);
+  std::map<std::string, int64_t> got = testing::read_committed(job.out);
   // Every expected line is there; a line may repeat only because a failure replayed it.
   int64_t duplicates = 0;
   for (const auto& [line, n] : expected_counts(kRecords)) {
@@ -220,7 +186,7 @@ TEST(CheckpointingTest, RescaleThroughSavepointsTwoThreeOne) {
     ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
     savepoint = *sp;
   }
-  EXPECT_TRUE(read_committed(job.out) == expected_counts(records));
+  EXPECT_TRUE(testing::read_committed(job.out) == expected_counts(records));
   fs::remove_all(job.root);
 }
 
@@ -308,7 +274,7 @@ TEST(CheckpointingTest, FailureInOneRegionDoesNotRestartTheOther) {
   EXPECT_GE(r.restarts, 1);  // both of A's subtasks may fail in the same attempt
   // Both outputs exact; B's operators ran once (no restart: records_out equals the input).
   for (const char* name : {"out-a", "out-b"}) {
-    std::map<std::string, int64_t> got = read_committed(root / name);
+    std::map<std::string, int64_t> got = testing::read_committed(root / name);
     ASSERT_EQ(got.size(), 200'000u) << name;
     for (const auto& [line, n] : got)
       ASSERT_EQ(n, 1) << name << " " << line;

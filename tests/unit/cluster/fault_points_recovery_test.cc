@@ -14,6 +14,7 @@
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/files.h"
 #include "sluice/core/fault_points.h"
+#include "test_util/counting_job.h"
 
 namespace sluice {
 namespace {
@@ -22,40 +23,6 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kRecords = 40'000;
 constexpr int64_t kKeys = 500;
-
-class CountPerKey final : public KeyedProcessFunction<int64_t, int64_t, std::string> {
- public:
-  void open(RuntimeContext&) override { count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0}); }
-  void process_element(const int64_t& v, Context&, Collector<std::string>& out) override {
-    int64_t c = count_->value() + 1;
-    count_->update(c);
-    out.collect(std::to_string(v % kKeys) + "," + std::to_string(c));
-  }
-
- private:
-  ValueState<int64_t>* count_ = nullptr;
-};
-
-std::map<std::string, int64_t> read_committed(const fs::path& dir) {
-  std::map<std::string, int64_t> lines;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().starts_with(".")) continue;
-    std::ifstream in(e.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      if (!line.empty()) ++lines[line];
-    }
-  }
-  return lines;
-}
-
-std::map<std::string, int64_t> expected() {
-  std::map<std::string, int64_t> out;
-  std::vector<int64_t> n(kKeys, 0);
-  for (int64_t v = 0; v < kRecords; ++v)
-    ++out[std::to_string(v % kKeys) + "," + std::to_string(++n[static_cast<size_t>(v % kKeys)])];
-  return out;
-}
 
 struct Case {
   const char* point;            // fault point name
@@ -86,7 +53,7 @@ TEST_P(FaultPointsRecoveryTest, RecoversWithExactlyOnceOutput) {
   env.from_source(datagen::sequence(0, kRecords - 1, 100'000), "numbers")
       .uid("numbers")
       .key_by([](const int64_t& v) { return v % kKeys; })
-      .process(CountPerKey{})
+      .process(testing::CountPerKey(kKeys))
       .name("count")
       .uid("count")
       .sink_to(FileSink<std::string>::text((root / "out").string()))
@@ -98,7 +65,8 @@ TEST_P(FaultPointsRecoveryTest, RecoversWithExactlyOnceOutput) {
   ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
   EXPECT_EQ(fault::fired(c.point), 1) << c.point << " never fired";
   EXPECT_GE(r.restarts, 1);
-  EXPECT_TRUE(read_committed(root / "out") == expected()) << "output differs after a fault at " << c.point;
+  EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(kRecords, kKeys))
+      << "output differs after a fault at " << c.point;
   fs::remove_all(root);
 }
 

@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 using Sum = std::pair<int64_t, int64_t>;
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("sluice-rest-test-" + name + "-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::path dir =
+      fs::temp_directory_path() / ("sluice-rest-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -40,7 +40,9 @@ struct RunningJob {
     StreamEnvironment env(std::move(config));
     env.from_source(datagen::sequence(0, DataGeneratorSource<int64_t>::kUnbounded - 1, 2'000), "numbers")
         .uid("numbers")
-        .map([](const int64_t& n) { return Sum{n % 10, 1}; })
+        .map([](const int64_t& n) {
+          return Sum{n % 10, 1};
+        })
         .key_by([](const Sum& s) { return s.first; })
         .sum<1>()
         .uid("sums")
@@ -142,9 +144,9 @@ TEST(RestServerTest, ListsJobsTakesASavepointAndStopsWithOne) {
   EXPECT_GT(checkpoints.body.at_path("latest.completed.tasks")->size(), 0u);
 
   // A savepoint while the job keeps running.
-  Answer trigger = call(http, "POST", "/jobs/" + id + "/savepoints",
-                        Value::object({{"target-directory", (root / "savepoints").string()}, {"cancel-job", false}})
-                            .to_json());
+  Answer trigger =
+      call(http, "POST", "/jobs/" + id + "/savepoints",
+           Value::object({{"target-directory", (root / "savepoints").string()}, {"cancel-job", false}}).to_json());
   ASSERT_EQ(trigger.status, 202) << trigger.body.to_json();
   Value done = await_operation(http, id, str(trigger.body, "request-id"));
   const std::string savepoint = str(done, "operation.location");
@@ -252,8 +254,8 @@ TEST(RestServerTest, SavepointFailureAndCancelWithSavepoint) {
   RunningJob plain;
   plain.start(Configuration{});
   server->register_job("no storage", *plain.client);
-  Answer trigger = call(http, "POST", "/jobs/" + plain.client->job_id() + "/savepoints",
-                        R"({"target-directory": "/tmp/unused"})");
+  Answer trigger =
+      call(http, "POST", "/jobs/" + plain.client->job_id() + "/savepoints", R"({"target-directory": "/tmp/unused"})");
   ASSERT_EQ(trigger.status, 202);
   Value failed = await_operation(http, plain.client->job_id(), str(trigger.body, "request-id"));
   EXPECT_EQ(str(failed, "operation.failure-cause.class"), "configuration") << failed.to_json();

@@ -1,0 +1,616 @@
+// The Kafka sink against the real broker of scripts/services/kafka (docs/services.md):
+//  * at-least-once under injected failures: every value at least once, per-key order kept in each partition;
+//  * exactly-once under the same failures: a read_committed reader sees every value exactly once, in per-key
+//    order, and no record before a checkpoint completed after it was written;
+//  * restored transactions: one pre-committed and lost in a "crash" is re-published once, one committed before
+//    the crash is not published again, and one left open after the pre-commit is aborted;
+//  * transactions a killed run left open are aborted at start (readers are not blocked, never see them);
+//  * the broker restarted mid-run (scripts/services/kafka restart): the job recovers, exactly-once still holds;
+//  * a pool whose producers all hold pre-committed transactions fails with an error naming the pool size.
+// Run: scripts/services/run-with kafka -- build/<dir>/tests/kafka_sink_integration_test
+// Failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by each test.
+#include "sluice/connectors/kafka/kafka_sink.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "integration/test_util/kafka.h"
+#include "integration/test_util/services.h"
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/fault_points.h"
+#include "sluice/state/operator_state.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+namespace tk = sluice::testing::kafka;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+constexpr int kPartitions = 4;
+constexpr int64_t kKeys = 50;
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t test_seed() {
+  const char* s = std::getenv("SLUICE_TEST_SEED");
+  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ULL;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("sluice-kafka-sink-" + name + "-" + std::to_string(::getpid()) + "-" +
+                                              std::to_string(wall_ms()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// One record read back: where it is and what it says.
+struct Read {
+  int32_t partition = 0;
+  int64_t offset = 0;
+  std::string key;
+  int64_t value = 0;          // the number (non-numeric values: -1, text in `text`)
+  std::string text;
+  int64_t written_ms = 0;     // header "w": when the sink serialized it
+  int64_t visible_ms = 0;     // when this reader first saw it
+};
+
+/// Reads a topic from the beginning with the given isolation level.
+class Reader {
+ public:
+  Reader(const std::string& bootstrap, const std::string& topic, const std::string& isolation)
+      : topic_(topic),
+        consumer_(tk::make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap},
+                                                      {"group.id", tk::unique_topic("reader")},
+                                                      {"enable.auto.commit", "false"},
+                                                      {"enable.partition.eof", "true"},
+                                                      {"isolation.level", isolation},
+                                                      {"log_level", "3"}})) {
+    tk::PartitionList parts(rd_kafka_topic_partition_list_new(kPartitions));
+    for (int p = 0; p < kPartitions; ++p)
+      rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    EXPECT_EQ(rd_kafka_assign(consumer_.get(), parts.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  ~Reader() {
+    if (consumer_) rd_kafka_consumer_close(consumer_.get());
+  }
+
+  /// Polls once (up to `wait`); appends what arrived. Returns false when nothing came.
+  bool poll(std::chrono::milliseconds wait) {
+    tk::Message m(rd_kafka_consumer_poll(consumer_.get(), static_cast<int>(wait.count())));
+    if (!m) return false;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      eof_.insert(m->partition);
+      return true;
+    }
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) return true;  // transient (a broker restarting): librdkafka retries
+    eof_.erase(m->partition);
+    Read r;
+    r.partition = m->partition;
+    r.offset = m->offset;
+    if (m->key != nullptr) r.key.assign(static_cast<const char*>(m->key), m->key_len);
+    r.text.assign(static_cast<const char*>(m->payload), m->len);
+    char* end = nullptr;
+    r.value = std::strtoll(r.text.c_str(), &end, 10);
+    if (r.text.empty() || *end != '\0') r.value = -1;
+    rd_kafka_headers_t* hdrs = nullptr;
+    const void* w = nullptr;
+    size_t wlen = 0;
+    if (rd_kafka_message_headers(m.get(), &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        rd_kafka_header_get_last(hdrs, "w", &w, &wlen) == RD_KAFKA_RESP_ERR_NO_ERROR && w != nullptr) {
+      r.written_ms = std::stoll(std::string(static_cast<const char*>(w), wlen));
+    }
+    r.visible_ms = wall_ms();
+    records.push_back(std::move(r));
+    return true;
+  }
+
+  /// Reads until every partition is at its end (the last stable offset for read_committed) and nothing more
+  /// arrives, or until `timeout`.
+  void read_to_end(std::chrono::milliseconds timeout = 60s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!poll(200ms) && static_cast<int>(eof_.size()) == kPartitions) return;
+    }
+  }
+
+  /// Reads until `done()` or `timeout`.
+  template <class Done>
+  void read_until(Done done, std::chrono::milliseconds timeout = 120s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      poll(100ms);
+  }
+
+  std::vector<Read> records;
+
+ private:
+  std::string topic_;
+  tk::Client consumer_;
+  std::set<int32_t> eof_;
+};
+
+/// Fails after a seeded number of records, `thresholds.size()` times over the whole job (shared by every subtask
+/// and attempt through the atomic counter).
+struct FailingMap {
+  std::shared_ptr<std::atomic<int>> fired;
+  std::shared_ptr<const std::vector<int64_t>> thresholds;
+  int64_t seen = 0;
+  int64_t operator()(int64_t v) {
+    int k = fired->load();
+    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
+      if (fired->compare_exchange_strong(k, k + 1)) throw std::runtime_error("injected failure " + std::to_string(k + 1));
+    }
+    return v;
+  }
+};
+
+std::shared_ptr<const std::vector<int64_t>> seeded_thresholds(uint64_t seed, int failures, int64_t per_subtask) {
+  std::mt19937_64 rng(seed);
+  auto t = std::make_shared<std::vector<int64_t>>();
+  for (int i = 0; i < failures; ++i)
+    t->push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(std::max<int64_t>(per_subtask / failures, 1))) + 1);
+  return t;
+}
+
+Configuration job_config(const fs::path& checkpoints, int64_t interval_ms) {
+  Configuration c;
+  c.set(options::kParallelism, 2);
+  c.set_string(std::string(options::kCheckpointInterval.key), std::to_string(interval_ms) + "ms");
+  c.set(options::kCheckpointDir, "file://" + checkpoints.string());
+  c.set(options::kCheckpointMode, std::string("EXACTLY_ONCE"));
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 1000);
+  c.set_string(std::string(options::kFixedDelayDelay.key), "0ms");
+  c.set(options::kTolerableFailedCheckpoints, 1000);
+  return c;
+}
+
+/// key = v % kKeys, value = v, header "w" = when it was serialized (ms).
+std::shared_ptr<KafkaSink<int64_t>> make_sink(const std::string& bootstrap, const std::string& topic,
+                                              DeliveryGuarantee guarantee, const std::string& prefix) {
+  auto b = KafkaSink<int64_t>::builder()
+               .bootstrap_servers(bootstrap)
+               .topic(topic)
+               .delivery_guarantee(guarantee)
+               .record_serializer([](const int64_t& v, KafkaProducerRecord& out) {
+                 out.set_key(std::to_string(v % kKeys));
+                 out.set_value(std::to_string(v));
+                 out.headers.push_back(KafkaHeader{"w", std::to_string(wall_ms())});
+               })
+               .property("linger.ms", "5")
+               .property("log_level", "3");
+  if (guarantee == DeliveryGuarantee::kExactlyOnce) {
+    b.transactional_id_prefix(prefix).max_commit_delay(std::chrono::milliseconds(60'000));
+  }
+  return b.build();
+}
+
+/// datagen 0..records-1 -> failing map -> key_by(v % kKeys) -> Kafka sink.
+void build_job(StreamEnvironment& env, int64_t records, double rate, std::shared_ptr<std::atomic<int>> fired,
+               std::shared_ptr<const std::vector<int64_t>> thresholds, std::shared_ptr<KafkaSink<int64_t>> sink) {
+  env.from_source(datagen::sequence(0, records - 1, rate), "numbers")
+      .uid("numbers")
+      .map(FailingMap{std::move(fired), std::move(thresholds)})
+      .uid("failing-map")
+      .key_by([](const int64_t& v) { return v % kKeys; })
+      .sink_to(std::move(sink), "Kafka")
+      .uid("kafka-sink");
+}
+
+/// Per partition, key and source split (datagen's first or second half), the first occurrences of the values
+/// must increase: a record may repeat (a replay after a restore) but never overtake an earlier one.
+void expect_per_key_order(const std::vector<Read>& records, int64_t total, bool allow_repeats) {
+  std::map<std::tuple<int32_t, std::string, bool>, int64_t> last;
+  std::set<int64_t> seen;
+  int violations = 0;
+  for (const Read& r : records) {
+    if (r.value < 0) continue;
+    if (!seen.insert(r.value).second) {
+      if (!allow_repeats && violations++ < 5) ADD_FAILURE() << "value " << r.value << " repeated";
+      continue;
+    }
+    auto k = std::make_tuple(r.partition, r.key, r.value >= total / 2);
+    auto it = last.find(k);
+    if (it != last.end() && it->second >= r.value && violations++ < 5) {
+      ADD_FAILURE() << "partition " << r.partition << " key " << r.key << ": " << r.value << " after " << it->second;
+    }
+    last[k] = r.value;
+  }
+  EXPECT_EQ(violations, 0);
+}
+
+class KafkaSinkIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bootstrap_ = sluice::testing::require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
+    if (bootstrap_.empty()) return;
+    topic_ = tk::unique_topic("sink");
+    ASSERT_TRUE(tk::create_topic(bootstrap_, topic_, kPartitions));
+    prefix_ = tk::unique_topic("tx");
+    dir_ = fresh_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  void TearDown() override {
+    fault::disarm_all();
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  std::string bootstrap_;
+  std::string topic_;
+  std::string prefix_;
+  fs::path dir_;
+};
+
+TEST_F(KafkaSinkIntegrationTest, AtLeastOnceUnderInjectedFailures) {
+  const uint64_t seed = test_seed();
+  constexpr int64_t kRecords = 100'000;
+  constexpr int kFailures = 3;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  StreamEnvironment env(job_config(dir_, 50));
+  // Rate-limited (about 5 s), so that the failures come after completed checkpoints.
+  build_job(env, kRecords, 20'000, fired, seeded_thresholds(seed, kFailures, kRecords / 2),
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kAtLeastOnce, ""));
+  JobResult r = env.execute("kafka at-least-once");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(fired->load(), kFailures);
+  EXPECT_GE(r.restarts, 1);
+
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end();
+  std::set<int64_t> values;
+  for (const Read& x : reader.records)
+    values.insert(x.value);
+  EXPECT_EQ(static_cast<int64_t>(values.size()), kRecords) << "some values are missing";
+  EXPECT_EQ(*values.begin(), 0);
+  EXPECT_EQ(*values.rbegin(), kRecords - 1);
+  expect_per_key_order(reader.records, kRecords, /*allow_repeats=*/true);
+  std::printf("at-least-once: %zu records read for %lld values (%d failures, %d restarts, %lld checkpoints)\n",
+              reader.records.size(), static_cast<long long>(kRecords), fired->load(), r.restarts,
+              static_cast<long long>(r.completed_checkpoints));
+}
+
+TEST_F(KafkaSinkIntegrationTest, ExactlyOnceUnderInjectedFailures) {
+  const uint64_t seed = test_seed() + 1;
+  constexpr int64_t kRecords = 20'000;
+  constexpr int kFailures = 3;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  StreamEnvironment env(job_config(dir_, 50));
+  // Rate-limited (about 10 s), so that many checkpoints complete while a reader watches.
+  build_job(env, kRecords, 2'000, fired, seeded_thresholds(seed, kFailures, kRecords / 2),
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_));
+
+  // A read_committed reader and a recorder of checkpoint completion times run while the job runs.
+  Reader reader(bootstrap_, topic_, "read_committed");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::map<int64_t, int64_t> completed;  // checkpoint id -> completion time (ms)
+  // Where fault points are compiled in, two commits are also lost after their pre-commit (the task fails
+  // between checkpoint completion and commit), so restores re-publish recovery copies.
+  const std::string after_precommit = "sink.after-precommit:Kafka";
+  if (fault::compiled_in()) fault::arm(after_precommit, 30, 2);
+  const int64_t started_ms = wall_ms();
+  JobClient client = env.execute_async("kafka exactly-once");
+  std::thread stats([&] {
+    std::unique_lock lock(mu);
+    while (!stop) {
+      lock.unlock();
+      std::vector<CheckpointStats> all = client.checkpoint_stats();
+      lock.lock();
+      for (const CheckpointStats& c : all) {
+        if (c.completed) completed[c.checkpoint_id] = c.trigger_time_ms + c.duration_ms;
+      }
+      cv.wait_for(lock, 10ms, [&] { return stop; });
+    }
+  });
+  reader.read_until([&] { return client.wait_for(0ms); }, 300s);
+  JobResult r = client.wait();
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  stats.join();
+  for (const CheckpointStats& c : client.checkpoint_stats()) {
+    if (c.completed) completed[c.checkpoint_id] = c.trigger_time_ms + c.duration_ms;
+  }
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(fired->load(), kFailures);
+  EXPECT_GE(r.restarts, 1);
+  if (fault::compiled_in()) {
+    EXPECT_EQ(fault::fired(after_precommit), 2);
+  }
+  reader.read_to_end();
+
+  // Exactly once, per-key order.
+  std::map<int64_t, int> count;
+  for (const Read& x : reader.records)
+    ++count[x.value];
+  int64_t missing = 0, duplicated = 0;
+  for (int64_t v = 0; v < kRecords; ++v) {
+    auto it = count.find(v);
+    if (it == count.end()) {
+      ++missing;
+    } else if (it->second > 1) {
+      ++duplicated;
+    }
+  }
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(duplicated, 0);
+  EXPECT_EQ(count.size(), static_cast<size_t>(kRecords)) << "unexpected values";
+  expect_per_key_order(reader.records, kRecords, /*allow_repeats=*/false);
+
+  // Nothing visible before a checkpoint completed after it was written (5 ms of slack for ms rounding), and in
+  // particular nothing before the first completed checkpoint.
+  ASSERT_FALSE(completed.empty());
+  std::vector<int64_t> completions;
+  for (const auto& [id, t] : completed)
+    completions.push_back(t);
+  std::sort(completions.begin(), completions.end());
+  int early = 0;
+  int64_t first_visible = std::numeric_limits<int64_t>::max();
+  for (const Read& x : reader.records) {
+    if (x.visible_ms < started_ms) continue;  // not possible: the topic is new
+    first_visible = std::min(first_visible, x.visible_ms);
+    auto c = std::lower_bound(completions.begin(), completions.end(), x.written_ms - 5);
+    if (c == completions.end() || *c > x.visible_ms + 5) {
+      if (early++ < 5) {
+        ADD_FAILURE() << "value " << x.value << " written at " << x.written_ms << " visible at " << x.visible_ms
+                      << " before any checkpoint completed after its write"
+                      << (c == completions.end() ? std::string() : " (next completion " + std::to_string(*c) + ")");
+      }
+    }
+  }
+  EXPECT_EQ(early, 0);
+  EXPECT_GE(first_visible + 5, completions.front()) << "a record was visible before the first completed checkpoint";
+  std::printf("exactly-once: %zu records, %d restarts, %zu completed checkpoints seen, first visible %lld ms after "
+              "the first completion\n",
+              reader.records.size(), r.restarts, completed.size(),
+              static_cast<long long>(first_visible - completions.front()));
+}
+
+/// A RuntimeContext for driving a writer and committer by hand.
+class HandContext final : public RuntimeContext {
+ public:
+  explicit HandContext(int attempt = 0) : attempt_(attempt) {}
+  const std::string& operator_name() const override { return name_; }
+  int subtask_index() const override { return 0; }
+  int parallelism() const override { return 1; }
+  int max_parallelism() const override { return 128; }
+  int attempt_number() const override { return attempt_; }
+  const Clock& clock() const override { return SystemClock::instance(); }
+  OperatorStateStore& operator_state() override { return store_; }
+  bool is_checkpointing_enabled() const override { return true; }
+
+ private:
+  std::string name_ = "Kafka";
+  int attempt_;
+  OperatorStateStore store_;
+};
+
+class NoContext final : public SinkWriterContext {
+ public:
+  TimestampMs timestamp() const override { return kNoTimestamp; }
+  TimestampMs current_watermark() const override { return kNoTimestamp; }
+};
+
+/// One "run" of subtask 0 of a sink, as the two-phase-commit operator opens it.
+struct HandRun {
+  HandRun(const std::shared_ptr<KafkaSink<int64_t>>& sink, std::vector<KafkaCommittable> restored, int attempt)
+      : ctx(attempt) {
+    committer = sink->create_committer(ctx);
+    committer->commit(restored);
+    committer->abort_lingering(ctx, restored);
+    writer = sink->create_precommitting_writer(ctx);
+  }
+  void write(int64_t from, int64_t to) {
+    for (int64_t v = from; v < to; ++v)
+      writer->write(v, wctx);
+  }
+  HandContext ctx;
+  NoContext wctx;
+  std::unique_ptr<Committer<KafkaCommittable>> committer;
+  std::unique_ptr<PrecommittingSinkWriter<int64_t, KafkaCommittable>> writer;
+};
+
+TEST_F(KafkaSinkIntegrationTest, RestoredTransactionsAreVisibleExactlyOnce) {
+  auto sink = make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_);
+  std::vector<KafkaCommittable> lost, committed;
+  {
+    // Run 1: checkpoint "1" pre-commits 0..99, its commit is lost with the crash; 100..109 stay in the open
+    // transaction of the next epoch.
+    HandRun run(sink, {}, 0);
+    run.write(0, 100);
+    run.writer->flush(false);
+    lost = run.writer->prepare_commit();
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0].record_count, 100);
+    EXPECT_EQ(lost[0].transactional_id, prefix_ + "-0-0");
+    run.write(100, 110);
+    run.writer->flush(false);
+    run.writer->close();  // the crash: producers gone, transactions open
+  }
+  {
+    Reader before(bootstrap_, topic_, "read_committed");
+    before.read_to_end(20s);
+    EXPECT_TRUE(before.records.empty()) << "a pre-committed transaction is visible before its commit";
+  }
+  {
+    // Run 2 restores checkpoint "1": 0..99 are re-published, 100..109 aborted. Then 200..249 are pre-committed
+    // and committed, and the process dies before the next checkpoint.
+    HandRun run(sink, lost, 1);
+    run.write(200, 250);
+    run.writer->flush(false);
+    committed = run.writer->prepare_commit();
+    ASSERT_EQ(committed.size(), 1u);
+    run.committer->commit(committed);
+    run.writer->close();
+  }
+  {
+    // Run 3 restores a checkpoint that still lists the committed transaction (its notification was not seen):
+    // it must not be published again.
+    HandRun run(sink, committed, 2);
+    run.writer->close();
+  }
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end();
+  std::vector<int64_t> values;
+  for (const Read& x : reader.records)
+    values.push_back(x.value);
+  std::sort(values.begin(), values.end());
+  std::vector<int64_t> want;
+  for (int64_t v = 0; v < 100; ++v)
+    want.push_back(v);
+  for (int64_t v = 200; v < 250; ++v)
+    want.push_back(v);
+  EXPECT_EQ(values, want);
+  expect_per_key_order(reader.records, 1'000'000, /*allow_repeats=*/false);
+}
+
+TEST_F(KafkaSinkIntegrationTest, LingeringTransactionsOfAKilledRunAreAborted) {
+  // A "killed run" left an open transaction under an id of the prefix (subtask 1, pool slot 2).
+  tk::Client killed = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", bootstrap_},
+                                                          {"transactional.id", prefix_ + "-1-2"},
+                                                          {"transaction.timeout.ms", "600000"},
+                                                          {"log_level", "3"}});
+  ASSERT_TRUE(killed);
+  ASSERT_EQ(tk::error_text(rd_kafka_init_transactions(killed.get(), 30000)), "");
+  ASSERT_EQ(tk::error_text(rd_kafka_begin_transaction(killed.get())), "");
+  for (int p = 0; p < kPartitions; ++p) {
+    const std::string v = "lingering-" + std::to_string(p);
+    ASSERT_EQ(rd_kafka_producev(killed.get(), RD_KAFKA_V_TOPIC(topic_.c_str()), RD_KAFKA_V_PARTITION(p),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(v.data()), v.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  ASSERT_EQ(rd_kafka_flush(killed.get(), 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  {
+    // The open transaction blocks read_committed readers: they see nothing past it.
+    Reader blocked(bootstrap_, topic_, "read_committed");
+    blocked.read_to_end(10s);
+    EXPECT_TRUE(blocked.records.empty());
+  }
+
+  constexpr int64_t kRecords = 2'000;
+  auto no_failures = std::make_shared<const std::vector<int64_t>>();
+  StreamEnvironment env(job_config(dir_, 50));
+  build_job(env, kRecords, 0, std::make_shared<std::atomic<int>>(0), no_failures,
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_));
+  JobClient client = env.execute_async("kafka lingering");
+  ASSERT_TRUE(client.wait_for(std::chrono::minutes(3))) << "the job is blocked";
+  JobResult r = client.wait();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end();
+  std::set<int64_t> values;
+  for (const Read& x : reader.records) {
+    EXPECT_EQ(x.text.rfind("lingering", 0), std::string::npos) << "saw " << x.text;
+    values.insert(x.value);
+  }
+  EXPECT_EQ(reader.records.size(), static_cast<size_t>(kRecords));
+  EXPECT_EQ(values.size(), static_cast<size_t>(kRecords));
+  // The lingering records are in the log (read_uncommitted sees them): they were aborted, not lost in setup.
+  Reader uncommitted(bootstrap_, topic_, "read_uncommitted");
+  uncommitted.read_to_end();
+  int lingering = 0;
+  for (const Read& x : uncommitted.records)
+    lingering += x.text.rfind("lingering", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(lingering, kPartitions);
+}
+
+TEST_F(KafkaSinkIntegrationTest, ExactlyOnceSurvivesBrokerRestart) {
+  const uint64_t seed = test_seed() + 2;
+  constexpr int64_t kRecords = 40'000;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  StreamEnvironment env(job_config(dir_, 50));
+  build_job(env, kRecords, 1'000, fired, seeded_thresholds(seed, 1, kRecords / 2),
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_));
+  JobClient client = env.execute_async("kafka broker restart");
+  {
+    // Bounce the broker once records are committed (so the restart hits a job in full flow).
+    Reader reader(bootstrap_, topic_, "read_committed");
+    reader.read_until([&] { return reader.records.size() >= 2'000 || client.wait_for(0ms); }, 120s);
+    ASSERT_GE(reader.records.size(), 2'000u);
+  }
+  const std::string cmd = std::string(SLUICE_SOURCE_DIR) + "/scripts/services/kafka restart > /dev/null";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::printf("broker restarted in %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
+  if (!client.wait_for(std::chrono::minutes(10))) {
+    client.cancel();
+    FAIL() << "the job did not finish within 10 minutes of the broker restart";
+  }
+  JobResult r = client.wait();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end(120s);
+  std::map<int64_t, int> count;
+  for (const Read& x : reader.records)
+    ++count[x.value];
+  int64_t missing = 0, duplicated = 0;
+  for (int64_t v = 0; v < kRecords; ++v) {
+    auto it = count.find(v);
+    missing += it == count.end() ? 1 : 0;
+    duplicated += it != count.end() && it->second > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(duplicated, 0);
+  expect_per_key_order(reader.records, kRecords, /*allow_repeats=*/false);
+  std::printf("broker restart: %zu records, %d restarts of the job\n", reader.records.size(), r.restarts);
+}
+
+TEST_F(KafkaSinkIntegrationTest, ExhaustedProducerPoolFailsNamingThePoolSize) {
+  auto sink = KafkaSink<int64_t>::builder()
+                  .bootstrap_servers(bootstrap_)
+                  .topic(topic_)
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix(prefix_)
+                  .producer_pool_size(2)
+                  .property("log_level", "3")
+                  .build();
+  HandRun run(sink, {}, 0);
+  run.write(0, 1);
+  ASSERT_EQ(run.writer->prepare_commit().size(), 1u);  // checkpoint 1 pre-committed, never completes
+  run.write(1, 2);
+  ASSERT_EQ(run.writer->prepare_commit().size(), 1u);  // checkpoint 2 as well
+  try {
+    run.write(2, 3);
+    FAIL() << "a third open transaction with a pool of 2";
+  } catch (const SluiceException& e) {
+    EXPECT_THAT(e.error().message(), HasSubstr("all 2 transactional producers"));
+    EXPECT_THAT(e.error().message(), HasSubstr("producer_pool_size"));
+  }
+  run.writer->close();
+}
+
+}  // namespace
+}  // namespace sluice
