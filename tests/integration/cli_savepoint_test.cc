@@ -34,14 +34,24 @@ namespace {
 namespace fs = std::filesystem;
 constexpr auto kDeadline = std::chrono::seconds(60);
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("sluice-cli-test-" + name + "-" + std::to_string(::getpid()) + "-" +
-                                   std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+/// A fresh directory under the system temp dir, removed with its contents when the test ends (also when an
+/// assertion returns early).
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() /
+             ("sluice-cli-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path path;
+};
 
 /// A child process running the sluice binary, its stdout and stderr collected by reader threads.
 class Process {
@@ -194,7 +204,8 @@ int64_t first_sum(const std::string& out) {
 }
 
 TEST(CliSavepointTest, StopWithSavepointAndResumeAtAnotherParallelism) {
-  const fs::path root = fresh_dir("stop");
+  const TempDir tmp("stop");
+  const fs::path& root = tmp.path;
   const std::string checkpoints = (root / "checkpoints").string();
   Process job({"example", "running-sum", "--rate", "400", "-p", "1", "--checkpoint-dir", checkpoints,
                "--checkpoint-interval", "200ms", "--rest-port", "0"});
@@ -248,7 +259,6 @@ TEST(CliSavepointTest, StopWithSavepointAndResumeAtAnotherParallelism) {
   EXPECT_NE(cancel.out.find("Cancelled job " + again.job_id), std::string::npos);
   EXPECT_EQ(resumed.wait(), 1);  // a cancelled job is not a success
   EXPECT_NE(resumed.err().find("CANCELED"), std::string::npos) << resumed.err();
-  fs::remove_all(root);
 }
 
 TEST(CliSavepointTest, ClientErrorsAreClear) {
@@ -259,7 +269,8 @@ TEST(CliSavepointTest, ClientErrorsAreClear) {
       << refused.err;
   EXPECT_NE(refused.err.find("--rest-port"), std::string::npos) << refused.err;
 
-  const fs::path root = fresh_dir("errors");
+  const TempDir tmp("errors");
+  const fs::path& root = tmp.path;
   // No checkpoint directory: a savepoint fails with the engine's reason.
   Process job({"example", "running-sum", "--rate", "100", "--rest-port", "0"});
   Served served = await_rest_line(job);
@@ -286,7 +297,6 @@ TEST(CliSavepointTest, ClientErrorsAreClear) {
   Ran cancel = run({"cancel", "-m", served.jobmanager, served.job_id});
   EXPECT_EQ(cancel.code, 0) << cancel.err;
   EXPECT_EQ(job.wait(), 1);
-  fs::remove_all(root);
 }
 
 }  // namespace

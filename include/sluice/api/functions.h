@@ -43,6 +43,9 @@ class RuntimeContext {
   /// True when the job takes periodic checkpoints (execution.checkpointing.interval > 0): two-phase-commit
   /// sinks then commit on notify_checkpoint_complete instead of at the end of input.
   virtual bool is_checkpointing_enabled() const { return false; }
+  /// True when this subtask started from a checkpoint or savepoint (Flink's isRestored()): a sink must then
+  /// keep what earlier runs wrote.
+  virtual bool is_restored() const { return false; }
 };
 
 /// Base of functions with a lifecycle: open() before the first record, close() after the last.

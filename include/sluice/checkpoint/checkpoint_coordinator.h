@@ -7,7 +7,7 @@
 // `_metadata` atomically, the checkpoint is **completed**, and every task is told
 // notify_checkpoint_complete(n). A checkpoint that times out, fails to write, or is overtaken by a failover
 // is aborted: its directory is deleted and tasks are told notify_checkpoint_aborted(n). More consecutive
-// failed checkpoints than tolerated fail the job.
+// failed checkpoints than tolerated fail the job over (a restart under its restart strategy).
 //
 // Finished tasks: a task that consumed all its input snapshots its final state in the next checkpoint and
 // then closes; later checkpoints write that retained final state again, so every completed checkpoint covers
@@ -93,7 +93,8 @@ class CheckpointJobHooks {
   virtual void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) = 0;
   virtual void notify_complete(int64_t checkpoint_id) = 0;
   virtual void notify_aborted(int64_t checkpoint_id) = 0;
-  /// Too many checkpoints failed in a row: the job must fail with `error`.
+  /// Too many checkpoints failed in a row: the job fails over with `error` (its running regions restart from
+  /// the latest completed checkpoint under the restart strategy, as Flink's CheckpointFailureManager).
   virtual void fail_job(const Error& error) = 0;
 };
 

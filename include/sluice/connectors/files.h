@@ -531,7 +531,7 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
           format_, std::make_unique<detail::RollingPartFile>(ctx, directory_, std::string(extension())));
     }
     return std::make_unique<Writer>(format_, detail::part_file_path(directory_, ctx.subtask_index(), extension()),
-                                    /*truncate=*/ctx.attempt_number() == 0);
+                                    /*truncate=*/ctx.attempt_number() == 0 && !ctx.is_restored());
   }
 
   /// Creates the directory and a FileCommitter for it.

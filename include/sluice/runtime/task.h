@@ -67,6 +67,9 @@ class TaskRuntimeContext final : public RuntimeContext {
   /// Marks the job as taking periodic checkpoints (before open()).
   void set_checkpointing_enabled(bool enabled) { checkpointing_ = enabled; }
   bool is_checkpointing_enabled() const override { return checkpointing_; }
+  /// Marks the subtask as restored from a checkpoint or savepoint (before open()).
+  void set_restored(bool restored) { restored_ = restored; }
+  bool is_restored() const override { return restored_ || attempt_ > 0; }
   const std::string& operator_name() const override { return name_; }
   int subtask_index() const override { return subtask_; }
   int parallelism() const override { return parallelism_; }
@@ -81,6 +84,7 @@ class TaskRuntimeContext final : public RuntimeContext {
   int subtask_, parallelism_, max_parallelism_, attempt_;
   const Clock& clock_;
   bool checkpointing_ = false;
+  bool restored_ = false;
 };
 
 class Task final : public TaskServices, public CreditWaiter {

@@ -34,8 +34,9 @@ Result<CheckpointCoordinatorOptions> CheckpointCoordinatorOptions::from_config(c
     o.timeout_ms = config.get(options::kCheckpointTimeout);
     o.min_pause_ms = config.get(options::kCheckpointMinPause);
     o.max_concurrent = config.get(options::kMaxConcurrentCheckpoints);
-    o.mode = config.get(options::kCheckpointMode) == "AT_LEAST_ONCE" ? CheckpointingMode::kAtLeastOnce
-                                                                     : CheckpointingMode::kExactlyOnce;
+    std::string mode = config.get(options::kCheckpointMode);
+    std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::toupper(c); });
+    o.mode = mode == "AT_LEAST_ONCE" ? CheckpointingMode::kAtLeastOnce : CheckpointingMode::kExactlyOnce;
     o.tolerable_failures = config.get(options::kTolerableFailedCheckpoints);
     o.savepoint_dir = config.get(options::kSavepointDir);
     o.num_retained = config.get(options::kCheckpointsRetained);
@@ -47,7 +48,8 @@ Result<CheckpointCoordinatorOptions> CheckpointCoordinatorOptions::from_config(c
   };
   if (o.interval_ms < 0) return bad(options::kCheckpointInterval.key, o.interval_ms, "it must be >= 0");
   if (o.interval_ms > 0 && o.interval_ms < 10) {
-    return bad(options::kCheckpointInterval.key, o.interval_ms, "the minimum is 10 ms (as Flink)");
+    return bad(options::kCheckpointInterval.key, fmt::format("{} ms", o.interval_ms),
+               "the minimum is 10 ms (as Flink)");
   }
   if (o.timeout_ms <= 0) return bad(options::kCheckpointTimeout.key, o.timeout_ms, "it must be > 0");
   if (o.min_pause_ms < 0) return bad(options::kCheckpointMinPause.key, o.min_pause_ms, "it must be >= 0");
@@ -110,6 +112,16 @@ void CheckpointCoordinator::stop() {
     std::lock_guard lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+  }
+  // Threads first: a writer still writing into a checkpoint directory must be done before it is deleted.
+  cv_.notify_all();
+  writer_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& w : writers_) {
+    if (w.joinable()) w.join();
+  }
+  {
+    std::lock_guard lock(mu_);
     std::vector<int64_t> ids;
     for (auto& [id, p] : pending_)
       ids.push_back(id);
@@ -118,12 +130,7 @@ void CheckpointCoordinator::stop() {
     for (auto& r : requests_)
       r.promise->set_value(Error(ErrorCode::kCheckpoint, "the job ended before the savepoint was triggered"));
     requests_.clear();
-  }
-  cv_.notify_all();
-  writer_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  for (auto& w : writers_) {
-    if (w.joinable()) w.join();
+    write_queue_.clear();
   }
 }
 
@@ -147,8 +154,11 @@ void CheckpointCoordinator::run() {
       if (!p->completing && now - p->start_ns > options_.timeout_ms * 1'000'000) expired.push_back(id);
     }
     for (int64_t id : expired) {
-      abort_locked(id, fmt::format("checkpoint {} expired before completing (timeout {} ms)", id, options_.timeout_ms),
-                   true, true);
+      abort_locked(
+          id,
+          fmt::format("{} {} expired before completing (timeout {} ms, {})", snapshot_type_name(pending_.at(id)->type),
+                      id, options_.timeout_ms, options::kCheckpointTimeout.key),
+          true, true);
     }
     // Savepoints asked for: triggered at once (they ignore the interval, as in Flink).
     while (!requests_.empty() && hooks_.ready_for_checkpoint()) {
@@ -194,8 +204,9 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
     if (promise) promise->set_value(dir.error());
     if (type == SnapshotType::kCheckpoint && ++consecutive_failures_ > options_.tolerable_failures) {
       hooks_.fail_job(Error(ErrorCode::kCheckpoint,
-                            fmt::format("{} consecutive checkpoints failed (tolerable: {}); last: {}",
-                                        consecutive_failures_, options_.tolerable_failures, dir.error().to_string())));
+                            fmt::format("{} consecutive checkpoints failed, more than tolerated ({} = {}); last: {}",
+                                        consecutive_failures_, options::kTolerableFailedCheckpoints.key,
+                                        options_.tolerable_failures, dir.error().to_string())));
     }
     return;
   }
@@ -412,8 +423,10 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   std::erase_if(write_queue_, [&](const std::unique_ptr<WriteJob>& j) { return j->id == id; });
   storage_.discard(p->dir);
   // Expected aborts (the job ended, a newer checkpoint completed) are not worth a warning.
-  spdlog::log(count_failure || p->promise ? spdlog::level::warn : spdlog::level::info, "{} {} aborted: {}",
-              snapshot_type_name(p->type), id, reason);
+  spdlog::log(count_failure || p->promise ? spdlog::level::warn
+              : notify_tasks              ? spdlog::level::info
+                                          : spdlog::level::debug,
+              "{} {} aborted: {}", snapshot_type_name(p->type), id, reason);
   CheckpointStats s;
   s.checkpoint_id = id;
   s.type = snapshot_type_name(p->type);

@@ -40,7 +40,7 @@ void CompletedCheckpointStore::add(CompletedCheckpoint checkpoint) {
   }
   for (const auto& old : dropped) {
     if (old->metadata.type == SnapshotType::kCheckpoint) {
-      spdlog::info("checkpoint {} is subsumed; deleting {}", old->id, old->dir.string());
+      spdlog::debug("checkpoint {} is subsumed; deleting {}", old->id, old->dir.string());
       storage_.discard(old->dir);
     } else {
       spdlog::info("{} {} is subsumed; keeping it in {}", snapshot_type_name(old->metadata.type), old->id,

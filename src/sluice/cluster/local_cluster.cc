@@ -125,6 +125,15 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
     return done_cv_.wait_for(lock, timeout, [&] { return terminal_; });
   }
   std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) override {
+    {
+      std::lock_guard lock(mu_);
+      if (terminal_ || status_ != JobStatus::kRunning) {
+        std::promise<Result<std::string>> p;
+        p.set_value(Error(ErrorCode::kCheckpoint, fmt::format("job '{}' is {}: savepoints are taken of running jobs",
+                                                              name_, job_status_name(status_))));
+        return p.get_future();
+      }
+    }
     if (!coordinator_) {
       std::promise<Result<std::string>> p;
       p.set_value(Error(ErrorCode::kConfiguration,
@@ -453,6 +462,9 @@ Status LocalJob::prepare(JobGraph jg) {
 
 Result<RestorePoint> LocalJob::pick_restore_point() {
   std::vector<RestorePoint> candidates = coordinator_->restore_candidates();
+  // Without fallback the state assignment checks every file as it reads it; verifying first would read and
+  // hash all state twice (which dominated recovery time with large state).
+  if (!restore_fallback_ && !candidates.empty()) return candidates.front();
   std::string failures;
   for (const auto& c : candidates) {
     Status st = verify_checkpoint_files(c.metadata, c.dir);
@@ -739,9 +751,23 @@ void LocalJob::run_master() {
 void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
   if (e.kind == JobEvent::kFailJob) {
     if (failing_ || terminal_) return;
-    spdlog::error("job '{}' ({}) fails: {}", name_, id_, e.error->to_string());
-    fail_job_locked(*e.error);
-    maybe_finalize_locked(lock);
+    // As Flink's CheckpointFailureManager: too many failed checkpoints fail the job over (every running
+    // region restarts from the latest checkpoint under the restart strategy), not for good.
+    spdlog::error("job '{}' ({}) fails over: {}", name_, id_, e.error->to_string());
+    bool any = false;
+    for (auto& r : regions_) {
+      if (r.state != RegionState::kRunning || !r.attempt) continue;
+      r.state = RegionState::kFailing;
+      r.failure = e.error;
+      for (auto& t : r.attempt->tasks)
+        t->cancel();
+      any = true;
+    }
+    if (any && coordinator_) {
+      lock.unlock();
+      coordinator_->abort_pending("the job fails over: " + e.error->message());
+      lock.lock();
+    }
     return;
   }
   Task& task = *e.task;
@@ -801,7 +827,7 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
       } else {
         r.state = RegionState::kFailed;
         fail_job_locked(r.failure->with_context(
-            fmt::format("the restart strategy allows no more restarts ({})", restart_strategy_->describe())));
+            fmt::format("no more restarts allowed by the restart strategy, {}", restart_strategy_->describe())));
       }
     }
   }
@@ -893,6 +919,12 @@ void LocalJob::finalize_locked(std::unique_lock<std::mutex>& lock) {
     spdlog::error("job '{}' ({}) FAILED: {}", name_, id_, result_.error->to_string());
   } else {
     spdlog::info("job '{}' ({}) {} after {} ms", name_, id_, job_status_name(status_), result_.duration.count());
+  }
+  if (coordinator_) {
+    // Pending checkpoints and savepoint requests end with the job (their futures get an error).
+    lock.unlock();
+    coordinator_->stop();
+    lock.lock();
   }
   terminal_ = true;
   done_cv_.notify_all();

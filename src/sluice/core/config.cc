@@ -198,6 +198,7 @@ Status validate_engine_options(const Configuration& config) {
                                options::kRestPort.key, rest_port));
     }
     std::string mode = config.get(options::kCheckpointMode);
+    std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::toupper(c); });
     if (mode != "EXACTLY_ONCE" && mode != "AT_LEAST_ONCE") {
       return Error(ErrorCode::kConfiguration, fmt::format("{} = '{}'; expected EXACTLY_ONCE or AT_LEAST_ONCE",
                                                           options::kCheckpointMode.key, mode));

@@ -48,6 +48,7 @@ Task::~Task() {
 StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx,
                                        std::string uid) {
   ctx->set_checkpointing_enabled(options_.checkpointing_enabled);
+  ctx->set_restored(options_.restore != nullptr);
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
   uids_.push_back(std::move(uid));

@@ -85,6 +85,8 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
 
 class RestServer::Impl {
  public:
+  static constexpr size_t kMaxBody = 1 << 20;
+
   explicit Impl(RestServerOptions options) : options_(std::move(options)) {
     std::random_device rd;  // only for unguessable request ids, never for data
     id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -102,7 +104,7 @@ class RestServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     server_.set_keep_alive_timeout(2);
-    server_.set_payload_max_length(1 << 20);
+    server_.set_payload_max_length(kMaxBody);
     server_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                       httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
@@ -142,6 +144,10 @@ class RestServer::Impl {
     while (!server_.is_running() && !listener_done_.load()) {
       std::this_thread::yield();
     }
+    if (!server_.is_running()) {
+      listener_.join();
+      return Error(ErrorCode::kNetwork, fmt::format("the REST API at {} could not start serving", url()));
+    }
     spdlog::info("REST API at {}", url());
     return ok_status();
   }
@@ -179,22 +185,21 @@ class RestServer::Impl {
   bool wait_for_fetched_operations(std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::unique_lock lock(mu_);
-    while (true) {
-      bool unfetched = false;
+    auto unfetched = [&] {
       for (const auto& [id, job] : jobs_) {
         for (const auto& [rid, op] : job->operations) {
-          if (!op.fetched && op.result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) unfetched = true;
+          if (!op.fetched && op.result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return true;
         }
       }
-      if (!unfetched) return true;
-      // A fetch notifies fetched_cv_; the slice bounds how late a just-completed operation is noticed.
-      if (fetched_cv_.wait_until(
-              lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) ==
-              std::cv_status::timeout &&
-          std::chrono::steady_clock::now() >= deadline) {
-        return false;
-      }
+      return false;
+    };
+    while (unfetched()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      // A fetch notifies fetched_cv_; the slice bounds how late an operation that just completed is noticed.
+      fetched_cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
     }
+    return true;
   }
 
   const RestServerOptions& options() const { return options_; }
@@ -227,9 +232,9 @@ class RestServer::Impl {
   }
 
   /// Parses a JSON object body; an empty body is an empty object. Answers 400 and returns null on error.
-  std::optional<Value> body_or_400(const httplib::Request& req, httplib::Response& res) {
-    if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Value::object();
-    auto v = Value::from_json(req.body);
+  std::optional<Value> body_or_400(const std::string& body, httplib::Response& res) {
+    if (body.find_first_not_of(" \t\r\n") == std::string::npos) return Value::object();
+    auto v = Value::from_json(body);
     if (!v.ok()) {
       reply_error(res, 400, fmt::format("the request body is not valid JSON: {}", v.error().message()));
       return std::nullopt;
@@ -265,7 +270,8 @@ class RestServer::Impl {
 
   std::string new_request_id() {
     const uint64_t n = request_counter_.fetch_add(1) + 1;
-    return fmt::format("{:016x}{:016x}", splitmix(id_seed_ ^ n), splitmix(id_seed_ + n));
+    const uint64_t a = splitmix(id_seed_ ^ n);
+    return fmt::format("{:016x}{:016x}", a, splitmix(a));
   }
   static uint64_t splitmix(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;
@@ -287,6 +293,34 @@ class RestServer::Impl {
   void add_operation(JobEntry& job, const std::string& rid, std::shared_future<Result<std::string>> f) {
     std::lock_guard lock(mu_);
     job.operations[rid] = Operation{std::move(f), false};
+  }
+
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+
+  /// Reads the request body first, and only when the request announces one (Content-Length or chunked):
+  /// httplib's own reading waits for the connection to close when a client sends a POST or PATCH without a
+  /// body and without Content-Length (`curl -X PATCH ...`), and answers 400 after its read timeout.
+  static httplib::Server::HandlerWithContentReader with_body(BodyHandler handler) {
+    return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                          const httplib::ContentReader& reader) {
+      std::string body;
+      if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding") == "chunked") {
+        bool too_large = false;
+        reader([&](const char* data, size_t n) {
+          if (body.size() + n > kMaxBody) {
+            too_large = true;
+            return false;
+          }
+          body.append(data, n);
+          return true;
+        });
+        if (too_large) {
+          reply_error(res, 413, fmt::format("the request body is larger than {} bytes", kMaxBody));
+          return;
+        }
+      }
+      handler(req, body, res);
+    };
   }
 
   void route() {
@@ -313,20 +347,21 @@ class RestServer::Impl {
       reply(res, 200, job_details(*job));
     });
 
-    server_.Patch(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto job = job_or_404(req, res);
-      if (!job) return;
-      const std::string mode = req.has_param("mode") ? req.get_param_value("mode") : "cancel";
-      if (mode != "cancel") {
-        reply_error(res, 400,
-                    fmt::format("mode '{}' is not supported: use mode=cancel, or POST /jobs/:id/stop to stop with "
-                                "a savepoint",
-                                mode));
-        return;
-      }
-      job->client.cancel();  // a no-op for a job that already ended (Flink also answers 202)
-      reply(res, 202, Value::object());
-    });
+    server_.Patch(
+        R"(/jobs/([^/]+))", with_body([this](const httplib::Request& req, const std::string&, httplib::Response& res) {
+          auto job = job_or_404(req, res);
+          if (!job) return;
+          const std::string mode = req.has_param("mode") ? req.get_param_value("mode") : "cancel";
+          if (mode != "cancel") {
+            reply_error(res, 400,
+                        fmt::format("mode '{}' is not supported: use mode=cancel, or POST /jobs/:id/stop to stop with "
+                                    "a savepoint",
+                                    mode));
+            return;
+          }
+          job->client.cancel();  // a no-op for a job that already ended (Flink also answers 202)
+          reply(res, 202, Value::object());
+        }));
 
     server_.Get(R"(/jobs/([^/]+)/checkpoints)", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
@@ -334,36 +369,38 @@ class RestServer::Impl {
       reply(res, 200, checkpoints_json(job->client.checkpoint_stats()));
     });
 
-    server_.Post(R"(/jobs/([^/]+)/savepoints)", [this](const httplib::Request& req, httplib::Response& res) {
-      auto job = job_or_404(req, res);
-      if (!job) return;
-      auto body = body_or_400(req, res);
-      if (!body) return;
-      std::string target;
-      bool cancel_job = false;
-      if (!string_field(*body, "target-directory", target, res) || !bool_field(*body, "cancel-job", cancel_job, res)) {
-        return;
-      }
-      if (!running_or_409(*job, "take a savepoint of", res)) return;
-      const std::string rid = new_request_id();
-      std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
-      if (cancel_job) {
-        // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
-        JobClient client = job->client;
-        std::lock_guard lock(mu_);
-        cancellers_.emplace_back([this, f, client]() mutable {
-          // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
-          // thread's client would prevent.
-          while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-            if (stopping_.load() || client.status() != JobStatus::kRunning) return;
-          }
-          if (await(f).ok()) client.cancel();
-        });
-      }
-      add_operation(*job, rid, f);
-      spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
-      reply(res, 202, Value::object({{"request-id", rid}}));
-    });
+    server_.Post(R"(/jobs/([^/]+)/savepoints)",
+                 with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
+                   auto job = job_or_404(req, res);
+                   if (!job) return;
+                   auto body = body_or_400(text, res);
+                   if (!body) return;
+                   std::string target;
+                   bool cancel_job = false;
+                   if (!string_field(*body, "target-directory", target, res) ||
+                       !bool_field(*body, "cancel-job", cancel_job, res)) {
+                     return;
+                   }
+                   if (!running_or_409(*job, "take a savepoint of", res)) return;
+                   const std::string rid = new_request_id();
+                   std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
+                   if (cancel_job) {
+                     // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
+                     JobClient client = job->client;
+                     std::lock_guard lock(mu_);
+                     cancellers_.emplace_back([this, f, client]() mutable {
+                       // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
+                       // thread's client would prevent.
+                       while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+                         if (stopping_.load() || client.status() != JobStatus::kRunning) return;
+                       }
+                       if (await(f).ok()) client.cancel();
+                     });
+                   }
+                   add_operation(*job, rid, f);
+                   spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+                   reply(res, 202, Value::object({{"request-id", rid}}));
+                 }));
 
     server_.Get(R"(/jobs/([^/]+)/savepoints/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
@@ -395,27 +432,29 @@ class RestServer::Impl {
       fetched_cv_.notify_all();
     });
 
-    server_.Post(R"(/jobs/([^/]+)/stop)", [this](const httplib::Request& req, httplib::Response& res) {
-      auto job = job_or_404(req, res);
-      if (!job) return;
-      auto body = body_or_400(req, res);
-      if (!body) return;
-      std::string target;
-      bool drain = false;
-      if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res)) return;
-      if (drain) {
-        reply_error(res, 400,
-                    "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
-                    "supported yet; stop without drain: the job stops right after the savepoint and resumes "
-                    "from it with its timers and windows intact");
-        return;
-      }
-      if (!running_or_409(*job, "stop", res)) return;
-      const std::string rid = new_request_id();
-      add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
-      spdlog::info("REST: stop-with-savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
-      reply(res, 202, Value::object({{"request-id", rid}}));
-    });
+    server_.Post(
+        R"(/jobs/([^/]+)/stop)",
+        with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
+          auto job = job_or_404(req, res);
+          if (!job) return;
+          auto body = body_or_400(text, res);
+          if (!body) return;
+          std::string target;
+          bool drain = false;
+          if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res)) return;
+          if (drain) {
+            reply_error(res, 400,
+                        "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
+                        "supported yet; stop without drain: the job stops right after the savepoint and resumes "
+                        "from it with its timers and windows intact");
+            return;
+          }
+          if (!running_or_409(*job, "stop", res)) return;
+          const std::string rid = new_request_id();
+          add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
+          spdlog::info("REST: stop-with-savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+          reply(res, 202, Value::object({{"request-id", rid}}));
+        }));
   }
 
   /// The result of a ready future; a broken promise (the job went away) becomes an error.

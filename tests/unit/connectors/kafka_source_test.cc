@@ -436,9 +436,7 @@ TEST(KafkaDeserializerTest, RecordCarriesKeyHeadersAndPosition) {
 }
 
 TEST(KafkaDeserializerTest, ExceptionsBecomeBadRecordReasons) {
-  KafkaDeserializer<int> throwing = [](const KafkaMessageView&, int&) -> Status {
-    throw std::runtime_error("boom");
-  };
+  KafkaDeserializer<int> throwing = [](const KafkaMessageView&, int&) -> Status { throw std::runtime_error("boom"); };
   int out = 0;
   Status st = kafka::deserialize_message(throwing, view_of("x"), out);
   ASSERT_FALSE(st.ok());
@@ -457,33 +455,32 @@ TEST(KafkaSourceBuilderTest, RejectsIncompleteOrInvalidSettings) {
     return r.error().message();
   };
   auto base = KafkaSource<std::string>::builder().bootstrap_servers("127.0.0.1:9092");
-  EXPECT_NE(message(KafkaSource<std::string>::builder().topics({"t"})).find("no bootstrap servers"),
-            std::string::npos);
+  EXPECT_NE(message(KafkaSource<std::string>::builder().topics({"t"})).find("no bootstrap servers"), std::string::npos);
   EXPECT_NE(message(base).find("exactly one"), std::string::npos);
   EXPECT_NE(message(KafkaSourceBuilder<std::string>(base).topics({"t"}).topic_pattern("t.*")).find("exactly one"),
             std::string::npos);
   EXPECT_NE(message(KafkaSourceBuilder<std::string>(base).topic_pattern("(")).find("invalid topic pattern"),
             std::string::npos);
-  EXPECT_NE(message(KafkaSourceBuilder<std::string>(base).topics({"t"}).starting_offsets(
-                        KafkaStartingOffsets::committed()))
-                .find("need a consumer group"),
-            std::string::npos);
+  EXPECT_NE(
+      message(KafkaSourceBuilder<std::string>(base).topics({"t"}).starting_offsets(KafkaStartingOffsets::committed()))
+          .find("need a consumer group"),
+      std::string::npos);
   EXPECT_NE(message(KafkaSourceBuilder<std::string>(base).topics({"t"}).on_bad_record(BadRecordPolicy::kDeadLetter))
                 .find("dead-letter file or topic"),
             std::string::npos);
   const std::string unknown =
       message(KafkaSourceBuilder<std::string>(base).topics({"t"}).property("no.such.property", "1"));
   EXPECT_NE(unknown.find("'no.such.property'"), std::string::npos) << unknown;
-  const std::string bad_value = message(
-      KafkaSourceBuilder<std::string>(base).topics({"t"}).property("security.protocol", "carrier-pigeon"));
+  const std::string bad_value =
+      message(KafkaSourceBuilder<std::string>(base).topics({"t"}).property("security.protocol", "carrier-pigeon"));
   EXPECT_NE(bad_value.find("'security.protocol' = 'carrier-pigeon'"), std::string::npos) << bad_value;
   EXPECT_EQ(kafka::printable_property_value("sasl.password", "hunter2"), "<redacted>");
   EXPECT_EQ(kafka::printable_property_value("ssl.key.pem", "-----BEGIN"), "<redacted>");
   EXPECT_EQ(kafka::printable_property_value("sasl.username", "alice"), "alice");
-  EXPECT_NE(message(KafkaSourceBuilder<std::string>(base).topics({"t"}).property(
-                        "partition.discovery.interval.ms", "soon"))
-                .find("not an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      message(KafkaSourceBuilder<std::string>(base).topics({"t"}).property("partition.discovery.interval.ms", "soon"))
+          .find("not an integer"),
+      std::string::npos);
   auto no_deserializer = KafkaSource<Value>::builder().bootstrap_servers("x:1").topics({"t"}).try_build();
   ASSERT_FALSE(no_deserializer.ok());
   EXPECT_NE(no_deserializer.error().message().find("no deserializer"), std::string::npos);
@@ -596,8 +593,8 @@ class CollectingOutput final : public ReaderOutput<std::string> {
 
 /// Polls `reader` until it ends, `done` holds, or 30 s pass; rethrows what poll_next throws.
 template <class Done>
-InputStatus drive(SourceReader<std::string, KafkaPartitionSplit>& reader, FakeReaderContext& ctx,
-                  CollectingOutput& out, Done done) {
+InputStatus drive(SourceReader<std::string, KafkaPartitionSplit>& reader, FakeReaderContext& ctx, CollectingOutput& out,
+                  Done done) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   InputStatus st = InputStatus::kNothingAvailable;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -702,8 +699,8 @@ TEST(KafkaSourceMockTest, BadRecordsFailOrGoToTheDeadLetterFile) {
     kafka::KafkaClientPtr producer(rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr));
     for (std::string v : {std::string("{oops"), std::string("4")}) {
       ASSERT_EQ(rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC("json"), RD_KAFKA_V_PARTITION(0),
-                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                  RD_KAFKA_V_VALUE(v.data(), v.size()), RD_KAFKA_V_END),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(v.data(), v.size()),
+                                  RD_KAFKA_V_END),
                 RD_KAFKA_RESP_ERR_NO_ERROR);
     }
     ASSERT_EQ(rd_kafka_flush(producer.get(), 10'000), RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -783,7 +780,8 @@ TEST(KafkaSourceMockTest, AMissingTopicFailsTheJobAtStart) {
   mock.create_and_fill("present", 1, 1);
   StreamEnvironment env;
   auto records = std::make_shared<testing::CollectedRecords<std::string>>();
-  env.from_source(mock_source(mock, "absent"), "kafka").sink_to(std::make_shared<testing::CollectSink<std::string>>(records));
+  env.from_source(mock_source(mock, "absent"), "kafka")
+      .sink_to(std::make_shared<testing::CollectSink<std::string>>(records));
   JobResult r = env.execute("missing topic");
   ASSERT_EQ(r.status, JobStatus::kFailed);
   ASSERT_TRUE(r.error);

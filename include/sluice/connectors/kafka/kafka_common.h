@@ -124,8 +124,7 @@ bool is_permanent_kafka_error(rd_kafka_resp_err_t err) noexcept;
 /// Creates a client of `type` (RD_KAFKA_CONSUMER or RD_KAFKA_PRODUCER) from `conf`, which it takes over
 /// also on failure. Creating a client does not contact the cluster. Errors: kConfiguration with librdkafka's
 /// reason (invalid combinations of properties, e.g. a SASL mechanism without its library).
-[[nodiscard]] Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf,
-                                                       std::string_view role);
+[[nodiscard]] Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf, std::string_view role);
 
 /// One topic in the cluster's metadata.
 struct KafkaTopicInfo {

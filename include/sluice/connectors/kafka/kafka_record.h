@@ -115,8 +115,7 @@ KafkaDeserializer<std::string> bytes_value();
 /// The value as UTF-8 text ("" for a null value); invalid UTF-8 is an error naming the first bad byte.
 KafkaDeserializer<std::string> string_value();
 
-/// Parses `bytes` as one JSON document into `out` (a Value or a JsonMappable type); `what` names the part
-/// ("value", "key") in errors.
+/// Parses `bytes` as one JSON document into `out` (a Value, or a JsonMappable type through from_json).
 template <JsonMappable T>
 Status parse_json_bytes(std::string_view bytes, T& out) {
   if constexpr (std::is_same_v<T, Value>) {
@@ -181,6 +180,8 @@ Status deserialize_message(const KafkaDeserializer<T>& d, const KafkaMessageView
     return e.error();
   } catch (const std::exception& e) {
     return Error(ErrorCode::kSerialization, std::string("the deserializer threw: ") + e.what());
+  } catch (...) {
+    return Error(ErrorCode::kSerialization, "the deserializer threw an exception that is not a std::exception");
   }
 }
 

@@ -371,19 +371,18 @@ class KafkaReaderCore {
   struct Impl;  // librdkafka callbacks and state (kafka_source.cc)
 
  private:
-  KafkaReaderCore(const KafkaSourceSettings& settings, SourceReaderContext& ctx,
-                  std::shared_ptr<DeadLetterFile> dead_letter, std::shared_ptr<BadRecordStats> stats);
+  KafkaReaderCore(const KafkaSourceSettings& settings, std::shared_ptr<DeadLetterFile> dead_letter,
+                  std::shared_ptr<BadRecordStats> stats);
   Partition* find_partition(const rd_kafka_message_t& m);
   void finish_partition(Partition& p, Handler& handler);
   void handle_event(const rd_kafka_message_t& m, Handler& handler);
 
-  SourceReaderContext& ctx_;
   std::shared_ptr<DeadLetterFile> dead_letter_;
   std::shared_ptr<BadRecordStats> stats_;
   std::unique_ptr<Impl> impl_;
   std::map<KafkaTopicPartition, std::unique_ptr<Partition>> partitions_;
   std::vector<Partition*> new_partitions_;
-  std::map<KafkaTopicPartition, int64_t> finished_offsets_;      // final offsets of finished partitions
+  std::map<KafkaTopicPartition, int64_t> finished_offsets_;                    // final offsets of finished partitions
   std::map<int64_t, std::map<KafkaTopicPartition, int64_t>> pending_commits_;  // by checkpoint id
   std::vector<rd_kafka_message_t*> batch_;
   bool no_more_splits_ = false;
@@ -507,7 +506,9 @@ class KafkaSourceBuilder {
   }
 
   /// "host:port,host:port" (librdkafka's bootstrap.servers). Required.
-  KafkaSourceBuilder& bootstrap_servers(std::string servers) { return property("bootstrap.servers", std::move(servers)); }
+  KafkaSourceBuilder& bootstrap_servers(std::string servers) {
+    return property("bootstrap.servers", std::move(servers));
+  }
   /// Reads these topics (each must exist). Exclusive with topic_pattern().
   KafkaSourceBuilder& topics(std::vector<std::string> topics) {
     s_.topics = std::move(topics);

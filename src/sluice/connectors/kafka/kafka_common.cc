@@ -82,8 +82,7 @@ Result<KafkaConfPtr> make_kafka_conf(const KafkaProperties& properties, std::str
   KafkaConfPtr conf(rd_kafka_conf_new());
   std::array<char, 512> errstr{};
   for (const auto& [key, value] : properties) {
-    if (rd_kafka_conf_set(conf.get(), key.c_str(), value.c_str(), errstr.data(), errstr.size()) !=
-        RD_KAFKA_CONF_OK) {
+    if (rd_kafka_conf_set(conf.get(), key.c_str(), value.c_str(), errstr.data(), errstr.size()) != RD_KAFKA_CONF_OK) {
       return Error(ErrorCode::kConfiguration,
                    fmt::format("{}: invalid client property '{}' = '{}': {} (properties are librdkafka's, see its "
                                "CONFIGURATION.md)",
@@ -122,9 +121,7 @@ Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const s
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       KafkaMetadataPtr owned(md);
       std::vector<KafkaTopicInfo> out;
-      auto info_of = [](const rd_kafka_metadata_topic_t& t) {
-        return KafkaTopicInfo{t.topic, t.partition_cnt, t.err};
-      };
+      auto info_of = [](const rd_kafka_metadata_topic_t& t) { return KafkaTopicInfo{t.topic, t.partition_cnt, t.err}; };
       if (topics.empty()) {
         out.reserve(static_cast<size_t>(md->topic_cnt));
         for (int i = 0; i < md->topic_cnt; ++i)
@@ -143,15 +140,14 @@ Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const s
     last = err;
     if (is_permanent_kafka_error(err)) {
       return kafka_error(ErrorCode::kConnector,
-                         fmt::format("the Kafka cluster at '{}' refused the metadata request", bootstrap_servers),
-                         err);
+                         fmt::format("the Kafka cluster at '{}' refused the metadata request", bootstrap_servers), err);
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
     // rd_kafka_metadata returns at once while no broker connection is up: do not spin.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(
-        100, std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      deadline - std::chrono::steady_clock::now())
-                                      .count()))));
+        100, std::max<int64_t>(
+                 0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+                        .count()))));
   }
   return Error(ErrorCode::kConnector,
                fmt::format("cannot reach the Kafka cluster at '{}' within {} ms: {}; check bootstrap.servers, the "

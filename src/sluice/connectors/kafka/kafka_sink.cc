@@ -170,8 +170,19 @@ class Producer {
 
   ~Producer() {
     topics_.clear();
-    // Undelivered messages of a failed run are dropped; an open transaction is left to abort_lingering.
-    if (rk_) rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    if (!rk_) return;
+    if (in_transaction_) {
+      // End the transaction before destroying: readers are unblocked at once, and librdkafka 2.0.2 can abort the
+      // process (assertion `txn_req_cnt > 0` in rd_kafka_txn_handle_AddPartitionsToTxn) when a producer is
+      // destroyed with a transaction request in flight. A pre-committed transaction aborted here is re-published
+      // from its recovery copy by the restore, as one the broker aborted would be.
+      KafkaErrorPtr err(rd_kafka_abort_transaction(rk_.get(), static_cast<int>(std::min<int64_t>(timeout_ms_, 5000))));
+      if (err) spdlog::debug("{}: abort_transaction on close: {}", who_, kafka::kafka_error_text(err.get()));
+      rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE);
+    } else if (txid_.empty()) {
+      // Undelivered messages of a failed run are dropped.
+      rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    }
   }
 
   rd_kafka_t* rk() const noexcept { return rk_.get(); }
@@ -283,6 +294,7 @@ class Producer {
   void begin_transaction() {
     KafkaErrorPtr err(rd_kafka_begin_transaction(rk_.get()));
     if (err) fail(who_ + ": begin_transaction" + txid_suffix() + " failed: " + kafka::kafka_error_text(err.get()));
+    in_transaction_ = true;
   }
 
   /// Adds the marker (group `<txid>-marker`, `topic` partition 0, offset, metadata = token) to the transaction.
@@ -303,12 +315,20 @@ class Producer {
   /// Commits the open transaction (retrying retriable errors up to the timeout).
   void commit_transaction() {
     retry("commit_transaction", [&](int ms) { return rd_kafka_commit_transaction(rk_.get(), ms); });
+    in_transaction_ = false;
   }
 
-  /// The marker's metadata in the marker group of this producer's transactional id (nullopt: no offset).
-  std::optional<std::string> read_marker(const std::string& topic) {
+  /// The marker's metadata in the marker group of this producer's transactional id (nullopt: no offset). Call
+  /// after init_transactions, which completes the id's previous transaction. Reads with require_stable; when the
+  /// broker keeps reporting pending transactional offsets for longer than `stable_wait_ms` although the
+  /// transaction is complete (seen with Kafka 4.4 after a broker restart: the group coordinator never applies the
+  /// transaction's end marker), reads the materialized offsets instead and logs a warning (a transaction that was
+  /// in fact committed is then published again: a duplicate, never a loss).
+  std::optional<std::string> read_marker(const std::string& topic, int64_t stable_wait_ms) {
     const std::string group = txid_ + "-marker";
     const Clock::time_point deadline = deadline_after(timeout_ms_);
+    const Clock::time_point stable_deadline = deadline_after(std::min(stable_wait_ms, timeout_ms_ / 2));
+    bool require_stable = true;
     std::string last;
     while (true) {
       KafkaPartitionListPtr parts(rd_kafka_topic_partition_list_new(1));
@@ -320,7 +340,7 @@ class Producer {
       char errstr[512];
       rd_kafka_AdminOptions_set_request_timeout(options.get(), std::max(remaining_ms(deadline), 1), errstr,
                                                 sizeof errstr);
-      KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), 1));
+      KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
       kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
       rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
       rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
@@ -357,6 +377,14 @@ class Producer {
           retriable = p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT ||
                       p.err == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
                       p.err == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
+          if (p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT && require_stable && Clock::now() >= stable_deadline) {
+            spdlog::warn("{}: the broker still reports pending transactional offsets for marker group '{}' although "
+                         "transaction {} is complete; deciding from the committed offsets instead (if the "
+                         "transaction was committed, its records are published twice)",
+                         who_, group, txid_);
+            require_stable = false;
+            continue;
+          }
         }
       }
       if (!retriable || Clock::now() >= deadline) {
@@ -401,7 +429,11 @@ class Producer {
       std::string text = kafka::kafka_error_text(err.get());
       if (rd_kafka_error_txn_requires_abort(err.get())) {
         KafkaErrorPtr abort_err(rd_kafka_abort_transaction(rk_.get(), static_cast<int>(timeout_ms_)));
-        if (abort_err) text += " (abort_transaction: " + kafka::kafka_error_text(abort_err.get()) + ")";
+        if (abort_err) {
+          text += " (abort_transaction: " + kafka::kafka_error_text(abort_err.get()) + ")";
+        } else {
+          in_transaction_ = false;
+        }
       }
       check_errors();  // a failed delivery is the better explanation
       fail(who_ + ": " + what + txid_suffix() + " failed: " + text);
@@ -453,6 +485,7 @@ class Producer {
   std::string bootstrap_;
   int64_t timeout_ms_;
   int since_poll_ = 0;
+  bool in_transaction_ = false;  // begun and neither committed nor aborted
   int64_t failed_ = 0;
   std::string first_failure_;
   std::string fatal_;
@@ -671,9 +704,17 @@ class KafkaProducerPool {
 
   std::string next_token() { return token_base + "-" + std::to_string(++token_counter); }
 
+  /// Destroys the producers, in parallel (each may abort an open transaction, which takes a round trip or, with
+  /// the broker away, up to 5 s).
   void close() {
+    std::vector<std::thread> threads;
+    for (Slot& slot : slots) {
+      if (slot.producer) threads.emplace_back([p = std::move(slot.producer)]() mutable { p.reset(); });
+    }
     slots.clear();
     plain.reset();
+    for (std::thread& t : threads)
+      t.join();
   }
 
   const KafkaSinkSettings settings;
@@ -852,13 +893,16 @@ void KafkaSinkWriterCore::close() {
 
 namespace {
 
+// How long settle() waits for a marker group to become stable before it reads the materialized offsets.
+constexpr int64_t kStableMarkerWaitMs = 15'000;
+
 // Makes sure committable `c` is visible exactly once (see the file comment of kafka_sink.h): init_transactions on
 // its transactional id, then either "already committed" (the marker carries its token) or a re-publication of its
 // recovery copy. Returns the producer, initialized and without an open transaction.
 std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommittable& c) {
   std::unique_ptr<Producer> p = pool.make_producer(c.transactional_id);
   p->init_transactions();
-  std::optional<std::string> marker = p->read_marker(c.marker_topic);
+  std::optional<std::string> marker = p->read_marker(c.marker_topic, kStableMarkerWaitMs);
   if (marker && *marker == c.token) {
     spdlog::info("{}: transaction {} ({} records) was committed before the restart", pool.who, c.transactional_id,
                  c.record_count);
@@ -876,8 +920,9 @@ std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommi
   p->flush();
   p->send_marker(c.marker_topic, wall_ms(), c.token);
   p->commit_transaction();
-  spdlog::info("{}: transaction {} was not committed before the restart: re-published its {} records", pool.who,
-               c.transactional_id, n);
+  spdlog::info("{}: transaction {} (token {}) was not committed before the restart (its marker group holds {}): "
+               "re-published its {} records",
+               pool.who, c.transactional_id, c.token, marker ? "token " + *marker : std::string("no offset"), n);
   return p;
 }
 

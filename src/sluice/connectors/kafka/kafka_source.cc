@@ -8,6 +8,7 @@
 #include <charconv>
 #include <limits>
 #include <regex>
+#include <thread>
 
 #include "sluice/core/value.h"
 
@@ -333,8 +334,7 @@ namespace {
 
 class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
  public:
-  RdKafkaDiscoverer(const KafkaSourceSettings& s, KafkaClientPtr client)
-      : settings_(s), client_(std::move(client)) {
+  RdKafkaDiscoverer(const KafkaSourceSettings& s, KafkaClientPtr client) : settings_(s), client_(std::move(client)) {
     if (!s.topic_pattern.empty()) pattern_.emplace(s.topic_pattern, std::regex::ECMAScript);
   }
 
@@ -420,13 +420,13 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
           break;
         case KafkaOffsetReset::kNone: {
           const KafkaPartitionSplit& s = splits[to_reset.front()];
-          return Error(ErrorCode::kConnector,
-                       fmt::format("{}: no {} offset for topic '{}' partition {}{} and the reset strategy is "
-                                   "'none'; choose KafkaOffsetReset::kEarliest or kLatest",
-                                   kRole,
-                                   starting.kind() == KafkaStartingOffsets::Kind::kCommitted ? "committed" : "explicit",
-                                   s.topic, s.partition,
-                                   settings_.group_id().empty() ? "" : " in group '" + settings_.group_id() + "'"));
+          return Error(
+              ErrorCode::kConnector,
+              fmt::format("{}: no {} offset for topic '{}' partition {}{} and the reset strategy is "
+                          "'none'; choose KafkaOffsetReset::kEarliest or kLatest",
+                          kRole, starting.kind() == KafkaStartingOffsets::Kind::kCommitted ? "committed" : "explicit",
+                          s.topic, s.partition,
+                          settings_.group_id().empty() ? "" : " in group '" + settings_.group_id() + "'"));
         }
       }
     }
@@ -442,15 +442,27 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
   // Sets the starting (or, with `stopping`, the stopping) offset of splits[idx...] from a ListOffsets query
   // by `timestamp` (kLatestTs, kEarliestTs or ms). librdkafka sends the client's isolation level, so
   // "latest" is the last stable offset under read_committed.
+  // Retries transient failures (a leader being elected, a coordinator loading) until `timeout` passed.
   Status list_offsets(std::vector<KafkaPartitionSplit>& splits, const std::vector<size_t>& idx, int64_t timestamp,
                       std::chrono::milliseconds timeout, bool stopping) {
     if (idx.empty()) return ok_status();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+      Status st = list_offsets_once(splits, idx, timestamp, remaining(deadline), stopping, err);
+      if (st.ok() || !retry(err, deadline)) return st;
+    }
+  }
+
+  Status list_offsets_once(std::vector<KafkaPartitionSplit>& splits, const std::vector<size_t>& idx, int64_t timestamp,
+                           std::chrono::milliseconds timeout, bool stopping, rd_kafka_resp_err_t& failure) {
     KafkaPartitionListPtr list(rd_kafka_topic_partition_list_new(static_cast<int>(idx.size())));
     for (size_t i : idx)
       rd_kafka_topic_partition_list_add(list.get(), splits[i].topic.c_str(), splits[i].partition)->offset = timestamp;
     const rd_kafka_resp_err_t err =
         rd_kafka_offsets_for_times(client_.get(), list.get(), static_cast<int>(timeout.count()));
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      failure = err;
       return kafka::kafka_error(ErrorCode::kConnector,
                                 fmt::format("{}: looking up offsets in the Kafka cluster at '{}' failed", kRole,
                                             settings_.bootstrap_servers()),
@@ -460,6 +472,7 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
       const rd_kafka_topic_partition_t* r =
           rd_kafka_topic_partition_list_find(list.get(), splits[i].topic.c_str(), splits[i].partition);
       if (r == nullptr || r->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        failure = r == nullptr ? RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION : r->err;
         return kafka::kafka_error(ErrorCode::kConnector,
                                   fmt::format("{}: looking up the offsets of topic '{}' partition {} failed", kRole,
                                               splits[i].topic, splits[i].partition),
@@ -477,11 +490,23 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
   // The group's committed offsets; partitions without one go to `to_reset`.
   Status committed_offsets(std::vector<KafkaPartitionSplit>& splits, std::chrono::milliseconds timeout,
                            std::vector<size_t>& to_reset) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+      to_reset.clear();
+      Status st = committed_offsets_once(splits, remaining(deadline), to_reset, err);
+      if (st.ok() || !retry(err, deadline)) return st;
+    }
+  }
+
+  Status committed_offsets_once(std::vector<KafkaPartitionSplit>& splits, std::chrono::milliseconds timeout,
+                                std::vector<size_t>& to_reset, rd_kafka_resp_err_t& failure) {
     KafkaPartitionListPtr list(rd_kafka_topic_partition_list_new(static_cast<int>(splits.size())));
     for (const KafkaPartitionSplit& s : splits)
       rd_kafka_topic_partition_list_add(list.get(), s.topic.c_str(), s.partition);
     const rd_kafka_resp_err_t err = rd_kafka_committed(client_.get(), list.get(), static_cast<int>(timeout.count()));
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      failure = err;
       return kafka::kafka_error(
           ErrorCode::kConnector,
           fmt::format("{}: reading the committed offsets of group '{}' failed", kRole, settings_.group_id()), err);
@@ -490,6 +515,7 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
       const rd_kafka_topic_partition_t* r =
           rd_kafka_topic_partition_list_find(list.get(), splits[i].topic.c_str(), splits[i].partition);
       if (r != nullptr && r->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        failure = r->err;
         return kafka::kafka_error(ErrorCode::kConnector,
                                   fmt::format("{}: reading the committed offset of topic '{}' partition {} failed",
                                               kRole, splits[i].topic, splits[i].partition),
@@ -502,6 +528,18 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
       }
     }
     return ok_status();
+  }
+
+  static std::chrono::milliseconds remaining(std::chrono::steady_clock::time_point deadline) {
+    return std::max(std::chrono::milliseconds(100),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+  }
+  // After a failed attempt with `err`: waits a little and returns true when a retry makes sense.
+  static bool retry(rd_kafka_resp_err_t err, std::chrono::steady_clock::time_point deadline) {
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR || kafka::is_permanent_kafka_error(err)) return false;
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return true;
   }
 
   KafkaSourceSettings settings_;
@@ -573,7 +611,8 @@ Status KafkaSourceEnumerator::discover_and_assign(bool initial, std::chrono::mil
   }
   if (fresh.empty()) return ok_status();
   const KafkaStartingOffsets starting = initial ? options_.starting : KafkaStartingOffsets::earliest();
-  Result<std::vector<KafkaPartitionSplit>> splits = discoverer_->make_splits(fresh, starting, options_.bounded, timeout);
+  Result<std::vector<KafkaPartitionSplit>> splits =
+      discoverer_->make_splits(fresh, starting, options_.bounded, timeout);
   if (!splits.ok()) return splits.error();
   if (!initial) {
     std::vector<std::string> names;
@@ -716,8 +755,8 @@ struct KafkaReaderCore::Impl {
     }
   }
 
-  static void offset_commit_cb(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
-                               rd_kafka_topic_partition_list_t* offsets, void* opaque) {
+  static void offset_commit_cb(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* offsets,
+                               void* opaque) {
     auto* self = static_cast<Impl*>(opaque);
     std::string failed;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != nullptr) {
@@ -754,15 +793,14 @@ struct KafkaReaderCore::Impl {
 
   void throw_if_failed() const {
     if (!fatal_error.empty()) {
-      throw SluiceException(Error(
-          ErrorCode::kConnector,
-          fmt::format("{}: the Kafka consumer failed (bootstrap servers '{}'): {}", name,
-                      settings.bootstrap_servers(), fatal_error)));
+      throw SluiceException(
+          Error(ErrorCode::kConnector, fmt::format("{}: the Kafka consumer failed (bootstrap servers '{}'): {}", name,
+                                                   settings.bootstrap_servers(), fatal_error)));
     }
     if (!dead_letter_error.empty()) {
-      throw SluiceException(Error(ErrorCode::kConnector,
-                                  fmt::format("{}: writing a bad record to the dead-letter topic '{}' failed: {}", name,
-                                              settings.dead_letter_topic, dead_letter_error)));
+      throw SluiceException(
+          Error(ErrorCode::kConnector, fmt::format("{}: writing a bad record to the dead-letter topic '{}' failed: {}",
+                                                   name, settings.dead_letter_topic, dead_letter_error)));
     }
   }
 
@@ -781,17 +819,17 @@ struct KafkaReaderCore::Impl {
   }
 };
 
-KafkaReaderCore::KafkaReaderCore(const KafkaSourceSettings& settings, SourceReaderContext& ctx,
-                                 std::shared_ptr<DeadLetterFile> dead_letter, std::shared_ptr<BadRecordStats> stats)
-    : ctx_(ctx), dead_letter_(std::move(dead_letter)), stats_(std::move(stats)), impl_(std::make_unique<Impl>()) {
+KafkaReaderCore::KafkaReaderCore(const KafkaSourceSettings& settings, std::shared_ptr<DeadLetterFile> dead_letter,
+                                 std::shared_ptr<BadRecordStats> stats)
+    : dead_letter_(std::move(dead_letter)), stats_(std::move(stats)), impl_(std::make_unique<Impl>()) {
   impl_->settings = settings;
 }
 
 Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSourceSettings& settings,
-                                                                  SourceReaderContext& ctx,
-                                                                  std::shared_ptr<DeadLetterFile> dead_letter,
-                                                                  std::shared_ptr<BadRecordStats> stats) {
-  std::unique_ptr<KafkaReaderCore> core(new KafkaReaderCore(settings, ctx, std::move(dead_letter), std::move(stats)));
+                                                                 SourceReaderContext& ctx,
+                                                                 std::shared_ptr<DeadLetterFile> dead_letter,
+                                                                 std::shared_ptr<BadRecordStats> stats) {
+  std::unique_ptr<KafkaReaderCore> core(new KafkaReaderCore(settings, std::move(dead_letter), std::move(stats)));
   Impl& impl = *core->impl_;
   impl.subtask = ctx.subtask_index();
   impl.name = fmt::format("{} subtask {} ({})", kRole, impl.subtask, settings.describe_topics());
@@ -866,9 +904,9 @@ void KafkaReaderCore::add_splits(std::vector<KafkaPartitionSplit> splits) {
   if (list->cnt == 0) return;
   kafka::KafkaErrorPtr error(rd_kafka_incremental_assign(impl_->consumer.get(), list.get()));
   if (error) {
-    throw SluiceException(Error(
-        ErrorCode::kConnector,
-        fmt::format("{}: assigning {} partition(s) failed: {}", impl_->name, list->cnt, kafka::kafka_error_text(error.get()))));
+    throw SluiceException(
+        Error(ErrorCode::kConnector, fmt::format("{}: assigning {} partition(s) failed: {}", impl_->name, list->cnt,
+                                                 kafka::kafka_error_text(error.get()))));
   }
   impl_->cached = nullptr;
   impl_->cached_rkt = nullptr;
@@ -921,10 +959,10 @@ void KafkaReaderCore::handle_event(const rd_kafka_message_t& m, Handler& handler
   const std::string where =
       m.rkt != nullptr ? fmt::format(" (topic '{}' partition {})", rd_kafka_topic_name(m.rkt), m.partition) : "";
   if (kafka::is_permanent_kafka_error(m.err)) {
-    throw SluiceException(Error(ErrorCode::kConnector,
-                                fmt::format("{}: the Kafka consumer failed{} (bootstrap servers '{}'): {}: {}",
-                                            impl_->name, where, impl_->settings.bootstrap_servers(),
-                                            rd_kafka_err2name(m.err), rd_kafka_message_errstr(&m))));
+    throw SluiceException(
+        Error(ErrorCode::kConnector,
+              fmt::format("{}: the Kafka consumer failed{} (bootstrap servers '{}'): {}: {}", impl_->name, where,
+                          impl_->settings.bootstrap_servers(), rd_kafka_err2name(m.err), rd_kafka_message_errstr(&m))));
   }
   int64_t suppressed = 0;
   if (impl_->transient_log.allow(suppressed)) {
@@ -940,8 +978,8 @@ size_t KafkaReaderCore::poll(Handler& handler, size_t max_messages) {
   if (batch_.size() < max_messages) batch_.resize(max_messages);
   const ssize_t got = rd_kafka_consume_batch_queue(impl.queue.get(), 0, batch_.data(), max_messages);
   if (got < 0) {
-    throw SluiceException(
-        kafka::kafka_error(ErrorCode::kConnector, fmt::format("{}: consuming failed", impl.name), rd_kafka_last_error()));
+    throw SluiceException(kafka::kafka_error(ErrorCode::kConnector, fmt::format("{}: consuming failed", impl.name),
+                                             rd_kafka_last_error()));
   }
   const auto n = static_cast<size_t>(got);
   size_t i = 0;
@@ -989,11 +1027,14 @@ size_t KafkaReaderCore::poll(Handler& handler, size_t max_messages) {
 void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view reason) {
   Impl& impl = *impl_;
   if (impl_->settings.bad_record_policy == BadRecordPolicy::kFail) {
-    throw SluiceException(Error(
-        ErrorCode::kConnector,
-        fmt::format("{}: bad record in topic '{}' partition {} at offset {}: {}. Fix the producer, or divert bad "
-                    "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name)",
-                    kRole, m.topic, m.partition, m.offset, reason)));
+    std::string_view why = reason;
+    while (why.ends_with('.'))
+      why.remove_suffix(1);
+    throw SluiceException(
+        Error(ErrorCode::kConnector,
+              fmt::format("{}: bad record in topic '{}' partition {} at offset {}: {}. Fix the producer, or divert bad "
+                          "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name)",
+                          kRole, m.topic, m.partition, m.offset, why)));
   }
   if (dead_letter_) {
     Value entry = Value::object({{"source", Value("kafka")},
@@ -1034,8 +1075,7 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
       rd_kafka_headers_t* h = headers.get();
       const rd_kafka_resp_err_t err = rd_kafka_producev(
           impl.dead_letter_producer.get(), RD_KAFKA_V_TOPIC(impl_->settings.dead_letter_topic.c_str()),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
           RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         (void)headers.release();  // owned by the message now
@@ -1043,11 +1083,11 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
         break;
       }
       if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        throw SluiceException(kafka::kafka_error(
-            ErrorCode::kConnector,
-            fmt::format("{}: writing a bad record to the dead-letter topic '{}' failed", impl.name,
-                        impl_->settings.dead_letter_topic),
-            err));
+        throw SluiceException(
+            kafka::kafka_error(ErrorCode::kConnector,
+                               fmt::format("{}: writing a bad record to the dead-letter topic '{}' failed", impl.name,
+                                           impl_->settings.dead_letter_topic),
+                               err));
       }
       rd_kafka_poll(impl.dead_letter_producer.get(), 100);  // the producer's queue is full: let it drain
     }
@@ -1059,7 +1099,8 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
         "{}: the record at topic '{}' partition {} offset {} could not be read and went to the dead letters ({}); "
         "further bad records of this reader go there without a log line (count: BadRecordStats::bad_records): {}",
         impl.name, m.topic, m.partition, m.offset,
-        dead_letter_ ? "file '" + dead_letter_->path() + "'" : "topic '" + impl_->settings.dead_letter_topic + "'", reason);
+        dead_letter_ ? "file '" + dead_letter_->path() + "'" : "topic '" + impl_->settings.dead_letter_topic + "'",
+        reason);
   }
 }
 
