@@ -10,11 +10,13 @@
 //     last transaction committed), and the ratio to (1)'s produce rate.
 //  3. latency: exactly-once at the same intervals (and at-least-once at the shortest, for reference), a datagen
 //     rate-limited to --rate records/s for --seconds; each value carries its emit time; a read_committed consumer
-//     in this process reports p50/p99/max of emit -> visible to the consumer.
+//     in this process reports p50/p99/max of emit -> visible to the consumer (records emitted in the first 2 s,
+//     while the producers connect, are left out).
 // Options: --records N (1000000), --bytes B (100), --partitions P (4), --parallelism P (1), --rate R (20000),
 // --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --bootstrap HOST:PORT.
 #include <librdkafka/rdkafka.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,8 +123,7 @@ void create_topic(const Options& o, const std::string& topic) {
   rd_kafka_event_t* ev = rd_kafka_queue_poll(q, 30'000);
   if (ev == nullptr || rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) die("CreateTopics " + topic);
   size_t n = 0;
-  const rd_kafka_topic_result_t** res =
-      rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+  const rd_kafka_topic_result_t** res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
   if (n != 1 || rd_kafka_topic_result_error(res[0]) != RD_KAFKA_RESP_ERR_NO_ERROR) die("CreateTopics " + topic);
   rd_kafka_event_destroy(ev);
   // Wait until every partition has a leader.
@@ -150,6 +151,14 @@ std::string unique(const std::string& prefix) {
   static int n = 0;
   return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "-" +
          std::to_string(std::chrono::system_clock::now().time_since_epoch().count() % 1'000'000);
+}
+
+/// CPU time (user + system, all threads) of this process, in seconds: steadier than wall time on a shared machine.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 double seconds_since(Clock::time_point t) {
@@ -194,6 +203,7 @@ double consume(const Options& o, const std::string& topic, int64_t count) {
 
 struct Raw {
   double produce_rate = 0;
+  double produce_cpu_us = 0;  // CPU µs per record
   double consume_rate = 0;
 };
 
@@ -205,15 +215,18 @@ Raw bench_raw(const Options& o) {
                                              {"acks", "all"},
                                              {"linger.ms", "5"},
                                              {"partitioner", "murmur2_random"}});
-  const std::string value = make_value(0, o.bytes);
+  // Connect and learn the topic's metadata before the clock starts (the sink's producers do so at start too).
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(p, topic.c_str(), nullptr);
+  const rd_kafka_metadata_t* md = nullptr;
+  if (rd_kafka_metadata(p, 0, rkt, &md, 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR) rd_kafka_metadata_destroy(md);
   const auto start = Clock::now();
+  const double cpu0 = cpu_seconds();
   for (int64_t i = 0; i < o.records; ++i) {
-    const std::string key = std::to_string(i % 1000);
+    const std::string value = make_value(i, o.bytes);  // as the pipeline's datagen makes it
     while (true) {
-      rd_kafka_resp_err_t err = rd_kafka_producev(
-          p, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(key.data(), key.size()),
-          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_END);
+      rd_kafka_resp_err_t err = rd_kafka_producev(p, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_KEY(value.data(), 3),
+                                                  RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) break;
       if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) die(rd_kafka_err2str(err));
       rd_kafka_poll(p, 10);
@@ -223,6 +236,8 @@ Raw bench_raw(const Options& o) {
   if (rd_kafka_flush(p, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR) die("flush");
   Raw r;
   r.produce_rate = static_cast<double>(o.records) / seconds_since(start);
+  r.produce_cpu_us = (cpu_seconds() - cpu0) * 1e6 / static_cast<double>(o.records);
+  rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(p);
   r.consume_rate = consume(o, topic, o.records);
   return r;
@@ -254,6 +269,7 @@ std::shared_ptr<sluice::KafkaSink<std::string>> make_sink(const Options& o, cons
 
 struct PipelineResult {
   double rate = 0;
+  double cpu_us = 0;  // CPU µs per record, job start to end
   int64_t checkpoints = 0;
 };
 
@@ -267,14 +283,20 @@ PipelineResult bench_pipeline(const Options& o, DeliveryGuarantee g, int64_t int
   env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
                       [bytes](int64_t i) { return make_value(i, bytes); }, o.records),
                   "datagen")
+      .uid("datagen")
       .map([](const std::string& s) { return s; })
-      .sink_to(make_sink(o, topic, g, config), "Kafka");
+      .uid("pass-through")
+      .sink_to(make_sink(o, topic, g, config), "Kafka")
+      .uid("kafka-sink");
   const auto start = Clock::now();
+  const double cpu0 = cpu_seconds();
   sluice::JobResult r = env.execute("kafka-bench pipeline");
   const double s = seconds_since(start);
+  const double cpu = cpu_seconds() - cpu0;
   std::filesystem::remove_all(dir);
   if (!r.ok()) die("job failed: " + (r.error ? r.error->to_string() : std::string("?")));
-  return PipelineResult{static_cast<double>(o.records) / s, r.completed_checkpoints};
+  return PipelineResult{static_cast<double>(o.records) / s, cpu * 1e6 / static_cast<double>(o.records),
+                        r.completed_checkpoints};
 }
 
 struct Latency {
@@ -291,21 +313,25 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   const int64_t count = static_cast<int64_t>(o.rate * o.seconds);
   const int bytes = o.bytes;
   // Each value starts with its emit time (steady clock, µs): this process also consumes, so one clock.
-  env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
-                      [bytes](int64_t) {
-                        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                            Clock::now().time_since_epoch())
-                                            .count();
-                        return make_value(us, bytes);
-                      },
-                      count, o.rate),
-                  "datagen")
+  env.from_source(
+         std::make_shared<sluice::DataGeneratorSource<std::string>>(
+             [bytes](int64_t) {
+               const auto us =
+                   std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+               return make_value(us, bytes);
+             },
+             count, o.rate),
+         "datagen")
+      .uid("datagen")
       .map([](const std::string& s) { return s; })
-      .sink_to(make_sink(o, topic, g, config), "Kafka");
+      .uid("pass-through")
+      .sink_to(make_sink(o, topic, g, config), "Kafka")
+      .uid("kafka-sink");
 
   std::atomic<bool> stop{false};
-  std::vector<double> latencies;
-  latencies.reserve(static_cast<size_t>(count));
+  std::vector<std::pair<int64_t, double>> all;  // (emit time µs, latency ms)
+  all.reserve(static_cast<size_t>(count));
+  int64_t first_sent = -1;
   std::thread reader([&] {
     rd_kafka_t* c = client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", o.bootstrap},
                                                {"group.id", unique("bench")},
@@ -317,7 +343,7 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
       rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_assign(c, parts);
     rd_kafka_topic_partition_list_destroy(parts);
-    while (!stop.load() || static_cast<int64_t>(latencies.size()) < count) {
+    while (!stop.load() || static_cast<int64_t>(all.size()) < count) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 50);
       if (m == nullptr) {
         if (stop.load()) break;
@@ -327,7 +353,8 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
         const int64_t now =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
         const int64_t sent = std::strtoll(static_cast<const char*>(m->payload), nullptr, 10);
-        latencies.push_back(static_cast<double>(now - sent) / 1000.0);
+        if (first_sent < 0 || sent < first_sent) first_sent = sent;
+        all.emplace_back(sent, static_cast<double>(now - sent) / 1000.0);
       }
       rd_kafka_message_destroy(m);
     }
@@ -339,11 +366,18 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   reader.join();
   std::filesystem::remove_all(dir);
   if (!r.ok()) die("job failed: " + (r.error ? r.error->to_string() : std::string("?")));
+  // The first 2 s are warm-up (the producers connect and initialize while the source already emits).
+  std::vector<double> latencies;
+  for (const auto& [sent, ms] : all) {
+    if (sent >= first_sent + 2'000'000) latencies.push_back(ms);
+  }
   Latency l;
   l.records = static_cast<int64_t>(latencies.size());
   if (latencies.empty()) return l;
   std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) { return latencies[std::min(latencies.size() - 1, static_cast<size_t>(q * latencies.size()))]; };
+  auto at = [&](double q) {
+    return latencies[std::min(latencies.size() - 1, static_cast<size_t>(q * latencies.size()))];
+  };
   l.p50_ms = at(0.50);
   l.p99_ms = at(0.99);
   l.max_ms = latencies.back();
@@ -365,18 +399,22 @@ int main(int argc, char** argv) {
   Raw raw;
   if (o.only.empty() || o.only == "raw" || o.only == "pipeline") {
     raw = bench_raw(o);
-    std::printf("raw librdkafka   produce %10.0f records/s (%6.1f MB/s)   consume %10.0f records/s (%6.1f MB/s)\n",
-                raw.produce_rate, raw.produce_rate * o.bytes / 1e6, raw.consume_rate,
-                raw.consume_rate * o.bytes / 1e6);
+    std::printf(
+        "raw librdkafka   produce %10.0f records/s (%6.1f MB/s, %.2f CPU us/record)   consume %10.0f records/s "
+        "(%6.1f MB/s)\n",
+        raw.produce_rate, raw.produce_rate * o.bytes / 1e6, raw.produce_cpu_us, raw.consume_rate,
+        raw.consume_rate * o.bytes / 1e6);
     std::fflush(stdout);
   }
   if (o.only.empty() || o.only == "pipeline") {
     for (DeliveryGuarantee g : {DeliveryGuarantee::kAtLeastOnce, DeliveryGuarantee::kExactlyOnce}) {
       for (int64_t interval : o.intervals) {
         PipelineResult p = bench_pipeline(o, g, interval);
-        std::printf("pipeline %-13s checkpoint %5lld ms: %10.0f records/s  (%.2f of raw produce, %lld checkpoints)\n",
-                    name(g), static_cast<long long>(interval), p.rate, p.rate / raw.produce_rate,
-                    static_cast<long long>(p.checkpoints));
+        std::printf(
+            "pipeline %-13s checkpoint %5lld ms: %10.0f records/s  (%.2f of raw produce; %.2f CPU us/record, "
+            "%.2f of raw; %lld checkpoints)\n",
+            name(g), static_cast<long long>(interval), p.rate, p.rate / raw.produce_rate, p.cpu_us,
+            p.cpu_us / raw.produce_cpu_us, static_cast<long long>(p.checkpoints));
         std::fflush(stdout);
       }
     }
@@ -388,10 +426,11 @@ int main(int argc, char** argv) {
     runs.emplace_back(DeliveryGuarantee::kAtLeastOnce, *std::min_element(o.intervals.begin(), o.intervals.end()));
     for (const auto& [g, interval] : runs) {
       Latency l = bench_latency(o, g, interval);
-      std::printf("latency  %-13s checkpoint %5lld ms at %.0f records/s: p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms "
-                  "(%lld records)\n",
-                  name(g), static_cast<long long>(interval), o.rate, l.p50_ms, l.p99_ms, l.max_ms,
-                  static_cast<long long>(l.records));
+      std::printf(
+          "latency  %-13s checkpoint %5lld ms at %.0f records/s: p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms "
+          "(%lld records after warm-up)\n",
+          name(g), static_cast<long long>(interval), o.rate, l.p50_ms, l.p99_ms, l.max_ms,
+          static_cast<long long>(l.records));
       std::fflush(stdout);
     }
   }

@@ -60,8 +60,8 @@ uint64_t test_seed() {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("sluice-kafka-sink-" + name + "-" + std::to_string(::getpid()) + "-" +
-                                              std::to_string(wall_ms()));
+  fs::path dir = fs::temp_directory_path() /
+                 ("sluice-kafka-sink-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(wall_ms()));
   fs::create_directories(dir);
   return dir;
 }
@@ -71,10 +71,10 @@ struct Read {
   int32_t partition = 0;
   int64_t offset = 0;
   std::string key;
-  int64_t value = 0;          // the number (non-numeric values: -1, text in `text`)
+  int64_t value = 0;  // the number (non-numeric values: -1, text in `text`)
   std::string text;
-  int64_t written_ms = 0;     // header "w": when the sink serialized it
-  int64_t visible_ms = 0;     // when this reader first saw it
+  int64_t written_ms = 0;  // header "w": when the sink serialized it
+  int64_t visible_ms = 0;  // when this reader first saw it
 };
 
 /// Reads a topic from the beginning with the given isolation level.
@@ -161,7 +161,8 @@ struct FailingMap {
   int64_t operator()(int64_t v) {
     int k = fired->load();
     if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
-      if (fired->compare_exchange_strong(k, k + 1)) throw std::runtime_error("injected failure " + std::to_string(k + 1));
+      if (fired->compare_exchange_strong(k, k + 1))
+        throw std::runtime_error("injected failure " + std::to_string(k + 1));
     }
     return v;
   }
@@ -387,10 +388,10 @@ TEST_F(KafkaSinkIntegrationTest, ExactlyOnceUnderInjectedFailures) {
   }
   EXPECT_EQ(early, 0);
   EXPECT_GE(first_visible + 5, completions.front()) << "a record was visible before the first completed checkpoint";
-  std::printf("exactly-once: %zu records, %d restarts, %zu completed checkpoints seen, first visible %lld ms after "
-              "the first completion\n",
-              reader.records.size(), r.restarts, completed.size(),
-              static_cast<long long>(first_visible - completions.front()));
+  std::printf(
+      "exactly-once: %zu records, %d restarts, %zu completed checkpoints seen, first visible %lld ms after "
+      "the first completion\n",
+      reader.records.size(), r.restarts, completed.size(), static_cast<long long>(first_visible - completions.front()));
 }
 
 /// A RuntimeContext for driving a writer and committer by hand.
@@ -561,9 +562,10 @@ TEST_F(KafkaSinkIntegrationTest, ExactlyOnceSurvivesBrokerRestart) {
   const std::string cmd = std::string(SLUICE_SOURCE_DIR) + "/scripts/services/kafka restart > /dev/null";
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::printf("broker restarted in %lld ms\n",
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
+  std::printf(
+      "broker restarted in %lld ms\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
   if (!client.wait_for(std::chrono::minutes(10))) {
     client.cancel();
     FAIL() << "the job did not finish within 10 minutes of the broker restart";

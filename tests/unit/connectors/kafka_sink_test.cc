@@ -396,10 +396,11 @@ class MockCluster {
           const char* name;
           const void* value;
           size_t size;
-          for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
-            r.headers.push_back(KafkaHeader{name, value ? std::optional<std::string>(std::string(
-                                                              static_cast<const char*>(value), size))
-                                                        : std::nullopt});
+          for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+               ++i) {
+            r.headers.push_back(
+                KafkaHeader{name, value ? std::optional<std::string>(std::string(static_cast<const char*>(value), size))
+                                        : std::nullopt});
           }
         }
         out.push_back(std::move(r));
@@ -539,11 +540,10 @@ TEST(KafkaSinkMockTest, FailedDeliveryFailsTheFlushNamingTopicAndPartition) {
   MockCluster mock;
   mock.create_topic("refused", 1);
   // Every Produce request (ApiKey 0) is refused with a non-retriable error.
-  rd_kafka_mock_push_request_errors(mock.get(), 0, 5, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-                                    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+  rd_kafka_mock_push_request_errors(
+      mock.get(), 0, 5, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+      RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+      RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
   auto sink = KafkaSink<std::string>::builder()
                   .bootstrap_servers(mock.bootstraps())
                   .topic("refused")

@@ -57,6 +57,8 @@
 //    (ListConsumerGroupOffsets, require_stable). If its metadata equals the committable's token the
 //    transaction was committed before the failure and nothing is done; otherwise the recovery copy is produced
 //    again in a new transaction, with the marker, and committed. Each transaction is thus visible exactly once.
+//    (The marker is a token, not the checkpoint id: prepare_commit() does not learn the id, and a token stays
+//    unambiguous when a prefix is reused by a new job whose checkpoint ids start again at 1.)
 //  * Lingering transactions (Committer::abort_lingering): every transactional id `<prefix>-<j>-<k>` of the
 //    subtasks this subtask owns (j < max(old, new parallelism), k < max(old, new pool size), from the writer
 //    state in the checkpoint) that no restored committable names gets init_transactions, which aborts what a
@@ -65,7 +67,9 @@
 // written in the same transaction as the records, so "marker has my token" <=> "my records are committed";
 // init_transactions fences every older producer instance of the id, so no commit can land after the check.
 // A broker-side abort (transaction.timeout.ms expired) therefore costs a task restart and a re-publication,
-// not data. Costs and limits (docs/connectors.md):
+// not data. A writer that is closed after a failure aborts its open transactions (bounded by 5 s each, in
+// parallel), which unblocks readers at once; a pre-committed one is then re-published by the restore.
+// Costs and limits (docs/connectors.md):
 //  * State: each checkpoint holds the encoded records of every pre-committed, not yet committed epoch
 //    (roughly one checkpoint interval of output per subtask); memory holds the open epoch's copy too.
 //  * `transaction.timeout.ms` (default 900000 here) should be well above checkpoint interval + the longest
@@ -83,6 +87,9 @@
 //    (a duplicate, never a loss).
 //  * More than pool size - 1 pre-committed transactions waiting for their checkpoints (checkpoints that keep
 //    failing or are very slow to complete) fail the task with an error naming the pool size.
+//  * Kafka 4.4 was seen, after a broker restart, to report "unstable offsets" for a marker group forever
+//    although the transaction had completed. After 15 s of that the marker is read without require_stable (a
+//    warning is logged): if that transaction had in fact been committed, it is published twice. Never a loss.
 //
 // Threading: KafkaSink and its builder are configured on one thread before the job starts; the sink is then a
 // thread-safe factory. Writers and committers belong to one subtask and run on its task thread (librdkafka's
@@ -136,10 +143,10 @@ class KafkaProducerRecord {
   /// "Let the partitioner choose."
   static constexpr int32_t kAnyPartition = -1;
 
-  std::string topic;                        ///< target topic; prefilled with the sink's topic (or selector's)
-  int32_t partition = kAnyPartition;        ///< explicit partition, or kAnyPartition
-  std::optional<int64_t> timestamp_ms;      ///< record timestamp; unset: the event timestamp, else produce time
-  std::vector<KafkaHeader> headers;         ///< in order; keys may repeat (KafkaHeader of kafka_record.h)
+  std::string topic;                    ///< target topic; prefilled with the sink's topic (or selector's)
+  int32_t partition = kAnyPartition;    ///< explicit partition, or kAnyPartition
+  std::optional<int64_t> timestamp_ms;  ///< record timestamp; unset: the event timestamp, else produce time
+  std::vector<KafkaHeader> headers;     ///< in order; keys may repeat (KafkaHeader of kafka_record.h)
 
   void set_key(std::string_view key) {
     key_.assign(key);
@@ -194,7 +201,8 @@ using KafkaRecordSerializer = std::function<void(const T& record, KafkaProducerR
 
 /// Chooses the partition, in [0, num_partitions), of a record whose serializer set none. Runs on the task thread.
 template <class T>
-using KafkaPartitioner = std::function<int32_t(const T& record, const KafkaProducerRecord& out, int32_t num_partitions)>;
+using KafkaPartitioner =
+    std::function<int32_t(const T& record, const KafkaProducerRecord& out, int32_t num_partitions)>;
 
 /// Kafka's murmur2 hash of `bytes` (org.apache.kafka.common.utils.Utils.murmur2, seed 0x9747b28c).
 int32_t kafka_murmur2(std::string_view bytes) noexcept;
@@ -206,13 +214,13 @@ int32_t kafka_default_partition(std::string_view key, int32_t num_partitions) no
 /// What an exactly-once KafkaSink pre-commits at a checkpoint: one transaction and its recovery copy (see the
 /// file comment). Kept in the operator state until committed.
 struct KafkaCommittable {
-  std::string transactional_id;  ///< `<prefix>-<subtask>-<k>`
-  int32_t subtask = 0;           ///< the subtask that wrote it (owns the id)
-  std::string token;             ///< marker metadata identifying this transaction; unique
-  std::string marker_topic;      ///< the marker is on partition 0 of this topic
-  int64_t precommit_time_ms = 0; ///< marker offset (informational)
+  std::string transactional_id;   ///< `<prefix>-<subtask>-<k>`
+  int32_t subtask = 0;            ///< the subtask that wrote it (owns the id)
+  std::string token;              ///< marker metadata identifying this transaction; unique
+  std::string marker_topic;       ///< the marker is on partition 0 of this topic
+  int64_t precommit_time_ms = 0;  ///< marker offset (informational)
   int64_t record_count = 0;
-  std::string records;           ///< the recovery copy (detail::RecoveryCopyWriter encoding)
+  std::string records;  ///< the recovery copy (detail::RecoveryCopyWriter encoding)
   friend bool operator==(const KafkaCommittable&, const KafkaCommittable&) = default;
 };
 SLUICE_FIELDS(KafkaCommittable, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
@@ -239,8 +247,8 @@ struct KafkaSinkSettings {
   DeliveryGuarantee guarantee = DeliveryGuarantee::kAtLeastOnce;
   std::string transactional_id_prefix;
   int32_t pool_size = 5;
-  std::optional<int64_t> max_commit_delay_ms;     ///< expected checkpoint interval + longest restart
-  int64_t operation_timeout_ms = 60'000;          ///< bound of each blocking librdkafka call
+  std::optional<int64_t> max_commit_delay_ms;  ///< expected checkpoint interval + longest restart
+  int64_t operation_timeout_ms = 60'000;       ///< bound of each blocking librdkafka call
   std::string marker_topic;
 };
 

@@ -42,8 +42,8 @@ Result<DeliveryGuarantee> parse_delivery_guarantee(std::string_view text) {
   if (t == "none") return DeliveryGuarantee::kNone;
   if (t == "at-least-once") return DeliveryGuarantee::kAtLeastOnce;
   if (t == "exactly-once") return DeliveryGuarantee::kExactlyOnce;
-  return Error(ErrorCode::kConfiguration, "unknown delivery guarantee '" + std::string(text) +
-                                              "': use none, at-least-once or exactly-once");
+  return Error(ErrorCode::kConfiguration,
+               "unknown delivery guarantee '" + std::string(text) + "': use none, at-least-once or exactly-once");
 }
 
 int32_t kafka_murmur2(std::string_view bytes) noexcept {
@@ -104,7 +104,9 @@ using kafka::KafkaPartitionListPtr;
 // Handles kafka_common.h has no deleter for.
 struct LocalDeleter {
   void operator()(rd_kafka_topic_t* t) const noexcept { rd_kafka_topic_destroy(t); }
-  void operator()(rd_kafka_ListConsumerGroupOffsets_t* r) const noexcept { rd_kafka_ListConsumerGroupOffsets_destroy(r); }
+  void operator()(rd_kafka_ListConsumerGroupOffsets_t* r) const noexcept {
+    rd_kafka_ListConsumerGroupOffsets_destroy(r);
+  }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -203,7 +205,8 @@ class Producer {
         if (headers) {
           for (const KafkaHeader& h : *headers) {
             rd_kafka_header_add(hdrs.get(), h.key.data(), static_cast<ssize_t>(h.key.size()),
-                                h.value ? h.value->data() : nullptr, h.value ? static_cast<ssize_t>(h.value->size()) : 0);
+                                h.value ? h.value->data() : nullptr,
+                                h.value ? static_cast<ssize_t>(h.value->size()) : 0);
           }
         } else {
           for (const auto& [name, v] : *view_headers) {
@@ -340,7 +343,8 @@ class Producer {
       char errstr[512];
       rd_kafka_AdminOptions_set_request_timeout(options.get(), std::max(remaining_ms(deadline), 1), errstr,
                                                 sizeof errstr);
-      KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
+      KafkaErrorPtr stable_error(
+          rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
       kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
       rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
       rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
@@ -353,7 +357,8 @@ class Producer {
         last = rd_kafka_event_error_string(ev.get());
         retriable = true;  // request-level errors (timeouts, coordinator moves) are worth another try
       } else {
-        const rd_kafka_ListConsumerGroupOffsets_result_t* result = rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
+        const rd_kafka_ListConsumerGroupOffsets_result_t* result =
+            rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
         size_t n = 0;
         const rd_kafka_group_result_t** groups =
             result != nullptr ? rd_kafka_ListConsumerGroupOffsets_result_groups(result, &n) : nullptr;
@@ -378,10 +383,11 @@ class Producer {
                       p.err == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
                       p.err == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
           if (p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT && require_stable && Clock::now() >= stable_deadline) {
-            spdlog::warn("{}: the broker still reports pending transactional offsets for marker group '{}' although "
-                         "transaction {} is complete; deciding from the committed offsets instead (if the "
-                         "transaction was committed, its records are published twice)",
-                         who_, group, txid_);
+            spdlog::warn(
+                "{}: the broker still reports pending transactional offsets for marker group '{}' although "
+                "transaction {} is complete; deciding from the committed offsets instead (if the "
+                "transaction was committed, its records are published twice)",
+                who_, group, txid_);
             require_stable = false;
             continue;
           }
@@ -736,17 +742,19 @@ void log_start_warnings(const KafkaSinkSettings& settings, RuntimeContext& ctx) 
   if (ctx.subtask_index() != 0 || ctx.attempt_number() != 0) return;
   if (settings.guarantee != DeliveryGuarantee::kExactlyOnce) return;
   if (!ctx.is_checkpointing_enabled()) {
-    spdlog::warn("{}: exactly-once needs checkpointing (execution.checkpointing.interval); without it the sink "
-                 "runs at-least-once",
-                 describe(ctx));
+    spdlog::warn(
+        "{}: exactly-once needs checkpointing (execution.checkpointing.interval); without it the sink "
+        "runs at-least-once",
+        describe(ctx));
     return;
   }
   if (std::optional<std::string> w = transaction_timeout_warning(settings)) {
     spdlog::warn("{}: {}", describe(ctx), *w);
   } else if (!settings.max_commit_delay_ms) {
-    spdlog::info("{}: transaction.timeout.ms is {} ms; set max_commit_delay() to have it checked against the "
-                 "checkpoint interval plus the longest restart",
-                 describe(ctx), transaction_timeout_ms(settings));
+    spdlog::info(
+        "{}: transaction.timeout.ms is {} ms; set max_commit_delay() to have it checked against the "
+        "checkpoint interval plus the longest restart",
+        describe(ctx), transaction_timeout_ms(settings));
   }
 }
 
@@ -913,16 +921,16 @@ std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommi
   RecoveryRecord r;
   int64_t n = 0;
   while (reader.next(r)) {
-    p->produce(r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr,
-               r.timestamp_ms);
+    p->produce(r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr, r.timestamp_ms);
     ++n;
   }
   p->flush();
   p->send_marker(c.marker_topic, wall_ms(), c.token);
   p->commit_transaction();
-  spdlog::info("{}: transaction {} (token {}) was not committed before the restart (its marker group holds {}): "
-               "re-published its {} records",
-               pool.who, c.transactional_id, c.token, marker ? "token " + *marker : std::string("no offset"), n);
+  spdlog::info(
+      "{}: transaction {} (token {}) was not committed before the restart (its marker group holds {}): "
+      "re-published its {} records",
+      pool.who, c.transactional_id, c.token, marker ? "token " + *marker : std::string("no offset"), n);
   return p;
 }
 
@@ -972,10 +980,10 @@ void KafkaSinkCommitter::commit(std::vector<KafkaCommittable>& committables) {
       } catch (const SluiceException& e) {
         slot->producer.reset();
         slot->state = KafkaProducerPool::SlotState::kIdle;
-        throw SluiceException(Error(ErrorCode::kConnector,
-                                    e.error().message() +
-                                        "; the task restarts and the restore re-publishes this transaction's "
-                                        "records from the checkpoint"));
+        throw SluiceException(
+            Error(ErrorCode::kConnector, e.error().message() +
+                                             "; the task restarts and the restore re-publishes this transaction's "
+                                             "records from the checkpoint"));
       }
       slot->state = KafkaProducerPool::SlotState::kIdle;
       slot->token.clear();
