@@ -33,7 +33,12 @@ function(sluice_add_test name)
   # gtest_discover_tests flattens list-valued properties, so several labels become one ("unit-runtime");
   # ctest -L takes a regular expression, so `ctest -L runtime` and `ctest -L unit` both select it.
   string(REPLACE ";" "-" labels "${ARG_LABELS}")
+  # Integration tests share the services of one run (a test may restart the Kafka broker): never in parallel.
+  set(lock "")
+  if(labels MATCHES "integration")
+    set(lock RESOURCE_LOCK services)
+  endif()
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT} ${lock}
     DISCOVERY_TIMEOUT 60)
 endfunction()
