@@ -250,7 +250,7 @@ TEST(OperatorSnapshotTest, RestoreOfCorruptBytesFailsNamingTheOperator) {
   ManualClock clock(kStartTime);
   auto restore = std::make_shared<KeyedStateRestore>();
   restore->max_parallelism = kMaxParallelism;
-  restore->key_groups[3] = std::string("\xff\xff\xff not a key group", 21);
+  restore->key_groups[3] = std::string("\xff\xff\xff not a key group");
   try {
     SumSubtask sub(make_sum(), 0, 1, restore, clock);
     FAIL() << "corrupt keyed state was restored";
