@@ -135,7 +135,8 @@ inline ::testing::AssertionResult wait_for_topic(rd_kafka_t* rk, const std::stri
     } else {
       last = std::string("metadata: ") + rd_kafka_err2str(err);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Serve the client's event queue between metadata requests (returns early on events) instead of sleeping.
+    rd_kafka_poll(rk, 100);
   }
   return ::testing::AssertionFailure() << "topic " << topic << " not ready after " << timeout.count()
                                        << " ms: " << last;
