@@ -42,6 +42,18 @@ svc_pid() {
 # svc_running NAME: exit 0 when the service is running.
 svc_running() { svc_pid "$1" >/dev/null; }
 
+# svc_launched_alive NAME: exit 0 while the process this script just launched (its pid file) is alive and not a
+# zombie. Unlike svc_pid it does not look at the command line: right after `cmd &` the child may not have
+# exec'd yet, and its command line is still this script's (a start once failed in CI on that race).
+svc_launched_alive() {
+  local pidfile pid state
+  pidfile="$(svc_dir "$1")/pid"
+  [ -s "$pidfile" ] || return 1
+  pid="$(cat "$pidfile")"
+  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != "Z" ]
+}
+
 # svc_lock NAME: serialises start/stop of one service across processes (held until the shell exits).
 svc_lock() {
   mkdir -p "$SVC_ROOT"
@@ -68,7 +80,7 @@ svc_wait_ready() {
   shift 2
   local end=$((SECONDS + deadline_s))
   while :; do
-    if ! svc_running "$name"; then
+    if ! svc_launched_alive "$name"; then
       svc_log "$name exited before it became ready"
       svc_log_tail "$name"
       return 1
