@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,23 @@ namespace sluice {
 
 /// Current version of the state file format (docs/state-format.md, "Checkpoint storage layout").
 inline constexpr uint32_t kStateFileVersion = 1;
+
+/// The bytes of one state file, mapped read-only (FileCheckpointStorage::read_state_file). Immutable and
+/// thread-safe; unmapped when destroyed.
+class StateFileBytes {
+ public:
+  StateFileBytes(const void* data, size_t size) noexcept : data_(data), size_(size) {}
+  ~StateFileBytes();
+  StateFileBytes(const StateFileBytes&) = delete;
+  StateFileBytes& operator=(const StateFileBytes&) = delete;
+
+  /// The whole file.
+  std::string_view view() const noexcept { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  const void* data_;
+  size_t size_;
+};
 
 /// Checkpoint and savepoint storage of one job in a directory tree. Thread-safe (see the file comment).
 class FileCheckpointStorage {
@@ -113,12 +131,14 @@ class FileCheckpointStorage {
   /// Errors: kCheckpoint when the job directory cannot be listed.
   [[nodiscard]] Result<std::vector<std::filesystem::path>> completed_checkpoints() const;
 
-  /// Reads the state file `handle.file` of checkpoint directory `dir` whole and checks it against the
-  /// handle: size, XXH3-64 checksum, then header. Returns its bytes (the handle's offsets index into them).
-  /// Errors: kState naming the full path and the reason: missing, unreadable, truncated (expected vs actual
-  /// size), checksum mismatch (expected vs actual), not a state file.
-  [[nodiscard]] static Result<std::string> read_state_file(const std::filesystem::path& dir,
-                                                           const OperatorSubtaskStateHandle& handle);
+  /// Maps the state file `handle.file` of checkpoint directory `dir` read-only into memory (mmap; no copy
+  /// of the bytes, so restoring a large state starts decoding at once) and checks it against the handle:
+  /// size, XXH3-64 checksum, then header. The returned bytes stay valid while the StateFileBytes lives,
+  /// also after the file is deleted (checkpoint files are never modified in place). The handle's offsets
+  /// index into them. Errors: kState naming the full path and the reason: missing, unreadable, truncated
+  /// (expected vs actual size), checksum mismatch (expected vs actual), not a state file.
+  [[nodiscard]] static Result<std::shared_ptr<const StateFileBytes>> read_state_file(
+      const std::filesystem::path& dir, const OperatorSubtaskStateHandle& handle);
 
   /// The checks of read_state_file() without keeping the bytes (the file is streamed through the hash).
   [[nodiscard]] static Status verify_state_file(const std::filesystem::path& dir,

@@ -122,6 +122,11 @@ class Task final : public TaskServices, public CreditWaiter {
   void add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input);
   WakeupSignal& wakeup_signal() { return wakeup_; }
   const std::vector<std::unique_ptr<StreamOperatorBase>>& operators() const { return operators_; }
+  /// Moves the operator chain and its runtime contexts out of a task whose thread was joined, so that the
+  /// caller may destroy them on another thread: freeing a large keyed state takes long (over a second per
+  /// GiB of heap state), and a restart must not wait for it. Afterwards the task is only fit for
+  /// destruction. Returns an owner of the operators (destroying it destroys them).
+  std::shared_ptr<void> release_operators();
 
   // --- lifecycle, any thread ---
   void start();

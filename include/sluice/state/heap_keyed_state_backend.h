@@ -68,11 +68,27 @@ inline constexpr char kKeyedStateMagic[4] = {'S', 'L', 'K', 'S'};
 struct PendingKeyedState {
   struct Group {
     uint64_t count = 0;
-    std::string bytes;
+    std::string owned;          ///< a copy, when the bytes came without an owner or in several pieces
+    std::string_view borrowed;  ///< else a view into memory `owners` keeps alive (a mapped state file)
+    std::string_view bytes() const noexcept { return owned.empty() ? borrowed : std::string_view(owned); }
+    /// Adds the entry bytes of one more section; borrows them when `can_borrow` and nothing is held yet.
+    void append(std::string_view more, bool can_borrow) {
+      if (can_borrow && owned.empty() && borrowed.empty()) {
+        borrowed = more;
+        return;
+      }
+      if (owned.empty()) {
+        owned.assign(borrowed);
+        borrowed = {};
+      }
+      owned.append(more);
+    }
   };
   StateKind kind = StateKind::kValue;
   uint8_t flags = 0;
   std::vector<Group> groups;  // indexed by key group - range start
+  /// Keep-alive references to the memory borrowed views point into.
+  std::vector<std::shared_ptr<const void>> owners;
 };
 using PendingHandle = CowHandle<PendingKeyedState>;
 
@@ -117,7 +133,8 @@ void write_key_group_blob(KeyGroup kg, int32_t g, const States& states, const Pe
     const auto& pg = p->groups[g];
     if (pg.count == 0) continue;
     size_t length_at = begin_state_section(out, name, p->kind, p->flags, pg.count);
-    out.write_bytes(pg.bytes.data(), pg.bytes.size());
+    const std::string_view bytes = pg.bytes();
+    out.write_bytes(bytes.data(), bytes.size());
     end_length_prefixed(out, length_at);
   }
 }
@@ -412,9 +429,13 @@ class HeapKeyedStateBackend {
   /// `kg` is outside this range, a state's kind or TTL differs from its registration, or an entry belongs
   /// to another key group; kSerialization for corrupt bytes. On error the backend may hold part of the
   /// key group; the task should fail.
-  [[nodiscard]] Status restore_key_group(KeyGroup kg, DataInput& in) {
+  ///
+  /// `owners`, when given, keep the memory `in` reads from alive and immutable (a restore's mapped state
+  /// files): the entries of states not registered yet are then kept as views into it instead of copies.
+  [[nodiscard]] Status restore_key_group(KeyGroup kg, DataInput& in,
+                                         const std::vector<std::shared_ptr<const void>>* owners = nullptr) {
     try {
-      restore_group(kg, in);
+      restore_group(kg, in, owners);
       return ok_status();
     } catch (const SluiceException& e) {
       return e.error().with_context("restoring keyed state of key group " + std::to_string(kg.value));
@@ -529,7 +550,7 @@ class HeapKeyedStateBackend {
       for (int32_t g = 0; g < range_.size(); ++g) {
         const auto& pg = pending.groups[g];
         if (pg.count == 0) continue;
-        DataInput in(pg.bytes);
+        DataInput in(pg.bytes());
         ref.read_group(g, KeyGroup{range_.start() + g}, max_parallelism_, pg.count, in);
         if (!in.at_end()) in.fail("trailing bytes after the entries of state '" + d.name + "'");
       }
@@ -557,7 +578,7 @@ class HeapKeyedStateBackend {
   }
 
   // Parses one key-group blob; throws SluiceException on any error.
-  void restore_group(KeyGroup kg, DataInput& in) {
+  void restore_group(KeyGroup kg, DataInput& in, const std::vector<std::shared_ptr<const void>>* owners = nullptr) {
     int32_t g = group_index(kg);
     check_version(in.read_varint(), in);
     uint64_t written_kg = in.read_varint();
@@ -595,7 +616,13 @@ class HeapKeyedStateBackend {
         pending.groups.resize(static_cast<size_t>(range_.size()));
       }
       pending.groups[g].count += count;
-      pending.groups[g].bytes.append(bytes);
+      pending.groups[g].append(bytes, owners != nullptr);
+      if (owners != nullptr) {
+        for (const auto& o : *owners) {
+          if (std::find(pending.owners.begin(), pending.owners.end(), o) == pending.owners.end())
+            pending.owners.push_back(o);
+        }
+      }
     }
     if (!in.at_end()) in.fail("trailing bytes after the last state of key group " + std::to_string(kg.value));
   }

@@ -445,6 +445,10 @@ class HeapKvState : public HeapStateBase<K> {
   }
 
   void read_group(int32_t group, KeyGroup kg, int max_parallelism, uint64_t count, DataInput& in) override {
+    // One allocation of the group's table instead of log2(count) rehashes while a restore fills it; the
+    // count comes from the bytes, so cap it by what they could hold (an entry is at least two bytes).
+    typename Table::Map& m = table_.mutable_map(group);
+    m.reserve(m.size() + static_cast<size_t>(std::min<uint64_t>(count, in.remaining() / 2)));
     for (uint64_t i = 0; i < count; ++i) {
       const uint8_t* key_start = in.current();
       TypeSerializer<K>::deserialize(read_key_, in);

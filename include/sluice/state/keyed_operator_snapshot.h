@@ -146,7 +146,9 @@ template <class K, class N>
       return e.error().with_context("restoring keyed operator state of key group " + std::to_string(kg_value));
     }
     DataInput state_in(state_bytes);
-    SLUICE_RETURN_IF_ERROR(backend.restore_key_group(kg, state_in));  // its errors name the key group
+    // Its errors name the key group. The restore's owners keep the bytes alive, so states registered
+    // later decode them in place instead of from a copy.
+    SLUICE_RETURN_IF_ERROR(backend.restore_key_group(kg, state_in, &restore.owners));
     if (timers != nullptr && !timer_bytes.empty()) {
       DataInput timer_in(timer_bytes);
       SLUICE_RETURN_IF_ERROR(timers->restore_key_group(kg, timer_in));

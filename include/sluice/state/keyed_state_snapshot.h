@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
@@ -35,9 +37,22 @@ class KeyedStateSnapshot {
 
 /// The keyed state restored into one operator subtask: for each key group of its new range that had state,
 /// the bytes one KeyedStateSnapshot::write_key_group() wrote. Immutable once built; shared read-only.
+///
+/// The bytes are views, not copies: into the state files as the checkpoint storage mapped them (a restore of
+/// 1 GiB must not copy 1 GiB before decoding it), kept alive by `owners`.
 struct KeyedStateRestore {
   int max_parallelism = 0;
-  std::map<int32_t, std::string> key_groups;
+  /// Key group -> its bytes; each view points into memory one of `owners` keeps alive.
+  std::map<int32_t, std::string_view> key_groups;
+  /// Keep-alive references to the memory the views point into (a mapped state file, or private copies).
+  std::vector<std::shared_ptr<const void>> owners;
+
+  /// Sets key group `kg` to a private copy of `bytes` (replacing an earlier entry); for tests and small states.
+  void add_copy(int32_t kg, std::string_view bytes) {
+    auto copy = std::make_shared<const std::string>(bytes);
+    key_groups[kg] = std::string_view(*copy);
+    owners.push_back(std::move(copy));
+  }
 };
 
 }  // namespace sluice

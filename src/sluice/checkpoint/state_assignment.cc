@@ -30,12 +30,12 @@ bool has_operator_state(const OperatorStateEntry& op) {
   return false;
 }
 
-// The state files of one checkpoint, each read and verified at most once.
+// The state files of one checkpoint, each mapped and verified at most once.
 class StateFileCache {
  public:
   StateFileCache(const fs::path& dir, int64_t checkpoint_id) : dir_(dir), checkpoint_id_(checkpoint_id) {}
 
-  Result<std::string_view> get(const std::string& uid, const OperatorSubtaskStateHandle& handle) {
+  Result<std::shared_ptr<const StateFileBytes>> get(const std::string& uid, const OperatorSubtaskStateHandle& handle) {
     auto it = files_.find(handle.file);
     if (it == files_.end()) {
       auto bytes = FileCheckpointStorage::read_state_file(dir_, handle);
@@ -45,13 +45,13 @@ class StateFileCache {
       }
       it = files_.emplace(handle.file, std::move(*bytes)).first;
     }
-    return std::string_view(it->second);
+    return it->second;
   }
 
  private:
   const fs::path& dir_;
   int64_t checkpoint_id_;
-  std::map<std::string, std::string> files_;
+  std::map<std::string, std::shared_ptr<const StateFileBytes>> files_;
 };
 
 Error assignment_error(const CheckpointMetadata& m, const OperatorStateEntry& op, const std::string& what) {
@@ -116,6 +116,7 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
 
   // Operator state: the old subtasks' snapshots in old subtask order ("" for none).
   std::vector<std::string_view> old_operator_state(static_cast<size_t>(op.parallelism));
+  std::vector<std::shared_ptr<const StateFileBytes>> operator_state_owners;  // keep the views valid
   const bool has_op_state = has_operator_state(op);
   if (has_op_state) {
     for (size_t i = 0; i < old.size(); ++i) {
@@ -123,7 +124,8 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
       if (h == nullptr || h->operator_state_length == 0) continue;
       auto bytes = files.get(op.uid, *h);
       if (!bytes.ok()) return bytes.error();
-      old_operator_state[i] = bytes->substr(h->operator_state_offset, h->operator_state_length);
+      old_operator_state[i] = (*bytes)->view().substr(h->operator_state_offset, h->operator_state_length);
+      operator_state_owners.push_back(*bytes);
     }
   }
 
@@ -147,7 +149,8 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
         if (at.handle == nullptr) continue;
         auto bytes = files.get(op.uid, *at.handle);
         if (!bytes.ok()) return bytes.error();
-        state->key_groups.emplace(kg, std::string(bytes->substr(at.key_group->offset, at.key_group->length)));
+        state->key_groups.emplace(kg, (*bytes)->view().substr(at.key_group->offset, at.key_group->length));
+        if (state->owners.empty() || state->owners.back() != *bytes) state->owners.push_back(*bytes);
       }
       restore.keyed = std::move(state);
     }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <cassert>
 #include <chrono>
 
 #include "sluice/core/fault_points.h"
@@ -53,6 +54,23 @@ StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, s
   contexts_.push_back(std::move(ctx));
   uids_.push_back(std::move(uid));
   return operators_.back().get();
+}
+
+std::shared_ptr<void> Task::release_operators() {
+  assert(!thread_.joinable() && "release_operators() needs a joined task");
+  struct Released {
+    std::vector<std::unique_ptr<StreamOperatorBase>> operators;
+    std::vector<std::unique_ptr<TaskRuntimeContext>> contexts;
+    ~Released() {
+      operators.clear();  // operators before their contexts, as in the task
+    }
+  };
+  auto released = std::make_shared<Released>();
+  released->operators = std::move(operators_);
+  released->contexts = std::move(contexts_);
+  operators_.clear();
+  contexts_.clear();
+  return released;
 }
 
 OutputBase* Task::own_output(std::unique_ptr<OutputBase> output) {
@@ -274,6 +292,7 @@ void Task::wait_for_final_checkpoint() {
 }
 
 void Task::invoke() {
+  const int64_t restore_start_ns = steady_ns();
   restore_state();
   // Open tail first, so downstream operators are ready when the head emits.
   for (auto it = operators_.rbegin(); it != operators_.rend(); ++it) {
@@ -281,6 +300,10 @@ void Task::invoke() {
     call_user_function(op->name(), [&] { op->open(); });
   }
   last_flush_ns_ = steady_ns();
+  if (options_.restore) {
+    spdlog::debug("task '{}': state of checkpoint {} restored and operators opened in {} ms", display_name(),
+                  options_.restore->checkpoint_id, (last_flush_ns_ - restore_start_ns) / 1'000'000);
+  }
   auto* source = dynamic_cast<SourceOperatorBase*>(operators_.front().get());
   if (source != nullptr) {
     run_source_loop(*source);

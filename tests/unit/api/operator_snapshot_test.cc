@@ -123,7 +123,7 @@ std::shared_ptr<const KeyedStateRestore> restore_for(const std::vector<KeyGroupB
   restore->max_parallelism = kMaxParallelism;
   for (const KeyGroupBytes& part : parts) {
     for (const auto& [kg, bytes] : part) {
-      if (range.contains(KeyGroup{kg})) restore->key_groups[kg] = bytes;
+      if (range.contains(KeyGroup{kg})) restore->add_copy(kg, bytes);
     }
   }
   return restore;
@@ -250,7 +250,7 @@ TEST(OperatorSnapshotTest, RestoreOfCorruptBytesFailsNamingTheOperator) {
   ManualClock clock(kStartTime);
   auto restore = std::make_shared<KeyedStateRestore>();
   restore->max_parallelism = kMaxParallelism;
-  restore->key_groups[3] = std::string("\xff\xff\xff not a key group");
+  restore->add_copy(3, "\xff\xff\xff not a key group");
   try {
     SumSubtask sub(make_sum(), 0, 1, restore, clock);
     FAIL() << "corrupt keyed state was restored";

@@ -268,7 +268,7 @@ TEST_F(CheckpointStorageTest, StateFileLayoutAndChecksum) {
 
   auto read = FileCheckpointStorage::read_state_file(*dir, *handle);
   ASSERT_TRUE(read.ok());
-  EXPECT_EQ(*read, bytes);
+  EXPECT_EQ((*read)->view(), bytes);
   EXPECT_TRUE(FileCheckpointStorage::verify_state_file(*dir, *handle).ok());
 
   // Operator state only.

@@ -471,7 +471,7 @@ KeyedStateRestore restore_of(const KeyedStateSnapshot& snap, const KeyGroupRange
   for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
     DataOutput o;
     snap.write_key_group(KeyGroup{kg}, o);
-    r.key_groups.emplace(kg, std::string(o.view()));
+    r.add_copy(kg, o.view());
   }
   return r;
 }
@@ -583,7 +583,7 @@ TEST(KeyedOperatorRescaleTest, TwoSubtasksToThree) {
         if (!snap->key_group_range().contains(KeyGroup{kg})) continue;
         DataOutput o;
         snap->write_key_group(KeyGroup{kg}, o);
-        restore.key_groups.emplace(kg, std::string(o.view()));
+        restore.add_copy(kg, o.view());
       }
     }
     HeapKeyedStateBackend<std::string> b(range, kMaxP, clock);
@@ -639,14 +639,14 @@ TEST_F(HeapSnapshotCowTest, RestoreErrorsNameTheKeyGroup) {
   {  // corrupt bytes
     KeyedStateRestore bad;
     bad.max_parallelism = kMaxP;
-    std::string bytes = restore.key_groups.at(7);
-    bad.key_groups.emplace(7, bytes.substr(0, bytes.size() - 1));
+    std::string bytes(restore.key_groups.at(7));
+    bad.add_copy(7, bytes.substr(0, bytes.size() - 1));
     HeapKeyedStateBackend<std::string> b(KeyGroupRange(0, kMaxP - 1), kMaxP, clock_);
     Timers t(b);
     Status st = restore_keyed_operator(b, &t, bad);
     ASSERT_FALSE(st.ok());
     EXPECT_THAT(st.error().message(), HasSubstr("key group 7"));
-    bad.key_groups[7] = bytes + "x";
+    bad.add_copy(7, bytes + "x");
     st = restore_keyed_operator(b, &t, bad);
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.error().code(), ErrorCode::kSerialization);
