@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -108,6 +110,9 @@ class OperatorDisposer {
  private:
   void run() {
     pthread_setname_np(pthread_self(), "sluice-dispose");
+    // Below the task threads: a restored task decoding its state should get the CPU first (best effort;
+    // an unprivileged process may always lower its own threads' priority).
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
