@@ -38,6 +38,9 @@ struct ServiceEnv {
 inline const std::map<std::string, std::vector<std::string>>& known_services() {
   static const std::map<std::string, std::vector<std::string>> services = {
       {"kafka", {"KAFKA_BOOTSTRAP_SERVERS"}},
+      {"mongodb", {"MONGODB_URI"}},
+      {"opensearch", {"OPENSEARCH_URL"}},
+      {"postgres", {"PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "POSTGRES_URL"}},
   };
   return services;
 }

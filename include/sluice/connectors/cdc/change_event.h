@@ -46,7 +46,7 @@ struct SourceInfo {
   std::string database;    ///< the database name
   std::string collection;  ///< MongoDB collection, or Postgres "schema.table"
   /// The position to resume after this change: a MongoDB resume token (canonical extended JSON of the
-  /// `_id` document), a Postgres commit end LSN ("16/B374D848"). For snapshot reads, the position the
+  /// `_id` document), a Postgres transaction's commit LSN ("16/B374D848"). For snapshot reads, the position the
   /// stream resumes from after the snapshot.
   std::string position;
   int64_t ts_ms = 0;      ///< source timestamp of the change (commit time / cluster time), ms since epoch; 0 unknown

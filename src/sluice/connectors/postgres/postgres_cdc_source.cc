@@ -1,0 +1,1087 @@
+#include "sluice/connectors/postgres/postgres_cdc_source.h"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
+
+namespace sluice {
+
+using postgres::format_lsn;
+using postgres::Lsn;
+
+namespace {
+
+constexpr const char* kRole = "Postgres CDC source";
+constexpr const char* kHeartbeatPrefix = "sluice-heartbeat";
+// Items the fetcher hands over in one lock acquisition.
+constexpr size_t kPushBatch = 256;
+// Items the task takes per poll_next.
+constexpr size_t kPollBatch = 1024;
+// How long START_REPLICATION is retried while the slot is still held by a previous (failed) reader.
+constexpr auto kSlotBusyDeadline = std::chrono::seconds(30);
+// GUCs every connection sets so that values print in the forms pgoutput.cc parses.
+constexpr const char* kSessionOptions =
+    "-c DateStyle=ISO -c TimeZone=UTC -c bytea_output=hex -c extra_float_digits=3 -c IntervalStyle=postgres";
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string base64(std::string_view in) {
+  static constexpr char kTable[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v =
+        (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) | static_cast<uint8_t>(in[i + 2]);
+    out.push_back(kTable[(v >> 18) & 63]);
+    out.push_back(kTable[(v >> 12) & 63]);
+    out.push_back(kTable[(v >> 6) & 63]);
+    out.push_back(kTable[v & 63]);
+  }
+  if (i < in.size()) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<uint8_t>(in[i + 1]) << 8;
+    out.push_back(kTable[(v >> 18) & 63]);
+    out.push_back(kTable[(v >> 12) & 63]);
+    out.push_back(i + 1 < in.size() ? kTable[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+[[noreturn]] void fail(std::string message) {
+  throw SluiceException(Error(ErrorCode::kConnector, std::move(message)));
+}
+
+struct PgConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+struct PgResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgConn = std::unique_ptr<PGconn, PgConnDeleter>;
+using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
+
+std::string conn_error(PGconn* c) {
+  std::string e = PQerrorMessage(c);
+  while (!e.empty() && (e.back() == '\n' || e.back() == ' '))
+    e.pop_back();
+  return e;
+}
+
+bool valid_name(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+std::string quote_ident(PGconn* c, std::string_view s) {
+  char* q = PQescapeIdentifier(c, s.data(), s.size());
+  if (q == nullptr) fail(fmt::format("{}: cannot quote identifier {}: {}", kRole, s, conn_error(c)));
+  std::string out(q);
+  PQfreemem(q);
+  return out;
+}
+
+std::string quote_literal(PGconn* c, std::string_view s) {
+  char* q = PQescapeLiteral(c, s.data(), s.size());
+  if (q == nullptr) fail(fmt::format("{}: cannot quote literal: {}", kRole, conn_error(c)));
+  std::string out(q);
+  PQfreemem(q);
+  return out;
+}
+
+/// "schema.table" -> ("schema", "table"); "table" -> ("public", "table").
+std::pair<std::string, std::string> split_table(const std::string& t) {
+  const size_t dot = t.find('.');
+  if (dot == std::string::npos) return {"public", t};
+  return {t.substr(0, dot), t.substr(dot + 1)};
+}
+
+/// The in-memory hand-over between the fetcher thread and the task thread.
+struct Item {
+  enum class Kind : uint8_t { kEvent, kCommit, kHeartbeat, kSnapshotDone, kError };
+  Kind kind = Kind::kEvent;
+  cdc::ChangeEvent event;
+  Lsn lsn = 0;        // kCommit: end LSN; kHeartbeat: message LSN; kSnapshotDone: the stream's start
+  int64_t ts_ms = 0;  // kCommit: commit time
+  std::optional<Error> error;
+};
+
+// -----------------------------------------------------------------------------------------------------------
+// The fetcher: all libpq I/O of one reader, on its own thread.
+
+class Fetcher {
+ public:
+  Fetcher(const detail::PostgresCdcSettings& settings, PostgresCdcSplit split, SourceReaderContext& ctx,
+          std::shared_ptr<detail::PostgresCdcStats> stats, std::shared_ptr<DeadLetterFile> dead_letter)
+      : s_(settings),
+        split_(std::move(split)),
+        ctx_(ctx),
+        stats_(std::move(stats)),
+        dead_letter_(std::move(dead_letter)) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) fail(fmt::format("{}: eventfd: {}", kRole, std::strerror(errno)));
+  }
+  ~Fetcher() {
+    stop();
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  /// Stops the thread (cancels a running query) and waits for it. Idempotent. Task thread.
+  void stop() {
+    stop_.store(true);
+    wake();
+    {
+      std::lock_guard lock(cancel_mu_);
+      char err[256];
+      for (PGcancel* c : cancels_)
+        PQcancel(c, err, sizeof err);
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// Moves up to `max` items into `out`. Task thread.
+  void take(std::vector<Item>& out, size_t max) {
+    bool was_full = false;
+    {
+      std::lock_guard lock(mu_);
+      was_full = queue_.size() >= s_.queue_capacity;
+      const size_t n = std::min(max, queue_.size());
+      for (size_t i = 0; i < n; ++i) {
+        out.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    if (was_full) wake();
+  }
+
+  /// Reports `lsn` as the slot's flush position at the next chance (soon). Task thread.
+  void confirm(Lsn lsn) {
+    Lsn cur = confirm_.load();
+    while (lsn > cur && !confirm_.compare_exchange_weak(cur, lsn)) {
+    }
+    wake();
+  }
+
+ private:
+  void wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+  void drain_wake() {
+    uint64_t v;
+    while (::read(wake_fd_, &v, sizeof v) > 0) {
+    }
+  }
+
+  // ---- connections
+
+  PgConn connect(bool replication) {
+    const char* keys[] = {"dbname", "replication", "options", "application_name", "connect_timeout", nullptr};
+    const char* vals[] = {s_.conninfo.c_str(),
+                          replication ? "database" : nullptr,
+                          kSessionOptions,
+                          replication ? "sluice-cdc-replication" : "sluice-cdc",
+                          "10",
+                          nullptr};
+    // A null value ends the list early: put replication last when it is not wanted.
+    if (!replication) {
+      keys[1] = "options";
+      vals[1] = kSessionOptions;
+      keys[2] = "application_name";
+      vals[2] = "sluice-cdc";
+      keys[3] = "connect_timeout";
+      vals[3] = "10";
+      keys[4] = nullptr;
+      vals[4] = nullptr;
+    }
+    PgConn c(PQconnectdbParams(keys, vals, 1));
+    if (!c || PQstatus(c.get()) != CONNECTION_OK) {
+      fail(fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name, replication ? " for replication" : "",
+                       c ? conn_error(c.get()) : "out of memory"));
+    }
+    std::lock_guard lock(cancel_mu_);
+    cancels_.push_back(PQgetCancel(c.get()));
+    return c;
+  }
+
+  void forget_cancels() {
+    std::lock_guard lock(cancel_mu_);
+    for (PGcancel* c : cancels_)
+      PQfreeCancel(c);
+    cancels_.clear();
+  }
+
+  PgResult exec(PGconn* c, const std::string& sql, ExecStatusType want, std::string_view what) {
+    PgResult r(PQexec(c, sql.c_str()));
+    if (!r || PQresultStatus(r.get()) != want) {
+      if (stop_.load()) throw Stopped{};
+      const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
+      last_sqlstate_ = state != nullptr ? state : "";
+      fail(fmt::format("{} (slot {}): {} failed: {} [{}]", kRole, s_.slot_name, what,
+                       r ? std::string(PQresultErrorMessage(r.get())) : conn_error(c), sql));
+    }
+    return r;
+  }
+  PgResult query(PGconn* c, const std::string& sql, std::string_view what) {
+    return exec(c, sql, PGRES_TUPLES_OK, what);
+  }
+  void command(PGconn* c, const std::string& sql, std::string_view what) { exec(c, sql, PGRES_COMMAND_OK, what); }
+
+  /// The key columns of a table: its replica identity index under USING INDEX, else its primary key; empty
+  /// when it has neither (or REPLICA IDENTITY NOTHING).
+  std::vector<std::string> key_columns(PGconn* c, const std::string& relid_expr) {
+    PgResult r = query(c,
+                       "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+                       "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                       "WHERE i.indrelid = " +
+                           relid_expr +
+                           " AND ((c.relreplident = 'i' AND i.indisreplident) OR "
+                           "(c.relreplident IN ('d', 'f') AND i.indisprimary)) "
+                           "ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                       "reading a table's key columns");
+    std::vector<std::string> out;
+    for (int i = 0; i < PQntuples(r.get()); ++i)
+      out.emplace_back(PQgetvalue(r.get(), i, 0));
+    return out;
+  }
+
+  // ---- the hand-over queue
+
+  /// Hands `batch` to the task thread, waiting (with status updates) while the queue is full.
+  void push(std::vector<Item>& batch) {
+    if (batch.empty()) return;
+    bool was_empty = false;
+    for (;;) {
+      if (stop_.load()) throw Stopped{};
+      {
+        std::lock_guard lock(mu_);
+        if (queue_.size() < s_.queue_capacity) {
+          was_empty = queue_.empty();
+          for (auto& it : batch)
+            queue_.push_back(std::move(it));
+          break;
+        }
+      }
+      wait_for_wake(std::chrono::milliseconds(200));
+      if (streaming_) maintenance();
+    }
+    batch.clear();
+    if (was_empty) ctx_.wakeup();
+  }
+
+  bool queue_empty() {
+    std::lock_guard lock(mu_);
+    return queue_.empty();
+  }
+
+  void wait_for_wake(std::chrono::milliseconds timeout, int also_fd = -1) {
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {also_fd, POLLIN, 0}};
+    ::poll(fds, also_fd >= 0 ? 2 : 1, static_cast<int>(std::max<int64_t>(0, timeout.count())));
+    if (fds[0].revents & POLLIN) drain_wake();
+  }
+
+  // ---- the thread
+
+  struct Stopped {};
+
+  void run() {
+    try {
+      run_inner();
+    } catch (const Stopped&) {
+    } catch (const SluiceException& e) {
+      push_error(e.error());
+    } catch (const std::exception& e) {
+      push_error(Error(ErrorCode::kConnector, fmt::format("{} (slot {}): {}", kRole, s_.slot_name, e.what())));
+    }
+    forget_cancels();
+    repl_.reset();
+    normal_.reset();
+  }
+
+  /// Hands over what was decoded before the error (regardless of the capacity), then the error.
+  void push_error(Error e) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto& p : pending_)
+        queue_.push_back(std::move(p));
+      pending_.clear();
+      Item it;
+      it.kind = Item::Kind::kError;
+      it.error = std::move(e);
+      queue_.push_back(std::move(it));
+    }
+    ctx_.wakeup();
+  }
+
+  void run_inner() {
+    normal_ = connect(false);
+    PGconn* n = normal_.get();
+    {
+      PgResult r = query(n,
+                         "SELECT current_database(), setting::bigint FROM pg_settings WHERE name = "
+                         "'wal_sender_timeout'",
+                         "reading the database name");
+      database_ = PQgetvalue(r.get(), 0, 0);
+      const int64_t timeout_ms = std::strtoll(PQgetvalue(r.get(), 0, 1), nullptr, 10);
+      status_interval_ms_ = s_.status_interval_ms;
+      if (timeout_ms > 0) status_interval_ms_ = std::min<int64_t>(status_interval_ms_, timeout_ms / 2);
+      status_interval_ms_ = std::max<int64_t>(status_interval_ms_, 100);
+    }
+    ensure_publication(n);
+
+    // The slot as it is now.
+    bool slot_exists = false;
+    Lsn slot_confirmed = 0;
+    {
+      PgResult r = query(n,
+                         "SELECT coalesce(confirmed_flush_lsn::text, ''), plugin, database FROM "
+                         "pg_replication_slots WHERE slot_name = " +
+                             quote_literal(n, s_.slot_name),
+                         "reading the replication slot");
+      if (PQntuples(r.get()) > 0) {
+        slot_exists = true;
+        const std::string plugin = PQgetvalue(r.get(), 0, 1);
+        const std::string db = PQgetisnull(r.get(), 0, 2) ? "" : PQgetvalue(r.get(), 0, 2);
+        if (plugin != "pgoutput" || db != database_) {
+          fail(
+              fmt::format("{}: slot {} exists but is not a logical pgoutput slot of database {} (plugin '{}', "
+                          "database '{}'): choose another slot_name or drop it",
+                          kRole, s_.slot_name, database_, plugin, db));
+        }
+        if (auto l = postgres::parse_lsn(PQgetvalue(r.get(), 0, 0)); l) slot_confirmed = *l;
+      }
+    }
+    const Lsn restored = static_cast<Lsn>(split_.lsn);
+    if (restored != 0) {
+      if (!slot_exists) {
+        fail(
+            fmt::format("{}: the checkpoint resumes slot {} at LSN {}, but the slot no longer exists: the changes "
+                        "since then are lost. Remedy: start the job without its state (a new snapshot)",
+                        kRole, s_.slot_name, format_lsn(restored)));
+      }
+      if (slot_confirmed > restored) {
+        fail(
+            fmt::format("{}: the checkpoint resumes slot {} at LSN {}, but the slot has already confirmed LSN {} "
+                        "(restoring an older checkpoint or savepoint?): the changes in between are no longer "
+                        "available. Remedy: restore the latest checkpoint, or start without state (a new "
+                        "snapshot)",
+                        kRole, s_.slot_name, format_lsn(restored), format_lsn(slot_confirmed)));
+      }
+    }
+    if (!slot_exists && !s_.create_slot) {
+      fail(
+          fmt::format("{}: replication slot {} does not exist and create_slot is off. Remedy: SELECT "
+                      "pg_create_logical_replication_slot('{}', 'pgoutput'), or turn create_slot on",
+                      kRole, s_.slot_name, s_.slot_name));
+    }
+
+    repl_ = connect(true);
+    PGconn* rc = repl_.get();
+    Lsn start_lsn = restored;
+    std::string exported;
+    if (!slot_exists) {
+      const bool want_snapshot = !split_.snapshot_done;
+      PgResult r = query(rc,
+                         "CREATE_REPLICATION_SLOT " + quote_ident(rc, s_.slot_name) + " LOGICAL pgoutput " +
+                             (want_snapshot ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"),
+                         "creating the replication slot");
+      auto cp = postgres::parse_lsn(PQgetvalue(r.get(), 0, 1));
+      if (!cp) fail(fmt::format("{}: CREATE_REPLICATION_SLOT returned a bad LSN", kRole));
+      start_lsn = *cp;
+      if (want_snapshot) exported = PQgetvalue(r.get(), 0, 2);
+      spdlog::info("{}: created replication slot {} at {}", kRole, s_.slot_name, format_lsn(*cp));
+    }
+
+    if (!split_.snapshot_done) {
+      // Exported: exactly consistent with the slot. Otherwise the stream from the slot's position overlaps.
+      snapshot(exported, exported.empty() ? (start_lsn != 0 ? start_lsn : slot_confirmed) : start_lsn);
+    }
+    skip_before_ = restored;
+    stream(start_lsn);
+  }
+
+  void ensure_publication(PGconn* n) {
+    PgResult r = query(n, "SELECT 1 FROM pg_publication WHERE pubname = " + quote_literal(n, s_.publication_name),
+                       "reading the publication");
+    if (PQntuples(r.get()) > 0) return;
+    if (!s_.create_publication) {
+      fail(
+          fmt::format("{}: publication {} does not exist and create_publication is off. Remedy: CREATE "
+                      "PUBLICATION {} FOR TABLE ...",
+                      kRole, s_.publication_name, s_.publication_name));
+    }
+    std::string sql = "CREATE PUBLICATION " + quote_ident(n, s_.publication_name);
+    if (s_.tables.empty()) {
+      sql += " FOR ALL TABLES";
+    } else {
+      sql += " FOR TABLE ";
+      for (size_t i = 0; i < s_.tables.size(); ++i) {
+        auto [schema, table] = split_table(s_.tables[i]);
+        sql += (i > 0 ? ", " : "") + quote_ident(n, schema) + "." + quote_ident(n, table);
+      }
+    }
+    try {
+      command(n, sql, "creating the publication");
+    } catch (const SluiceException&) {
+      if (last_sqlstate_ != "42710") throw;  // duplicate_object: another reader created it meanwhile
+    }
+  }
+
+  // ---- snapshot
+
+  void snapshot(const std::string& exported, Lsn resume_lsn) {
+    PgConn sc = connect(false);
+    PGconn* c = sc.get();
+    const int64_t started_ms = wall_ms();
+    command(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "starting the snapshot transaction");
+    if (!exported.empty()) {
+      command(c, "SET TRANSACTION SNAPSHOT " + quote_literal(c, exported), "importing the slot's snapshot");
+    } else {
+      PgResult r = query(c, "SELECT pg_current_wal_lsn()::text", "reading the snapshot's LSN");
+      if (auto l = postgres::parse_lsn(PQgetvalue(r.get(), 0, 0)); l) overlap_until_ = *l;
+      spdlog::warn(
+          "{}: slot {} already existed: the snapshot is not exported by the slot, changes up to {} may "
+          "be delivered again after it (marked source.snapshot = true)",
+          kRole, s_.slot_name, format_lsn(overlap_until_));
+    }
+    PgResult tables = query(c,
+                            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = " +
+                                quote_literal(c, s_.publication_name) + " ORDER BY 1, 2",
+                            "listing the publication's tables");
+    const std::string position = format_lsn(resume_lsn);
+    std::vector<Item>& batch = pending_;
+    int64_t total = 0;
+    for (int t = 0; t < PQntuples(tables.get()); ++t) {
+      const std::string schema = PQgetvalue(tables.get(), t, 0), table = PQgetvalue(tables.get(), t, 1);
+      const std::string qualified = schema + "." + table;
+      const std::string ident = quote_ident(c, schema) + "." + quote_ident(c, table);
+      const std::vector<std::string> keys = key_columns(c, quote_literal(c, ident) + "::regclass");
+      command(c, "DECLARE sluice_snapshot NO SCROLL CURSOR FOR SELECT * FROM " + ident, "opening a snapshot cursor");
+      const std::string fetch = fmt::format("FETCH FORWARD {} FROM sluice_snapshot", s_.snapshot_fetch_rows);
+      for (;;) {
+        PgResult rows = query(c, fetch, "reading table " + qualified);
+        const int nrows = PQntuples(rows.get());
+        if (nrows == 0) break;
+        const int ncols = PQnfields(rows.get());
+        for (int i = 0; i < nrows; ++i) {
+          Value row = Value::object();
+          row.as_object().reserve(static_cast<size_t>(ncols));
+          std::optional<Error> err;
+          for (int k = 0; k < ncols; ++k) {
+            if (PQgetisnull(rows.get(), i, k)) {
+              row.set(PQfname(rows.get(), k), Value());
+              continue;
+            }
+            auto v = postgres::decode_text_value(
+                PQftype(rows.get(), k),
+                std::string_view(PQgetvalue(rows.get(), i, k), static_cast<size_t>(PQgetlength(rows.get(), i, k))));
+            if (!v) {
+              if (!err) err = v.error();
+              continue;
+            }
+            row.set(PQfname(rows.get(), k), std::move(*v));
+          }
+          if (err) {
+            bad_record(qualified, resume_lsn, -1, fmt::format("snapshot of table {}: {}", qualified, err->message()),
+                       row.to_json());
+            continue;
+          }
+          Item it;
+          it.kind = Item::Kind::kEvent;
+          cdc::ChangeEvent& e = it.event;
+          e.op = cdc::ChangeOp::kRead;
+          if (keys.empty()) {
+            e.key = row;
+          } else {
+            e.key = Value::object();
+            for (const auto& kc : keys) {
+              const Value* kv = row.find(kc);
+              e.key.set(kc, kv != nullptr ? *kv : Value());
+            }
+          }
+          e.after = std::move(row);
+          e.source = cdc::SourceInfo{"postgres", database_, qualified, position, started_ms, true, -1};
+          batch.push_back(std::move(it));
+          if (batch.size() >= kPushBatch) push(batch);
+        }
+        total += nrows;
+      }
+      command(c, "CLOSE sluice_snapshot", "closing a snapshot cursor");
+    }
+    command(c, "COMMIT", "ending the snapshot transaction");
+    Item done;
+    done.kind = Item::Kind::kSnapshotDone;
+    done.lsn = resume_lsn;
+    batch.push_back(std::move(done));
+    push(batch);
+    spdlog::info("{}: snapshot of slot {} read {} rows from {} tables in {} ms", kRole, s_.slot_name, total,
+                 PQntuples(tables.get()), wall_ms() - started_ms);
+  }
+
+  // ---- stream
+
+  void stream(Lsn start_lsn) {
+    PGconn* rc = repl_.get();
+    const std::string sql = fmt::format(
+        "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {}, messages 'true')",
+        quote_ident(rc, s_.slot_name), format_lsn(start_lsn), quote_literal(rc, quote_ident(rc, s_.publication_name)));
+    const auto busy_deadline = std::chrono::steady_clock::now() + kSlotBusyDeadline;
+    for (;;) {
+      PgResult r(PQexec(rc, sql.c_str()));
+      if (r && PQresultStatus(r.get()) == PGRES_COPY_BOTH) break;
+      if (stop_.load()) throw Stopped{};
+      const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
+      // 55006 object_in_use: a previous reader's connection still holds the slot (it ends shortly).
+      if (state != nullptr && std::string_view(state) == "55006" && std::chrono::steady_clock::now() < busy_deadline) {
+        wait_for_wake(std::chrono::milliseconds(200));
+        continue;
+      }
+      fail(fmt::format("{} (slot {}): START_REPLICATION at {} failed: {}", kRole, s_.slot_name, format_lsn(start_lsn),
+                       r ? std::string(PQresultErrorMessage(r.get())) : conn_error(rc)));
+    }
+    spdlog::info("{}: streaming slot {} from {}", kRole, s_.slot_name, format_lsn(start_lsn));
+    streaming_ = true;
+    received_ = start_lsn;
+    decoder_ = std::make_unique<postgres::PgOutputDecoder>(
+        [this](const postgres::PgRelation& rel) -> Result<std::vector<std::string>> {
+          return key_columns(normal_.get(), std::to_string(rel.oid) + "::oid");
+        });
+    const int sock = PQsocket(rc);
+    next_status_ = std::chrono::steady_clock::now();
+    next_heartbeat_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(s_.heartbeat_interval_ms);
+    std::vector<Item>& batch = pending_;
+    for (;;) {
+      if (stop_.load()) return;
+      maintenance();
+      if (PQconsumeInput(rc) == 0) {
+        fail(fmt::format("{} (slot {}): the replication connection failed after {}: {}", kRole, s_.slot_name,
+                         format_lsn(received_), conn_error(rc)));
+      }
+      for (;;) {
+        char* buf = nullptr;
+        const int n = PQgetCopyData(rc, &buf, 1);
+        if (n == 0) break;
+        if (n == -1) {
+          PgResult r(PQgetResult(rc));
+          fail(fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole, s_.slot_name,
+                           format_lsn(received_), r ? std::string(PQresultErrorMessage(r.get())) : "no reason given"));
+        }
+        if (n < 0) {
+          fail(fmt::format("{} (slot {}): reading the replication stream after {} failed: {}", kRole, s_.slot_name,
+                           format_lsn(received_), conn_error(rc)));
+        }
+        std::unique_ptr<char, void (*)(void*)> owned(buf, PQfreemem);
+        handle(std::string_view(buf, static_cast<size_t>(n)), batch);
+        if (batch.size() >= kPushBatch) push(batch);
+      }
+      push(batch);
+      const auto now = std::chrono::steady_clock::now();
+      auto until = next_status_;
+      if (s_.heartbeat_interval_ms > 0) until = std::min(until, next_heartbeat_);
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+      wait_for_wake(std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000)), sock);
+    }
+  }
+
+  /// Status updates (periodic, and at once when a checkpoint completed) and heartbeats.
+  void maintenance() {
+    const auto now = std::chrono::steady_clock::now();
+    const Lsn confirm = confirm_.load();
+    if (confirm != sent_flush_ || now >= next_status_) send_status(false);
+    if (s_.heartbeat_interval_ms > 0 && now >= next_heartbeat_) {
+      next_heartbeat_ = now + std::chrono::milliseconds(s_.heartbeat_interval_ms);
+      command_or_tuples(normal_.get(),
+                        fmt::format("SELECT pg_logical_emit_message(false, '{}', {})", kHeartbeatPrefix,
+                                    quote_literal(normal_.get(), fmt::format("{}:{}", s_.slot_name, wall_ms()))));
+    }
+  }
+
+  void command_or_tuples(PGconn* c, const std::string& sql) { query(c, sql, "emitting a heartbeat"); }
+
+  void put_int64(char* p, uint64_t v) {
+    for (int i = 7; i >= 0; --i) {
+      p[i] = static_cast<char>(v & 0xFF);
+      v >>= 8;
+    }
+  }
+  static uint64_t get_int64(const char* p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i)
+      v = (v << 8) | static_cast<uint8_t>(p[i]);
+    return v;
+  }
+
+  /// Standby Status Update: write = received, flush = apply = the last completed checkpoint's position.
+  void send_status(bool reply_requested) {
+    const Lsn flush = confirm_.load();
+    char buf[34];
+    buf[0] = 'r';
+    put_int64(buf + 1, std::max(received_, flush));
+    put_int64(buf + 9, flush);
+    put_int64(buf + 17, flush);
+    const int64_t now_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count() -
+        postgres::kPostgresEpochMicros;
+    put_int64(buf + 25, static_cast<uint64_t>(now_us));
+    buf[33] = reply_requested ? 1 : 0;
+    PGconn* rc = repl_.get();
+    if (PQputCopyData(rc, buf, sizeof buf) != 1 || PQflush(rc) != 0) {
+      fail(fmt::format("{} (slot {}): sending a status update failed: {}", kRole, s_.slot_name, conn_error(rc)));
+    }
+    if (flush != sent_flush_) {
+      sent_flush_ = flush;
+      stats_->confirmed_lsn.store(flush);
+    }
+    next_status_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(status_interval_ms_);
+  }
+
+  void handle(std::string_view msg, std::vector<Item>& batch) {
+    if (msg.empty()) return;
+    if (msg[0] == 'k') {
+      if (msg.size() < 18) fail(fmt::format("{}: malformed keepalive ({} bytes)", kRole, msg.size()));
+      const bool reply = msg[17] != 0;
+      if (reply) send_status(false);
+      stats_->caught_up.store(!in_txn_ && batch.empty() && queue_empty());
+      return;
+    }
+    if (msg[0] != 'w') {
+      fail(fmt::format("{} (slot {}): unexpected replication message type 0x{:02x} after {}", kRole, s_.slot_name,
+                       static_cast<unsigned>(static_cast<uint8_t>(msg[0])), format_lsn(received_)));
+    }
+    if (msg.size() < 25) fail(fmt::format("{}: malformed XLogData ({} bytes)", kRole, msg.size()));
+    const Lsn data_start = get_int64(msg.data() + 1);
+    received_ = std::max(received_, data_start);
+    stats_->received_lsn.store(received_);
+    stats_->caught_up.store(false);
+    const std::string_view payload = msg.substr(25);
+    auto decoded = decoder_->decode(payload);
+    if (!decoded) {
+      const Error& e = decoded.error();
+      if (e.code() != ErrorCode::kSerialization) {
+        fail(fmt::format("{} (slot {}): at LSN {}{}: {}", kRole, s_.slot_name, format_lsn(data_start),
+                         in_txn_ ? fmt::format(" (transaction {})", xid_) : "", e.message()));
+      }
+      if (skipping_) return;
+      bad_record("", data_start, in_txn_ ? static_cast<int64_t>(xid_) : -1, e.message(), std::string(payload), true);
+      return;
+    }
+    postgres::PgOutputMessage& m = *decoded;
+    using K = postgres::PgOutputMessage::Kind;
+    switch (m.kind) {
+      case K::kBegin:
+        in_txn_ = true;
+        xid_ = m.begin.xid;
+        commit_ts_ms_ = m.begin.commit_ts_us / 1000;
+        txn_position_ = format_lsn(m.begin.final_lsn);
+        // Restore: a transaction whose commit record starts before the checkpointed position ended at or
+        // before it (end LSN <= position): it was emitted completely before the checkpoint.
+        skipping_ = skip_before_ != 0 && m.begin.final_lsn < skip_before_;
+        overlap_ = overlap_until_ != 0 && m.begin.final_lsn <= overlap_until_;
+        return;
+      case K::kCommit: {
+        in_txn_ = false;
+        if (skipping_) {
+          skipping_ = false;
+          return;
+        }
+        Item it;
+        it.kind = Item::Kind::kCommit;
+        it.lsn = m.commit.end_lsn;
+        it.ts_ms = m.commit.commit_ts_us / 1000;
+        batch.push_back(std::move(it));
+        return;
+      }
+      case K::kInsert:
+      case K::kUpdate:
+      case K::kDelete: {
+        if (skipping_) return;
+        Item it;
+        it.kind = Item::Kind::kEvent;
+        cdc::ChangeEvent& e = it.event;
+        e.op = m.change.op;
+        e.key = std::move(m.change.key);
+        e.before = std::move(m.change.before);
+        e.after = std::move(m.change.after);
+        e.source = cdc::SourceInfo{"postgres",    database_, m.change.relation->qualified_name(), txn_position_,
+                                   commit_ts_ms_, overlap_,  static_cast<int64_t>(xid_)};
+        batch.push_back(std::move(it));
+        return;
+      }
+      case K::kTruncate: {
+        if (skipping_) return;
+        std::string tables;
+        for (const auto& t : m.truncate.tables)
+          tables += (tables.empty() ? "" : ", ") + t;
+        if (s_.truncate_policy == PostgresTruncatePolicy::kFail) {
+          fail(
+              fmt::format("{} (slot {}): TRUNCATE of {} at LSN {} (transaction {}): the source does not turn a "
+                          "truncate into events. Remedy: set truncate_policy(kSkip) to go on past it (downstream "
+                          "keeps the rows), or publish without truncate (ALTER PUBLICATION {} SET (publish = "
+                          "'insert, update, delete'))",
+                          kRole, s_.slot_name, tables, format_lsn(data_start), xid_, s_.publication_name));
+        }
+        spdlog::warn("{} (slot {}): skipped TRUNCATE of {} at LSN {}", kRole, s_.slot_name, tables,
+                     format_lsn(data_start));
+        stats_->truncates_skipped.fetch_add(1);
+        return;
+      }
+      case K::kMessage:
+        if (!m.message.transactional && m.message.prefix == kHeartbeatPrefix && m.message.lsn > skip_before_) {
+          Item it;
+          it.kind = Item::Kind::kHeartbeat;
+          it.lsn = m.message.lsn;
+          batch.push_back(std::move(it));
+        }
+        return;
+      case K::kRelation:
+      case K::kType:
+      case K::kOrigin:
+        return;
+    }
+  }
+
+  /// A change that cannot be decoded: fail (default) or a dead letter.
+  void bad_record(const std::string& table, Lsn lsn, int64_t xid, const std::string& reason, const std::string& raw,
+                  bool raw_is_message = false) {
+    if (s_.bad_record_policy == BadRecordPolicy::kFail || !dead_letter_) {
+      throw SluiceException(Error(
+          ErrorCode::kConnector,
+          fmt::format("{} (slot {}): cannot decode a change at LSN {}{}: {}. Remedy: fix the value at its source, or "
+                      "run with on_bad_record(kDeadLetter, path) to divert such changes",
+                      kRole, s_.slot_name, format_lsn(lsn), xid >= 0 ? fmt::format(" (transaction {})", xid) : "",
+                      reason)));
+    }
+    Value entry = Value::object({{"source", Value("postgres")},
+                                 {"slot", Value(s_.slot_name)},
+                                 {"table", Value(table)},
+                                 {"lsn", Value(format_lsn(lsn))},
+                                 {"xid", Value(xid)},
+                                 {"error", Value(reason)}});
+    if (raw_is_message) {
+      entry.set("record_base64", Value(base64(raw)));
+    } else {
+      entry.set("record", Value(raw));
+    }
+    dead_letter_->append(entry).value_or_throw();
+    stats_->bad->bad_records.fetch_add(1);
+  }
+
+  const detail::PostgresCdcSettings s_;
+  PostgresCdcSplit split_;
+  SourceReaderContext& ctx_;
+  std::shared_ptr<detail::PostgresCdcStats> stats_;
+  std::shared_ptr<DeadLetterFile> dead_letter_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  int wake_fd_ = -1;
+  std::mutex cancel_mu_;
+  std::vector<PGcancel*> cancels_;
+
+  std::mutex mu_;
+  std::deque<Item> queue_;
+  std::vector<Item> pending_;  // fetcher thread: decoded, not yet handed over
+  std::atomic<Lsn> confirm_{0};
+
+  // Fetcher thread only.
+  PgConn normal_, repl_;
+  std::string database_;
+  std::string last_sqlstate_;
+  int64_t status_interval_ms_ = 10'000;
+  std::unique_ptr<postgres::PgOutputDecoder> decoder_;
+  bool streaming_ = false;
+  Lsn received_ = 0, sent_flush_ = 0, skip_before_ = 0, overlap_until_ = 0;
+  bool in_txn_ = false, skipping_ = false, overlap_ = false;
+  uint32_t xid_ = 0;
+  int64_t commit_ts_ms_ = 0;
+  std::string txn_position_;
+  std::chrono::steady_clock::time_point next_status_, next_heartbeat_;
+};
+
+// -----------------------------------------------------------------------------------------------------------
+// The reader: task-thread side.
+
+class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCdcSplit> {
+ public:
+  PostgresCdcReader(const detail::PostgresCdcSettings& settings, SourceReaderContext& ctx,
+                    std::shared_ptr<detail::PostgresCdcStats> stats, std::shared_ptr<DeadLetterFile> dead_letter)
+      : s_(settings), ctx_(ctx), stats_(std::move(stats)), dead_letter_(std::move(dead_letter)) {}
+  ~PostgresCdcReader() override { close(); }
+
+  void start() override { ctx_.send_split_request(); }
+
+  InputStatus poll_next(ReaderOutput<cdc::ChangeEvent>& output) override {
+    if (!split_) return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
+    items_.clear();
+    fetcher_->take(items_, kPollBatch);
+    int64_t events = 0;
+    for (Item& it : items_) {
+      switch (it.kind) {
+        case Item::Kind::kEvent: {
+          const int64_t ts = it.event.source.ts_ms;
+          if (it.event.op == cdc::ChangeOp::kRead) stats_->snapshot_events.fetch_add(1, std::memory_order_relaxed);
+          output.collect(std::move(it.event), ts);
+          ++events;
+          break;
+        }
+        case Item::Kind::kCommit:
+          position_ = std::max(position_, it.lsn);
+          stats_->transactions.fetch_add(1, std::memory_order_relaxed);
+          stats_->last_commit_ts_ms.store(it.ts_ms, std::memory_order_relaxed);
+          break;
+        case Item::Kind::kHeartbeat:
+          position_ = std::max(position_, it.lsn);
+          stats_->heartbeats.fetch_add(1, std::memory_order_relaxed);
+          break;
+        case Item::Kind::kSnapshotDone:
+          snapshot_done_ = true;
+          position_ = std::max(position_, it.lsn);
+          stats_->snapshot_done.store(true);
+          break;
+        case Item::Kind::kError:
+          throw SluiceException(*it.error);
+      }
+    }
+    stats_->events.fetch_add(events, std::memory_order_relaxed);
+    stats_->position.store(position_, std::memory_order_relaxed);
+    update_rate(events);
+    return items_.empty() ? InputStatus::kNothingAvailable : InputStatus::kMoreAvailable;
+  }
+
+  void add_splits(std::vector<PostgresCdcSplit> splits) override {
+    for (auto& sp : splits) {
+      if (split_) {
+        spdlog::warn("{}: reader already reads slot {}; ignoring another split for slot {}", kRole, split_->slot,
+                     sp.slot);
+        continue;
+      }
+      split_ = sp;
+      snapshot_done_ = sp.snapshot_done;
+      position_ = static_cast<Lsn>(sp.lsn);
+      stats_->snapshot_done.store(snapshot_done_);
+      stats_->position.store(position_);
+      fetcher_ = std::make_unique<Fetcher>(s_, sp, ctx_, stats_, dead_letter_);
+      fetcher_->start();
+    }
+  }
+  void notify_no_more_splits() override { no_more_splits_ = true; }
+
+  std::vector<PostgresCdcSplit> snapshot_state(int64_t checkpoint_id) override {
+    if (!split_) return {};
+    if (dead_letter_) dead_letter_->sync().value_or_throw();
+    if (snapshot_done_) pending_[checkpoint_id] = position_;
+    PostgresCdcSplit sp = *split_;
+    sp.snapshot_done = snapshot_done_;
+    sp.lsn = static_cast<int64_t>(position_);
+    return {sp};
+  }
+
+  void notify_checkpoint_complete(int64_t checkpoint_id) override {
+    auto it = pending_.find(checkpoint_id);
+    if (it == pending_.end()) return;
+    const Lsn lsn = it->second;
+    pending_.erase(pending_.begin(), std::next(it));
+    if (lsn != 0 && fetcher_) fetcher_->confirm(lsn);
+  }
+
+  void notify_checkpoint_aborted(int64_t checkpoint_id) override { pending_.erase(checkpoint_id); }
+
+  void close() override {
+    if (fetcher_) fetcher_->stop();
+  }
+
+ private:
+  void update_rate(int64_t events) {
+    rate_events_ += events;
+    const auto now = std::chrono::steady_clock::now();
+    if (rate_start_ == std::chrono::steady_clock::time_point{}) {
+      rate_start_ = now;
+      return;
+    }
+    const double secs = std::chrono::duration<double>(now - rate_start_).count();
+    if (secs >= 1.0) {
+      stats_->events_per_second.store(static_cast<double>(rate_events_) / secs, std::memory_order_relaxed);
+      rate_events_ = 0;
+      rate_start_ = now;
+    }
+  }
+
+  const detail::PostgresCdcSettings s_;
+  SourceReaderContext& ctx_;
+  std::shared_ptr<detail::PostgresCdcStats> stats_;
+  std::shared_ptr<DeadLetterFile> dead_letter_;
+  std::optional<PostgresCdcSplit> split_;
+  std::unique_ptr<Fetcher> fetcher_;
+  std::vector<Item> items_;
+  bool no_more_splits_ = false;
+  bool snapshot_done_ = false;
+  Lsn position_ = 0;
+  std::map<int64_t, Lsn> pending_;  // checkpoint id -> position
+  int64_t rate_events_ = 0;
+  std::chrono::steady_clock::time_point rate_start_{};
+};
+
+}  // namespace
+
+namespace detail {
+
+std::unique_ptr<SourceReader<cdc::ChangeEvent, PostgresCdcSplit>> make_postgres_cdc_reader(
+    const PostgresCdcSettings& settings, SourceReaderContext& ctx, std::shared_ptr<PostgresCdcStats> stats,
+    std::shared_ptr<DeadLetterFile> dead_letter) {
+  return std::make_unique<PostgresCdcReader>(settings, ctx, std::move(stats), std::move(dead_letter));
+}
+
+}  // namespace detail
+
+// -----------------------------------------------------------------------------------------------------------
+
+PostgresCdcSourceBuilder PostgresCdcSource::builder() {
+  return PostgresCdcSourceBuilder();
+}
+
+PostgresCdcSource::PostgresCdcSource(detail::PostgresCdcSettings settings) : settings_(std::move(settings)) {}
+
+std::unique_ptr<SplitEnumerator<PostgresCdcSplit>> PostgresCdcSource::create_enumerator(
+    SplitEnumeratorContext<PostgresCdcSplit>& ctx) const {
+  dead_letter_file();  // a dead-letter file that cannot be opened fails the job at start
+  PostgresCdcSplit split;
+  split.slot = settings_.slot_name;
+  split.snapshot_done = settings_.start_mode == PostgresStartMode::kLatest;
+  return std::make_unique<StaticSplitEnumerator<PostgresCdcSplit>>(ctx, std::vector<PostgresCdcSplit>{split});
+}
+
+std::unique_ptr<SourceReader<cdc::ChangeEvent, PostgresCdcSplit>> PostgresCdcSource::create_reader(
+    SourceReaderContext& ctx) const {
+  return detail::make_postgres_cdc_reader(settings_, ctx, stats_, dead_letter_file());
+}
+
+std::shared_ptr<DeadLetterFile> PostgresCdcSource::dead_letter_file() const {
+  if (settings_.bad_record_policy != BadRecordPolicy::kDeadLetter) return nullptr;
+  std::lock_guard lock(mu_);
+  if (!dead_letter_) dead_letter_ = DeadLetterFile::open(settings_.dead_letter_path).value_or_throw();
+  return dead_letter_;
+}
+
+PostgresCdcMetrics PostgresCdcSource::metrics() const {
+  const auto& st = *stats_;
+  PostgresCdcMetrics m;
+  m.events = st.events.load();
+  m.snapshot_events = st.snapshot_events.load();
+  m.transactions = st.transactions.load();
+  m.heartbeats = st.heartbeats.load();
+  m.truncates_skipped = st.truncates_skipped.load();
+  m.bad_records = st.bad->bad_records.load();
+  m.events_per_second = st.events_per_second.load();
+  const int64_t last = st.last_commit_ts_ms.load();
+  m.lag_ms = last < 0 ? -1 : (st.caught_up.load() ? 0 : std::max<int64_t>(0, wall_ms() - last));
+  m.position = st.position.load();
+  m.confirmed_lsn = st.confirmed_lsn.load();
+  m.received_lsn = st.received_lsn.load();
+  m.snapshot_done = st.snapshot_done.load();
+  return m;
+}
+
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::conninfo(std::string conninfo) {
+  s_.conninfo = std::move(conninfo);
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::tables(std::vector<std::string> tables) {
+  s_.tables = std::move(tables);
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::slot_name(std::string name) {
+  s_.slot_name = std::move(name);
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::publication_name(std::string name) {
+  s_.publication_name = std::move(name);
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::create_slot(bool create) {
+  s_.create_slot = create;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::create_publication(bool create) {
+  s_.create_publication = create;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::start_mode(PostgresStartMode mode) {
+  s_.start_mode = mode;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::truncate_policy(PostgresTruncatePolicy policy) {
+  s_.truncate_policy = policy;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::heartbeat_interval(std::chrono::milliseconds interval) {
+  s_.heartbeat_interval_ms = interval.count();
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::status_interval(std::chrono::milliseconds interval) {
+  s_.status_interval_ms = interval.count();
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::snapshot_fetch_rows(int64_t rows) {
+  s_.snapshot_fetch_rows = rows;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::queue_capacity(size_t events) {
+  s_.queue_capacity = events;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::on_bad_record(BadRecordPolicy policy,
+                                                                  std::string dead_letter_path) {
+  s_.bad_record_policy = policy;
+  s_.dead_letter_path = std::move(dead_letter_path);
+  return *this;
+}
+
+Result<std::shared_ptr<PostgresCdcSource>> PostgresCdcSourceBuilder::try_build() const {
+  auto bad = [](std::string m) { return Error(ErrorCode::kConfiguration, fmt::format("{}: {}", kRole, m)); };
+  if (s_.conninfo.empty()) return bad("no connection: set conninfo(\"host=... dbname=... user=...\")");
+  if (!valid_name(s_.slot_name)) {
+    return bad(fmt::format("slot name '{}' is invalid: use 1-63 lower-case letters, digits and '_'", s_.slot_name));
+  }
+  if (!valid_name(s_.publication_name)) {
+    return bad(fmt::format("publication name '{}' is invalid: use 1-63 lower-case letters, digits and '_'",
+                           s_.publication_name));
+  }
+  for (const auto& t : s_.tables) {
+    auto [schema, table] = split_table(t);
+    if (schema.empty() || table.empty() || table.find('.') != std::string::npos) {
+      return bad(fmt::format("table '{}' is not \"schema.table\" or \"table\"", t));
+    }
+  }
+  if (s_.heartbeat_interval_ms < 0) return bad("heartbeat_interval must be >= 0");
+  if (s_.status_interval_ms <= 0) return bad("status_interval must be > 0");
+  if (s_.snapshot_fetch_rows <= 0) return bad("snapshot_fetch_rows must be > 0");
+  if (s_.queue_capacity == 0) return bad("queue_capacity must be > 0");
+  if (s_.bad_record_policy == BadRecordPolicy::kDeadLetter && s_.dead_letter_path.empty()) {
+    return bad("on_bad_record(kDeadLetter) needs a dead-letter file path");
+  }
+  return std::make_shared<PostgresCdcSource>(s_);
+}
+
+}  // namespace sluice
