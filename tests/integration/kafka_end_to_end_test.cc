@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/test_util/failures.h"
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
@@ -37,6 +38,8 @@ SLUICE_FIELDS(Out, key, value);
 
 namespace sluice {
 namespace {
+
+using sluice::testing::test_seed;
 
 namespace fs = std::filesystem;
 namespace tk = sluice::testing::kafka;
@@ -58,23 +61,11 @@ int64_t wall_ms() {
       .count();
 }
 
-uint64_t test_seed() {
-  const char* s = std::getenv("SLUICE_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ULL;
-}
-
-/// Throws after seeded record counts, `thresholds.size()` times over the whole job (all subtasks and attempts
-/// share the counter `fired`).
+/// Injects the seeded failures and turns a consumed record into its output.
 struct FailingMap {
-  std::shared_ptr<std::atomic<int>> fired;
-  std::shared_ptr<const std::vector<int64_t>> thresholds;
-  int64_t seen = 0;
+  sluice::testing::InjectedFailures failures;
   Out operator()(const Rec& r) {
-    int k = fired->load();
-    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
-      if (fired->compare_exchange_strong(k, k + 1))
-        throw std::runtime_error("injected failure " + std::to_string(k + 1));
-    }
+    failures.on_record();
     return Out{r.key.value_or(""), std::to_string(r.partition) + ":" + std::to_string(r.offset) + ":" + r.value};
   }
 };
@@ -112,6 +103,8 @@ class KafkaEndToEndTest : public ::testing::Test {
     EXPECT_TRUE(tk::create_topic(bootstrap, name, kPartitions));
     tk::Client p = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", bootstrap},
                                                        {"linger.ms", "20"},
+                                                       // Retries on a fresh broker must not reorder the input.
+                                                       {"enable.idempotence", "true"},
                                                        {"batch.num.messages", "10000"},
                                                        {"queue.buffering.max.messages", "500000"},
                                                        {"log_level", "3"}});
@@ -248,7 +241,9 @@ class KafkaEndToEndTest : public ::testing::Test {
     }
     ASSERT_EQ(total, kRecords);
     std::vector<int32_t> seen_values(static_cast<size_t>(kRecords), 0);
-    std::map<std::string, int64_t> last_new_value;  // per key: the last value seen for the first time
+    // Per key: the input offset of the last record seen for the first time. A key's records share one input
+    // partition (the producer places by key), so input order is offset order.
+    std::map<std::string, int64_t> last_new_offset;
     int64_t out_of_order = 0;
     for (const Read& r : out) {
       ASSERT_LT(r.in_partition, kPartitions);
@@ -258,10 +253,10 @@ class KafkaEndToEndTest : public ::testing::Test {
       const bool first = seen_values[static_cast<size_t>(r.value)]++ == 0;
       EXPECT_EQ(r.key, "k" + std::to_string(r.value % kKeys));
       if (!first) continue;  // a repeat after a restart replays an earlier stretch of its key
-      auto [it, fresh] = last_new_value.try_emplace(r.key, r.value);
+      auto [it, fresh] = last_new_offset.try_emplace(r.key, r.in_offset);
       if (!fresh) {
-        if (r.value <= it->second) ++out_of_order;
-        it->second = r.value;
+        if (r.in_offset <= it->second) ++out_of_order;
+        it->second = r.in_offset;
       }
     }
     EXPECT_EQ(out_of_order, 0) << "records of a key came out of input order";

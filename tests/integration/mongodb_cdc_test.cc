@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/failures.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/mongodb/bson_value.h"
@@ -41,6 +42,8 @@
 
 namespace sluice {
 namespace {
+
+using sluice::testing::test_seed;
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -52,11 +55,6 @@ constexpr auto kDeadline = 90s;
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-uint64_t test_seed() {
-  const char* s = std::getenv("SLUICE_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ULL;
 }
 
 std::string unique_name(const std::string& prefix) {
@@ -633,20 +631,7 @@ TEST_F(MongoCdcIntegrationTest, CollectionsByPatternAreSpreadAndDiscoveredWhileR
               mongodb::collection_split_owner(db_ + "." + prefix + "_new", 2));
 }
 
-/// Throws after seeded record counts, `thresholds.size()` times over the whole job.
-struct FailingMap {
-  std::shared_ptr<std::atomic<int>> fired;
-  std::shared_ptr<const std::vector<int64_t>> thresholds;
-  int64_t seen = 0;
-  ChangeEvent operator()(const ChangeEvent& e) {
-    int k = fired->load();
-    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
-      if (fired->compare_exchange_strong(k, k + 1))
-        throw std::runtime_error("injected failure " + std::to_string(k + 1));
-    }
-    return e;
-  }
-};
+using FailingMap = sluice::testing::FailingIdentity<ChangeEvent>;
 
 // Measured on the 2-core development machine (2026-11-30, release build, fresh emulator, writes in bulk batches
 // of 1000): with moderate load the 100 k writes took 4.7 s and the job read the ~108 k envelopes (replays after

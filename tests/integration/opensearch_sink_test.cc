@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/failures.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
@@ -39,15 +40,12 @@
 namespace sluice {
 namespace {
 
+using sluice::testing::test_seed;
+
 namespace fs = std::filesystem;
 namespace os = sluice::opensearch;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
-
-uint64_t test_seed() {
-  const char* s = std::getenv("SLUICE_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ULL;
-}
 
 /// A small REST client of the node, for setting up indices and reading documents back.
 class Node {
@@ -313,21 +311,7 @@ TEST_F(OpenSearchSinkIntegrationTest, MappingErrorFailsTheJobNamingIndexIdAndRea
   EXPECT_THAT(msg, HasSubstr("status 400: mapper_parsing_exception"));
 }
 
-/// Fails after a seeded number of records, `thresholds.size()` times over the whole job (shared by every subtask
-/// and attempt through the atomic counter).
-struct FailingMap {
-  std::shared_ptr<std::atomic<int>> fired;
-  std::shared_ptr<const std::vector<int64_t>> thresholds;
-  int64_t seen = 0;
-  int64_t operator()(int64_t v) {
-    int k = fired->load();
-    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
-      if (fired->compare_exchange_strong(k, k + 1))
-        throw std::runtime_error("injected failure " + std::to_string(k + 1));
-    }
-    return v;
-  }
-};
+using FailingMap = sluice::testing::FailingIdentity<int64_t>;
 
 /// Runs datagen 0..records-1 -> FailingMap (`failures` injected failures at seeded points) -> [key_by v % keys]
 /// -> `sink`, with checkpoints every 100 ms and fixed-delay restarts.

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/failures.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
@@ -37,6 +38,8 @@
 
 namespace sluice {
 namespace {
+
+using sluice::testing::test_seed;
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -50,11 +53,6 @@ constexpr auto kDeadline = 60s;
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-uint64_t test_seed() {
-  const char* s = std::getenv("SLUICE_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ULL;
 }
 
 /// Waits until `pred` holds or the deadline passes (polling a condition owned by another process).
@@ -746,20 +744,7 @@ TEST_F(PostgresCdcTest, SnapshotWithConcurrentWritesEndsInTheTableState) {
   }
 }
 
-/// Throws after seeded record counts, `thresholds.size()` times over the whole job (all attempts share `fired`).
-struct FailingMap {
-  std::shared_ptr<std::atomic<int>> fired;
-  std::shared_ptr<const std::vector<int64_t>> thresholds;
-  int64_t seen = 0;
-  ChangeEvent operator()(const ChangeEvent& e) {
-    int k = fired->load();
-    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
-      if (fired->compare_exchange_strong(k, k + 1))
-        throw std::runtime_error("injected failure " + std::to_string(k + 1));
-    }
-    return e;
-  }
-};
+using FailingMap = sluice::testing::FailingIdentity<ChangeEvent>;
 
 TEST_F(PostgresCdcTest, HundredThousandChangesUnderTenFailuresAreAllDeliveredInKeyOrder) {
   constexpr int kKeys = 1000, kRounds = 100, kFailures = 10;

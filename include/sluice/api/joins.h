@@ -51,6 +51,7 @@ class KeyedTwoInputOperatorBase : public TwoInputOperator<In1, In2>, protected O
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
   }
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
+  std::shared_ptr<void> release_keyed_state() override { return keyed_.release(); }
   void process_watermark(TimestampMs wm) override {
     keyed_.timers().advance_watermark(
         wm, [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kEventTime); });

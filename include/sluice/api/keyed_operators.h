@@ -72,6 +72,15 @@ class KeyedContextHolder final : public TimerService {
   }
   HeapKeyedStateBackend<K>& backend() { return *backend_; }
   const HeapKeyedStateBackend<K>& backend() const { return *backend_; }
+  /// Moves the backend and the timers out (StreamOperatorBase::release_keyed_state); nullptr before open().
+  std::shared_ptr<void> release() {
+    if (backend_ == nullptr) return nullptr;
+    struct Released {
+      std::unique_ptr<HeapKeyedStateBackend<K>> backend;
+      std::unique_ptr<InternalTimerService<K, N>> timers;  // declared last: destroyed before the backend it uses
+    };
+    return std::make_shared<Released>(Released{std::move(backend_), std::move(timers_)});
+  }
   InternalTimerService<K, N>& timers() { return *timers_; }
 
   // TimerService of keyed functions: timers in the default namespace of the current key.
@@ -126,6 +135,10 @@ class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override {
     return backend_ == nullptr ? nullptr : capture_keyed_operator(*backend_);
   }
+  std::shared_ptr<void> release_keyed_state() override {
+    value_ = nullptr;
+    return std::shared_ptr<void>(std::move(backend_));
+  }
   void notify_checkpoint_complete(int64_t id) override {
     detail::notify_function_checkpoint_complete(reducer_, this->name(), id);
   }
@@ -178,6 +191,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
   void close() override { fn_.close(); }
   void snapshot_state(int64_t id) override { detail::snapshot_function(fn_, this->name(), id); }
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
+  std::shared_ptr<void> release_keyed_state() override { return keyed_.release(); }
   void notify_checkpoint_complete(int64_t id) override {
     detail::notify_function_checkpoint_complete(fn_, this->name(), id);
   }

@@ -175,6 +175,11 @@ class StreamOperatorBase {
   /// Keyed operators: a consistent capture of the keyed state and timers (see KeyedStateSnapshot), taken
   /// right after snapshot_state(); nullptr for operators without keyed state.
   virtual std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() { return nullptr; }
+  /// Keyed operators: hands over the keyed state backend and timers of a subtask that has stopped (its task
+  /// thread was joined), so that the runtime frees them on another thread: a large heap state takes over a
+  /// second per GiB to free, and a restart must not wait for it. The operator is not used afterwards, except
+  /// to be destroyed. nullptr for operators without keyed state.
+  virtual std::shared_ptr<void> release_keyed_state() { return nullptr; }
   /// Checkpoint `checkpoint_id` completed (every task acknowledged and its metadata is durable): two-phase
   /// commit sinks commit, sources report positions. A later id implies the earlier ones.
   virtual void notify_checkpoint_complete(int64_t /*checkpoint_id*/) {}

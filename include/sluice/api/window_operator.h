@@ -218,6 +218,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   }
   /// Window contents, trigger counters, the merging-window set and all timers (cleanup and trigger timers).
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
+  std::shared_ptr<void> release_keyed_state() override { return keyed_.release(); }
   void notify_checkpoint_complete(int64_t id) override {
     if (settings_.rich_function) {
       detail::notify_function_checkpoint_complete(*settings_.rich_function, this->name(), id);

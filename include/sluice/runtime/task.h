@@ -122,11 +122,12 @@ class Task final : public TaskServices, public CreditWaiter {
   void add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input);
   WakeupSignal& wakeup_signal() { return wakeup_; }
   const std::vector<std::unique_ptr<StreamOperatorBase>>& operators() const { return operators_; }
-  /// Moves the operator chain and its runtime contexts out of a task whose thread was joined, so that the
-  /// caller may destroy them on another thread: freeing a large keyed state takes long (over a second per
-  /// GiB of heap state), and a restart must not wait for it. Afterwards the task is only fit for
-  /// destruction. Returns an owner of the operators (destroying it destroys them).
-  std::shared_ptr<void> release_operators();
+  /// Takes the keyed state of every operator of a task whose thread was joined
+  /// (StreamOperatorBase::release_keyed_state), so that the caller may free it on another thread: freeing a
+  /// large heap state takes over a second per GiB, and a restart must not wait for it. Everything with
+  /// effects outside the process (sinks, clients) stays with the operators, which are destroyed with the
+  /// task. Returns an owner of the states (nullptr when there is none), for destruction only.
+  std::shared_ptr<void> release_keyed_state();
 
   // --- lifecycle, any thread ---
   void start();

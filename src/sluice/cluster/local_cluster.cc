@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -73,11 +73,13 @@ struct RegionAttempt {
   std::set<Task*> end_of_input;  // waiting for a checkpoint of their final state
 };
 
-// Destroys the operators of torn-down region attempts on a thread of its own. Freeing a large keyed state
+// Frees the keyed state of torn-down region attempts on a thread of its own. Freeing a large keyed state
 // takes long (1.4 s for 1 GiB of heap state: a million strings and hash-table entries), and a restarting
-// region must not wait for it: the tasks were joined already, so nothing uses those operators any more. The
-// rest of an attempt (tasks, channels and their network buffers, which the restarted region needs) is
-// destroyed at once. The job drains the disposer before it reports its end.
+// region must not wait for it: the tasks were joined already, so nothing uses that state any more. The rest
+// of an attempt is destroyed at once: the operators (a sink's client must be gone before the restarted
+// region writes, or it could still deliver older records after newer ones), the tasks, and the channels
+// with their network buffers, which the restarted region needs. The job drains the disposer before it
+// reports its end.
 class OperatorDisposer {
  public:
   OperatorDisposer() = default;
@@ -929,9 +931,9 @@ void LocalJob::teardown_locked(Region& r, std::unique_lock<std::mutex>& lock) {
     stats_[static_cast<size_t>(nid)].records_in += op->metrics().records_in.get();
     stats_[static_cast<size_t>(nid)].records_out += op->metrics().records_out.get();
   }
-  a->operators.clear();  // raw pointers into the operators released next
-  for (auto& t : a->tasks)
-    disposer_.dispose(t->release_operators());
+  for (auto& t : a->tasks) {
+    if (auto state = t->release_keyed_state()) disposer_.dispose(std::move(state));
+  }
   lock.unlock();
   a.reset();  // tasks, then channels (their buffers go back to the pool)
   lock.lock();

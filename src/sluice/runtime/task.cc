@@ -56,20 +56,13 @@ StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, s
   return operators_.back().get();
 }
 
-std::shared_ptr<void> Task::release_operators() {
-  assert(!thread_.joinable() && "release_operators() needs a joined task");
-  struct Released {
-    std::vector<std::unique_ptr<StreamOperatorBase>> operators;
-    std::vector<std::unique_ptr<TaskRuntimeContext>> contexts;
-    ~Released() {
-      operators.clear();  // operators before their contexts, as in the task
-    }
-  };
-  auto released = std::make_shared<Released>();
-  released->operators = std::move(operators_);
-  released->contexts = std::move(contexts_);
-  operators_.clear();
-  contexts_.clear();
+std::shared_ptr<void> Task::release_keyed_state() {
+  assert(!thread_.joinable() && "release_keyed_state() needs a joined task");
+  auto released = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  for (auto& op : operators_) {
+    if (auto state = op->release_keyed_state()) released->push_back(std::move(state));
+  }
+  if (released->empty()) return nullptr;
   return released;
 }
 
