@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
@@ -18,24 +19,14 @@
 namespace sluice::bench {
 namespace {
 
+using sluice::bench::cpu_seconds;
+using sluice::bench::median;
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 // Process-wide probes of the benchmark jobs (one job runs at a time).

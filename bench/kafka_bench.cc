@@ -33,12 +33,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
 #include "sluice/core/logging.h"
 
 namespace {
+
+using sluice::bench::cpu_seconds;
 
 using Clock = std::chrono::steady_clock;
 using sluice::DeliveryGuarantee;
@@ -151,14 +154,6 @@ std::string unique(const std::string& prefix) {
   static int n = 0;
   return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "-" +
          std::to_string(std::chrono::system_clock::now().time_since_epoch().count() % 1'000'000);
-}
-
-/// CPU time (user + system, all threads) of this process, in seconds: steadier than wall time on a shared machine.
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 double seconds_since(Clock::time_point t) {

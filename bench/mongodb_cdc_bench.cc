@@ -30,11 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
 #include "sluice/core/logging.h"
 
 namespace {
+
+using sluice::bench::cpu_seconds;
+using sluice::bench::median;
 
 using Clock = std::chrono::steady_clock;
 
@@ -48,13 +52,6 @@ struct Options {
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "mongodb-cdc-bench: %s\n", what.c_str());
   std::exit(2);
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 /// Counts what reaches the sink; wakes a waiter at `target`.
@@ -140,11 +137,6 @@ Run run_job(const Options& o, std::shared_ptr<sluice::MongoCdcSource> source, in
   (void)o;
   const double s = std::chrono::duration<double>(counter->done - t0).count();
   return Run{static_cast<double>(expect) / s, (cpu1 - cpu0) / static_cast<double>(expect) * 1e6};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

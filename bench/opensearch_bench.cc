@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/opensearch/opensearch_sink.h"
@@ -33,6 +34,8 @@
 #include "sluice/core/logging.h"
 
 namespace {
+
+using sluice::bench::cpu_seconds;
 
 struct Options {
   std::string url;
@@ -118,13 +121,6 @@ int64_t count_docs(const std::string& base, const std::string& index) {
   const std::string body = rest("GET", base + "/" + index + "/_count");
   sluice::Value v = sluice::Value::from_json(body).value_or_throw();
   return v.find("count")->as_int64();
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 struct Run {

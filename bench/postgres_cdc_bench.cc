@@ -32,12 +32,17 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/postgres/postgres_cdc_source.h"
 #include "sluice/core/logging.h"
 
 namespace {
+
+using sluice::bench::cpu_seconds;
+using sluice::bench::median;
+using sluice::bench::peak_rss_mib;
 
 using Clock = std::chrono::steady_clock;
 using sluice::cdc::ChangeEvent;
@@ -61,13 +66,6 @@ void exec(PGconn* c, const std::string& sql) {
   PQclear(r);
 }
 
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 /// CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat; -1 when unreadable.
 double process_cpu_seconds(int pid) {
   FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
@@ -82,12 +80,6 @@ double process_cpu_seconds(int pid) {
   // Fields 3.. after ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime.
   if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return -1;
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 /// Counts events; discards them.
@@ -249,11 +241,6 @@ Figures run_once(const Options& o, int run) {
       f.walsender_cpu_per_m, peak_rss_mib());
   std::fflush(stdout);
   return f;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
