@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -28,7 +29,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,40 +66,25 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   if (const char* b = std::getenv("KAFKA_BOOTSTRAP_SERVERS")) o.bootstrap = b;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--bootstrap") {
-      o.bootstrap = value();
-    } else if (a == "--records") {
-      o.records = std::stoll(value());
-    } else if (a == "--bytes") {
-      o.bytes = std::stoi(value());
-    } else if (a == "--partitions") {
-      o.partitions = std::stoi(value());
-    } else if (a == "--parallelism") {
-      o.parallelism = std::stoi(value());
-    } else if (a == "--rate") {
-      o.rate = std::stod(value());
-    } else if (a == "--seconds") {
-      o.seconds = std::stoi(value());
-    } else if (a == "--intervals") {
-      o.intervals.clear();
-      std::stringstream ss(value());
-      std::string part;
-      while (std::getline(ss, part, ','))
-        o.intervals.push_back(std::stoll(part));
-    } else if (a == "--only") {
-      o.only = value();
-    } else if (a == "--help" || a == "-h") {
-      std::printf("see the comment at the top of bench/kafka_bench.cc\n");
-      std::exit(0);
-    } else {
-      die("unknown option " + a);
-    }
+  CLI::App app{
+      "Kafka ceiling, pipeline throughput and exactly-once latency (see the comment at the top of "
+      "bench/kafka_bench.cc)",
+      "kafka-bench"};
+  app.add_option("--bootstrap", o.bootstrap, "Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)");
+  app.add_option("--records", o.records, "Records per run")->capture_default_str();
+  app.add_option("--bytes", o.bytes, "Bytes per record value")->capture_default_str();
+  app.add_option("--partitions", o.partitions, "Partitions of the topics")->capture_default_str();
+  app.add_option("--parallelism", o.parallelism, "Job parallelism")->capture_default_str();
+  app.add_option("--rate", o.rate, "Records/s of the latency run")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "Seconds of the latency run")->capture_default_str();
+  app.add_option("--intervals", o.intervals, "Checkpoint intervals in ms, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--only", o.only, "raw, pipeline or latency (default: all)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
   if (o.bootstrap.empty()) die("no broker: set KAFKA_BOOTSTRAP_SERVERS (scripts/services/run-with kafka -- ...)");
   if (o.bytes < 24) die("--bytes must be at least 24");

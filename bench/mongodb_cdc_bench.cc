@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -144,23 +145,15 @@ Run run_job(const Options& o, std::shared_ptr<sluice::MongoCdcSource> source, in
 int main(int argc, char** argv) {
   Options o;
   if (const char* u = std::getenv("MONGODB_URI")) o.uri = u;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--docs") {
-      o.docs = std::atoll(next().c_str());
-    } else if (a == "--runs") {
-      o.runs = std::atoi(next().c_str());
-    } else if (a == "--batch") {
-      o.batch = std::atoi(next().c_str());
-    } else if (a == "--uri") {
-      o.uri = next();
-    } else {
-      die("unknown option " + a + " (see the comment at the top of bench/mongodb_cdc_bench.cc)");
-    }
+  CLI::App app{"Events/s of the MongoDB CDC source, snapshot and streaming", "mongodb-cdc-bench"};
+  app.add_option("--docs", o.docs, "Documents per run")->capture_default_str();
+  app.add_option("--runs", o.runs, "Runs")->capture_default_str();
+  app.add_option("--batch", o.batch, "Change-stream batch size")->capture_default_str();
+  app.add_option("--uri", o.uri, "MongoDB URI (default: $MONGODB_URI)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
   if (o.uri.empty()) die("no MONGODB_URI: run through scripts/services/run-with mongodb -- ...");
   if (o.docs <= 0 || o.runs <= 0) die("--docs and --runs must be positive");

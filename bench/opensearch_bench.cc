@@ -16,13 +16,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,39 +51,20 @@ struct Options {
   std::exit(2);
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ','))
-    out.push_back(std::stoll(item));
-  return out;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   if (const char* u = std::getenv("OPENSEARCH_URL")) o.url = u;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--docs") {
-      o.docs = std::stoll(next());
-    } else if (a == "--batches") {
-      o.batches = parse_list(next());
-    } else if (a == "--runs") {
-      o.runs = std::stoi(next());
-    } else if (a == "--parallelism") {
-      o.parallelism = std::stoi(next());
-    } else if (a == "--no-warmup") {
-      o.warmup = false;
-    } else if (a == "--url") {
-      o.url = next();
-    } else {
-      die("unknown option " + a);
-    }
+  CLI::App app{"Documents/s of the OpenSearch sink by bulk request size", "opensearch-bench"};
+  app.add_option("--docs", o.docs, "Documents per run")->capture_default_str();
+  app.add_option("--batches", o.batches, "Bulk request sizes, comma-separated")->delimiter(',')->capture_default_str();
+  app.add_option("--runs", o.runs, "Runs per batch size")->capture_default_str();
+  app.add_option("--parallelism", o.parallelism, "Sink parallelism")->capture_default_str();
+  app.add_flag("!--no-warmup", o.warmup, "Skip the uncounted warm-up run");
+  app.add_option("--url", o.url, "OpenSearch URL (default: $OPENSEARCH_URL)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
   if (o.url.empty()) die("no OPENSEARCH_URL: run it through scripts/services/run-with opensearch, or pass --url");
   return o;

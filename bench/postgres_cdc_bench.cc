@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -248,23 +249,15 @@ Figures run_once(const Options& o, int run) {
 int main(int argc, char** argv) {
   Options o;
   if (const char* u = std::getenv("POSTGRES_URL")) o.url = u;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--rows") {
-      o.rows = std::stoll(next());
-    } else if (a == "--runs") {
-      o.runs = std::stoi(next());
-    } else if (a == "--txn-rows") {
-      o.txn_rows = std::stoll(next());
-    } else if (a == "--url") {
-      o.url = next();
-    } else {
-      die("unknown option " + a);
-    }
+  CLI::App app{"Events/s of the Postgres CDC source: snapshot, streaming and backlog", "postgres-cdc-bench"};
+  app.add_option("--rows", o.rows, "Rows per run")->capture_default_str();
+  app.add_option("--runs", o.runs, "Runs")->capture_default_str();
+  app.add_option("--txn-rows", o.txn_rows, "Rows per writer transaction")->capture_default_str();
+  app.add_option("--url", o.url, "Postgres URL (default: $POSTGRES_URL)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
   if (o.url.empty()) die("no POSTGRES_URL: run through scripts/services/run-with postgres -- ...");
   sluice::init_logging();
