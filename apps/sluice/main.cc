@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline_command.h"
 #include "rest_client.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/core/logging.h"
@@ -343,6 +344,9 @@ int main(int argc, char** argv) {
 
   auto* version = app.add_subcommand("version", "Print the version");
 
+  sluice::cli::PipelineFlags pipeline_flags;
+  auto [run_cmd, validate_cmd] = sluice::cli::add_pipeline_commands(app, pipeline_flags);
+
   auto* example = app.add_subcommand("example", "Run a bundled example job on the local mini-cluster");
   example->require_subcommand(1);
   auto* list_examples = example->add_subcommand("list", "List the examples");
@@ -407,6 +411,13 @@ int main(int argc, char** argv) {
   if (version->parsed()) {
     fmt::print("sluice {}\n", SLUICE_VERSION);
     return 0;
+  }
+  if (validate_cmd->parsed()) return sluice::cli::validate_pipeline(pipeline_flags);
+  if (run_cmd->parsed()) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const int rc = sluice::cli::run_pipeline(pipeline_flags, app.count("--log-level") > 0);
+    curl_global_cleanup();
+    return rc;
   }
   if (list_examples->parsed()) {
     fmt::print("wordcount     count words in text files (bundled: {}/hamlet.txt)\n", SLUICE_EXAMPLES_DATA_DIR);

@@ -85,6 +85,7 @@ class JobClient {
     virtual std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) = 0;
     virtual std::vector<CheckpointStats> checkpoint_stats() const = 0;
     virtual int restarts() const = 0;
+    virtual std::vector<OperatorStats> operator_stats() const { return {}; }
   };
   explicit JobClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -111,6 +112,9 @@ class JobClient {
   std::vector<CheckpointStats> checkpoint_stats() const { return impl_->checkpoint_stats(); }
   /// Failover restarts so far.
   int restarts() const { return impl_->restarts(); }
+  /// Per-operator counters while the job runs, in graph order, summed over subtasks and attempts. Never
+  /// decrease between calls (fit for Prometheus counters); the final JobResult::operators may be larger.
+  std::vector<OperatorStats> operator_stats() const { return impl_->operator_stats(); }
 
  private:
   std::shared_ptr<Impl> impl_;

@@ -218,6 +218,27 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
     std::lock_guard lock(mu_);
     return restarts_;
   }
+  std::vector<OperatorStats> operator_stats() const override {
+    std::lock_guard lock(mu_);
+    if (terminal_) return result_.operators;
+    std::vector<OperatorStats> out = stats_;
+    for (const auto& r : regions_) {
+      if (!r.attempt) continue;
+      for (const auto& [nid, op] : r.attempt->operators) {
+        out[static_cast<size_t>(nid)].records_in += op->metrics().records_in.get();
+        out[static_cast<size_t>(nid)].records_out += op->metrics().records_out.get();
+      }
+    }
+    // An attempt being torn down is neither in its region nor in stats_ yet: keep what was reported.
+    if (reported_stats_.size() == out.size()) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i].records_in = std::max(out[i].records_in, reported_stats_[i].records_in);
+        out[i].records_out = std::max(out[i].records_out, reported_stats_[i].records_out);
+      }
+    }
+    reported_stats_ = out;
+    return out;
+  }
 
   // --- TaskListener (task threads) ---
   void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) override {
@@ -379,7 +400,8 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   bool terminal_ = false;
   int restarts_ = 0;
   std::optional<Error> job_error_;
-  std::vector<OperatorStats> stats_;  // per stream node, summed over finished attempts
+  std::vector<OperatorStats> stats_;                   // per stream node, summed over finished attempts
+  mutable std::vector<OperatorStats> reported_stats_;  // the last operator_stats(), so counters never go down
   JobResult result_;
 };
 

@@ -53,9 +53,13 @@ struct SourceInfo {
   bool snapshot = false;  ///< true for snapshot reads, and for stream events a resnapshot/overlap marks
   /// Postgres: the transaction id; MongoDB: the `txnNumber` when the change was in a transaction; else -1.
   int64_t txn_id = -1;
+  /// Orders the changes that share one position: Postgres the LSN of the change's own WAL record (every
+  /// change of a transaction has the transaction's commit LSN as position); 0 when the position alone is
+  /// unique (MongoDB resume tokens, snapshot reads). Deterministic on replay, so domain-event ids use it.
+  int64_t sequence = 0;
   friend bool operator==(const SourceInfo&, const SourceInfo&) = default;
 };
-SLUICE_FIELDS(SourceInfo, connector, database, collection, position, ts_ms, snapshot, txn_id);
+SLUICE_FIELDS(SourceInfo, connector, database, collection, position, ts_ms, snapshot, txn_id, sequence);
 
 /// One change to one entity (row or document).
 struct ChangeEvent {

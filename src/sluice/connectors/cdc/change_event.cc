@@ -39,6 +39,7 @@ Value ChangeEvent::to_value() const {
                              {"ts_ms", Value(source.ts_ms)},
                              {"snapshot", Value(source.snapshot)}});
   if (source.txn_id >= 0) src.set("txn_id", Value(source.txn_id));
+  if (source.sequence != 0) src.set("sequence", Value(source.sequence));
   return Value::object(
       {{"op", Value(to_string(op))}, {"key", key}, {"before", before}, {"after", after}, {"source", std::move(src)}});
 }
@@ -92,6 +93,7 @@ Result<ChangeEvent> ChangeEvent::from_value(const Value& v) {
   if (!snap) return snap.error();
   e.source.snapshot = (*snap)->as_bool();
   if (const Value* t = s.find("txn_id"); t != nullptr && t->is_int64()) e.source.txn_id = t->as_int64();
+  if (const Value* q = s.find("sequence"); q != nullptr && q->is_int64()) e.source.sequence = q->as_int64();
   return e;
 }
 

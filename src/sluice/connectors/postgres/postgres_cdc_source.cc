@@ -726,6 +726,7 @@ class Fetcher {
         e.after = std::move(m.change.after);
         e.source = cdc::SourceInfo{"postgres",    database_, m.change.relation->qualified_name(), txn_position_,
                                    commit_ts_ms_, overlap_,  static_cast<int64_t>(xid_)};
+        e.source.sequence = static_cast<int64_t>(data_start);
         batch.push_back(std::move(it));
         return;
       }

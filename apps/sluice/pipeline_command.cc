@@ -1,0 +1,164 @@
+#include "pipeline_command.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "sluice/core/config.h"
+#include "sluice/pipeline/pipeline_runner.h"
+#include "sluice/pipeline/pipeline_spec.h"
+#include "sluice/web/metrics_server.h"
+
+namespace sluice::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+}
+
+Result<Configuration> overrides(const PipelineFlags& f) {
+  Configuration c;
+  for (const auto& p : f.props) {
+    const auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Error(ErrorCode::kConfiguration, fmt::format("-D {} is not of the form key=value", p));
+    }
+    c.set_string(p.substr(0, eq), p.substr(eq + 1));
+  }
+  return c;
+}
+
+std::string describe(const pipeline::PipelineSpec& spec) {
+  std::string sinks;
+  for (const auto& s : spec.sinks)
+    sinks += fmt::format("{}{} ({})", sinks.empty() ? "" : ", ", s.name, s.options.type);
+  return fmt::format("pipeline '{}': source {}, {} transform(s), {} route(s), sinks {}", spec.pipeline.name,
+                     spec.source.type, spec.transforms.size(), spec.routes.size(), sinks);
+}
+
+}  // namespace
+
+std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFlags& f) {
+  auto* run = app.add_subcommand("run", "Run a pipeline file (CDC to domain events; docs/pipelines.md)");
+  run->add_option("PIPELINE", f.file, "The pipeline YAML file")->required();
+  run->add_option("-D", f.props, "Engine option key=value (repeatable), over the file's pipeline.config");
+  run->add_option("--http-port", f.http_port,
+                  "Port of /metrics and /health (overrides pipeline.http.port; 0 = any free port, -1 = off)")
+      ->check(CLI::Range(-1, 65535));
+  run->add_option("--linger", f.linger,
+                  "Keep /metrics and /health serving this long after the job ended (e.g. 10s), so the final "
+                  "state can be scraped")
+      ->capture_default_str();
+  run->add_flag("-q,--quiet", f.quiet, "Do not print the summary at the end");
+  auto* validate = app.add_subcommand("validate", "Check a pipeline file without running it");
+  validate->add_option("PIPELINE", f.file, "The pipeline YAML file")->required();
+  validate->add_option("-D", f.props, "Engine option key=value (repeatable)");
+  return {run, validate};
+}
+
+int validate_pipeline(const PipelineFlags& f) {
+  Result<pipeline::PipelineSpec> spec = pipeline::load_pipeline(f.file);
+  if (!spec.ok()) {
+    fmt::print(stderr, "{}\n", spec.error().message());
+    return 2;
+  }
+  Result<Configuration> o = overrides(f);
+  if (!o.ok()) {
+    fmt::print(stderr, "error: {}\n", o.error().message());
+    return 2;
+  }
+  Result<std::unique_ptr<pipeline::PipelineRunner>> runner = pipeline::PipelineRunner::create(*spec, *o);
+  if (!runner.ok()) {
+    fmt::print(stderr, "{}\n", runner.error().message());
+    return 2;
+  }
+  fmt::print("{}: valid; {}\n", f.file, describe(*spec));
+  return 0;
+}
+
+int run_pipeline(const PipelineFlags& f, bool log_level_given) {
+  // One line per completed checkpoint is logged at info level; keep it unless the user chose a level.
+  if (!log_level_given) spdlog::set_level(spdlog::level::info);
+  Result<pipeline::PipelineSpec> spec = pipeline::load_pipeline(f.file);
+  if (!spec.ok()) {
+    fmt::print(stderr, "{}\n", spec.error().message());
+    return 2;
+  }
+  Result<Configuration> o = overrides(f);
+  if (!o.ok()) {
+    fmt::print(stderr, "error: {}\n", o.error().message());
+    return 2;
+  }
+  Result<int64_t> linger_ms = parse_duration_ms(f.linger);
+  if (!linger_ms.ok() || *linger_ms < 0) {
+    fmt::print(stderr, "error: --linger '{}' is not a duration (e.g. 0, 500ms, 10s)\n", f.linger);
+    return 2;
+  }
+  Result<std::unique_ptr<pipeline::PipelineRunner>> created = pipeline::PipelineRunner::create(*spec, *o);
+  if (!created.ok()) {
+    fmt::print(stderr, "{}\n", created.error().message());
+    return 2;
+  }
+  pipeline::PipelineRunner& runner = **created;
+
+  const int port = f.http_port != -2 ? f.http_port : spec->pipeline.http_port;
+  std::unique_ptr<MetricsServer> http;
+  if (port >= 0) {
+    auto server = MetricsServer::start(
+        spec->pipeline.http_address, port, [&runner] { return runner.metrics_text(); },
+        [&runner] {
+          pipeline::HealthReport h = runner.health();
+          return HealthResponse{h.healthy, h.to_json()};
+        });
+    if (!server.ok()) {
+      fmt::print(stderr, "error: {}\n", server.error().message());
+      return 1;
+    }
+    http = std::move(*server);
+    // The port on one line of its own, so scripts and tests can find an ephemeral port.
+    spdlog::info("pipeline '{}': metrics and health at http://{}:{}/metrics and /health", spec->pipeline.name,
+                 spec->pipeline.http_address, http->port());
+  }
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  if (Status st = runner.start(); !st.ok()) {
+    fmt::print(stderr, "error: pipeline '{}' could not start: {}\n", spec->pipeline.name, st.error().to_string());
+    return 1;
+  }
+  spdlog::info("pipeline '{}' started: {}", spec->pipeline.name, describe(*spec));
+  // The job runs on its own threads; this thread waits for it or for a signal.
+  bool signalled = false;
+  while (true) {
+    const JobStatus s = runner.status();
+    if (s != JobStatus::kRunning && s != JobStatus::kCreated) break;
+    if (g_signal.load() != 0 && !signalled) {
+      signalled = true;
+      spdlog::info("pipeline '{}': signal {} received, cancelling the job", spec->pipeline.name, g_signal.load());
+      runner.cancel();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  JobResult result = runner.wait();
+  if (!f.quiet) fmt::print("{}\n", runner.summary(result));
+  const int rc = result.status == JobStatus::kFinished || (signalled && result.status == JobStatus::kCanceled) ? 0 : 1;
+  if (rc != 0) {
+    fmt::print(stderr, "error: pipeline '{}' {}{}\n", spec->pipeline.name, job_status_name(result.status),
+               result.error ? ": " + result.error->to_string() : "");
+  }
+  if (http && *linger_ms > 0 && g_signal.load() == 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*linger_ms);
+    while (std::chrono::steady_clock::now() < until && g_signal.load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return rc;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,80 @@
+// PipelineRunner: runs a parsed pipeline file as a job on the local mini-cluster (`sluice run`), and reports
+// on it: Prometheus metrics and health (DESIGN.md §9; docs/pipelines.md "Operating a pipeline").
+//
+// The job: source (change events) -> Transform (filter, projection, key, domain event, routes; bad records
+// to the dead-letter sink) -> key_by(entity) -> per sink: Route filter -> sink. Operator uids are fixed
+// ("source", "transform", "route-<sink>", "sink-<sink>", "dead-letter"), so a pipeline restarted after a crash
+// resumes from its checkpoints: start() looks for the latest completed checkpoint under the checkpoint storage
+// (every run writes <storage>/<job-id>/chk-<n>) and restores it.
+//
+// Thread-safety: start() and wait() from one thread; metrics_text(), health() and status() from any thread
+// (the HTTP endpoint calls them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "sluice/api/job.h"
+#include "sluice/core/config.h"
+#include "sluice/core/error.h"
+#include "sluice/pipeline/pipeline_spec.h"
+
+namespace sluice::pipeline {
+
+/// The verdict of /health.
+struct HealthReport {
+  bool healthy = false;
+  std::string status;              ///< the job's status ("RUNNING", "FAILED", ...)
+  std::string reason;              ///< why unhealthy ("" when healthy)
+  int64_t checkpoint_age_ms = -1;  ///< since the last completed checkpoint (or since the start), -1 unknown
+  int64_t source_lag_ms = -1;      ///< -1 unknown
+
+  /// {"healthy":..,"status":..,"reason":..,"checkpoint_age_ms":..,"source_lag_ms":..}
+  std::string to_json() const;
+};
+
+class PipelineRunner {
+ public:
+  /// Builds the job of `spec` (connectors are configured, nothing is started). `engine_overrides` are
+  /// Flink-style keys that win over the file (`-D` on the command line). Errors: kConfiguration naming the
+  /// file location.
+  [[nodiscard]] static Result<std::unique_ptr<PipelineRunner>> create(const PipelineSpec& spec,
+                                                                      const Configuration& engine_overrides = {});
+  ~PipelineRunner();
+
+  /// Starts the job, resuming from the latest completed checkpoint in the checkpoint storage when there is
+  /// one (logged). Errors: kConfiguration / kCheckpoint when the job cannot start.
+  [[nodiscard]] Status start();
+  /// Blocks until the job ends.
+  JobResult wait();
+  /// Cancels the job (returns at once; wait() then reports CANCELED).
+  void cancel();
+  /// The job's status (kCreated before start()).
+  JobStatus status() const;
+
+  /// Prometheus text exposition format 0.0.4: per operator records in/out, checkpoints (count, failed,
+  /// last duration and size, age of the last completed), restarts, job status, pipeline counters and the
+  /// source's lag and position gauges.
+  std::string metrics_text() const;
+  /// Healthy when the job is RUNNING, the last completed checkpoint (or the start, before the first) is at
+  /// most max-checkpoint-age old, and the source lag is within max-source-lag when set.
+  HealthReport health() const;
+
+  /// The completed checkpoint the job resumed from ("" on a fresh start).
+  const std::string& restored_from() const;
+  /// One line for the end of a run: events in/out, filtered, unrouted, dead letters, duration.
+  std::string summary(const JobResult& result) const;
+
+ private:
+  struct State;
+  explicit PipelineRunner(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+/// The latest completed checkpoint under `storage` (a path or file:// URI): the `chk-<n>` directory with a
+/// `_metadata` file of the job directory written last, or "" when there is none.
+std::string find_latest_checkpoint(const std::string& storage);
+
+}  // namespace sluice::pipeline

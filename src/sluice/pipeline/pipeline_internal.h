@@ -1,0 +1,71 @@
+// Private parts of the pipeline runner shared by its files: the record that flows from the transform to the
+// sinks, the counters the runner exposes, and the builders of sources, transform and sinks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sluice/api/stream_environment.h"
+#include "sluice/connectors/cdc/change_event.h"
+#include "sluice/core/type_serializer.h"
+#include "sluice/core/value.h"
+#include "sluice/pipeline/pipeline_spec.h"
+
+namespace sluice::pipeline::detail {
+
+/// A domain event on its way to the sinks.
+struct RoutedEvent {
+  Value event;             ///< the envelope (domain_event.h)
+  std::string collection;  ///< "database.collection" of the change, for routes
+  std::string entity_key;  ///< the entity as text: the key_by key
+  int64_t version = -1;    ///< external version from the source position (OpenSearch), -1 when none
+  uint64_t sinks = 0;      ///< bit i: goes to spec.sinks[i]
+};
+SLUICE_FIELDS(RoutedEvent, event, collection, entity_key, version, sinks);
+
+/// Counters of one pipeline run, shared by the subtasks of its functions. Thread-safe (relaxed atomics).
+struct PipelineCounters {
+  std::atomic<int64_t> changes_in{0};           ///< change events that reached the transform
+  std::atomic<int64_t> events_out{0};           ///< domain events emitted
+  std::atomic<int64_t> filtered{0};             ///< dropped by a filter
+  std::atomic<int64_t> unrouted{0};             ///< matched no route
+  std::atomic<int64_t> dead_letters{0};         ///< sent to the dead-letter sink by the transform
+  std::atomic<int64_t> last_source_ts_ms{0};    ///< source timestamp of the latest change seen
+  std::atomic<int64_t> last_change_wall_ms{0};  ///< wall-clock time it was seen
+};
+
+/// Source lag and position readers of the running source, for /metrics and /health.
+struct SourceProbe {
+  std::string type;
+  /// Lag in ms (now minus the source timestamp of the latest change not yet caught up), or -1 unknown.
+  std::function<int64_t(int64_t now_ms)> lag_ms;
+  /// Extra gauges "name" -> value (events, positions), for /metrics.
+  std::function<std::vector<std::pair<std::string, double>>()> gauges;
+};
+
+/// Expands ${NAME} from the environment in `text`; an unset variable is a kConfiguration error naming it.
+Result<std::string> expand_env(const std::string& text);
+
+/// The source as a stream of change events. Fills `probe`. Errors: kConfiguration with the option's location.
+Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const PipelineSpec& spec,
+                                                const std::string& dead_letter_dir, SourceProbe& probe);
+
+/// The transform: change events -> routed domain events; bad records to `dead_letters` (a side output) when
+/// the pipeline has a dead-letter sink, else the job fails naming the record.
+DataStream<RoutedEvent> add_transform(DataStream<cdc::ChangeEvent>& changes, const PipelineSpec& spec,
+                                      std::shared_ptr<PipelineCounters> counters,
+                                      std::optional<DataStream<Value>>* dead_letters);
+
+/// Adds sink `index` of spec.sinks, fed by the events whose mask has bit `index`. Errors: kConfiguration.
+Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,
+                const std::string& dead_letter_dir);
+
+/// Adds the dead-letter sink for the transform's bad records.
+Status add_dead_letter_sink(DataStream<Value>& bad, const PipelineSpec& spec);
+
+}  // namespace sluice::pipeline::detail

@@ -1,0 +1,331 @@
+#include "sluice/pipeline/pipeline_runner.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+
+#include "pipeline_internal.h"
+#include "sluice/api/stream_environment.h"
+
+namespace sluice::pipeline {
+
+namespace fs = std::filesystem;
+using detail::PipelineCounters;
+using detail::RoutedEvent;
+using detail::SourceProbe;
+
+namespace {
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string storage_path(const std::string& storage) {
+  return storage.starts_with("file://") ? storage.substr(7) : storage;
+}
+
+// Escapes a Prometheus label value (text format 0.0.4: backslash, double quote and newline).
+std::string label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string find_latest_checkpoint(const std::string& storage) {
+  const fs::path root = storage_path(storage);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  std::string best;
+  fs::file_time_type best_time{};
+  for (const auto& job : fs::directory_iterator(root, ec)) {
+    if (!job.is_directory(ec)) continue;
+    for (const auto& chk : fs::directory_iterator(job.path(), ec)) {
+      if (!chk.path().filename().string().starts_with("chk-")) continue;
+      const fs::path meta = chk.path() / "_metadata";
+      const auto t = fs::last_write_time(meta, ec);
+      if (ec) {
+        ec.clear();
+        continue;
+      }
+      if (best.empty() || t > best_time) {
+        best = chk.path().string();
+        best_time = t;
+      }
+    }
+  }
+  return best;
+}
+
+std::string HealthReport::to_json() const {
+  return Value::object({{"healthy", Value(healthy)},
+                        {"status", Value(status)},
+                        {"reason", Value(reason)},
+                        {"checkpoint_age_ms", Value(checkpoint_age_ms)},
+                        {"source_lag_ms", Value(source_lag_ms)}})
+      .to_json();
+}
+
+struct PipelineRunner::State {
+  PipelineSpec spec;
+  Configuration config;
+  std::unique_ptr<StreamEnvironment> env;
+  std::shared_ptr<PipelineCounters> counters = std::make_shared<PipelineCounters>();
+  SourceProbe probe;
+  std::string restored_from;
+  int64_t start_wall_ms = 0;
+  mutable std::mutex mu;
+  std::optional<JobClient> client;
+};
+
+PipelineRunner::PipelineRunner(std::unique_ptr<State> state) : s_(std::move(state)) {}
+PipelineRunner::~PipelineRunner() {
+  if (s_ && s_->client) {
+    s_->client->cancel();
+    s_->client->wait();
+  }
+}
+
+Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpec& spec,
+                                                               const Configuration& engine_overrides) {
+  auto s = std::make_unique<State>();
+  s->spec = spec;
+  const PipelineSettings& p = spec.pipeline;
+  Configuration& c = s->config;
+  c.set(options::kParallelism, p.parallelism);
+  if (p.checkpoint_interval_ms > 0) {
+    c.set(options::kCheckpointInterval, p.checkpoint_interval_ms);
+    Result<std::string> storage = detail::expand_env(p.checkpoint_storage);
+    if (!storage.ok()) return storage.error().with_context("pipeline.checkpoint.storage");
+    // A plain path is made absolute here, so a relative one means the directory `sluice run` started in.
+    c.set(options::kCheckpointDir,
+          storage->find("://") == std::string::npos ? fs::absolute(*storage).lexically_normal().string() : *storage);
+    c.set(options::kCheckpointMode, std::string(p.delivery == "exactly-once" ? "EXACTLY_ONCE" : "AT_LEAST_ONCE"));
+  }
+  c.set(options::kRestartStrategy, p.restart.strategy);
+  if (p.restart.strategy == "fixed-delay") {
+    c.set(options::kFixedDelayAttempts, p.restart.attempts);
+    c.set(options::kFixedDelayDelay, p.restart.delay_ms);
+  } else if (p.restart.strategy == "exponential-delay") {
+    c.set(options::kExpDelayInitialBackoff, p.restart.delay_ms);
+    c.set(options::kExpDelayMaxBackoff, p.restart.max_delay_ms);
+  }
+  for (const auto& [k, v] : p.config)
+    c.set_string(k, v);
+  for (const auto& [k, v] : engine_overrides.entries())
+    c.set_string(k, v);
+
+  s->env = std::make_unique<StreamEnvironment>(c);
+  std::string dead_letter_dir = "./.sluice/dead-letter";
+  if (p.dead_letter && p.dead_letter->options.type == "files") {
+    Result<std::string> dl = detail::expand_env(p.dead_letter->options.get_string("path"));
+    if (!dl.ok()) return dl.error().with_context("pipeline.dead-letter.path");
+    dead_letter_dir = *dl;
+  }
+
+  Result<DataStream<cdc::ChangeEvent>> changes = detail::add_source(*s->env, spec, dead_letter_dir, s->probe);
+  if (!changes.ok()) return changes.error();
+  std::optional<DataStream<Value>> dead_letters;
+  DataStream<RoutedEvent> events = detail::add_transform(*changes, spec, s->counters, &dead_letters);
+  events.name("Transform").uid("transform");
+  auto keyed = events.key_by([](const RoutedEvent& r) { return r.entity_key; });
+  for (size_t i = 0; i < spec.sinks.size(); ++i) {
+    SLUICE_RETURN_IF_ERROR(detail::add_sink(keyed, spec, i, dead_letter_dir));
+  }
+  if (dead_letters) SLUICE_RETURN_IF_ERROR(detail::add_dead_letter_sink(*dead_letters, spec));
+  return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(s)));
+}
+
+Status PipelineRunner::start() {
+  const PipelineSettings& p = s_->spec.pipeline;
+  if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
+    const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
+    if (!latest.empty()) {
+      s_->restored_from = latest;
+      s_->env->config().set(options::kStateRecoveryPath, latest);
+      spdlog::info("pipeline '{}': resuming from checkpoint {}", p.name, latest);
+    }
+  }
+  s_->start_wall_ms = wall_ms();
+  try {
+    JobClient client = s_->env->execute_async(p.name);
+    std::lock_guard lock(s_->mu);
+    s_->client.emplace(std::move(client));
+  } catch (const SluiceException& e) {
+    return e.error();
+  }
+  return ok_status();
+}
+
+JobResult PipelineRunner::wait() {
+  std::optional<JobClient> c;
+  {
+    std::lock_guard lock(s_->mu);
+    c = s_->client;
+  }
+  if (!c) return JobResult{};
+  return c->wait();
+}
+
+void PipelineRunner::cancel() {
+  std::lock_guard lock(s_->mu);
+  if (s_->client) s_->client->cancel();
+}
+
+JobStatus PipelineRunner::status() const {
+  std::lock_guard lock(s_->mu);
+  return s_->client ? s_->client->status() : JobStatus::kCreated;
+}
+
+const std::string& PipelineRunner::restored_from() const {
+  return s_->restored_from;
+}
+
+std::string PipelineRunner::metrics_text() const {
+  std::optional<JobClient> c;
+  {
+    std::lock_guard lock(s_->mu);
+    c = s_->client;
+  }
+  const std::string job = label(s_->spec.pipeline.name);
+  std::string out;
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  const JobStatus st = c ? c->status() : JobStatus::kCreated;
+  family("sluice_job_running", "gauge", "1 when the job is RUNNING, else 0.");
+  out += fmt::format("sluice_job_running{{job=\"{}\",status=\"{}\"}} {}\n", job, job_status_name(st),
+                     st == JobStatus::kRunning ? 1 : 0);
+  if (c) {
+    const std::vector<OperatorStats> ops = c->operator_stats();
+    family("sluice_operator_records_in_total", "counter", "Records an operator received, over its subtasks.");
+    for (const auto& o : ops) {
+      out += fmt::format("sluice_operator_records_in_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", job,
+                         label(o.name), label(o.uid), o.records_in);
+    }
+    family("sluice_operator_records_out_total", "counter", "Records an operator emitted, over its subtasks.");
+    for (const auto& o : ops) {
+      out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", job,
+                         label(o.name), label(o.uid), o.records_out);
+    }
+    family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
+    out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", job, c->restarts());
+    const std::vector<CheckpointStats> cps = c->checkpoint_stats();
+    int64_t completed = 0, failed = 0, last_duration = -1, last_completed_ms = -1;
+    uint64_t last_size = 0;
+    for (const auto& cp : cps) {
+      if (cp.completed) {
+        ++completed;
+        last_duration = cp.duration_ms;
+        last_size = cp.state_bytes;
+        last_completed_ms = cp.trigger_time_ms + cp.duration_ms;
+      } else if (!cp.failure.empty()) {
+        ++failed;
+      }
+    }
+    family("sluice_checkpoints_completed", "gauge", "Completed checkpoints among the recent ones kept in history.");
+    out += fmt::format("sluice_checkpoints_completed{{job=\"{}\"}} {}\n", job, completed);
+    family("sluice_checkpoints_failed", "gauge", "Failed checkpoints among the recent ones kept in history.");
+    out += fmt::format("sluice_checkpoints_failed{{job=\"{}\"}} {}\n", job, failed);
+    family("sluice_checkpoint_last_duration_ms", "gauge", "Duration of the last completed checkpoint (ms).");
+    out += fmt::format("sluice_checkpoint_last_duration_ms{{job=\"{}\"}} {}\n", job, last_duration);
+    family("sluice_checkpoint_last_size_bytes", "gauge", "State size of the last completed checkpoint (bytes).");
+    out += fmt::format("sluice_checkpoint_last_size_bytes{{job=\"{}\"}} {}\n", job, last_size);
+    family("sluice_checkpoint_age_ms", "gauge",
+           "Time since the last completed checkpoint (since the start before the first), ms.");
+    out += fmt::format("sluice_checkpoint_age_ms{{job=\"{}\"}} {}\n", job,
+                       wall_ms() - (last_completed_ms >= 0 ? last_completed_ms : s_->start_wall_ms));
+  }
+  const PipelineCounters& k = *s_->counters;
+  auto counter = [&](std::string_view name, std::string_view help, int64_t v) {
+    family(name, "counter", help);
+    out += fmt::format("{}{{job=\"{}\"}} {}\n", name, job, v);
+  };
+  counter("sluice_pipeline_changes_total", "Change events that reached the transform.", k.changes_in.load());
+  counter("sluice_pipeline_events_total", "Domain events emitted by the transform.", k.events_out.load());
+  counter("sluice_pipeline_filtered_total", "Change events dropped by a filter.", k.filtered.load());
+  counter("sluice_pipeline_unrouted_events_total", "Events that matched no route.", k.unrouted.load());
+  counter("sluice_pipeline_dead_letters_total", "Records the transform sent to the dead-letter sink.",
+          k.dead_letters.load());
+  family("sluice_source_lag_ms", "gauge", "Now minus the source timestamp of the latest change (-1 unknown).");
+  out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", job, label(s_->probe.type),
+                     health().source_lag_ms);
+  if (s_->probe.gauges) {
+    for (const auto& [name, v] : s_->probe.gauges()) {
+      family(name, "gauge", "Reported by the source connector.");
+      out += fmt::format("{}{{job=\"{}\",source=\"{}\"}} {}\n", name, job, label(s_->probe.type), v);
+    }
+  }
+  return out;
+}
+
+HealthReport PipelineRunner::health() const {
+  HealthReport h;
+  std::optional<JobClient> c;
+  {
+    std::lock_guard lock(s_->mu);
+    c = s_->client;
+  }
+  const JobStatus st = c ? c->status() : JobStatus::kCreated;
+  h.status = job_status_name(st);
+  const int64_t now = wall_ms();
+  const PipelineSettings& p = s_->spec.pipeline;
+  if (s_->probe.lag_ms) {
+    h.source_lag_ms = s_->probe.lag_ms(now);
+  } else {
+    // Sources without their own lag: the latest change's source time, while changes keep coming.
+    const int64_t ts = s_->counters->last_source_ts_ms.load();
+    h.source_lag_ms = ts > 0 ? std::max<int64_t>(0, now - ts) : -1;
+  }
+  if (c && p.checkpoint_interval_ms > 0) {
+    int64_t last = s_->start_wall_ms;
+    for (const auto& cp : c->checkpoint_stats()) {
+      if (cp.completed) last = std::max(last, cp.trigger_time_ms + cp.duration_ms);
+    }
+    h.checkpoint_age_ms = now - last;
+  }
+  if (st != JobStatus::kRunning) {
+    h.reason = fmt::format("the job is {}", h.status);
+    return h;
+  }
+  const int64_t max_age =
+      p.health_max_checkpoint_age_ms > 0 ? p.health_max_checkpoint_age_ms : 3 * p.checkpoint_interval_ms + 10'000;
+  if (p.checkpoint_interval_ms > 0 && h.checkpoint_age_ms > max_age) {
+    h.reason = fmt::format("the last completed checkpoint is {} ms old (bound {} ms)", h.checkpoint_age_ms, max_age);
+    return h;
+  }
+  if (p.health_max_source_lag_ms > 0 && h.source_lag_ms > p.health_max_source_lag_ms) {
+    h.reason = fmt::format("the source lags {} ms behind (bound {} ms)", h.source_lag_ms, p.health_max_source_lag_ms);
+    return h;
+  }
+  h.healthy = true;
+  return h;
+}
+
+std::string PipelineRunner::summary(const JobResult& result) const {
+  const PipelineCounters& k = *s_->counters;
+  return fmt::format(
+      "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to the "
+      "dead-letter sink), {} checkpoints, {} restarts{}",
+      s_->spec.pipeline.name, job_status_name(result.status), static_cast<double>(result.duration.count()) / 1000.0,
+      k.changes_in.load(), k.events_out.load(), k.filtered.load(), k.unrouted.load(), k.dead_letters.load(),
+      result.completed_checkpoints, result.restarts,
+      result.error ? fmt::format("; error: {}", result.error->to_string()) : "");
+}
+
+}  // namespace sluice::pipeline

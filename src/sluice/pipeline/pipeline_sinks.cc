@@ -1,0 +1,243 @@
+// The sinks of a pipeline, per `sink.<name>.type`, fed by the routed domain events.
+#include <fmt/format.h>
+
+#include "pipeline_internal.h"
+#include "sluice/connectors/files.h"
+#include "sluice/connectors/kafka/kafka_sink.h"
+#include "sluice/connectors/opensearch/opensearch_sink.h"
+#include "sluice/connectors/postgres/postgres_upsert_sink.h"
+#include "sluice/connectors/print.h"
+
+namespace sluice::pipeline::detail {
+namespace {
+
+Error sink_error(const PipelineSpec& spec, const SinkSpec& s, std::string_view key, std::string reason) {
+  Mark m = s.options.mark;
+  if (const OptionValue* v = s.options.find(key)) m = v->mark;
+  return Error(ErrorCode::kConfiguration,
+               fmt::format("{}:{}:{}: sink '{}': {}", spec.file, m.line, m.column, s.name, reason));
+}
+
+Result<std::string> sink_string(const PipelineSpec& spec, const SinkSpec& s, std::string_view key,
+                                std::string fallback = {}) {
+  Result<std::string> v = expand_env(s.options.get_string(key, std::move(fallback)));
+  if (!v.ok()) return sink_error(spec, s, key, v.error().message());
+  return v;
+}
+
+// Evaluates a sink expression over a domain event; a failure fails the task naming the event.
+std::string eval_text(const Expression& e, const Value& event, std::string_view what) {
+  Result<Value> v = e.evaluate(event);
+  if (!v.ok()) {
+    throw SluiceException(v.error().with_context(fmt::format("{} of event {}", what, event.to_json())));
+  }
+  if (v->is_string()) return std::string(v->as_string());
+  if (v->is_null()) {
+    throw SluiceException(
+        Error(ErrorCode::kRuntime, fmt::format("{} '{}' is NULL for event {}", what, e.text(), event.to_json())));
+  }
+  return v->to_json();
+}
+
+// The per-route override (topic or index) of a sink for a collection, or `fallback`.
+std::function<std::string(const std::string&)> route_override(const PipelineSpec& spec, const SinkSpec& s, bool topic,
+                                                              std::string fallback) {
+  std::vector<std::pair<std::string, std::string>> overrides;  // (match, value)
+  for (const RouteSpec& r : spec.routes) {
+    const std::string& v = topic ? r.topic : r.index;
+    if (r.sink == s.name && !v.empty()) overrides.emplace_back(r.match, v);
+  }
+  return [overrides = std::move(overrides), fallback = std::move(fallback)](const std::string& collection) {
+    for (const auto& [match, v] : overrides) {
+      if (match_collection(match, collection)) return v;
+    }
+    return fallback;
+  };
+}
+
+DataStream<RoutedEvent> routed_to(KeyedStream<std::string, RoutedEvent>& events, const SinkSpec& s, size_t index) {
+  const uint64_t bit = uint64_t{1} << index;
+  DataStream<RoutedEvent> out = events.filter([bit](const RoutedEvent& r) { return (r.sinks & bit) != 0; });
+  out.name("Route: " + s.name).uid("route-" + s.name);
+  return out;
+}
+
+Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s) {
+  Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
+  if (!servers.ok()) return servers.error();
+  auto b = KafkaSink<RoutedEvent>::builder();
+  b.bootstrap_servers(*servers);
+  auto topic = route_override(spec, s, true, s.options.get_string("topic"));
+  b.topic_selector([topic](const RoutedEvent& r) { return topic(r.collection); });
+  std::optional<Expression> key = s.kafka_key;
+  b.key_serializer(
+      [key](const RoutedEvent& r) { return key ? eval_text(*key, r.event, "the Kafka key") : r.entity_key; });
+  b.value_serializer([](const RoutedEvent& r) { return r.event.to_json(); });
+  for (const auto& [k, v] : s.options.get_map("properties")) {
+    Result<std::string> value = expand_env(v);
+    if (!value.ok()) return sink_error(spec, s, "properties", value.error().message());
+    b.property(k, *value);
+  }
+  const bool exactly_once = spec.pipeline.delivery == "exactly-once";
+  b.delivery_guarantee(exactly_once ? DeliveryGuarantee::kExactlyOnce : DeliveryGuarantee::kAtLeastOnce);
+  if (exactly_once) {
+    b.transactional_id_prefix(
+        s.options.get_string("transactional-id-prefix", fmt::format("sluice-{}-{}", spec.pipeline.name, s.name)));
+  }
+  Result<std::shared_ptr<KafkaSink<RoutedEvent>>> sink = b.try_build();
+  if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
+  in.sink_to(*sink, "Sink: " + s.name).uid("sink-" + s.name);
+  return ok_status();
+}
+
+Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
+                           const std::string& dead_letter_dir) {
+  Result<std::string> url = sink_string(spec, s, "url");
+  if (!url.ok()) return url.error();
+  auto b = OpenSearchSink<RoutedEvent>::builder();
+  b.url(*url);
+  if (s.options.find("username")) {
+    Result<std::string> password = sink_string(spec, s, "password");
+    if (!password.ok()) return password.error();
+    b.basic_auth(s.options.get_string("username"), *password);
+  }
+  if (s.index_expression) {
+    Expression e = *s.index_expression;
+    b.index_selector([e](const RoutedEvent& r) { return eval_text(e, r.event, "the index expression"); });
+  } else {
+    auto index = route_override(spec, s, false, s.options.get_string("index"));
+    b.index_selector([index](const RoutedEvent& r) { return index(r.collection); });
+  }
+  std::optional<Expression> id = s.document_id;
+  b.id([id](const RoutedEvent& r) { return id ? eval_text(*id, r.event, "the document id") : r.entity_key; });
+  b.action([](const RoutedEvent& r) {
+    const Value* op = r.event.find("op");
+    return op != nullptr && op->is_string() && op->as_string() == "d" ? opensearch::BulkOp::kDelete
+                                                                      : opensearch::BulkOp::kIndex;
+  });
+  b.document_json([](const RoutedEvent& r, std::string& out) {
+    const Value* payload = r.event.find("payload");
+    if (payload != nullptr && payload->is_object()) {
+      payload->write_json(out);
+    } else {
+      Value::object({{"value", payload != nullptr ? *payload : Value()}}).write_json(out);
+    }
+  });
+  if (s.options.get_string("versioning", "external") == "external") {
+    b.version([](const RoutedEvent& r) { return r.version >= 0 ? std::optional<int64_t>(r.version) : std::nullopt; },
+              opensearch::VersionType::kExternalGte);
+  }
+  b.position([](const RoutedEvent& r) {
+    const Value* src = r.event.find("source");
+    const Value* pos = src != nullptr ? src->find("position") : nullptr;
+    return pos != nullptr && pos->is_string() ? std::string(pos->as_string()) : std::string();
+  });
+  b.batch(s.options.get_int("bulk-actions", 1000), s.options.get_int("bulk-bytes", 5 << 20));
+  if (s.options.find("flush-interval")) {
+    b.flush_interval(std::chrono::milliseconds(s.options.get_int("flush-interval", 1000)));
+  }
+  if (s.options.find("max-retries")) {
+    opensearch::BackoffPolicy backoff;
+    backoff.max_retries = static_cast<int>(s.options.get_int("max-retries", 8));
+    b.backoff(backoff);
+  }
+  if (spec.pipeline.dead_letter) {
+    b.on_failed_item(BadRecordPolicy::kDeadLetter, dead_letter_dir + "/sink-" + s.name + ".jsonl");
+  }
+  Result<std::shared_ptr<OpenSearchSink<RoutedEvent>>> sink = b.try_build();
+  if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
+  std::shared_ptr<const Sink<RoutedEvent>> base = *sink;
+  in.sink_to(base, "Sink: " + s.name).uid("sink-" + s.name);
+  return ok_status();
+}
+
+Status add_postgres_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
+                         const std::string& dead_letter_dir) {
+  Result<std::string> conninfo = sink_string(spec, s, "conninfo");
+  if (!conninfo.ok()) return conninfo.error();
+  auto b = PostgresUpsertSink::builder();
+  b.conninfo(*conninfo).table(s.options.get_string("table")).key_columns(s.options.get_list("key-columns"));
+  if (s.options.find("batch-size")) b.batch_size(static_cast<size_t>(s.options.get_int("batch-size", 1000)));
+  if (s.options.find("flush-interval")) {
+    b.flush_interval(std::chrono::milliseconds(s.options.get_int("flush-interval", 1000)));
+  }
+  b.is_delete([](const Value& event) {
+    const Value* op = event.find("op");
+    return op != nullptr && op->is_string() && op->as_string() == "d";
+  });
+  std::optional<Projection> row = s.row;
+  b.row([row](const Value& event) -> Value {
+    if (row) {
+      Result<Value> v = row->evaluate(event);
+      if (!v.ok()) throw SluiceException(v.error().with_context(fmt::format("row of event {}", event.to_json())));
+      return std::move(*v);
+    }
+    const Value* payload = event.find("payload");
+    return payload != nullptr ? *payload : Value();
+  });
+  if (spec.pipeline.dead_letter) {
+    b.on_bad_record(BadRecordPolicy::kDeadLetter, dead_letter_dir + "/sink-" + s.name + ".jsonl");
+  }
+  Result<std::shared_ptr<PostgresUpsertSink>> sink = b.try_build();
+  if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
+  DataStream<Value> events = in.map([](const RoutedEvent& r) { return r.event; });
+  events.name("Event: " + s.name).uid("event-" + s.name);
+  std::shared_ptr<const Sink<Value>> base = *sink;
+  events.sink_to(base, "Sink: " + s.name).uid("sink-" + s.name);
+  return ok_status();
+}
+
+// Sinks of plain values (the events themselves): files and print.
+Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const SinkSpec& s, const std::string& uid) {
+  if (s.options.type == "files") {
+    Result<std::string> path = sink_string(spec, s, "path");
+    if (!path.ok()) return path.error();
+    events.sink_to(FileSink<Value>::json_lines(*path), "Sink: " + s.name).uid(uid);
+    return ok_status();
+  }
+  if (s.options.type == "print") {
+    std::shared_ptr<const Sink<Value>> sink = std::make_shared<PrintSink<Value>>(s.options.get_string("prefix"));
+    events.sink_to(sink, "Sink: " + s.name).uid(uid);
+    return ok_status();
+  }
+  if (s.options.type == "kafka") {
+    Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
+    if (!servers.ok()) return servers.error();
+    auto b = KafkaSink<Value>::builder();
+    b.bootstrap_servers(*servers).topic(s.options.get_string("topic"));
+    b.value_serializer([](const Value& v) { return v.to_json(); });
+    b.delivery_guarantee(DeliveryGuarantee::kAtLeastOnce);
+    for (const auto& [k, v] : s.options.get_map("properties"))
+      b.property(k, v);
+    Result<std::shared_ptr<KafkaSink<Value>>> sink = b.try_build();
+    if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
+    std::shared_ptr<const Sink<Value>> base = *sink;
+    events.sink_to(base, "Sink: " + s.name).uid(uid);
+    return ok_status();
+  }
+  return sink_error(spec, s, "type", fmt::format("type '{}' cannot be used here", s.options.type));
+}
+
+}  // namespace
+
+Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,
+                const std::string& dead_letter_dir) {
+  const SinkSpec& s = spec.sinks[index];
+  DataStream<RoutedEvent> in = routed_to(events, s, index);
+  const std::string& type = s.options.type;
+  if (type == "kafka") return add_kafka_sink(in, spec, s);
+  if (type == "opensearch" || type == "elasticsearch") return add_opensearch_sink(in, spec, s, dead_letter_dir);
+  if (type == "postgres") return add_postgres_sink(in, spec, s, dead_letter_dir);
+  if (type == "files" || type == "print") {
+    DataStream<Value> values = in.map([](const RoutedEvent& r) { return r.event; });
+    values.name("Event: " + s.name).uid("event-" + s.name);
+    return add_value_sink(values, spec, s, "sink-" + s.name);
+  }
+  return sink_error(spec, s, "type", fmt::format("unknown sink type '{}'", type));
+}
+
+Status add_dead_letter_sink(DataStream<Value>& bad, const PipelineSpec& spec) {
+  return add_value_sink(bad, spec, *spec.pipeline.dead_letter, "dead-letter");
+}
+
+}  // namespace sluice::pipeline::detail
