@@ -5,7 +5,8 @@
 // to the dead-letter sink) -> key_by(entity) -> per sink: Route filter -> sink. Operator uids are fixed
 // ("source", "transform", "route-<sink>", "sink-<sink>", "dead-letter"), so a pipeline restarted after a crash
 // resumes from its checkpoints: start() looks for the latest completed checkpoint under the checkpoint storage
-// (every run writes <storage>/<job-id>/chk-<n>) and restores it.
+// (every run writes <storage>/<job-id>/chk-<n>) and restores it. A job that FINISHED (a bounded source read
+// to its end) leaves a `_finished` marker in its job directory: the next run is a new job that starts over.
 //
 // Thread-safety: start() and wait() from one thread; metrics_text(), health() and status() from any thread
 // (the HTTP endpoint calls them).
@@ -64,7 +65,8 @@ class PipelineRunner {
 
   /// The completed checkpoint the job resumed from ("" on a fresh start).
   const std::string& restored_from() const;
-  /// One line for the end of a run: events in/out, filtered, unrouted, dead letters, duration.
+  /// The end-of-run summary: a line with changes in, events out, filtered, unrouted, dead letters, duration,
+  /// checkpoints and restarts, then the domain events per type.
   std::string summary(const JobResult& result) const;
 
  private:
@@ -73,8 +75,8 @@ class PipelineRunner {
   std::unique_ptr<State> s_;
 };
 
-/// The latest completed checkpoint under `storage` (a path or file:// URI): the `chk-<n>` directory with a
-/// `_metadata` file of the job directory written last, or "" when there is none.
+/// The latest completed checkpoint under `storage` (a path or file:// URI): the `chk-<n>` directory whose
+/// `_metadata` file was written last, among job directories without a `_finished` marker; "" when none.
 std::string find_latest_checkpoint(const std::string& storage);
 
 }  // namespace sluice::pipeline

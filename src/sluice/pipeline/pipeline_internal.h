@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,22 @@ struct PipelineCounters {
   std::atomic<int64_t> dead_letters{0};         ///< sent to the dead-letter sink by the transform
   std::atomic<int64_t> last_source_ts_ms{0};    ///< source timestamp of the latest change seen
   std::atomic<int64_t> last_change_wall_ms{0};  ///< wall-clock time it was seen
+
+  /// Domain events per type, merged from the transform's subtasks now and then (add_types) and at close.
+  void add_types(std::map<std::string, int64_t>& counts) {
+    std::lock_guard lock(mu);
+    for (auto& [t, n] : counts)
+      types[t] += n;
+    counts.clear();
+  }
+  std::map<std::string, int64_t> type_counts() const {
+    std::lock_guard lock(mu);
+    return types;
+  }
+
+ private:
+  mutable std::mutex mu;
+  std::map<std::string, int64_t> types;
 };
 
 /// Source lag and position readers of the running source, for /metrics and /health.

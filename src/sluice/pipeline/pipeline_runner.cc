@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 
@@ -23,6 +24,9 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// Written into a job's checkpoint directory when the job FINISHED (find_latest_checkpoint skips it).
+constexpr const char* kFinishedMarker = "_finished";
 
 std::string storage_path(const std::string& storage) {
   return storage.starts_with("file://") ? storage.substr(7) : storage;
@@ -54,7 +58,7 @@ std::string find_latest_checkpoint(const std::string& storage) {
   std::string best;
   fs::file_time_type best_time{};
   for (const auto& job : fs::directory_iterator(root, ec)) {
-    if (!job.is_directory(ec)) continue;
+    if (!job.is_directory(ec) || fs::exists(job.path() / kFinishedMarker, ec)) continue;
     for (const auto& chk : fs::directory_iterator(job.path(), ec)) {
       if (!chk.path().filename().string().starts_with("chk-")) continue;
       const fs::path meta = chk.path() / "_metadata";
@@ -179,7 +183,16 @@ JobResult PipelineRunner::wait() {
     c = s_->client;
   }
   if (!c) return JobResult{};
-  return c->wait();
+  JobResult r = c->wait();
+  if (r.status == JobStatus::kFinished && s_->spec.pipeline.checkpoint_interval_ms > 0) {
+    // A finished job is done: the next run is a new job and must not resume from its final checkpoint.
+    const fs::path marker =
+        fs::path(storage_path(s_->config.get(options::kCheckpointDir))) / r.job_id / kFinishedMarker;
+    std::error_code ec;
+    fs::create_directories(marker.parent_path(), ec);
+    if (FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
+  }
+  return r;
 }
 
 void PipelineRunner::cancel() {
@@ -320,12 +333,19 @@ HealthReport PipelineRunner::health() const {
 std::string PipelineRunner::summary(const JobResult& result) const {
   const PipelineCounters& k = *s_->counters;
   return fmt::format(
-      "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to the "
-      "dead-letter sink), {} checkpoints, {} restarts{}",
-      s_->spec.pipeline.name, job_status_name(result.status), static_cast<double>(result.duration.count()) / 1000.0,
-      k.changes_in.load(), k.events_out.load(), k.filtered.load(), k.unrouted.load(), k.dead_letters.load(),
-      result.completed_checkpoints, result.restarts,
-      result.error ? fmt::format("; error: {}", result.error->to_string()) : "");
+             "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to "
+             "the "
+             "dead-letter sink), {} checkpoints, {} restarts{}",
+             s_->spec.pipeline.name, job_status_name(result.status),
+             static_cast<double>(result.duration.count()) / 1000.0, k.changes_in.load(), k.events_out.load(),
+             k.filtered.load(), k.unrouted.load(), k.dead_letters.load(), result.completed_checkpoints, result.restarts,
+             result.error ? fmt::format("; error: {}", result.error->to_string()) : "") +
+         [&] {
+           std::string types;
+           for (const auto& [t, n] : k.type_counts())
+             types += fmt::format("\n  {:>10}  {}", n, t);
+           return types.empty() ? std::string() : "\nevents by type:" + types;
+         }();
 }
 
 }  // namespace sluice::pipeline

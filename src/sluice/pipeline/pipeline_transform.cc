@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <unordered_map>
 
 #include "pipeline_internal.h"
@@ -46,8 +47,17 @@ class TransformFunction final : public ProcessFunction<cdc::ChangeEvent, RoutedE
       return;
     }
     counters_->events_out.fetch_add(1, std::memory_order_relaxed);
+    if (const Value* type = (*r)->event.find("type"); type != nullptr && type->is_string()) {
+      ++type_counts_[std::string(type->as_string())];
+      if (++since_merge_ >= 4096) {
+        counters_->add_types(type_counts_);
+        since_merge_ = 0;
+      }
+    }
     out.collect(std::move(**r));
   }
+
+  void close() override { counters_->add_types(type_counts_); }
 
  private:
   const CollectionPlan& plan_for(const std::string& collection) {
@@ -213,6 +223,8 @@ class TransformFunction final : public ProcessFunction<cdc::ChangeEvent, RoutedE
   bool has_dead_letter_;
   std::unordered_map<std::string, CollectionPlan> plans_;
   std::string collection_;
+  std::map<std::string, int64_t> type_counts_;  // merged into counters_ every 4096 events and at close
+  int since_merge_ = 0;
 };
 
 }  // namespace
@@ -223,6 +235,9 @@ DataStream<RoutedEvent> add_transform(DataStream<cdc::ChangeEvent>& changes, con
   auto shared = std::make_shared<const PipelineSpec>(spec);
   const bool has_dead_letter = spec.pipeline.dead_letter.has_value();
   DataStream<RoutedEvent> out = changes.process(TransformFunction(shared, std::move(counters), has_dead_letter));
+  // At the source's parallelism, so that the edge is forward: a source of parallelism 1 (Postgres) feeding more
+  // transform subtasks went round-robin, and the events of one entity overtook each other before the key_by.
+  if (const int p = changes.graph()->node(changes.node_id()).parallelism; p > 0) out.set_parallelism(p);
   if (has_dead_letter) *dead_letters = out.get_side_output(dead_letter_tag());
   return out;
 }

@@ -1,0 +1,963 @@
+// Chaos test of `sluice run` (issue 7): a CDC pipeline process is SIGKILLed 5 times while a workload runs and is
+// restarted each time from its checkpoints; its output must equal that of a reference pipeline that is never
+// killed. Parameterised over the source (Postgres, the MongoDB-wire emulator).
+//
+// Two pipeline files, identical except name / slot / topic / index / checkpoint dir, read the same (empty at
+// start) table or collection: A (killed; sinks Kafka at-least-once and OpenSearch, id = entity) and B
+// (reference; Kafka only). Both have a files dead-letter sink. The test writes 50,000 changes on 5,000 entities
+// (inserts, several updates per entity, deletes and re-inserts, in batches; seeded by SLUICE_TEST_SEED), with
+// one malformed row whose `amount` is not a number, so the transform's CAST fails for it. Meanwhile it kills A
+// at 5 seeded random moments (each after A completed a checkpoint since its last start) and restarts it. Then:
+//  (a) every change has its domain event in A's topic at least once (B's events, per entity, match the
+//      workload's changes in order and count, and A holds every id of B);
+//  (b) deduplicated by event id, A's events equal B's (id, type, entity, op, occurred_at, payload, source);
+//  (c) per entity, the first occurrences of A's events come in B's (= source) order;
+//  (d) A's OpenSearch index holds exactly the final state of every entity (deleted ones absent);
+//  (e) the malformed change is in A's (and B's) dead-letter files, with stage, position and error, and the
+//      changes after it have their events.
+// MongoDB: the emulator looks `fullDocument` of an update up when the event is read (docs/services.md), so the
+// payload of an update depends on when it was read: for updates (b) compares everything but the payload, and
+// the per-entity check against the workload compares the event types only. Updates are replaces that carry
+// the `_id` (the emulator's `documentKey` of an update is the new document), so an update read after the
+// document's deletion still has its key.
+//
+// Scale: 50,000 changes for both sources. SLUICE_CHAOS_SCALE (a factor, default 1) scales the MongoDB workload
+// only (the emulator's change streams slow down as its oplog grows).
+// Run: scripts/services/run-with postgres mongodb kafka opensearch -- build/<preset>/tests/pipeline_kill_test
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <mongoc/mongoc.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/test_util/failures.h"
+#include "integration/test_util/kafka.h"
+#include "integration/test_util/services.h"
+#include "sluice/core/value.h"
+
+extern char** environ;
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+namespace kafka = sluice::testing::kafka;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kChanges = 50'000;
+constexpr int kEntities = 5'000;
+constexpr int kKills = 5;
+constexpr int kBatch = 500;               // changes per transaction / bulk write
+constexpr int kChangesPerSecond = 5'000;  // the workload's pace, so that the kills spread over some seconds
+constexpr int kPartitions = 4;
+constexpr auto kStartDeadline = 60s;
+constexpr auto kCatchUpDeadline = 120s;
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string unique_name(const std::string& prefix) {
+  static std::atomic<int> n{0};
+  return prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(wall_ms() % 100000000) + "_" +
+         std::to_string(n++);
+}
+
+/// Polls `pred` until it holds or `deadline` passed (the external condition has no notification).
+template <class Pred>
+bool poll_until(Pred pred, std::chrono::milliseconds deadline) {
+  const auto end = Clock::now() + deadline;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);  // polling interval of an external condition, not synchronisation
+  }
+  return pred();
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const fs::path& p, size_t lines = 40) {
+  const std::string text = read_file(p);
+  size_t pos = text.size();
+  for (size_t n = 0; n <= lines && pos > 0; ++n) {
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  return text.substr(pos);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The workload: a seeded sequence of changes on entities 0..kEntities-1, plus one malformed insert.
+
+struct Row {
+  std::string status;
+  std::string amount;  // text: the transform casts it to BIGINT
+  int64_t revision = 0;
+};
+
+struct Change {
+  enum Kind { kInsert, kUpdate, kDelete } kind;
+  int64_t id;
+  Row row;  // the new row (insert, update)
+};
+
+struct Workload {
+  std::vector<Change> changes;
+  size_t malformed = 0;                                     // index of the malformed change
+  int64_t malformed_id = 0;                                 // its entity (never changed again)
+  std::map<int64_t, Row> final_rows;                        // the state after all changes, malformed entity excluded
+  std::map<int64_t, std::vector<const Change*>> by_entity;  // well-formed changes per entity, in order
+};
+
+Workload make_workload(uint64_t seed, int changes, int entities) {
+  static const char* kStatuses[] = {"created", "authorized", "paid", "settled", "refunded", "disputed"};
+  std::mt19937_64 rnd(seed);
+  Workload w;
+  w.malformed = static_cast<size_t>(changes / 2 + static_cast<int>(rnd() % 97));
+  w.malformed_id = entities;  // outside the range of the others
+  std::vector<std::optional<Row>> state(static_cast<size_t>(entities));
+  auto amount = [&] { return std::to_string(100 + rnd() % 1'000'000); };
+  for (int i = 0; i < changes; ++i) {
+    if (static_cast<size_t>(i) == w.malformed) {
+      w.changes.push_back({Change::kInsert, w.malformed_id, Row{"created", "n/a", 0}});
+      continue;
+    }
+    const auto id = static_cast<int64_t>(rnd() % static_cast<uint64_t>(entities));
+    std::optional<Row>& s = state[static_cast<size_t>(id)];
+    if (!s) {
+      s = Row{"created", amount(), 0};
+      w.changes.push_back({Change::kInsert, id, *s});
+    } else if (rnd() % 100 < 8) {
+      w.changes.push_back({Change::kDelete, id, Row{}});
+      s.reset();
+    } else {
+      s = Row{kStatuses[rnd() % 6], amount(), s->revision + 1};
+      w.changes.push_back({Change::kUpdate, id, *s});
+    }
+  }
+  for (int id = 0; id < entities; ++id) {
+    if (state[static_cast<size_t>(id)]) w.final_rows[id] = *state[static_cast<size_t>(id)];
+  }
+  for (size_t i = 0; i < w.changes.size(); ++i) {
+    if (i != w.malformed) w.by_entity[w.changes[i].id].push_back(&w.changes[i]);
+  }
+  return w;
+}
+
+const char* op_of(Change::Kind k) {
+  return k == Change::kInsert ? "c" : k == Change::kUpdate ? "u" : "d";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The sources: where the changes are written, and the final state read back.
+
+class SourceDb {
+ public:
+  virtual ~SourceDb() = default;
+  virtual void setup() = 0;
+  virtual void teardown() = 0;
+  /// Applies changes[begin, end) as one transaction / bulk write.
+  virtual void apply(const std::vector<Change>& changes, size_t begin, size_t end) = 0;
+  /// The rows now: id -> row.
+  virtual std::map<int64_t, Row> rows() = 0;
+  /// The `source:` section and the id field of the key.
+  virtual std::string source_yaml(const std::string& pipeline) = 0;
+  virtual std::string key_field() const = 0;
+};
+
+class PostgresDb final : public SourceDb {
+ public:
+  explicit PostgresDb(const testing::ServiceEnv& env) : url_(env.get("POSTGRES_URL")) {
+    table_ = unique_name("chaos_charges");
+  }
+  ~PostgresDb() override {
+    if (c_ != nullptr) PQfinish(c_);
+  }
+  void setup() override {
+    c_ = PQconnectdb(url_.c_str());
+    ASSERT_EQ(PQstatus(c_), CONNECTION_OK) << PQerrorMessage(c_);
+    exec("CREATE TABLE public." + table_ +
+         " (id BIGINT PRIMARY KEY, status TEXT NOT NULL, amount TEXT NOT NULL, revision BIGINT NOT NULL)");
+  }
+  void teardown() override {
+    if (c_ == nullptr) return;
+    for (const std::string& p : {std::string("a"), std::string("b")}) {
+      exec_quiet("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + table_ +
+                 "_" + p + "'");
+      exec_quiet("DROP PUBLICATION IF EXISTS " + table_ + "_" + p);
+    }
+    exec_quiet("DROP TABLE IF EXISTS public." + table_);
+  }
+  void apply(const std::vector<Change>& changes, size_t begin, size_t end) override {
+    std::string sql = "BEGIN;";
+    for (size_t i = begin; i < end; ++i) {
+      const Change& c = changes[i];
+      const std::string id = std::to_string(c.id);
+      if (c.kind == Change::kInsert) {
+        sql += "INSERT INTO public." + table_ + " VALUES (" + id + ", '" + c.row.status + "', '" + c.row.amount +
+               "', " + std::to_string(c.row.revision) + ");";
+      } else if (c.kind == Change::kUpdate) {
+        sql += "UPDATE public." + table_ + " SET status = '" + c.row.status + "', amount = '" + c.row.amount +
+               "', revision = " + std::to_string(c.row.revision) + " WHERE id = " + id + ";";
+      } else {
+        sql += "DELETE FROM public." + table_ + " WHERE id = " + id + ";";
+      }
+    }
+    sql += "COMMIT;";
+    exec(sql);
+  }
+  std::map<int64_t, Row> rows() override {
+    std::map<int64_t, Row> out;
+    PGresult* r = PQexec(c_, ("SELECT id, status, amount, revision FROM public." + table_).c_str());
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+      ADD_FAILURE() << PQresultErrorMessage(r);
+    } else {
+      for (int i = 0; i < PQntuples(r); ++i) {
+        out[std::stoll(PQgetvalue(r, i, 0))] =
+            Row{PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), std::stoll(PQgetvalue(r, i, 3))};
+      }
+    }
+    PQclear(r);
+    return out;
+  }
+  std::string source_yaml(const std::string& pipeline) override {
+    return "source:\n  type: postgres\n  conninfo: \"" + url_ + "\"\n  tables: [public." + table_ +
+           "]\n  slot: " + table_ + "_" + pipeline + "\n  publication: " + table_ + "_" + pipeline +
+           "\n  start: initial\n";
+  }
+  std::string key_field() const override { return "id"; }
+
+ private:
+  void exec(const std::string& sql) {
+    PGresult* r = PQexec(c_, sql.c_str());
+    const auto st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      ADD_FAILURE() << sql.substr(0, 200) << ": " << PQresultErrorMessage(r);
+    }
+    PQclear(r);
+  }
+  void exec_quiet(const std::string& sql) { PQclear(PQexec(c_, sql.c_str())); }
+
+  std::string url_;
+  std::string table_;
+  PGconn* c_ = nullptr;
+};
+
+class MongoDb final : public SourceDb {
+ public:
+  explicit MongoDb(const testing::ServiceEnv& env) : uri_(env.get("MONGODB_URI")) {
+    db_ = unique_name("chaos");
+    mongoc_init();
+  }
+  ~MongoDb() override {
+    if (coll_ != nullptr) mongoc_collection_destroy(coll_);
+    if (client_ != nullptr) mongoc_client_destroy(client_);
+  }
+  void setup() override {
+    client_ = mongoc_client_new(uri_.c_str());
+    ASSERT_NE(client_, nullptr) << uri_;
+    mongoc_database_t* db = mongoc_client_get_database(client_, db_.c_str());
+    bson_error_t e;
+    mongoc_collection_t* created = mongoc_database_create_collection(db, "charges", nullptr, &e);
+    ASSERT_NE(created, nullptr) << e.message;
+    mongoc_collection_destroy(created);
+    mongoc_database_destroy(db);
+    coll_ = mongoc_client_get_collection(client_, db_.c_str(), "charges");
+  }
+  void teardown() override {
+    if (client_ == nullptr) return;
+    mongoc_database_t* db = mongoc_client_get_database(client_, db_.c_str());
+    mongoc_database_drop(db, nullptr);
+    mongoc_database_destroy(db);
+  }
+  void apply(const std::vector<Change>& changes, size_t begin, size_t end) override {
+    mongoc_bulk_operation_t* bulk = mongoc_collection_create_bulk_operation_with_opts(coll_, nullptr);
+    bson_error_t e;
+    for (size_t i = begin; i < end; ++i) {
+      const Change& c = changes[i];
+      bson_t* filter = BCON_NEW("_id", BCON_INT64(c.id));
+      if (c.kind == Change::kDelete) {
+        EXPECT_TRUE(mongoc_bulk_operation_remove_one_with_opts(bulk, filter, nullptr, &e)) << e.message;
+      } else {
+        bson_t* doc = BCON_NEW("_id", BCON_INT64(c.id), "status", BCON_UTF8(c.row.status.c_str()), "amount",
+                               BCON_UTF8(c.row.amount.c_str()), "revision", BCON_INT64(c.row.revision));
+        if (c.kind == Change::kInsert) {
+          EXPECT_TRUE(mongoc_bulk_operation_insert_with_opts(bulk, doc, nullptr, &e)) << e.message;
+        } else {
+          EXPECT_TRUE(mongoc_bulk_operation_replace_one_with_opts(bulk, filter, doc, nullptr, &e)) << e.message;
+        }
+        bson_destroy(doc);
+      }
+      bson_destroy(filter);
+    }
+    bson_t reply;
+    EXPECT_NE(mongoc_bulk_operation_execute(bulk, &reply, &e), 0u) << e.message;
+    bson_destroy(&reply);
+    mongoc_bulk_operation_destroy(bulk);
+  }
+  std::map<int64_t, Row> rows() override {
+    std::map<int64_t, Row> out;
+    bson_t filter = BSON_INITIALIZER;
+    mongoc_cursor_t* cur = mongoc_collection_find_with_opts(coll_, &filter, nullptr, nullptr);
+    const bson_t* doc = nullptr;
+    while (mongoc_cursor_next(cur, &doc)) {
+      bson_iter_t it;
+      Row row;
+      int64_t id = -1;
+      if (bson_iter_init_find(&it, doc, "_id")) id = bson_iter_as_int64(&it);
+      if (bson_iter_init_find(&it, doc, "status")) row.status = bson_iter_utf8(&it, nullptr);
+      if (bson_iter_init_find(&it, doc, "amount")) row.amount = bson_iter_utf8(&it, nullptr);
+      if (bson_iter_init_find(&it, doc, "revision")) row.revision = bson_iter_as_int64(&it);
+      out[id] = row;
+    }
+    bson_error_t e;
+    EXPECT_FALSE(mongoc_cursor_error(cur, &e)) << e.message;
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    return out;
+  }
+  std::string source_yaml(const std::string&) override {
+    return "source:\n  type: mongodb\n  uri: \"" + uri_ + "\"\n  database: " + db_ +
+           "\n  collections: [charges]\n  start: initial\n";
+  }
+  std::string key_field() const override { return "_id"; }
+
+ private:
+  std::string uri_;
+  std::string db_;
+  mongoc_client_t* client_ = nullptr;
+  mongoc_collection_t* coll_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// A `sluice run` child process, its output in a log file per start.
+
+class SluiceProcess {
+ public:
+  SluiceProcess(std::string name, fs::path pipeline_file, fs::path log_dir)
+      : name_(std::move(name)), file_(std::move(pipeline_file)), log_dir_(std::move(log_dir)) {}
+  ~SluiceProcess() { kill_now(); }
+
+  /// Starts `sluice run FILE` with stdout and stderr to a new log file.
+  ::testing::AssertionResult start() {
+    log_ = log_dir_ / (name_ + "-" + std::to_string(starts_) + ".log");
+    ++starts_;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const std::string binary = SLUICE_BINARY;
+    const std::string file = file_.string();
+    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("run"), const_cast<char*>(file.c_str()),
+                    nullptr};
+    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      pid_ = -1;
+      return ::testing::AssertionFailure() << "posix_spawn " << binary << ": " << std::strerror(rc);
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  /// Waits until this start's log shows the job started and `checkpoints` completed checkpoints.
+  ::testing::AssertionResult wait_running(int checkpoints = 1, std::chrono::milliseconds deadline = kStartDeadline) {
+    bool exited = false;
+    const bool ok = poll_until(
+        [&] {
+          if (!alive()) {
+            exited = true;
+            return true;
+          }
+          const std::string log = read_file(log_);
+          if (log.find("' started:") == std::string::npos) return false;
+          int n = 0;
+          for (size_t p = log.find("completed checkpoint"); p != std::string::npos;
+               p = log.find("completed checkpoint", p + 1))
+            ++n;
+          return n >= checkpoints;
+        },
+        deadline);
+    if (exited) return ::testing::AssertionFailure() << name_ << " exited (status " << status_ << ")\n" << tail(log_);
+    if (!ok) return ::testing::AssertionFailure() << name_ << " not running after the deadline\n" << tail(log_);
+    return ::testing::AssertionSuccess();
+  }
+
+  bool alive() {
+    if (pid_ <= 0) return false;
+    int st = 0;
+    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = st;
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+    pid_ = -1;
+  }
+
+  /// SIGTERM, then SIGKILL when it has not ended within 20 s.
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    if (!poll_until([&] { return !alive(); }, 20s)) kill_now();
+  }
+
+  const fs::path& log() const { return log_; }
+  int starts() const { return starts_; }
+  /// The tails of every log of this process.
+  std::string logs() const {
+    std::string out;
+    for (int i = 0; i < starts_; ++i) {
+      const fs::path p = log_dir_ / (name_ + "-" + std::to_string(i) + ".log");
+      out += "---- " + p.string() + " (tail) ----\n" + tail(p, 25) + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::string name_;
+  fs::path file_;
+  fs::path log_dir_;
+  fs::path log_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  int starts_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading a topic: an assigned consumer that reads every partition up to its high watermark.
+
+struct Event {
+  int32_t partition = 0;
+  int64_t offset = 0;
+  std::string id;
+  std::string type;
+  std::string entity;  // JSON
+  std::string op;
+  std::string payload;  // JSON
+  std::string rest;     // occurred_at and source, JSON
+  std::string json;
+};
+
+class TopicReader {
+ public:
+  TopicReader(const std::string& bootstrap, std::string topic) : topic_(std::move(topic)) {
+    consumer_ = kafka::make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap},
+                                                       {"group.id", unique_name("chaos-reader")},
+                                                       {"enable.auto.commit", "false"},
+                                                       {"enable.partition.eof", "false"}});
+    if (!consumer_) return;
+    kafka::PartitionList list(rd_kafka_topic_partition_list_new(kPartitions));
+    for (int p = 0; p < kPartitions; ++p)
+      rd_kafka_topic_partition_list_add(list.get(), topic_.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    EXPECT_EQ(rd_kafka_assign(consumer_.get(), list.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
+    next_.assign(kPartitions, 0);
+  }
+
+  /// Reads everything the topic holds now; returns false when that took longer than `deadline`.
+  bool drain(std::chrono::milliseconds deadline = 60s) {
+    if (!consumer_) return false;
+    std::vector<int64_t> high(kPartitions, 0);
+    for (int p = 0; p < kPartitions; ++p) {
+      int64_t lo = 0;
+      if (rd_kafka_query_watermark_offsets(consumer_.get(), topic_.c_str(), p, &lo, &high[p], 10000) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR)
+        return false;
+    }
+    const auto end = Clock::now() + deadline;
+    auto done = [&] {
+      for (int p = 0; p < kPartitions; ++p)
+        if (next_[p] < high[p]) return false;
+      return true;
+    };
+    while (!done()) {
+      if (Clock::now() > end) return false;
+      kafka::Message m(rd_kafka_consumer_poll(consumer_.get(), 200));
+      if (!m) continue;
+      if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+      next_[m->partition] = m->offset + 1;
+      Event e;
+      e.partition = m->partition;
+      e.offset = m->offset;
+      e.json.assign(static_cast<const char*>(m->payload), m->len);
+      Result<Value> v = Value::from_json(e.json);
+      if (!v.ok() || !v->is_object()) {
+        ADD_FAILURE() << "not a JSON object in " << topic_ << ": " << e.json;
+        continue;
+      }
+      auto field = [&](const char* k) {
+        const Value* f = v->find(k);
+        return f == nullptr ? std::string("<absent>") : f->is_string() ? std::string(f->as_string()) : f->to_json();
+      };
+      e.id = field("id");
+      e.type = field("type");
+      e.op = field("op");
+      e.entity = v->find("entity") != nullptr ? v->find("entity")->to_json() : "<absent>";
+      e.payload = v->find("payload") != nullptr ? v->find("payload")->to_json() : "<absent>";
+      e.rest = field("occurred_at") + " " + (v->find("source") != nullptr ? v->find("source")->to_json() : "");
+      events_.push_back(std::move(e));
+    }
+    return true;
+  }
+
+  const std::vector<Event>& events() const { return events_; }
+  size_t distinct() const {
+    std::set<std::string> ids;
+    for (const Event& e : events_)
+      ids.insert(e.id);
+    return ids.size();
+  }
+
+ private:
+  std::string topic_;
+  kafka::Client consumer_;
+  std::vector<int64_t> next_;
+  std::vector<Event> events_;
+};
+
+// Events per entity in topic order (one entity lives in one partition), first occurrences only.
+std::map<std::string, std::vector<const Event*>> first_by_entity(const std::vector<Event>& events) {
+  std::vector<const Event*> sorted;
+  for (const Event& e : events)
+    sorted.push_back(&e);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Event* a, const Event* b) {
+    return a->partition != b->partition ? a->partition < b->partition : a->offset < b->offset;
+  });
+  std::set<std::string> seen;
+  std::map<std::string, std::vector<const Event*>> out;
+  for (const Event* e : sorted) {
+    if (seen.insert(e->id).second) out[e->entity].push_back(e);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// OpenSearch reads.
+
+class Search {
+ public:
+  explicit Search(const std::string& url) : client_(url) {
+    client_.set_connection_timeout(10);
+    client_.set_read_timeout(60);
+  }
+  /// id -> _source of every document (scrolling), or nullopt on an error.
+  std::optional<std::map<std::string, Value>> all(const std::string& index) {
+    auto r = client_.Post("/" + index + "/_refresh", "", "application/json");
+    if (!r || r->status != 200) return std::nullopt;
+    std::map<std::string, Value> docs;
+    r = client_.Post("/" + index + "/_search?scroll=1m", R"({"size":5000,"query":{"match_all":{}}})",
+                     "application/json");
+    while (r && r->status == 200) {
+      Result<Value> v = Value::from_json(r->body);
+      if (!v.ok()) return std::nullopt;
+      const Value& hits = *v->find("hits")->find("hits");
+      if (hits.as_array().empty()) break;
+      for (const Value& hit : hits.as_array())
+        docs[std::string(hit.find("_id")->as_string())] = *hit.find("_source");
+      const std::string scroll = std::string(v->find("_scroll_id")->as_string());
+      r = client_.Post("/_search/scroll",
+                       Value::object({{"scroll", Value("1m")}, {"scroll_id", Value(scroll)}}).to_json(),
+                       "application/json");
+    }
+    if (!r || r->status != 200) return std::nullopt;
+    return docs;
+  }
+  void drop(const std::string& index) { client_.Delete("/" + index); }
+
+ private:
+  httplib::Client client_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+
+enum class Source { kPostgres, kMongoDb };
+
+std::string source_name(const ::testing::TestParamInfo<Source>& info) {
+  return info.param == Source::kPostgres ? "Postgres" : "MongoDb";
+}
+
+class PipelineKillTest : public ::testing::TestWithParam<Source> {
+ protected:
+  void SetUp() override {
+    const bool mongo = GetParam() == Source::kMongoDb;
+    for (const char* s : {"kafka", "opensearch", mongo ? "mongodb" : "postgres"}) {
+      if (!testing::require_service(s).available) return;
+    }
+    bootstrap_ = testing::require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
+    opensearch_ = testing::require_service("opensearch").get("OPENSEARCH_URL");
+    if (mongo) {
+      db_ = std::make_unique<MongoDb>(testing::require_service("mongodb"));
+    } else {
+      db_ = std::make_unique<PostgresDb>(testing::require_service("postgres"));
+    }
+    dir_ = fs::temp_directory_path() / unique_name("sluice-chaos");
+    fs::create_directories(dir_);
+    ASSERT_NO_FATAL_FAILURE(db_->setup());
+  }
+
+  void TearDown() override {
+    if (a_) a_->stop();
+    if (b_) b_->stop();
+    if (HasFailure()) {
+      if (a_) std::cout << a_->logs();
+      if (b_) std::cout << b_->logs();
+      std::cout << "kept " << dir_ << " for inspection\n";
+    } else if (!dir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+    if (db_) db_->teardown();
+    if (!index_.empty()) Search(opensearch_).drop(index_);
+  }
+
+  std::string pipeline_yaml(const std::string& which, const std::string& topic, const std::string& index) {
+    const std::string name = "chaos-" + which + "-" + fs::path(dir_).filename().string();
+    const std::string k = db_->key_field();
+    std::string y;
+    y += "pipeline:\n";
+    y += "  name: " + name + "\n";
+    y += "  parallelism: 2\n";
+    y += "  checkpoint: { interval: 500ms, storage: \"" + (dir_ / ("checkpoints-" + which)).string() + "\" }\n";
+    y += "  delivery: at-least-once\n";
+    y += "  dead-letter: { type: files, path: \"" + (dir_ / ("dead-letter-" + which)).string() + "\" }\n";
+    y += "  http: { port: 0 }\n";
+    y += db_->source_yaml(which);
+    y += "transform:\n";
+    y += "  - match: \"**\"\n";
+    y += "    key: key." + k + "\n";
+    y += "    event:\n";
+    y += "      type: \"CASE op WHEN 'c' THEN 'charge.created' WHEN 'u' THEN 'charge.updated' WHEN 'd' THEN "
+         "'charge.deleted' ELSE 'charge.read' END\"\n";
+    y += "      payload: \"key." + k +
+         " AS id, after.status AS status, CAST(after.amount AS BIGINT) AS amount, after.revision AS revision\"\n";
+    y += "sink:\n";
+    y += "  events: { type: kafka, bootstrap-servers: \"" + bootstrap_ + "\", topic: " + topic + ", key: entity }\n";
+    if (!index.empty()) {
+      y += "  search: { type: opensearch, url: \"" + opensearch_ + "\", index: " + index +
+           ", id: entity, flush-interval: 200ms }\n";
+    }
+    return y;
+  }
+
+  std::string bootstrap_;
+  std::string opensearch_;
+  std::unique_ptr<SourceDb> db_;
+  fs::path dir_;
+  std::string index_;
+  std::unique_ptr<SluiceProcess> a_;
+  std::unique_ptr<SluiceProcess> b_;
+};
+
+// Dead-letter entries of the transform: the JSON lines of the committed (non-hidden) files under `dir`.
+std::vector<Value> transform_dead_letters(const fs::path& dir) {
+  std::vector<Value> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& f : fs::recursive_directory_iterator(dir, ec)) {
+    if (!f.is_regular_file() || f.path().filename().string().starts_with(".")) continue;
+    std::istringstream in(read_file(f.path()));
+    for (std::string line; std::getline(in, line);) {
+      Result<Value> v = Value::from_json(line);
+      if (!v.ok() || !v->is_object()) continue;
+      const Value* stage = v->find("stage");
+      if (stage != nullptr && stage->is_string() && stage->as_string() == "transform") out.push_back(*v);
+    }
+  }
+  return out;
+}
+
+TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
+  const bool mongo = GetParam() == Source::kMongoDb;
+  const auto t0 = Clock::now();
+  const uint64_t seed = testing::test_seed();
+  double scale = 1.0;
+  if (const char* s = std::getenv("SLUICE_CHAOS_SCALE"); mongo && s != nullptr && *s != '\0') scale = std::atof(s);
+  const int changes = std::max(2 * kBatch, static_cast<int>(kChanges * scale));
+  const int entities = std::max(100, static_cast<int>(kEntities * scale));
+  std::cout << "seed " << seed << " (SLUICE_TEST_SEED), " << changes << " changes on " << entities << " entities\n";
+  const Workload w = make_workload(seed, changes, entities);
+
+  const std::string topic_a = kafka::unique_topic("chaos-a");
+  const std::string topic_b = kafka::unique_topic("chaos-b");
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, topic_a, kPartitions));
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, topic_b, kPartitions));
+  index_ = unique_name("chaos-a");
+  std::transform(index_.begin(), index_.end(), index_.begin(), [](char c) { return c == '_' ? '-' : c; });
+  {
+    std::ofstream(dir_ / "a.yaml") << pipeline_yaml("a", topic_a, index_);
+    std::ofstream(dir_ / "b.yaml") << pipeline_yaml("b", topic_b, "");
+  }
+  a_ = std::make_unique<SluiceProcess>("a", dir_ / "a.yaml", dir_);
+  b_ = std::make_unique<SluiceProcess>("b", dir_ / "b.yaml", dir_);
+  ASSERT_TRUE(a_->start());
+  ASSERT_TRUE(b_->start());
+  ASSERT_TRUE(a_->wait_running());
+  ASSERT_TRUE(b_->wait_running());
+
+  // The kills: one at a random batch boundary within each fifth of the workload (never at the very start).
+  const size_t batches = (w.changes.size() + kBatch - 1) / kBatch;
+  std::mt19937_64 rnd(seed ^ 0x5deece66dULL);
+  std::vector<size_t> kill_at;
+  for (int k = 0; k < kKills; ++k) {
+    const size_t lo = batches * static_cast<size_t>(k) / kKills + 1;
+    const size_t hi = std::max(lo + 1, batches * static_cast<size_t>(k + 1) / kKills);
+    kill_at.push_back(lo + rnd() % (hi - lo));
+  }
+  std::cout << "kills before batches";
+  for (size_t b : kill_at)
+    std::cout << " " << b;
+  std::cout << " of " << batches << "\n";
+
+  int kills = 0;
+  const auto workload_start = Clock::now();
+  for (size_t batch = 0; batch < batches; ++batch) {
+    if (std::find(kill_at.begin(), kill_at.end(), batch) != kill_at.end()) {
+      // Only kill an A that made progress since its start: it completed a checkpoint of this run.
+      ASSERT_TRUE(a_->wait_running(1, kStartDeadline));
+      a_->kill_now();
+      ++kills;
+      ASSERT_TRUE(a_->start());
+    }
+    const size_t begin = batch * kBatch;
+    const size_t end = std::min(w.changes.size(), begin + kBatch);
+    ASSERT_NO_FATAL_FAILURE(db_->apply(w.changes, begin, end));
+    // Pace the workload (not synchronisation: the kills should spread over some seconds of streaming).
+    std::this_thread::sleep_until(workload_start +
+                                  std::chrono::milliseconds(1000 * static_cast<int64_t>(end) / kChangesPerSecond));
+    ASSERT_TRUE(b_->alive()) << "the reference pipeline ended\n" << b_->logs();
+  }
+  const double workload_s = std::chrono::duration<double>(Clock::now() - workload_start).count();
+  ASSERT_TRUE(a_->wait_running(1, kStartDeadline));
+  std::cout << "workload done in " << workload_s << " s; " << kills << " kills\n";
+
+  // Catch up: B's topic holds an event per change (the malformed one excepted), A's the same distinct ids.
+  const size_t expected = w.changes.size() - 1;
+  TopicReader ra(bootstrap_, topic_a);
+  TopicReader rb(bootstrap_, topic_b);
+  const bool b_done = poll_until([&] { return rb.drain() && rb.distinct() >= expected; }, kCatchUpDeadline);
+  ASSERT_TRUE(b_done) << "B's topic has " << rb.distinct() << " distinct events of " << expected << "\n" << b_->logs();
+  std::set<std::string> b_ids;
+  for (const Event& e : rb.events())
+    b_ids.insert(e.id);
+  auto a_has_all = [&] {
+    if (!ra.drain()) return false;
+    std::set<std::string> a_ids;
+    for (const Event& e : ra.events())
+      a_ids.insert(e.id);
+    return std::includes(a_ids.begin(), a_ids.end(), b_ids.begin(), b_ids.end());
+  };
+  const bool a_done = poll_until(a_has_all, kCatchUpDeadline);
+  EXPECT_EQ(rb.distinct(), expected);
+  ASSERT_TRUE(a_done) << "A's topic has " << ra.distinct() << " distinct events, B's " << b_ids.size() << "\n"
+                      << a_->logs();
+  EXPECT_TRUE(a_->alive()) << a_->logs();
+  EXPECT_TRUE(b_->alive()) << b_->logs();
+
+  // (a) B's events per entity are the workload's changes of that entity, in order; A holds every id of B
+  // (checked above). The malformed entity has no event.
+  const auto by_a = first_by_entity(ra.events());
+  const auto by_b = first_by_entity(rb.events());
+  EXPECT_EQ(by_b.count(std::to_string(w.malformed_id)), 0u);
+  EXPECT_EQ(by_a.count(std::to_string(w.malformed_id)), 0u);
+  int entity_mismatches = 0;
+  for (const auto& [id, list] : w.by_entity) {
+    auto it = by_b.find(std::to_string(id));
+    std::vector<std::string> want;
+    std::vector<std::string> got;
+    for (const Change* c : list)
+      want.push_back(std::string(op_of(c->kind)) +
+                     (mongo || c->kind == Change::kDelete ? std::string() : "/" + std::to_string(c->row.revision)));
+    if (it != by_b.end()) {
+      for (const Event* e : it->second) {
+        std::string s = e->op;
+        if (!mongo && e->op != "d") {
+          Result<Value> p = Value::from_json(e->payload);
+          s += "/" + (p.ok() && p->find("revision") != nullptr ? p->find("revision")->to_json() : "?");
+        }
+        got.push_back(s);
+      }
+    }
+    if (want != got && ++entity_mismatches <= 5) {
+      ADD_FAILURE() << "entity " << id << ": B's events (op/revision) differ from the workload's changes:\n  want "
+                    << ::testing::PrintToString(want) << "\n  got  " << ::testing::PrintToString(got);
+    }
+  }
+  EXPECT_EQ(entity_mismatches, 0);
+
+  // (b) Deduplicated by id, A's events equal B's; duplicates within A are identical.
+  std::map<std::string, const Event*> a_first;
+  for (const Event& e : ra.events()) {
+    auto [it, fresh] = a_first.emplace(e.id, &e);
+    if (!fresh && !(mongo && e.op == "u")) {
+      EXPECT_EQ(it->second->json, e.json) << "a duplicate of " << e.id << " differs";
+    }
+  }
+  EXPECT_EQ(a_first.size(), b_ids.size()) << "A has events B does not have";
+  int event_mismatches = 0;
+  for (const Event& eb : rb.events()) {
+    auto it = a_first.find(eb.id);
+    if (it == a_first.end()) continue;
+    const Event& ea = *it->second;
+    const bool same = ea.type == eb.type && ea.entity == eb.entity && ea.op == eb.op && ea.rest == eb.rest &&
+                      (ea.payload == eb.payload || (mongo && eb.op == "u"));
+    if (!same && ++event_mismatches <= 5) {
+      ADD_FAILURE() << "event " << eb.id << " differs:\n  A: " << ea.json << "\n  B: " << eb.json;
+    }
+  }
+  EXPECT_EQ(event_mismatches, 0);
+
+  // (c) Per entity, A's first occurrences in B's order.
+  int order_mismatches = 0;
+  for (const auto& [entity, list_b] : by_b) {
+    auto it = by_a.find(entity);
+    std::vector<std::string> ids_a;
+    std::vector<std::string> ids_b;
+    for (const Event* e : list_b)
+      ids_b.push_back(e->id);
+    if (it != by_a.end()) {
+      for (const Event* e : it->second)
+        ids_a.push_back(e->id);
+    }
+    if (ids_a != ids_b && ++order_mismatches <= 5) {
+      std::string a_text;
+      std::string b_text;
+      for (const Event* e : list_b)
+        b_text += "\n    " + e->json;
+      if (it != by_a.end()) {
+        for (const Event* e : it->second)
+          a_text += "\n    " + e->json;
+      }
+      ADD_FAILURE() << "entity " << entity << ": A's events are not in source order\n  A:" << a_text
+                    << "\n  B:" << b_text;
+    }
+  }
+  EXPECT_EQ(order_mismatches, 0);
+
+  // (d) A's index holds the final state: every row of the table / collection (but the malformed one), nothing
+  // else.
+  std::map<int64_t, Row> rows = db_->rows();
+  ASSERT_EQ(rows.count(w.malformed_id), 1u);
+  rows.erase(w.malformed_id);
+  EXPECT_EQ(rows.size(), w.final_rows.size());
+  Search search(opensearch_);
+  std::string index_problem;
+  auto index_matches = [&] {
+    std::optional<std::map<std::string, Value>> docs = search.all(index_);
+    if (!docs) {
+      index_problem = "cannot read the index";
+      return false;
+    }
+    if (docs->size() != rows.size()) {
+      index_problem = std::to_string(docs->size()) + " documents for " + std::to_string(rows.size()) + " rows;";
+      int shown = 0;
+      for (const auto& [id, doc] : *docs) {
+        if (rows.count(std::stoll(id)) == 0 && ++shown <= 5) index_problem += " extra " + id + ": " + doc.to_json();
+      }
+      for (const auto& [id, row] : rows) {
+        if (docs->count(std::to_string(id)) == 0 && ++shown <= 10) index_problem += " missing " + std::to_string(id);
+      }
+      return false;
+    }
+    for (const auto& [id, row] : rows) {
+      auto it = docs->find(std::to_string(id));
+      const Value want = Value::object({{"id", Value(id)},
+                                        {"status", Value(row.status)},
+                                        {"amount", Value(static_cast<int64_t>(std::stoll(row.amount)))},
+                                        {"revision", Value(row.revision)}});
+      if (it == docs->end() || it->second.to_json() != want.to_json()) {
+        index_problem = "document " + std::to_string(id) + " is " +
+                        (it == docs->end() ? std::string("absent") : it->second.to_json()) + ", expected " +
+                        want.to_json();
+        return false;
+      }
+    }
+    return true;
+  };
+  EXPECT_TRUE(poll_until(index_matches, 60s)) << index_problem;
+
+  // (e) The malformed change is in the dead-letter files of A and B (committed at a checkpoint), with its
+  // position and error; the change after it has its event (the counts above cover all later ones).
+  auto find_malformed = [&](const fs::path& dir, std::string* why) {
+    for (const Value& v : transform_dead_letters(dir)) {
+      const Value* record = v.find("record");
+      const Value* key = record != nullptr ? record->find("key") : nullptr;
+      const Value* id = key != nullptr ? key->find(db_->key_field()) : nullptr;
+      if (id == nullptr || id->to_json() != std::to_string(w.malformed_id)) continue;
+      const Value* position = v.find("position");
+      const Value* error = v.find("error");
+      if (position == nullptr || !position->is_string() || position->as_string().empty() || error == nullptr ||
+          !error->is_string() || error->as_string().empty()) {
+        *why = "entry without position or with an unexpected error: " + v.to_json();
+        return false;
+      }
+      std::cout << "dead letter under " << dir.filename().string() << ": " << v.find("error")->as_string() << " at "
+                << position->as_string() << "\n";
+      return true;
+    }
+    *why = "no transform dead letter for entity " + std::to_string(w.malformed_id) + " under " + dir.string();
+    return false;
+  };
+  std::string why_a;
+  std::string why_b;
+  EXPECT_TRUE(poll_until([&] { return find_malformed(dir_ / "dead-letter-a", &why_a); }, 30s)) << why_a;
+  EXPECT_TRUE(poll_until([&] { return find_malformed(dir_ / "dead-letter-b", &why_b); }, 30s)) << why_b;
+  const Change& next = w.changes[w.malformed + 1];
+  auto next_events = by_a.find(std::to_string(next.id));
+  EXPECT_TRUE(next_events != by_a.end()) << "no event of entity " << next.id << " (changed after the malformed row)";
+
+  // A restarted from its checkpoints every time.
+  for (int i = 1; i < a_->starts(); ++i) {
+    const fs::path p = dir_ / ("a-" + std::to_string(i) + ".log");
+    EXPECT_NE(read_file(p).find("resuming from checkpoint"), std::string::npos) << p << "\n" << tail(p);
+  }
+
+  const size_t duplicates = ra.events().size() - ra.distinct();
+  std::cout << (mongo ? "MongoDB" : "Postgres") << ": " << w.changes.size() << " changes, " << expected
+            << " events; A: " << ra.events().size() << " records, " << ra.distinct() << " distinct, " << duplicates
+            << " duplicates, " << kills << " kills/restarts; B: " << rb.events().size() << " records; " << rows.size()
+            << " documents; " << std::chrono::duration<double>(Clock::now() - t0).count() << " s in all\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sources, PipelineKillTest, ::testing::Values(Source::kPostgres, Source::kMongoDb),
+                         source_name);
+
+}  // namespace
+}  // namespace sluice
