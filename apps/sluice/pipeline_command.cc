@@ -56,9 +56,11 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
                   "state can be scraped")
       ->capture_default_str();
   run->add_flag("-q,--quiet", f.quiet, "Do not print the summary at the end");
+  run->fallthrough();  // `sluice run FILE --log-level debug` works as well as `sluice --log-level debug run FILE`
   auto* validate = app.add_subcommand("validate", "Check a pipeline file without running it");
   validate->add_option("PIPELINE", f.file, "The pipeline YAML file")->required();
   validate->add_option("-D", f.props, "Engine option key=value (repeatable)");
+  validate->fallthrough();
   return {run, validate};
 }
 
@@ -147,8 +149,11 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   }
   JobResult result = runner.wait();
   if (!f.quiet) fmt::print("{}\n", runner.summary(result));
-  const int rc = result.status == JobStatus::kFinished || (signalled && result.status == JobStatus::kCanceled) ? 0 : 1;
-  if (rc != 0) {
+  // SIGTERM is how services are stopped: a clean cancel exits 0. SIGINT (Ctrl-C) exits 130, as shells expect,
+  // so a script running `sluice run` stops too instead of going on as if the pipeline had finished.
+  int rc = result.status == JobStatus::kFinished || (signalled && result.status == JobStatus::kCanceled) ? 0 : 1;
+  if (rc == 0 && signalled && g_signal.load() == SIGINT) rc = 130;
+  if (rc == 1) {
     fmt::print(stderr, "error: pipeline '{}' {}{}\n", spec->pipeline.name, job_status_name(result.status),
                result.error ? ": " + result.error->to_string() : "");
   }

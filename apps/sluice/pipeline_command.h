@@ -19,8 +19,8 @@ struct PipelineFlags {
 /// Adds `run` and `validate` to `app`; returns them (run, validate).
 std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFlags& flags);
 
-/// Runs the pipeline until it ends or SIGINT/SIGTERM cancels it. Exit code: 0 when it finished or was
-/// cancelled by a signal, 1 when it failed or could not start, 2 for an invalid file.
+/// Runs the pipeline until it ends or SIGINT/SIGTERM cancels it. Exit code: 0 when it finished or SIGTERM
+/// cancelled it, 130 when SIGINT did, 1 when it failed or could not start, 2 for an invalid file.
 int run_pipeline(const PipelineFlags& flags, bool log_level_given);
 
 /// Parses the file and builds the job without starting it. Exit code 0 when valid, 2 otherwise (the error

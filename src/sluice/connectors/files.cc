@@ -290,7 +290,7 @@ Error bad_line_error(std::string_view format_name, std::string_view path, int64_
   return Error(ErrorCode::kConnector,
                fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
                            "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
-                           "on_bad_record(BadRecordPolicy::kDeadLetter, path)",
+                           "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
                            path, line, offset, format_name, reason, excerpt));
 }
 

@@ -94,7 +94,8 @@ constexpr std::array kSinkOpenSearch{
               "",
               "index; required unless index-expression is set or every route to this sink sets `index`"},
     OptionDef{"index-expression", K::kExpression, false, {}, "", "index per event, over the domain event"},
-    OptionDef{"id", K::kExpression, false, {}, "entity", "document id, over the domain event (one document per entity)"},
+    OptionDef{
+        "id", K::kExpression, false, {}, "entity", "document id, over the domain event (one document per entity)"},
     OptionDef{"bulk-actions", K::kInt, false, {}, "1000", "send a bulk request at this many actions"},
     OptionDef{"bulk-bytes", K::kInt, false, {}, "5242880", "... or at this many body bytes"},
     OptionDef{"flush-interval", K::kDuration, false, {}, "1s", "... or when its first action is this old"},

@@ -63,6 +63,8 @@ struct SourceProbe {
   std::function<int64_t(int64_t now_ms)> lag_ms;
   /// Extra gauges "name" -> value (events, positions), for /metrics.
   std::function<std::vector<std::pair<std::string, double>>()> gauges;
+  /// Records the source diverted to its dead-letter file (empty: the source has none).
+  std::function<int64_t()> bad_records;
 };
 
 /// Expands ${NAME} from the environment in `text`; an unset variable is a kConfiguration error naming it.

@@ -1,10 +1,15 @@
 #include "sluice/pipeline/pipeline_runner.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -92,9 +97,18 @@ struct PipelineRunner::State {
   std::shared_ptr<PipelineCounters> counters = std::make_shared<PipelineCounters>();
   SourceProbe probe;
   std::string restored_from;
+  std::string dead_letter_dir;
   int64_t start_wall_ms = 0;
   mutable std::mutex mu;
   std::optional<JobClient> client;
+  int lock_fd = -1;  // flock(2)ed while the runner lives: one run per checkpoint storage
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
 };
 
 PipelineRunner::PipelineRunner(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -128,6 +142,9 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   } else if (p.restart.strategy == "exponential-delay") {
     c.set(options::kExpDelayInitialBackoff, p.restart.delay_ms);
     c.set(options::kExpDelayMaxBackoff, p.restart.max_delay_ms);
+    // Bounded, unlike Flink's default: a deterministic failure (a bad record without a dead-letter sink, a
+    // read-only output) must end `sluice run` with an error instead of restarting forever.
+    c.set(options::kExpDelayAttempts, p.restart.attempts);
   }
   for (const auto& [k, v] : p.config)
     c.set_string(k, v);
@@ -141,6 +158,7 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
     if (!dl.ok()) return dl.error().with_context("pipeline.dead-letter.path");
     dead_letter_dir = *dl;
   }
+  s->dead_letter_dir = dead_letter_dir;
 
   Result<DataStream<cdc::ChangeEvent>> changes = detail::add_source(*s->env, spec, dead_letter_dir, s->probe);
   if (!changes.ok()) return changes.error();
@@ -157,6 +175,25 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
 
 Status PipelineRunner::start() {
   const PipelineSettings& p = s_->spec.pipeline;
+  if (p.checkpoint_interval_ms > 0) {
+    // One run per checkpoint storage: a second run would resume from the first one's checkpoints while it
+    // still writes them, and both would commit the same sink files and transactions.
+    const fs::path root = storage_path(s_->config.get(options::kCheckpointDir));
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    const std::string lock_path = (root / ".lock").string();
+    s_->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s_->lock_fd < 0) {
+      return Error(ErrorCode::kCheckpoint, fmt::format("cannot open the lock file '{}' of the checkpoint storage: {}",
+                                                       lock_path, std::strerror(errno)));
+    }
+    if (::flock(s_->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("pipeline '{}': another `sluice run` uses the checkpoint storage {} (it holds {}); "
+                               "stop it first, or give this run its own pipeline.checkpoint.storage",
+                               p.name, root.string(), lock_path));
+    }
+  }
   if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
     const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
     if (!latest.empty()) {
@@ -332,20 +369,24 @@ HealthReport PipelineRunner::health() const {
 
 std::string PipelineRunner::summary(const JobResult& result) const {
   const PipelineCounters& k = *s_->counters;
-  return fmt::format(
-             "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to "
-             "the "
-             "dead-letter sink), {} checkpoints, {} restarts{}",
-             s_->spec.pipeline.name, job_status_name(result.status),
-             static_cast<double>(result.duration.count()) / 1000.0, k.changes_in.load(), k.events_out.load(),
-             k.filtered.load(), k.unrouted.load(), k.dead_letters.load(), result.completed_checkpoints, result.restarts,
-             result.error ? fmt::format("; error: {}", result.error->to_string()) : "") +
-         [&] {
-           std::string types;
-           for (const auto& [t, n] : k.type_counts())
-             types += fmt::format("\n  {:>10}  {}", n, t);
-           return types.empty() ? std::string() : "\nevents by type:" + types;
-         }();
+  std::string out = fmt::format(
+      "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to the "
+      "dead-letter sink), {} checkpoints, {} restarts",
+      s_->spec.pipeline.name, job_status_name(result.status), static_cast<double>(result.duration.count()) / 1000.0,
+      k.changes_in.load(), k.events_out.load(), k.filtered.load(), k.unrouted.load(), k.dead_letters.load(),
+      result.completed_checkpoints, result.restarts);
+  if (const int64_t bad = s_->probe.bad_records ? s_->probe.bad_records() : 0; bad > 0) {
+    out += fmt::format("; {} bad source records went to {}/source-{}.jsonl", bad, s_->dead_letter_dir, s_->probe.type);
+  }
+  if (result.restarts > 0) out += " (counts include the records replayed after restarts)";
+  if (result.error) out += fmt::format("; error: {}", result.error->to_string());
+  const auto types = k.type_counts();
+  if (!types.empty()) {
+    out += "\nevents by type:";
+    for (const auto& [t, n] : types)
+      out += fmt::format("\n  {:>10}  {}", n, t);
+  }
+  return out;
 }
 
 }  // namespace sluice::pipeline

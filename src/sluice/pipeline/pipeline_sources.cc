@@ -1,6 +1,7 @@
 // The source of a pipeline as a stream of change events, per `source.type`.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "pipeline_internal.h"
@@ -88,9 +89,11 @@ cdc::ChangeEvent generate_charge(int64_t index, int64_t entities, uint64_t seed)
   e.key = Value::object({{"id", Value(id)}});
   if (round > 0) e.before = row(round - 1);
   e.after = row(round);
-  const int64_t base_ms = 1'790'000'000'000;  // 2026-09-21
-  e.source =
-      cdc::SourceInfo{"datagen", "payments", "public.charges", fmt::format("{}", index), base_ms + index, false, -1, 0};
+  // The generation time as source time (as a database's commit time), so source lag reads as for a real source.
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  e.source = cdc::SourceInfo{"datagen", "payments", "public.charges", fmt::format("{}", index), now_ms, false, -1, 0};
   return e;
 }
 
@@ -105,9 +108,14 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
   if (o.type == "files") {
     Result<std::string> path = string_option(spec, o, "path");
     if (!path.ok()) return path.error();
+    // Checked here too (the source checks again when the job starts), so `sluice validate` reports it.
+    if (Result<std::vector<std::string>> files = sluice::detail::expand_file_paths({*path}); !files.ok()) {
+      return option_error(spec, o, "path", files.error().message());
+    }
     auto src = std::make_shared<FileSource<cdc::ChangeEvent>>(std::vector<std::string>{*path}, change_event_lines());
     if (dead_letter) src->on_bad_record(BadRecordPolicy::kDeadLetter, dl_file);
     auto stats = src->stats();
+    probe.bad_records = [stats] { return stats->bad_records.load(); };
     probe.gauges = [stats] {
       return std::vector<std::pair<std::string, double>>{
           {"sluice_source_bad_records_total", static_cast<double>(stats->bad_records.load())}};
@@ -145,6 +153,7 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     Result<std::shared_ptr<PostgresCdcSource>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
     std::shared_ptr<PostgresCdcSource> s = *src;
+    probe.bad_records = [s] { return s->metrics().bad_records; };
     probe.lag_ms = [s](int64_t) { return s->metrics().lag_ms; };
     probe.gauges = [s] {
       const PostgresCdcMetrics m = s->metrics();
@@ -180,6 +189,7 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     Result<std::shared_ptr<MongoCdcSource>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
     std::shared_ptr<MongoCdcSource> s = *src;
+    probe.bad_records = [s] { return s->metrics()->bad_records.load(); };
     probe.lag_ms = [s](int64_t now_ms) { return s->metrics()->lag_ms(now_ms); };
     probe.gauges = [s] {
       const auto& m = *s->metrics();

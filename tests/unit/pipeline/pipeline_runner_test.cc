@@ -257,17 +257,35 @@ TEST_F(PipelineRunnerTest, AFinishedPipelineIsNotResumedByTheNextRun) {
   ASSERT_TRUE(runner->start().ok());
   ASSERT_EQ(runner->wait().status, JobStatus::kFinished);
   EXPECT_EQ(find_latest_checkpoint(dir_.string() + "/checkpoints"), "");
+  // While a runner lives it holds the storage's lock: a second run of the same pipeline is refused.
+  auto concurrent = runner_for(pipeline());
+  Status refused = concurrent->start();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("another `sluice run` uses the checkpoint storage"), std::string::npos)
+      << refused.error().message();
+  concurrent.reset();
+  runner.reset();
   auto again = runner_for(pipeline());
   ASSERT_TRUE(again->start().ok());
   EXPECT_EQ(again->restored_from(), "");
   ASSERT_EQ(again->wait().status, JobStatus::kFinished);
 }
 
-TEST_F(PipelineRunnerTest, ConnectionErrorsOfSinksNameTheFileLocation) {
-  Result<PipelineSpec> spec = parse_pipeline(R"(source: { type: files, path: /nonexistent }
+TEST_F(PipelineRunnerTest, MissingInputsAndConnectionSettingsNameTheFileLocation) {
+  Result<PipelineSpec> missing =
+      parse_pipeline("source: { type: files, path: /nonexistent }\nsink: { p: { type: print } }\n", "m.yaml");
+  ASSERT_TRUE(missing.ok()) << missing.error().message();
+  Result<std::unique_ptr<PipelineRunner>> no_input = PipelineRunner::create(*missing);
+  ASSERT_FALSE(no_input.ok());
+  EXPECT_NE(no_input.error().message().find("m.yaml:1:30: file source: cannot read '/nonexistent'"), std::string::npos)
+      << no_input.error().message();
+
+  write_input({change("c", "ch_1", "created", 1, 1)});
+  Result<PipelineSpec> spec = parse_pipeline(fmt::format(R"(source: {{ type: files, path: {} }}
 sink:
-  k: { type: kafka, bootstrap-servers: "${SLUICE_TEST_SURELY_UNSET_VARIABLE}", topic: t }
+  k: {{ type: kafka, bootstrap-servers: "${{SLUICE_TEST_SURELY_UNSET_VARIABLE}}", topic: t }}
 )",
+                                                         (dir_ / "in").string()),
                                              "p.yaml");
   ASSERT_TRUE(spec.ok()) << spec.error().message();
   Result<std::unique_ptr<PipelineRunner>> r = PipelineRunner::create(*spec);

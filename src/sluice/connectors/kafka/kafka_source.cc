@@ -1033,7 +1033,8 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
     throw SluiceException(
         Error(ErrorCode::kConnector,
               fmt::format("{}: bad record in topic '{}' partition {} at offset {}: {}. Fix the producer, or divert bad "
-                          "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name)",
+                          "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name) (in a pipeline "
+                          "file: set pipeline.dead-letter)",
                           kRole, m.topic, m.partition, m.offset, why)));
   }
   if (dead_letter_) {
