@@ -332,9 +332,9 @@ TEST_F(PostgresCdcTest, GoldenEnvelopesForInsertUpdateDeleteSequences) {
       R"("day":"2024-02-29T00:00:00.000000Z","flag":true,"raw":"AP8=","uid":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",)"
       R"("n2":-7,"n8":9007199254740993,"local":"2024-01-02T03:04:05.000000Z","ints":[[1,2],[3,null]])";
   const std::string src_t = R"("source":{"connector":"postgres","db":")" + db + R"(","collection":"public.)" + t +
-                            R"(","position":"P","ts_ms":0,"snapshot":false,"txn_id":0}})";
+                            R"(","position":"P","ts_ms":0,"snapshot":false,"txn_id":0,"sequence":0}})";
   const std::string src_f = R"("source":{"connector":"postgres","db":")" + db + R"(","collection":"public.)" + f +
-                            R"(","position":"P","ts_ms":0,"snapshot":false,"txn_id":0}})";
+                            R"(","position":"P","ts_ms":0,"snapshot":false,"txn_id":0,"sequence":0}})";
   const std::vector<std::string> golden = {
       R"({"op":"c","key":{"id":1},"before":null,"after":{)" + full_row + "}," + src_t,
       // An update without a key change under DEFAULT: no before-image.
@@ -634,6 +634,8 @@ TEST_F(PostgresCdcTest, IdleSlotAdvancesWithHeartbeatsOnly) {
     env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
     JobClient job = env.execute_async("idle");
     ASSERT_TRUE(slot_active());
+    // The slot may be active before its creation has set confirmed_flush_lsn (it reads as 0 until then).
+    ASSERT_TRUE(eventually([&] { return confirmed_flush() != 0; }));
     const Lsn created = confirmed_flush();
     // WAL grows through a table the slot does not publish.
     pg_->exec("INSERT INTO " + busy + " (v) SELECT repeat('x', 100) FROM generate_series(1, 2000)");
