@@ -149,6 +149,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
       b.heartbeat_interval(std::chrono::milliseconds(o.get_int("heartbeat-interval", 0)));
     }
     if (o.find("snapshot-fetch-rows")) b.snapshot_fetch_rows(o.get_int("snapshot-fetch-rows", 10'000));
+    // Smaller than the connector's default (16,384): a pipeline's memory budget is tens of MiB, and the queue
+    // only needs to cover the replication connection's bursts.
+    b.queue_capacity(static_cast<size_t>(std::max<int64_t>(1, o.get_int("queue-capacity", 2048))));
     if (dead_letter) b.on_bad_record(BadRecordPolicy::kDeadLetter, dl_file);
     Result<std::shared_ptr<PostgresCdcSource>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
