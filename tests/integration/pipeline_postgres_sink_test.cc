@@ -11,6 +11,7 @@
 #include <map>
 
 #include "sluice/pipeline/pipeline_runner.h"
+#include "test_util/postgres.h"
 #include "test_util/services.h"
 
 #ifndef SLUICE_EXAMPLES_DATA_DIR
@@ -22,34 +23,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Rows of a query as "a|b|c" lines, for comparisons.
-std::vector<std::string> rows(PGconn* c, const std::string& sql) {
-  PGresult* r = PQexec(c, sql.c_str());
-  std::vector<std::string> out;
-  if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
-    ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-  }
-  for (int i = 0; i < PQntuples(r); ++i) {
-    std::string row;
-    for (int k = 0; k < PQnfields(r); ++k)
-      row += (k ? "|" : "") + std::string(PQgetisnull(r, i, k) ? "<null>" : PQgetvalue(r, i, k));
-    out.push_back(std::move(row));
-  }
-  PQclear(r);
-  return out;
-}
-
 TEST(PipelinePostgresSinkTest, QuickstartChangesUpsertAndDeleteTheFinalState) {
   const std::string url = sluice::testing::require_service("postgres").get("POSTGRES_URL");
   ASSERT_FALSE(url.empty());
-  PGconn* c = PQconnectdb(url.c_str());
-  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  sluice::testing::PgClient pg(url);
   const std::string n = fmt::format("pl{}", ::getpid());
-  rows(c, fmt::format("DROP TABLE IF EXISTS {0}_charges, {0}_customers", n));
-  rows(c, fmt::format("CREATE TABLE {}_charges (id text PRIMARY KEY, status text, amount_cents bigint, "
-                      "currency text)",
-                      n));
-  rows(c, fmt::format("CREATE TABLE {}_customers (id text PRIMARY KEY, name text, country text)", n));
+  pg.exec(fmt::format("DROP TABLE IF EXISTS {0}_charges, {0}_customers", n));
+  pg.exec(
+      fmt::format("CREATE TABLE {}_charges (id text PRIMARY KEY, status text, amount_cents bigint, "
+                  "currency text)",
+                  n));
+  pg.exec(fmt::format("CREATE TABLE {}_customers (id text PRIMARY KEY, name text, country text)", n));
 
   char tmpl[] = "/tmp/sluice-pipeline-pg-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -119,14 +103,13 @@ sink:
       v.push_back(row);
     return v;
   };
-  EXPECT_EQ(rows(c, fmt::format("SELECT id, status, amount_cents, currency FROM {}_charges ORDER BY id COLLATE \"C\"",
-                                n)),
-            expected(charges));
-  EXPECT_EQ(rows(c, fmt::format("SELECT id, name, country FROM {}_customers ORDER BY id COLLATE \"C\"", n)),
+  EXPECT_EQ(
+      pg.lines(fmt::format("SELECT id, status, amount_cents, currency FROM {}_charges ORDER BY id COLLATE \"C\"", n)),
+      expected(charges));
+  EXPECT_EQ(pg.lines(fmt::format("SELECT id, name, country FROM {}_customers ORDER BY id COLLATE \"C\"", n)),
             expected(customers));
   EXPECT_GT(charges.size(), 1000u);
-  rows(c, fmt::format("DROP TABLE IF EXISTS {0}_charges, {0}_customers", n));
-  PQfinish(c);
+  pg.exec(fmt::format("DROP TABLE IF EXISTS {0}_charges, {0}_customers", n));
   fs::remove_all(dir);
 }
 

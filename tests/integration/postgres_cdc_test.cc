@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "integration/test_util/failures.h"
+#include "integration/test_util/postgres.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
@@ -64,62 +65,6 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds dea
   }
   return pred();
 }
-
-/// A plain libpq connection for the test's own SQL.
-class Pg {
- public:
-  explicit Pg(const std::string& conninfo) : c_(PQconnectdb(conninfo.c_str())) {
-    if (PQstatus(c_) != CONNECTION_OK) ADD_FAILURE() << "connect: " << PQerrorMessage(c_);
-  }
-  ~Pg() { PQfinish(c_); }
-  Pg(const Pg&) = delete;
-  Pg& operator=(const Pg&) = delete;
-
-  /// Runs `sql`; records a failure when it fails.
-  void exec(const std::string& sql) {
-    PGresult* r = PQexec(c_, sql.c_str());
-    const auto st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-    PQclear(r);
-  }
-  /// The first column of every row.
-  std::vector<std::string> column(const std::string& sql) {
-    PGresult* r = PQexec(c_, sql.c_str());
-    std::vector<std::string> out;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-      ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-    } else {
-      for (int i = 0; i < PQntuples(r); ++i)
-        out.emplace_back(PQgetisnull(r, i, 0) ? "<null>" : PQgetvalue(r, i, 0));
-    }
-    PQclear(r);
-    return out;
-  }
-  std::string scalar(const std::string& sql) {
-    auto v = column(sql);
-    return v.empty() ? "" : v[0];
-  }
-  /// Rows as vectors of text.
-  std::vector<std::vector<std::string>> rows(const std::string& sql) {
-    PGresult* r = PQexec(c_, sql.c_str());
-    std::vector<std::vector<std::string>> out;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-      ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-    } else {
-      for (int i = 0; i < PQntuples(r); ++i) {
-        std::vector<std::string> row;
-        for (int k = 0; k < PQnfields(r); ++k)
-          row.emplace_back(PQgetisnull(r, i, k) ? "<null>" : PQgetvalue(r, i, k));
-        out.push_back(std::move(row));
-      }
-    }
-    PQclear(r);
-    return out;
-  }
-
- private:
-  PGconn* c_;
-};
 
 Lsn lsn_of(const std::string& text) {
   auto l = postgres::parse_lsn(text);
@@ -206,7 +151,7 @@ class PostgresCdcTest : public ::testing::Test {
     name_ = "t" + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, 36);
     dir_ = fs::temp_directory_path() / ("sluice-pg-" + name_ + "-" + std::to_string(wall_ms()));
     fs::create_directories(dir_);
-    pg_ = std::make_unique<Pg>(url_);
+    pg_ = std::make_unique<sluice::testing::PgClient>(url_);
   }
   void TearDown() override {
     if (!pg_) return;
@@ -278,7 +223,7 @@ class PostgresCdcTest : public ::testing::Test {
   std::string url_;
   std::string name_;
   fs::path dir_;
-  std::unique_ptr<Pg> pg_;
+  std::unique_ptr<sluice::testing::PgClient> pg_;
 };
 
 /// The envelope as JSON with the run-dependent source fields replaced by placeholders; checks them first.
@@ -569,7 +514,7 @@ TEST_F(PostgresCdcTest, StatusUpdatesKeepTheConnectionAliveUnderBackpressure) {
   pg_->exec("SELECT pg_reload_conf()");
   ASSERT_TRUE(eventually([&] { return pg_->scalar("SHOW wal_sender_timeout") == "1s"; }));
   struct Reset {
-    Pg* pg;
+    sluice::testing::PgClient* pg;
     ~Reset() {
       pg->exec("ALTER SYSTEM RESET wal_sender_timeout");
       pg->exec("SELECT pg_reload_conf()");
@@ -690,7 +635,7 @@ TEST_F(PostgresCdcTest, SnapshotWithConcurrentWritesEndsInTheTableState) {
   std::atomic<int64_t> writes{0};
   const uint64_t seed = test_seed();
   std::thread writer([&] {
-    Pg w(url_);
+    sluice::testing::PgClient w(url_);
     std::mt19937_64 rng(seed);
     while (!stop.load()) {
       const int64_t k = static_cast<int64_t>(rng() % 25000);

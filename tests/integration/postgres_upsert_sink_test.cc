@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/postgres.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
@@ -50,48 +51,6 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds dea
   }
   return pred();
 }
-
-/// A plain libpq connection for the test's own SQL.
-class Pg {
- public:
-  explicit Pg(const std::string& conninfo) : c_(PQconnectdb(conninfo.c_str())) {
-    if (PQstatus(c_) != CONNECTION_OK) ADD_FAILURE() << "connect: " << PQerrorMessage(c_);
-  }
-  ~Pg() { PQfinish(c_); }
-  Pg(const Pg&) = delete;
-  Pg& operator=(const Pg&) = delete;
-
-  void exec(const std::string& sql) {
-    PGresult* r = PQexec(c_, sql.c_str());
-    const auto st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-    PQclear(r);
-  }
-  /// Rows as "a|b|c" lines (NULL as <null>), in the query's order.
-  std::vector<std::string> rows(const std::string& sql) {
-    PGresult* r = PQexec(c_, sql.c_str());
-    std::vector<std::string> out;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-      ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
-    } else {
-      for (int i = 0; i < PQntuples(r); ++i) {
-        std::string row;
-        for (int k = 0; k < PQnfields(r); ++k)
-          row += (k ? "|" : "") + std::string(PQgetisnull(r, i, k) ? "<null>" : PQgetvalue(r, i, k));
-        out.push_back(std::move(row));
-      }
-    }
-    PQclear(r);
-    return out;
-  }
-  std::string scalar(const std::string& sql) {
-    auto v = rows(sql);
-    return v.empty() ? "" : v[0];
-  }
-
- private:
-  PGconn* c_;
-};
 
 class TestContext final : public RuntimeContext {
  public:
@@ -133,7 +92,7 @@ class PostgresUpsertSinkTest : public ::testing::Test {
     name_ = "u" + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, 36);
     dir_ = fs::temp_directory_path() / ("sluice-pgsink-" + name_ + "-" + std::to_string(wall_ms()));
     fs::create_directories(dir_);
-    pg_ = std::make_unique<Pg>(url_);
+    pg_ = std::make_unique<sluice::testing::PgClient>(url_);
   }
   void TearDown() override {
     if (!pg_) return;
@@ -174,7 +133,7 @@ class PostgresUpsertSinkTest : public ::testing::Test {
   std::string url_;
   std::string name_;
   fs::path dir_;
-  std::unique_ptr<Pg> pg_;
+  std::unique_ptr<sluice::testing::PgClient> pg_;
   TestContext ctx_;
   NoContext no_ctx_;
 };
@@ -193,7 +152,7 @@ TEST_F(PostgresUpsertSinkTest, UpsertsUpdatesAndDeletesGiveTheFinalState) {
                  obj({{"id", 3}, {"name", "c"}}), obj({{"id", 1}, {"name", "a2"}, {"qty", 10}}),
                  obj({{"id", 100}, {"name", "updated"}}),  // partial update: qty stays
                  del(obj({{"id", 2}})), del(obj({{"id", 101}})), del(obj({{"id", 999}}))});
-  EXPECT_EQ(pg_->rows("SELECT id, name, qty FROM " + t + " ORDER BY id"),
+  EXPECT_EQ(pg_->lines("SELECT id, name, qty FROM " + t + " ORDER BY id"),
             (std::vector<std::string>{"1|a2|10", "3|c|7", "100|updated|1"}));
   EXPECT_EQ(s->stats()->rows_deleted.load(), 2);
   EXPECT_EQ(s->stats()->failed.load(), 0);
@@ -208,10 +167,10 @@ TEST_F(PostgresUpsertSinkTest, ReplayingTheSameRecordsIsIdempotent) {
     records.push_back(i % 7 == 6 ? del(obj({{"id", i - 3}})) : obj({{"id", i}, {"v", "v" + std::to_string(i)}}));
   auto s = sink(t, {"id"}).batch_size(64).build();
   write_all(*s, records);
-  const auto first = pg_->rows("SELECT id, v FROM " + t + " ORDER BY id");
+  const auto first = pg_->lines("SELECT id, v FROM " + t + " ORDER BY id");
   write_all(*s, records);  // a restore replays everything since the checkpoint
   write_all(*s, records);
-  EXPECT_EQ(pg_->rows("SELECT id, v FROM " + t + " ORDER BY id"), first);
+  EXPECT_EQ(pg_->lines("SELECT id, v FROM " + t + " ORDER BY id"), first);
   // Deleted: every i % 7 == 6 (replaced by its delete) and every i % 7 == 3 below 497 (deleted by i + 3).
   EXPECT_EQ(pg_->scalar("SELECT count(*) FROM " + t), std::to_string(500 - 71 - 71));
 }
@@ -238,7 +197,7 @@ TEST_F(PostgresUpsertSinkTest, CollapsesABatchPerKeyKeepingTheLastWrite) {
                     del(obj({{"id", 5}})),
                     obj({{"id", 5}, {"a", "back"}}),
                 });
-  EXPECT_EQ(pg_->rows("SELECT id, a, b FROM " + t + " ORDER BY id"),
+  EXPECT_EQ(pg_->lines("SELECT id, a, b FROM " + t + " ORDER BY id"),
             (std::vector<std::string>{"1|3|db", "2|x|y", "3|new3|db", "5|back|db"}));
   EXPECT_EQ(s->stats()->batches.load(), 1);
   EXPECT_EQ(s->stats()->rows_upserted.load(), 4);  // one row per key
@@ -251,10 +210,10 @@ TEST_F(PostgresUpsertSinkTest, CompositeKeys) {
   write_all(*s, {obj({{"tenant", "a"}, {"id", 1}, {"v", 1}}), obj({{"tenant", "b"}, {"id", 1}, {"v", 2}}),
                  obj({{"tenant", "a"}, {"id", 2}, {"v", 3}}), obj({{"tenant", "a"}, {"id", 1}, {"v", 4}}),
                  del(obj({{"tenant", "a"}, {"id", 2}})), obj({{"tenant", "c"}, {"id", 9}})});
-  EXPECT_EQ(pg_->rows("SELECT tenant, id, v FROM " + t + " ORDER BY tenant, id"),
+  EXPECT_EQ(pg_->lines("SELECT tenant, id, v FROM " + t + " ORDER BY tenant, id"),
             (std::vector<std::string>{"a|1|4", "b|1|2", "c|9|<null>"}));
   write_all(*s, {del(obj({{"tenant", "b"}, {"id", 1}})), del(obj({{"tenant", "c"}, {"id", 9}}))});
-  EXPECT_EQ(pg_->rows("SELECT tenant, id, v FROM " + t + " ORDER BY tenant, id"), (std::vector<std::string>{"a|1|4"}));
+  EXPECT_EQ(pg_->lines("SELECT tenant, id, v FROM " + t + " ORDER BY tenant, id"), (std::vector<std::string>{"a|1|4"}));
 }
 
 TEST_F(PostgresUpsertSinkTest, TypesSurviveInMultiRowStatements) {
@@ -294,7 +253,7 @@ TEST_F(PostgresUpsertSinkTest, TypesSurviveInMultiRowStatements) {
                          {"d", Value()}}));
   auto s = sink(t, {"id"}).build();
   write_all(*s, records);
-  const auto rows = pg_->rows(
+  const auto rows = pg_->lines(
       "SELECT id, amount::text, f, doc::text, j::text, at AT TIME ZONE 'UTC', encode(raw, 'hex'), flag, s, ints, "
       "tags, big, d FROM " +
       t + " ORDER BY id");
@@ -415,7 +374,7 @@ TEST_F(PostgresUpsertSinkTest, MissingTableOrKeyWithoutUniqueIndexFailsAtOpen) {
   // The unique index's columns work, in any order.
   auto s = sink(t, {"v", "id"}).build();
   write_all(*s, {obj({{"id", 1}, {"v", 2}, {"w", 3}}), obj({{"id", 1}, {"v", 2}, {"w", 4}})});
-  EXPECT_EQ(pg_->rows("SELECT id, v, w FROM " + t), (std::vector<std::string>{"1|2|4"}));
+  EXPECT_EQ(pg_->lines("SELECT id, v, w FROM " + t), (std::vector<std::string>{"1|2|4"}));
   // Configuration errors of the builder.
   EXPECT_FALSE(PostgresUpsertSink::builder().conninfo(url_).table(t).try_build().ok());
   EXPECT_FALSE(sink(t, {"id"}).batch_size(0).try_build().ok());
@@ -484,7 +443,7 @@ TEST_F(PostgresUpsertSinkTest, RetriesABatchWhoseBackendIsTerminatedInsideItsTra
   for (int i = 0; i < 100; ++i)
     w->write(obj({{"id", i}, {"v", 1}}), no_ctx_);
   // Hold row 1 so that the sink's upsert blocks inside its transaction.
-  Pg locker(url_);
+  sluice::testing::PgClient locker(url_);
   locker.exec("BEGIN");
   locker.exec("SELECT * FROM " + t + " WHERE id = 1 FOR UPDATE");
   std::string flush_error;
@@ -530,7 +489,7 @@ TEST_F(PostgresUpsertSinkTest, RetriesABatchThatLostADeadlock) {
   auto w = s->create_writer(ctx_);
   w->write(obj({{"id", 1}, {"v", 1}}), no_ctx_);
   w->write(obj({{"id", 2}, {"v", 1}}), no_ctx_);
-  Pg locker(url_);
+  sluice::testing::PgClient locker(url_);
   locker.exec("SET deadlock_timeout = '60s'");  // the sink's backend (1 s) detects the deadlock and loses
   locker.exec("BEGIN");
   locker.exec("SELECT * FROM " + t + " WHERE id = 2 FOR UPDATE");
@@ -552,7 +511,7 @@ TEST_F(PostgresUpsertSinkTest, RetriesABatchThatLostADeadlock) {
   flusher.join();
   EXPECT_EQ(flush_error, "");
   w->close();
-  EXPECT_EQ(pg_->rows("SELECT id, v FROM " + t + " ORDER BY id"), (std::vector<std::string>{"1|1", "2|1"}));
+  EXPECT_EQ(pg_->lines("SELECT id, v FROM " + t + " ORDER BY id"), (std::vector<std::string>{"1|1", "2|1"}));
   EXPECT_GE(s->stats()->retries.load(), 1);
 }
 

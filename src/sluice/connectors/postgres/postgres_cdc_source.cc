@@ -16,6 +16,8 @@
 #include <map>
 #include <thread>
 
+#include "libpq_handles.h"
+
 namespace sluice {
 
 using postgres::format_lsn;
@@ -68,14 +70,8 @@ std::string base64(std::string_view in) {
   throw SluiceException(Error(ErrorCode::kConnector, std::move(message)));
 }
 
-struct PgConnDeleter {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct PgResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgConn = std::unique_ptr<PGconn, PgConnDeleter>;
-using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
+using postgres::PgConn;
+using postgres::PgResult;
 
 std::string conn_error(PGconn* c) {
   std::string e = PQerrorMessage(c);

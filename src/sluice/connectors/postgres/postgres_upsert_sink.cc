@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "libpq_handles.h"
 #include "sluice/api/functions.h"
 #include "sluice/core/clock.h"
 
@@ -33,14 +34,8 @@ constexpr size_t kMaxRecordJson = 1000;
   throw SluiceException(Error(code, std::move(message)));
 }
 
-struct PgConnDeleter {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct PgResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgConn = std::unique_ptr<PGconn, PgConnDeleter>;
-using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
+using postgres::PgConn;
+using postgres::PgResult;
 
 std::string trimmed(std::string e) {
   while (!e.empty() && (e.back() == '\n' || e.back() == ' '))
