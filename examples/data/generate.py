@@ -13,7 +13,8 @@ increases with each transaction, sequence is the LSN of the change's own WAL rec
 snapshot reads), ts_ms is the commit time (November 2026). Each file is ordered by position, so each entity's
 events are in source order.
 
-The output is deterministic (a fixed seed): running this script again rewrites the same bytes.
+The output is deterministic (a fixed seed): running this script again rewrites the same bytes. The build runs it
+(CMake target `example_data`, a dependency of `sluice`), so the files are not kept in git.
 Usage: python3 examples/data/generate.py [--out DIR]   (DIR defaults to the folder of this script)
 """
 
@@ -191,11 +192,14 @@ class Generator:
 
 
 def write_lines(path, events, extra=None):
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    # Written to a temporary file and renamed, so an interrupted run never leaves half a file behind.
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         for i, e in enumerate(events):
             if extra is not None and i == extra[0]:
                 f.write(extra[1] + "\n")
             f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
 
 
 def main():

@@ -55,6 +55,7 @@
 
 #include "integration/test_util/failures.h"
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/services.h"
 #include "sluice/core/value.h"
 
@@ -77,27 +78,9 @@ constexpr int kPartitions = 4;
 constexpr auto kStartDeadline = 60s;
 constexpr auto kCatchUpDeadline = 120s;
 
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using sluice::testing::unique_name;
 
-std::string unique_name(const std::string& prefix) {
-  static std::atomic<int> n{0};
-  return prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(wall_ms() % 100000000) + "_" +
-         std::to_string(n++);
-}
-
-/// Polls `pred` until it holds or `deadline` passed (the external condition has no notification).
-template <class Pred>
-bool poll_until(Pred pred, std::chrono::milliseconds deadline) {
-  const auto end = Clock::now() + deadline;
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);  // polling interval of an external condition, not synchronisation
-  }
-  return pred();
-}
+using sluice::testing::poll_until;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -57,11 +57,7 @@ int64_t wall_ms() {
       .count();
 }
 
-std::string unique_name(const std::string& prefix) {
-  static std::atomic<int> n{0};
-  return prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(wall_ms() % 100000000) + "_" +
-         std::to_string(n++);
-}
+using sluice::testing::unique_name;
 
 /// A fresh directory under /tmp, removed when the test ends.
 class TempDir {

@@ -17,10 +17,6 @@
 #include "integration/test_util/services.h"
 #include "sluice/pipeline/pipeline_runner.h"
 
-#ifndef SLUICE_EXAMPLES_DATA_DIR
-#define SLUICE_EXAMPLES_DATA_DIR "examples/data"
-#endif
-
 namespace sluice::pipeline {
 namespace {
 

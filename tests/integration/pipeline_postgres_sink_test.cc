@@ -14,10 +14,6 @@
 #include "test_util/postgres.h"
 #include "test_util/services.h"
 
-#ifndef SLUICE_EXAMPLES_DATA_DIR
-#define SLUICE_EXAMPLES_DATA_DIR "examples/data"
-#endif
-
 namespace sluice::pipeline {
 namespace {
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "integration/test_util/failures.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/sink.h"
@@ -56,14 +57,9 @@ int64_t wall_ms() {
       .count();
 }
 
-/// Waits until `pred` holds or the deadline passes (polling a condition owned by another process).
+/// Waits until `pred` holds or the deadline passes (a condition owned by another process).
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds deadline = kDeadline) {
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);  // polling interval of an external condition, not synchronisation
-  }
-  return pred();
+  return sluice::testing::poll_until(pred, deadline);
 }
 
 Lsn lsn_of(const std::string& text) {

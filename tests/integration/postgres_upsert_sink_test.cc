@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
@@ -42,14 +43,9 @@ int64_t wall_ms() {
       .count();
 }
 
-/// Waits until `pred` holds or the deadline passes (polling a condition owned by another process).
+/// Waits until `pred` holds or the deadline passes (a condition owned by another process).
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds deadline = 30s) {
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);  // polling interval of an external condition, not synchronisation
-  }
-  return pred();
+  return sluice::testing::poll_until(pred, deadline);
 }
 
 class TestContext final : public RuntimeContext {

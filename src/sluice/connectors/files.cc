@@ -287,11 +287,12 @@ Error bad_line_error(std::string_view format_name, std::string_view path, int64_
   const std::string_view head = utf8_prefix(raw, kExcerptBytes);
   append_json_string(head, excerpt);
   if (head.size() < raw.size()) excerpt += "...";
-  return Error(ErrorCode::kConnector,
-               fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
-                           "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
-                           "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
-                           path, line, offset, format_name, reason, excerpt));
+  return Error(
+      ErrorCode::kConnector,
+      fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
+                  "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
+                  "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
+                  path, line, offset, format_name, reason, excerpt));
 }
 
 Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,

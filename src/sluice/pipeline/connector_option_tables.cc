@@ -47,7 +47,11 @@ constexpr std::array kSourcePostgres{
               "0 (none)",
               "emit a heartbeat message this often (keeps the slot moving when idle)"},
     OptionDef{"snapshot-fetch-rows", K::kInt, false, {}, "4096", "rows per snapshot fetch"},
-    OptionDef{"queue-capacity", K::kInt, false, {}, "2048",
+    OptionDef{"queue-capacity",
+              K::kInt,
+              false,
+              {},
+              "2048",
               "changes buffered between the replication connection and the pipeline (memory: about 1 KiB each)"},
 };
 constexpr std::array kSourceMongodb{

@@ -31,13 +31,12 @@ SLUICE_FIELDS(RoutedEvent, event, collection, entity_key, version, sinks);
 
 /// Counters of one pipeline run, shared by the subtasks of its functions. Thread-safe (relaxed atomics).
 struct PipelineCounters {
-  std::atomic<int64_t> changes_in{0};           ///< change events that reached the transform
-  std::atomic<int64_t> events_out{0};           ///< domain events emitted
-  std::atomic<int64_t> filtered{0};             ///< dropped by a filter
-  std::atomic<int64_t> unrouted{0};             ///< matched no route
-  std::atomic<int64_t> dead_letters{0};         ///< sent to the dead-letter sink by the transform
-  std::atomic<int64_t> last_source_ts_ms{0};    ///< source timestamp of the latest change seen
-  std::atomic<int64_t> last_change_wall_ms{0};  ///< wall-clock time it was seen
+  std::atomic<int64_t> changes_in{0};         ///< change events that reached the transform
+  std::atomic<int64_t> events_out{0};         ///< domain events emitted
+  std::atomic<int64_t> filtered{0};           ///< dropped by a filter
+  std::atomic<int64_t> unrouted{0};           ///< matched no route
+  std::atomic<int64_t> dead_letters{0};       ///< sent to the dead-letter sink by the transform
+  std::atomic<int64_t> last_source_ts_ms{0};  ///< source timestamp of the latest change seen
 
   /// Domain events per type, merged from the transform's subtasks now and then (add_types) and at close.
   void add_types(std::map<std::string, int64_t>& counts) {
@@ -59,7 +58,8 @@ struct PipelineCounters {
 /// Source lag and position readers of the running source, for /metrics and /health.
 struct SourceProbe {
   std::string type;
-  /// Lag in ms (now minus the source timestamp of the latest change not yet caught up), or -1 unknown.
+  /// Lag in ms (now minus the source timestamp of the latest change not yet caught up), or -1 unknown. Set by
+  /// the runner from the transform's latest source time for sources that do not report their own.
   std::function<int64_t(int64_t now_ms)> lag_ms;
   /// Extra gauges "name" -> value (events, positions), for /metrics.
   std::function<std::vector<std::pair<std::string, double>>()> gauges;

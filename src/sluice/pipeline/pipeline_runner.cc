@@ -162,6 +162,13 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
 
   Result<DataStream<cdc::ChangeEvent>> changes = detail::add_source(*s->env, spec, dead_letter_dir, s->probe);
   if (!changes.ok()) return changes.error();
+  if (!s->probe.lag_ms) {
+    // Sources without their own lag: now minus the source time of the latest change the transform saw.
+    s->probe.lag_ms = [counters = s->counters](int64_t now_ms) -> int64_t {
+      const int64_t ts = counters->last_source_ts_ms.load();
+      return ts > 0 ? std::max<int64_t>(0, now_ms - ts) : -1;
+    };
+  }
   std::optional<DataStream<Value>> dead_letters;
   DataStream<RoutedEvent> events = detail::add_transform(*changes, spec, s->counters, &dead_letters);
   events.name("Transform").uid("transform");
@@ -314,7 +321,7 @@ std::string PipelineRunner::metrics_text() const {
           k.dead_letters.load());
   family("sluice_source_lag_ms", "gauge", "Now minus the source timestamp of the latest change (-1 unknown).");
   out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", job, label(s_->probe.type),
-                     health().source_lag_ms);
+                     s_->probe.lag_ms(wall_ms()));
   if (s_->probe.gauges) {
     for (const auto& [name, v] : s_->probe.gauges()) {
       family(name, "gauge", "Reported by the source connector.");
@@ -335,13 +342,7 @@ HealthReport PipelineRunner::health() const {
   h.status = job_status_name(st);
   const int64_t now = wall_ms();
   const PipelineSettings& p = s_->spec.pipeline;
-  if (s_->probe.lag_ms) {
-    h.source_lag_ms = s_->probe.lag_ms(now);
-  } else {
-    // Sources without their own lag: the latest change's source time, while changes keep coming.
-    const int64_t ts = s_->counters->last_source_ts_ms.load();
-    h.source_lag_ms = ts > 0 ? std::max<int64_t>(0, now - ts) : -1;
-  }
+  h.source_lag_ms = s_->probe.lag_ms(now);
   if (c && p.checkpoint_interval_ms > 0) {
     int64_t last = s_->start_wall_ms;
     for (const auto& cp : c->checkpoint_stats()) {

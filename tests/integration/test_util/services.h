@@ -9,7 +9,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -66,6 +69,16 @@ inline ServiceEnv read_service_env(const std::string& name, std::string& missing
   return env;
 }
 }  // namespace detail
+
+/// A name for a per-test resource in a shared service (a topic, a collection, a slot): `prefix`, the pid, the
+/// wall clock and a counter, so that neither concurrent runs nor reruns against a kept service collide.
+inline std::string unique_name(const std::string& prefix) {
+  static std::atomic<int> n{0};
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  return prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(ms % 100000000) + "_" + std::to_string(n++);
+}
 
 /// The settings of a running service. When they are missing this records a fatal failure in the current
 /// test (or a skip, with SLUICE_SKIP_SERVICES set) and returns an unavailable env: call it from SetUp(),

@@ -1030,12 +1030,13 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
     std::string_view why = reason;
     while (why.ends_with('.'))
       why.remove_suffix(1);
-    throw SluiceException(
-        Error(ErrorCode::kConnector,
-              fmt::format("{}: bad record in topic '{}' partition {} at offset {}: {}. Fix the producer, or divert bad "
-                          "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name) (in a pipeline "
-                          "file: set pipeline.dead-letter)",
-                          kRole, m.topic, m.partition, m.offset, why)));
+    throw SluiceException(Error(
+        ErrorCode::kConnector,
+        fmt::format(
+            "{}: bad record in topic '{}' partition {} at offset {}: {}. Fix the producer, or divert bad "
+            "records with on_bad_record(BadRecordPolicy::kDeadLetter, path) or dead_letter_topic(name) (in a pipeline "
+            "file: set pipeline.dead-letter)",
+            kRole, m.topic, m.partition, m.offset, why)));
   }
   if (dead_letter_) {
     Value entry = Value::object({{"source", Value("kafka")},

@@ -982,10 +982,10 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
 
   void bad_record(Split& sp, const std::string& position, const std::string& reason, const bson_t& doc) {
     if (s_.bad_record_policy == BadRecordPolicy::kFail || !dead_letter_) {
-      fail(
-          fmt::format("bad change in collection '{}' at position {}: {}. Divert such records with "
-                      "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
-                      coll_name(sp), position, reason));
+      fail(fmt::format(
+          "bad change in collection '{}' at position {}: {}. Divert such records with "
+          "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
+          coll_name(sp), position, reason));
     }
     Value entry = Value::object({{"source", Value("mongodb")},
                                  {"db", Value(sp.split.database)},
