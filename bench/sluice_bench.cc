@@ -178,6 +178,22 @@ int run_nexmark(const NexmarkOptions& opt) {
   return 0;
 }
 
+/// Prints the generator checksum (nexmark::checksum, XXH3-64 over the events' canonical serialization) of
+/// events 0..events-1, the reference that bench/compare/flink's port of the generator must reproduce.
+int run_nexmark_checksum(const NexmarkOptions& opt) {
+  sluice::nexmark::NexmarkConfig config;
+  config.events = opt.events;
+  config.rate = opt.rate;
+  config.seed = opt.seed;
+  if (sluice::Status s = config.validate(); !s.ok()) {
+    fmt::print(stderr, "error: {}\n", s.error().to_string());
+    return 2;
+  }
+  fmt::print("nexmark checksum: events {}, rate {}, seed {}: {:016x}\n", opt.events, opt.rate, opt.seed,
+             sluice::nexmark::checksum(config, opt.events));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,6 +221,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
 
+  NexmarkOptions sum_opt;
+  auto* nexmark_checksum = app.add_subcommand(
+      "nexmark-checksum", "Print the checksum of the first N generated Nexmark events (compare with the Flink port)");
+  nexmark_checksum->add_option("-n,--events", sum_opt.events, "Number of events")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  nexmark_checksum->add_option("-r,--rate", sum_opt.rate, "Events per second of event time")->capture_default_str();
+  nexmark_checksum->add_option("--seed", sum_opt.seed, "Seed of the generator")->capture_default_str();
+
   sluice::bench::CheckpointBenchOptions ck;
   auto* checkpoint = app.add_subcommand("checkpoint", "What checkpoints cost: state size, throughput, recovery");
   checkpoint->add_option("scenario", ck.scenario, "state, throughput or recovery")
@@ -224,6 +249,7 @@ int main(int argc, char** argv) {
 
   try {
     if (nexmark->parsed()) return run_nexmark(opt);
+    if (nexmark_checksum->parsed()) return run_nexmark_checksum(sum_opt);
     if (checkpoint->parsed()) return sluice::bench::run_checkpoint_bench(ck);
   } catch (const sluice::SluiceException& e) {
     fmt::print(stderr, "error: {}\n", e.error().to_string());
