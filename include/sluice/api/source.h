@@ -104,6 +104,20 @@ class SplitEnumeratorContext {
   /// (Flink's SplitEnumeratorContext.callAsync with a period). An exception from `task` is logged and the
   /// task keeps its schedule.
   virtual void schedule_periodic(std::function<void()> task, int64_t period_ms) = 0;
+  /// Runs `work` every `period_ms` on the coordinator's worker thread *without* the coordinator's lock, so it
+  /// may block on the network (a metadata request) without holding up checkpoints or split requests, then runs
+  /// the handler it returns (if any) under the lock, where it may read the enumerator's state and assign splits.
+  /// The handler does not run once the coordinator has closed. This is Flink's
+  /// `SplitEnumeratorContext.callAsync(callable, handler, initialDelay, period)`. `work` must not touch the
+  /// enumerator's state: it runs concurrently with the enumerator's other methods. Exceptions from either are
+  /// logged and the schedule goes on. The default runs both under the lock (for contexts without a worker).
+  virtual void call_async(std::function<std::function<void()>()> work, int64_t period_ms) {
+    schedule_periodic(
+        [work = std::move(work)] {
+          if (std::function<void()> handler = work()) handler();
+        },
+        period_ms);
+  }
 };
 
 /// Discovers and assigns splits. Its methods run serialized (under the coordinator's lock), never

@@ -113,6 +113,13 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
     SplitReceiver<SplitT>* receiver = nullptr;
     TaskServices* services = nullptr;
   };
+  /// A periodic enumerator task: `task` runs under mu_; or `work` runs without it and its handler under it.
+  struct Periodic {
+    std::function<void()> task;
+    std::function<std::function<void()>()> work;
+    int64_t period_ms;
+    std::chrono::steady_clock::time_point due;
+  };
   int current_parallelism() const override { return static_cast<int>(readers_.size()); }
   void assign_split(SplitT split, int subtask) override {
     Reader r = readers_.at(static_cast<size_t>(subtask));
@@ -125,8 +132,15 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
   }
   // Called under mu_ (from the enumerator).
   void schedule_periodic(std::function<void()> task, int64_t period_ms) override {
-    periodic_.push_back(Periodic{std::move(task), std::max<int64_t>(period_ms, 1),
-                                 std::chrono::steady_clock::now() + std::chrono::milliseconds(period_ms)});
+    add_periodic(Periodic{std::move(task), nullptr, std::max<int64_t>(period_ms, 1), {}});
+  }
+  // Called under mu_ (from the enumerator).
+  void call_async(std::function<std::function<void()>()> work, int64_t period_ms) override {
+    add_periodic(Periodic{nullptr, std::move(work), std::max<int64_t>(period_ms, 1), {}});
+  }
+  void add_periodic(Periodic p) {
+    p.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(p.period_ms);
+    periodic_.push_back(std::move(p));
     if (!worker_.joinable()) worker_ = std::thread([this] { run_periodic(); });
     periodic_cv_.notify_all();
   }
@@ -134,26 +148,35 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
     std::unique_lock lock(mu_);
     while (!closed_) {
       auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      for (auto& p : periodic_) {
-        if (std::chrono::steady_clock::now() >= p.due) {
+      // By index: a task or handler may schedule more (push_back), and the lock is released around async work.
+      for (size_t i = 0; i < periodic_.size() && !closed_; ++i) {
+        if (std::chrono::steady_clock::now() >= periodic_[i].due) {
           try {
-            p.task();
+            if (periodic_[i].task) {
+              periodic_[i].task();
+            } else {
+              std::function<std::function<void()>()> work = periodic_[i].work;
+              lock.unlock();
+              std::function<void()> handler;
+              try {
+                handler = work();
+              } catch (...) {
+                lock.lock();
+                throw;
+              }
+              lock.lock();
+              if (handler && !closed_) handler();
+            }
           } catch (const std::exception& e) {
             spdlog::warn("a periodic task of a split enumerator failed: {}", e.what());
           }
-          p.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(p.period_ms);
+          periodic_[i].due = std::chrono::steady_clock::now() + std::chrono::milliseconds(periodic_[i].period_ms);
         }
-        next = std::min(next, p.due);
+        next = std::min(next, periodic_[i].due);
       }
       periodic_cv_.wait_until(lock, next);
     }
   }
-  struct Periodic {
-    std::function<void()> task;
-    int64_t period_ms;
-    std::chrono::steady_clock::time_point due;
-  };
-
   std::mutex mu_;
   std::condition_variable periodic_cv_;
   std::vector<Periodic> periodic_;

@@ -252,7 +252,9 @@ class KafkaPartitionDiscoverer {
     const KafkaSourceSettings& settings);
 
 /// The split enumerator of KafkaSource (see the file comment: discovery, owner rule, checkpoint markers).
-/// Its methods run serialized under the source coordinator's lock.
+/// Its methods run serialized under the source coordinator's lock. Periodic discovery asks the broker for
+/// metadata off that lock (SplitEnumeratorContext::call_async), so an unreachable broker does not hold up
+/// checkpoints; only resolving the offsets of partitions that are actually new runs under it.
 class KafkaSourceEnumerator final : public SplitEnumerator<KafkaPartitionSplit> {
  public:
   struct Options {
@@ -285,6 +287,9 @@ class KafkaSourceEnumerator final : public SplitEnumerator<KafkaPartitionSplit> 
   /// One discovery round: finds partitions never seen, resolves their offsets (`starting` of the options when
   /// `initial`, else earliest) and assigns them to registered owners (others wait for add_reader).
   [[nodiscard]] Status discover_and_assign(bool initial, std::chrono::milliseconds timeout);
+  /// The second half of a round, given the partitions a discovery found: new ones get splits and owners.
+  [[nodiscard]] Status assign_discovered(const std::vector<KafkaTopicPartition>& found, bool initial,
+                                         std::chrono::milliseconds timeout);
 
   /// Partitions owned by readers, and splits waiting for their owner to register (for tests).
   const std::set<KafkaTopicPartition>& assigned_partitions() const noexcept { return assigned_; }
@@ -296,7 +301,8 @@ class KafkaSourceEnumerator final : public SplitEnumerator<KafkaPartitionSplit> 
   bool discovery_enabled() const noexcept { return !options_.bounded && options_.discovery_interval_ms > 0; }
 
   SplitEnumeratorContext<KafkaPartitionSplit>& ctx_;
-  std::unique_ptr<KafkaPartitionDiscoverer> discoverer_;
+  /// Shared with the periodic discovery's off-lock work, which may still be running when close() drops it.
+  std::shared_ptr<KafkaPartitionDiscoverer> discoverer_;
   Options options_;
   bool restored_ = false;
   std::set<KafkaTopicPartition> assigned_;

@@ -30,7 +30,8 @@ constexpr size_t kMaxPendingCommits = 64;
 constexpr int kCloseFlushMs = 10'000;
 // How long a checkpoint waits for dead letters in flight to a dead-letter topic.
 constexpr int kSnapshotFlushMs = 60'000;
-// Periodic discovery holds the source coordinator's lock: keep its rounds short.
+// Bounds a periodic discovery round (its metadata request runs off the coordinator's lock; resolving the offsets
+// of new partitions runs under it).
 constexpr std::chrono::milliseconds kDiscoveryTimeout{5'000};
 
 /// Logs a kind of event at most once per interval, with the number of suppressed repeats.
@@ -582,15 +583,22 @@ void KafkaSourceEnumerator::start() {
   }
   if (discovery_enabled()) {
     auto failures = std::make_shared<RateLimitedLog>(std::chrono::seconds(60));
-    ctx_.schedule_periodic(
-        [this, failures] {
-          if (!discoverer_) return;
-          Status st = discover_and_assign(/*initial=*/false, kDiscoveryTimeout);
-          int64_t suppressed = 0;
-          if (!st.ok() && failures->allow(suppressed)) {
-            spdlog::warn("{} ({}): partition discovery failed ({} more failures not logged): {}", kRole,
-                         options_.description, suppressed, st.error().to_string());
-          }
+    auto warn = [this, failures](const Error& e) {
+      int64_t suppressed = 0;
+      if (failures->allow(suppressed)) {
+        spdlog::warn("{} ({}): partition discovery failed ({} more failures not logged): {}", kRole,
+                     options_.description, suppressed, e.to_string());
+      }
+    };
+    // The metadata request runs off the coordinator's lock; the result is applied under it.
+    ctx_.call_async(
+        [this, discoverer = discoverer_, warn]() -> std::function<void()> {
+          Result<std::vector<KafkaTopicPartition>> found = discoverer->discover(kDiscoveryTimeout);
+          return [this, found = std::move(found), warn] {
+            if (!discoverer_) return;
+            Status st = found.ok() ? assign_discovered(*found, /*initial=*/false, kDiscoveryTimeout) : found.error();
+            if (!st.ok()) warn(st.error());
+          };
         },
         options_.discovery_interval_ms);
   }
@@ -600,13 +608,19 @@ Status KafkaSourceEnumerator::discover_and_assign(bool initial, std::chrono::mil
   if (!discoverer_) return ok_status();
   Result<std::vector<KafkaTopicPartition>> found = discoverer_->discover(timeout);
   if (!found.ok()) return found.error();
+  return assign_discovered(*found, initial, timeout);
+}
+
+Status KafkaSourceEnumerator::assign_discovered(const std::vector<KafkaTopicPartition>& found, bool initial,
+                                                std::chrono::milliseconds timeout) {
+  if (!discoverer_) return ok_status();
   std::set<KafkaTopicPartition> known = assigned_;
   for (const auto& [owner, splits] : pending_) {
     for (const KafkaPartitionSplit& s : splits)
       known.insert(s.topic_partition());
   }
   std::vector<KafkaTopicPartition> fresh;
-  for (const KafkaTopicPartition& tp : *found) {
+  for (const KafkaTopicPartition& tp : found) {
     if (known.count(tp) == 0) fresh.push_back(tp);
   }
   if (fresh.empty()) return ok_status();
