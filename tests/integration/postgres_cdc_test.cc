@@ -700,6 +700,115 @@ TEST_F(PostgresCdcTest, SnapshotWithConcurrentWritesEndsInTheTableState) {
   }
 }
 
+TEST_F(PostgresCdcTest, InitialSnapshotOnAnExistingSlotMarksTheOverlap) {
+  const std::string t = table("preslot");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY, v bigint)");
+  pg_->exec("INSERT INTO " + t + " SELECT g, 0 FROM generate_series(1, 100) g");
+  pg_->exec("CREATE PUBLICATION " + slot() + " FOR TABLE " + t);
+  // The slot exists before the job, so its snapshot cannot be exported: the job's snapshot is taken later, and
+  // the stream from the slot's position repeats the changes made in between.
+  pg_->exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'pgoutput')");
+  pg_->exec("UPDATE " + t + " SET v = 1 WHERE id <= 10");
+  pg_->exec("INSERT INTO " + t + " SELECT g, 1 FROM generate_series(101, 110) g");
+  auto out = std::make_shared<Received>();
+  auto src = source({t}).start_mode(PostgresStartMode::kInitial).build();
+  StreamEnvironment env(config("500ms"));
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
+  JobClient job = env.execute_async("preslot");
+  ASSERT_TRUE(out->wait_for(110 + 20)) << out->size();  // the snapshot, then the 20 repeated changes
+  ASSERT_TRUE(slot_active());
+  pg_->exec("UPDATE " + t + " SET v = 2 WHERE id BETWEEN 20 AND 25");
+  ASSERT_TRUE(out->wait_for(110 + 20 + 6)) << out->size();
+  std::map<std::string, std::string> table_state;
+  for (const auto& row : pg_->rows("SELECT id, v FROM " + t))
+    table_state["" + row[0]] = row[1];
+  EXPECT_TRUE(out->wait_until([&](const std::vector<ChangeEvent>& ev) { return materialize(ev) == table_state; }));
+  job.cancel();
+  job.wait();
+  const auto ev = out->all();
+  ASSERT_EQ(ev.size(), 136u);
+  int reads = 0, overlapping = 0, after = 0;
+  for (const auto& e : ev) {
+    if (e.op == ChangeOp::kRead) {
+      ++reads;
+      EXPECT_TRUE(e.source.snapshot);
+    } else if (e.source.snapshot) {
+      ++overlapping;  // made before the job's snapshot: already in it, delivered again and marked
+      EXPECT_EQ(after, 0) << "a marked change after an unmarked one: " << e.to_value().to_json();
+    } else {
+      ++after;
+      const int64_t id = e.key.find("id")->as_int64();
+      EXPECT_TRUE(id >= 20 && id <= 25) << e.to_value().to_json();
+    }
+  }
+  EXPECT_EQ(reads, 110);
+  EXPECT_EQ(overlapping, 20) << "the changes between the slot and the snapshot must come again, marked";
+  EXPECT_EQ(after, 6);
+}
+
+TEST_F(PostgresCdcTest, RestoringAPositionTheSlotNoLongerHasFailsNamingSlotLsnAndRemedy) {
+  const std::string t = table("gone");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY, v int)");
+  // Runs the job (from `restore_from` when not empty) until it has read `expect` events in total, takes a
+  // savepoint into `savepoint_dir` (when not empty) and cancels it. Returns the savepoint's path.
+  auto run = [&](const std::string& restore_from, int first_id, int count, const std::string& savepoint_dir) {
+    auto out = std::make_shared<Received>();
+    auto src = source({t}).start_mode(PostgresStartMode::kLatest).build();
+    Configuration c = config("3600s");
+    if (!restore_from.empty()) c.set(options::kStateRecoveryPath, restore_from);
+    StreamEnvironment env(c);
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
+    JobClient job = env.execute_async("gone");
+    EXPECT_TRUE(slot_active());
+    for (int i = first_id; i < first_id + count; ++i)
+      pg_->exec("INSERT INTO " + t + " VALUES (" + std::to_string(i) + ", 0)");
+    EXPECT_TRUE(out->wait_for(static_cast<size_t>(count))) << out->size();
+    std::string path;
+    Result<std::string> sp = job.trigger_savepoint((dir_ / savepoint_dir).string()).get();
+    EXPECT_TRUE(sp.ok()) << sp.error().to_string();
+    if (sp.ok()) path = *sp;
+    job.cancel();
+    job.wait();
+    return path;
+  };
+  const std::string sp1 = run("", 0, 10, "sp1");
+  ASSERT_FALSE(sp1.empty());
+  const std::string sp2 = run(sp1, 10, 10, "sp2");
+  ASSERT_FALSE(sp2.empty());
+  ASSERT_TRUE(eventually([&] {
+    return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
+           "0";
+  }));
+  const Lsn confirmed = confirmed_flush();
+
+  // Restoring the older savepoint: the slot has confirmed past it, the changes in between are gone.
+  auto fails_with = [&](const std::string& restore_from) {
+    auto src = source({t}).start_mode(PostgresStartMode::kLatest).build();
+    Configuration c = config("3600s");
+    c.set(options::kStateRecoveryPath, restore_from);
+    StreamEnvironment env(c);
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(std::make_shared<Received>()));
+    JobResult r = env.execute("gone-restore");
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    return error_of(r);
+  };
+  std::string err = fails_with(sp1);
+  EXPECT_NE(err.find("slot " + slot()), std::string::npos) << err;
+  EXPECT_NE(err.find("already confirmed LSN " + format_lsn(confirmed)), std::string::npos) << err;
+  EXPECT_NE(err.find("Remedy"), std::string::npos) << err;
+  // The slot was left where it was.
+  EXPECT_EQ(confirmed_flush(), confirmed);
+
+  // The slot dropped (by an operator, or by max_slot_wal_keep_size): restoring even the latest savepoint fails.
+  pg_->exec("SELECT pg_drop_replication_slot('" + slot() + "')");
+  err = fails_with(sp2);
+  EXPECT_NE(err.find("slot " + slot() + " at LSN"), std::string::npos) << err;
+  EXPECT_NE(err.find("no longer exists"), std::string::npos) << err;
+  EXPECT_NE(err.find("Remedy"), std::string::npos) << err;
+  // Nothing was recreated behind the operator's back.
+  EXPECT_EQ(pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + slot() + "'"), "0");
+}
+
 using FailingMap = sluice::testing::FailingIdentity<ChangeEvent>;
 
 TEST_F(PostgresCdcTest, HundredThousandChangesUnderTenFailuresAreAllDeliveredInKeyOrder) {

@@ -394,7 +394,9 @@ class Fetcher {
 
     repl_ = connect(true);
     PGconn* rc = repl_.get();
-    Lsn start_lsn = restored;
+    // An existing slot without a restored position streams from where it has confirmed (what 0/0 would mean
+    // to START_REPLICATION too; explicit, so that the log says where).
+    Lsn start_lsn = restored != 0 ? restored : slot_confirmed;
     std::string exported;
     if (!slot_exists) {
       const bool want_snapshot = !split_.snapshot_done;
@@ -454,7 +456,11 @@ class Fetcher {
     if (!exported.empty()) {
       command(c, "SET TRANSACTION SNAPSHOT " + quote_literal(c, exported), "importing the slot's snapshot");
     } else {
-      PgResult r = query(c, "SELECT pg_current_wal_lsn()::text", "reading the snapshot's LSN");
+      // The first statement takes the transaction's snapshot, then reads the WAL *insert* position: every
+      // transaction the snapshot sees has its commit record before it. (pg_current_wal_lsn() is the write
+      // position, which can trail recent commits under synchronous_commit = off: their changes would then be
+      // in the snapshot and again, unmarked, in the stream.)
+      PgResult r = query(c, "SELECT pg_current_wal_insert_lsn()::text", "reading the snapshot's LSN");
       if (auto l = postgres::parse_lsn(PQgetvalue(r.get(), 0, 0)); l) overlap_until_ = *l;
       spdlog::warn(
           "{}: slot {} already existed: the snapshot is not exported by the slot, changes up to {} may "
