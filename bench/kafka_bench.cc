@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kafka_admin.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
@@ -103,17 +104,9 @@ rd_kafka_t* client(rd_kafka_type_t type, const std::map<std::string, std::string
 }
 
 void create_topic(const Options& o, const std::string& topic) {
+  if (sluice::Status st = sluice::bench::ensure_topic(o.bootstrap, topic, o.partitions); !st.ok())
+    die(st.error().to_string());
   rd_kafka_t* admin = client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", o.bootstrap}});
-  char err[512];
-  rd_kafka_NewTopic_t* nt = rd_kafka_NewTopic_new(topic.c_str(), o.partitions, 1, err, sizeof err);
-  rd_kafka_queue_t* q = rd_kafka_queue_new(admin);
-  rd_kafka_CreateTopics(admin, &nt, 1, nullptr, q);
-  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, 30'000);
-  if (ev == nullptr || rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) die("CreateTopics " + topic);
-  size_t n = 0;
-  const rd_kafka_topic_result_t** res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
-  if (n != 1 || rd_kafka_topic_result_error(res[0]) != RD_KAFKA_RESP_ERR_NO_ERROR) die("CreateTopics " + topic);
-  rd_kafka_event_destroy(ev);
   // Wait until every partition has a leader.
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < deadline) {
@@ -130,8 +123,6 @@ void create_topic(const Options& o, const std::string& topic) {
     if (ready) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  rd_kafka_NewTopic_destroy(nt);
-  rd_kafka_queue_destroy(q);
   rd_kafka_destroy(admin);
 }
 

@@ -15,7 +15,13 @@
 //     latest) reads them: events/s from its start to the last event (server decoding + source, no writer).
 // Each phase also reports the process's CPU seconds per million events (user+system, getrusage: the source,
 // the engine and libpq; the walsender is the server's) and the process's peak RSS. The medians of --runs runs
-// are printed last. Options: --rows N (200000), --runs R (3), --txn-rows T (10000), --url URL (POSTGRES_URL).
+// are printed last. Options: --rows N (200000), --runs R (3), --txn-rows T (10000), --url URL (POSTGRES_URL),
+// --sink discard|kafka (discard).
+//
+// With --sink kafka (run through scripts/services/run-with postgres kafka) every job writes its events as JSON
+// envelopes into a fresh topic through KafkaSink at-least-once (keyed by the entity id, linger.ms 5): a phase
+// ends when the last event was written *and* a savepoint has completed, which waits for every delivery report,
+// so the figures are events acknowledged by the broker.
 #include <libpq-fe.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -34,8 +40,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kafka_admin.h"
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/connectors/kafka/kafka_sink.h"
 #include "sluice/connectors/postgres/postgres_cdc_source.h"
 #include "sluice/core/logging.h"
 
@@ -53,6 +61,8 @@ struct Options {
   int64_t rows = 200'000;
   int runs = 3;
   int64_t txn_rows = 10'000;
+  std::string sink = "discard";
+  std::string bootstrap;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -106,6 +116,35 @@ class CountingSink final : public sluice::Sink<ChangeEvent> {
   std::shared_ptr<std::atomic<int64_t>> n_;
 };
 
+/// The phase's sink: a counting discard, or KafkaSink at-least-once into a fresh topic counting what it writes.
+void attach_sink(const Options& o, sluice::DataStream<ChangeEvent> events, std::shared_ptr<std::atomic<int64_t>> n,
+                 const std::string& topic) {
+  if (o.sink == "discard") {
+    events.sink_to(std::make_shared<CountingSink>(std::move(n))).uid("discard");
+    return;
+  }
+  if (sluice::Status st = sluice::bench::ensure_topic(o.bootstrap, topic, 1); !st.ok()) die(st.error().to_string());
+  auto sink = sluice::KafkaSink<ChangeEvent>::builder()
+                  .bootstrap_servers(o.bootstrap)
+                  .topic(topic)
+                  .delivery_guarantee(sluice::DeliveryGuarantee::kAtLeastOnce)
+                  .record_serializer([n](const ChangeEvent& e, sluice::KafkaProducerRecord& out) {
+                    out.set_key(e.entity_id().to_json());
+                    out.set_value(e.to_value().to_json());
+                    n->fetch_add(1, std::memory_order_relaxed);
+                  })
+                  .property("linger.ms", "5")
+                  .build();
+  events.sink_to(sink).uid("kafka");
+}
+
+/// With the Kafka sink, a completed savepoint means every event written so far was acknowledged.
+void wait_acknowledged(const Options& o, sluice::JobClient& job, const std::filesystem::path& dir) {
+  if (o.sink != "kafka") return;
+  sluice::Result<std::string> sp = job.trigger_savepoint((dir / "savepoints").string()).get();
+  if (!sp.ok()) die("savepoint: " + sp.error().to_string());
+}
+
 void wait_for(const std::atomic<int64_t>& n, int64_t target) {
   const auto deadline = Clock::now() + std::chrono::minutes(10);
   while (n.load() < target) {
@@ -147,12 +186,13 @@ Figures run_once(const Options& o, int run) {
                  .slot_name(slot)
                  .publication_name("bench_cdc")
                  .build();
-  env.from_source(src, "pg").uid("pg").sink_to(std::make_shared<CountingSink>(n)).uid("discard");
+  attach_sink(o, env.from_source(src, "pg").uid("pg"), n, slot);
   Figures f;
   double cpu0 = cpu_seconds();
   auto t0 = Clock::now();
   sluice::JobClient job = env.execute_async("postgres-cdc-bench");
   wait_for(*n, o.rows);
+  wait_acknowledged(o, job, dir);
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   f.snapshot_eps = static_cast<double>(o.rows) / secs;
   f.snapshot_cpu_per_m = (cpu_seconds() - cpu0) / (static_cast<double>(o.rows) / 1e6);
@@ -177,6 +217,7 @@ Figures run_once(const Options& o, int run) {
                 std::to_string(base + from) + " AND " + std::to_string(base + to));
   }
   wait_for(*n, target);
+  wait_acknowledged(o, job, dir);
   secs = std::chrono::duration<double>(Clock::now() - t0).count();
   f.stream_eps = static_cast<double>(2 * o.rows) / secs;
   f.stream_cpu_per_m = (cpu_seconds() - cpu0) / (static_cast<double>(2 * o.rows) / 1e6);
@@ -202,11 +243,12 @@ Figures run_once(const Options& o, int run) {
                     .publication_name("bench_cdc")
                     .start_mode(sluice::PostgresStartMode::kLatest)
                     .build();
-    env2.from_source(src2, "pg").uid("pg").sink_to(std::make_shared<CountingSink>(n2)).uid("discard");
+    attach_sink(o, env2.from_source(src2, "pg").uid("pg"), n2, slot2);
     cpu0 = cpu_seconds();
     t0 = Clock::now();
     sluice::JobClient job2 = env2.execute_async("postgres-cdc-bench backlog");
     wait_for(*n2, o.rows);
+    wait_acknowledged(o, job2, dir);
     secs = std::chrono::duration<double>(Clock::now() - t0).count();
     f.backlog_eps = static_cast<double>(o.rows) / secs;
     f.backlog_cpu_per_m = (cpu_seconds() - cpu0) / (static_cast<double>(o.rows) / 1e6);
@@ -254,16 +296,25 @@ int main(int argc, char** argv) {
   app.add_option("--runs", o.runs, "Runs")->capture_default_str();
   app.add_option("--txn-rows", o.txn_rows, "Rows per writer transaction")->capture_default_str();
   app.add_option("--url", o.url, "Postgres URL (default: $POSTGRES_URL)");
+  app.add_option("--sink", o.sink, "discard, or kafka (at-least-once, needs KAFKA_BOOTSTRAP_SERVERS)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"discard", "kafka"}));
+  app.add_option("--bootstrap", o.bootstrap, "Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
   if (o.url.empty()) die("no POSTGRES_URL: run through scripts/services/run-with postgres -- ...");
+  if (o.bootstrap.empty()) {
+    if (const char* b = std::getenv("KAFKA_BOOTSTRAP_SERVERS")) o.bootstrap = b;
+  }
+  if (o.sink == "kafka" && o.bootstrap.empty())
+    die("--sink kafka: run through scripts/services/run-with postgres kafka");
   sluice::init_logging();
   spdlog::set_level(spdlog::level::warn);
-  std::printf("postgres-cdc-bench: %lld rows, %d runs, %lld rows per transaction\n", static_cast<long long>(o.rows),
-              o.runs, static_cast<long long>(o.txn_rows));
+  std::printf("postgres-cdc-bench: %lld rows, %d runs, %lld rows per transaction, sink %s\n",
+              static_cast<long long>(o.rows), o.runs, static_cast<long long>(o.txn_rows), o.sink.c_str());
   std::vector<double> s, sc, t, tc, b, bc;
   for (int r = 1; r <= o.runs; ++r) {
     Figures f = run_once(o, r);

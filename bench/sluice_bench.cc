@@ -2,6 +2,8 @@
 //
 //   sluice-bench nexmark --query q1 --events 10000000 --parallelism 2 [--rate 10000] [--format json]
 //   sluice-bench checkpoint state|throughput|recovery [--state-mb 100] [--intervals none,10s,1s,200ms] ...
+//   sluice-bench nexmark-kafka-fill --bootstrap HOST:PORT --topic T --events N [--partitions 2]
+//   sluice-bench nexmark-kafka-q1 --bootstrap HOST:PORT --input T --output T2 [--parallelism 2] ...
 //
 // Runs one Nexmark query over generated events into a discarding sink and prints one line: query, events,
 // parallelism, wall seconds, events/s, events per CPU-second, peak RSS and output records. CPU time is the
@@ -25,6 +27,7 @@
 #include "checkpoint_bench.h"
 #include "nexmark/queries.h"
 #include "nexmark/source.h"
+#include "nexmark_kafka_bench.h"
 #include "sluice/api/stream_environment.h"
 
 namespace {
@@ -244,6 +247,37 @@ int main(int argc, char** argv) {
   checkpoint->add_option("-p,--parallelism", ck.parallelism, "Parallelism")->capture_default_str();
   checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
 
+  sluice::bench::NexmarkKafkaOptions kfill;
+  auto* kafka_fill = app.add_subcommand("nexmark-kafka-fill", "Write Nexmark bids as JSON into a Kafka topic");
+  kafka_fill->add_option("--bootstrap", kfill.bootstrap, "Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)");
+  kafka_fill->add_option("--topic", kfill.topic, "Topic to write (created when missing)")->required();
+  kafka_fill->add_option("-n,--events", kfill.events, "Number of bids to write")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  kafka_fill->add_option("--partitions", kfill.partitions, "Partitions of the topic")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000));
+  kafka_fill->add_option("--format", kfill.format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+
+  sluice::bench::NexmarkKafkaOptions kq1;
+  auto* kafka_q1 =
+      app.add_subcommand("nexmark-kafka-q1", "Nexmark query 1 from a Kafka topic of bids to a Kafka topic (JSON)");
+  kafka_q1->add_option("--bootstrap", kq1.bootstrap, "Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)");
+  kafka_q1->add_option("--input", kq1.input, "Topic of bids (nexmark-kafka-fill)")->required();
+  kafka_q1->add_option("--output", kq1.output, "Output topic (created with the input's partitions when missing)")
+      ->required();
+  kafka_q1->add_option("-p,--parallelism", kq1.parallelism, "Parallelism of the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  kafka_q1->add_option("--checkpoint-interval-ms", kq1.checkpoint_interval_ms, "Checkpoint interval in ms")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  kafka_q1->add_option("--format", kq1.format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -251,6 +285,8 @@ int main(int argc, char** argv) {
     if (nexmark->parsed()) return run_nexmark(opt);
     if (nexmark_checksum->parsed()) return run_nexmark_checksum(sum_opt);
     if (checkpoint->parsed()) return sluice::bench::run_checkpoint_bench(ck);
+    if (kafka_fill->parsed()) return sluice::bench::run_nexmark_kafka_fill(kfill);
+    if (kafka_q1->parsed()) return sluice::bench::run_nexmark_kafka_q1(kq1);
   } catch (const sluice::SluiceException& e) {
     fmt::print(stderr, "error: {}\n", e.error().to_string());
     return 1;
