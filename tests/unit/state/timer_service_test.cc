@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -187,6 +188,50 @@ TEST_F(TimerServiceTest, ManyTimersFireInOrder) {
       EXPECT_LE(std::get<2>(fired_[i - 1]), std::get<2>(fired_[i]));
     }
   }
+}
+
+TEST_F(TimerServiceTest, TimersOfOneTimestampFireInRegistrationOrderThroughDeletesAndReRegistrations) {
+  // Window operators put thousands of timers on few timestamps and delete some: the exact order, within a
+  // timestamp, is registration order (a timer deleted and registered again goes last), checked against a
+  // reference list per timestamp. Most of each timestamp's timers are deleted, so its bucket is compacted.
+  std::map<TimestampMs, std::vector<std::string>> expected;
+  uint64_t x = 99;
+  auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  for (int i = 0; i < 20000; ++i) {
+    const TimestampMs ts = static_cast<TimestampMs>(next() % 4) * 100;
+    std::string key = "k" + std::to_string(next() % 300);
+    backend_.set_current_key(key);
+    std::vector<std::string>& list = expected[ts];
+    auto at = std::find(list.begin(), list.end(), key);
+    if (next() % 3 != 0) {
+      if (at != list.end()) list.erase(at);
+      timers_.delete_event_time_timer(0, ts);
+    } else if (at == list.end()) {
+      timers_.register_event_time_timer(0, ts);
+      list.push_back(key);
+    }
+  }
+  size_t total = 0;
+  for (const auto& [ts, list] : expected)
+    total += list.size();
+  ASSERT_EQ(timers_.num_event_time_timers(), total);
+  // Fire the first two timestamps, register more on the third meanwhile, then fire the rest.
+  timers_.advance_watermark(100, recorder());
+  backend_.set_current_key("late");
+  timers_.register_event_time_timer(0, 200);
+  expected[200].push_back("late");
+  timers_.advance_watermark(1000, recorder());
+  std::vector<Fired> want;
+  for (const auto& [ts, list] : expected) {
+    for (const std::string& key : list)
+      want.emplace_back(key, 0, ts);
+  }
+  EXPECT_EQ(fired_, want);
+  EXPECT_EQ(timers_.num_event_time_timers(), 0u);
+  EXPECT_FALSE(timers_.next_event_time().has_value());
 }
 
 TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
