@@ -172,6 +172,9 @@ class NexmarkSource final : public Source<Event, NexmarkSplit> {
         }
         if (s.next < s.end) splits_.push_back(s);
       }
+      // An empty split (fewer events than readers times kBlock) is dropped: ask for the next one, or the
+      // enumerator's "no more splits", or this reader would wait forever.
+      if (splits_.empty() && !no_more_splits_) ctx_.send_split_request();
     }
     void notify_no_more_splits() override { no_more_splits_ = true; }
     std::vector<NexmarkSplit> snapshot_state(int64_t) override { return {splits_.begin(), splits_.end()}; }

@@ -384,6 +384,17 @@ TEST(NexmarkSourceTest, EmitsTheSameEventsAtParallelismOneAndFour) {
   }
 }
 
+TEST(NexmarkSourceTest, FewerEventsThanReadersTimesABlockEndsTheJob) {
+  // 1,000 events at parallelism 4: readers 1..3 get empty splits. They must ask again (and hear "no more
+  // splits") instead of waiting forever, which is what they did before.
+  const NexmarkConfig config = small_config(1'000);
+  const auto per_subtask = run_source(config, 4);  // returns only once the job has ended
+  size_t total = 0;
+  for (const auto& records : per_subtask)
+    total += records.size();
+  EXPECT_EQ(total, 1'000u);
+}
+
 TEST(NexmarkSourceTest, RecordsCarryMonotonicTimestampsAndTrailingWatermarks) {
   NexmarkConfig config = small_config(40'000);
   config.rate = 2'500;

@@ -3,6 +3,7 @@ package io.sluice.compare;
 import io.sluice.compare.model.Event;
 import io.sluice.compare.queries.Queries;
 import java.io.IOException;
+import java.lang.management.GarbageCollectorMXBean;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -109,11 +110,11 @@ public final class NexmarkBench {
     if (opt.format.equals("json")) {
       System.out.println(String.format(Locale.ROOT,
           "{\"benchmark\":\"nexmark\",\"engine\":\"flink\",\"query\":\"%s\",\"events\":%d,\"parallelism\":%d,"
-              + "\"rate\":%s,\"warmup_events\":%d,\"wall_seconds\":%.3f,\"cpu_seconds\":%.3f,"
+              + "\"rate\":%s,\"warmup_events\":%d,\"wall_seconds\":%.6f,\"cpu_seconds\":%.6f,"
               + "\"events_per_second\":%.0f,\"events_per_cpu_second\":%.0f,\"peak_rss_mib\":%.1f,"
-              + "\"output_records\":%d}",
+              + "\"output_records\":%d,\"gc_seconds\":%.3f}",
           opt.query, opt.events, opt.parallelism, number(opt.rate), warmup, m.wallSeconds, m.cpuSeconds,
-          eventsD / m.wallSeconds, eventsD / m.cpuSeconds, peakRssMib, m.outputRecords));
+          eventsD / m.wallSeconds, eventsD / m.cpuSeconds, peakRssMib, m.outputRecords, m.gcSeconds));
     } else {
       System.out.println(String.format(Locale.ROOT,
           "nexmark flink %s: events %d, parallelism %d, warm-up events %d, wall %.3f s, %.0f events/s, cpu %.3f s, "
@@ -128,7 +129,18 @@ public final class NexmarkBench {
   static final class Measurement {
     double wallSeconds;
     double cpuSeconds;
+    /** Time the JVM's collectors report for the measured job (summed over collectors; may overlap wall). */
+    double gcSeconds;
     long outputRecords;
+  }
+
+  /** Milliseconds of collection every garbage collector of this JVM reports so far. */
+  private static long gcMillis() {
+    long total = 0;
+    for (GarbageCollectorMXBean gc : ManagementFactory.getGarbageCollectorMXBeans()) {
+      total += Math.max(0, gc.getCollectionTime());
+    }
+    return total;
   }
 
   /** Builds the query over {@code events} events into the counting sink and runs it on {@code cluster}. */
@@ -161,15 +173,18 @@ public final class NexmarkBench {
     CountingSink.TOTAL.set(0);
     com.sun.management.OperatingSystemMXBean os =
         (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+    long gcBefore = gcMillis();
     long cpuBefore = os.getProcessCpuTime();
     long start = System.nanoTime();
     cluster.executeJobBlocking(job);
     long end = System.nanoTime();
     long cpuAfter = os.getProcessCpuTime();
+    long gcAfter = gcMillis();
 
     Measurement m = new Measurement();
     m.wallSeconds = (end - start) * 1e-9;
     m.cpuSeconds = (cpuAfter - cpuBefore) * 1e-9;
+    m.gcSeconds = (gcAfter - gcBefore) * 1e-3;
     m.outputRecords = CountingSink.TOTAL.get();
     return m;
   }

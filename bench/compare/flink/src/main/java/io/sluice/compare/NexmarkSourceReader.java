@@ -94,6 +94,11 @@ public final class NexmarkSourceReader implements SourceReader<Event, NexmarkSou
         splits.add(s);
       }
     }
+    // An empty split (fewer events than readers times BLOCK) is dropped: ask for the next one, or the
+    // enumerator's "no more splits", or this reader would wait forever (as bench/nexmark/source.h).
+    if (splits.isEmpty() && !noMoreSplits) {
+      ctx.sendSplitRequest();
+    }
     available.complete(null);
   }
 
