@@ -153,7 +153,9 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
         if (std::chrono::steady_clock::now() >= periodic_[i].due) {
           try {
             if (periodic_[i].task) {
-              periodic_[i].task();
+              // A copy: the task may schedule another (push_back), which moves the vector's elements.
+              std::function<void()> task = periodic_[i].task;
+              task();
             } else {
               std::function<std::function<void()>()> work = periodic_[i].work;
               lock.unlock();
@@ -169,6 +171,8 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
             }
           } catch (const std::exception& e) {
             spdlog::warn("a periodic task of a split enumerator failed: {}", e.what());
+          } catch (...) {
+            spdlog::warn("a periodic task of a split enumerator failed with an exception that is not a std::exception");
           }
           periodic_[i].due = std::chrono::steady_clock::now() + std::chrono::milliseconds(periodic_[i].period_ms);
         }
