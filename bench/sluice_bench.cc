@@ -150,7 +150,8 @@ int run_nexmark(const NexmarkOptions& opt) {
   if (opt.checkpoint_interval_ms > 0) {
     // Checkpoints go to a fresh directory under the temp dir, removed at the end.
     checkpoint_dir = std::filesystem::temp_directory_path() / fmt::format("sluice-bench-nexmark-{}", ::getpid());
-    conf.set_string(std::string(sluice::options::kCheckpointInterval.key), fmt::format("{}ms", opt.checkpoint_interval_ms));
+    conf.set_string(std::string(sluice::options::kCheckpointInterval.key),
+                    fmt::format("{}ms", opt.checkpoint_interval_ms));
     conf.set(sluice::options::kCheckpointDir, "file://" + checkpoint_dir.string());
   }
   sluice::StreamEnvironment env(conf);
@@ -235,8 +236,9 @@ int main(int argc, char** argv) {
   nexmark->add_option("-r,--rate", opt.rate, "Events per second of event time (spaces timestamps; no throttling)")
       ->capture_default_str();
   nexmark->add_option("--seed", opt.seed, "Seed of the generator (runs are reproducible)")->capture_default_str();
-  nexmark->add_option("--checkpoint-interval-ms", opt.checkpoint_interval_ms,
-                      "Checkpoint interval in ms (0: no checkpoints; checkpoints go under the temp dir)")
+  nexmark
+      ->add_option("--checkpoint-interval-ms", opt.checkpoint_interval_ms,
+                   "Checkpoint interval in ms (0: no checkpoints; checkpoints go under the temp dir)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   nexmark->add_option("--format", opt.format, "Output format")
