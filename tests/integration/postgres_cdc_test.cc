@@ -764,9 +764,13 @@ TEST_F(PostgresCdcTest, RestoringAPositionTheSlotNoLongerHasFailsNamingSlotLsnAn
       pg_->exec("INSERT INTO " + t + " VALUES (" + std::to_string(i) + ", 0)");
     EXPECT_TRUE(out->wait_for(static_cast<size_t>(count))) << out->size();
     std::string path;
+    const Lsn before = confirmed_flush();
     Result<std::string> sp = job.trigger_savepoint((dir_ / savepoint_dir).string()).get();
     EXPECT_TRUE(sp.ok()) << sp.error().to_string();
     if (sp.ok()) path = *sp;
+    // The slot confirms a savepoint's position after its completion is notified, asynchronously: cancelling
+    // before then would leave the slot at the older savepoint's position and make the restore below legal.
+    EXPECT_TRUE(eventually([&] { return confirmed_flush() > before; })) << format_lsn(before);
     job.cancel();
     job.wait();
     return path;
@@ -788,7 +792,11 @@ TEST_F(PostgresCdcTest, RestoringAPositionTheSlotNoLongerHasFailsNamingSlotLsnAn
     c.set(options::kStateRecoveryPath, restore_from);
     StreamEnvironment env(c);
     env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(std::make_shared<Received>()));
-    JobResult r = env.execute("gone-restore");
+    JobClient job = env.execute_async("gone-restore");
+    const bool ended = job.wait_for(kDeadline);
+    EXPECT_TRUE(ended) << "restoring " << restore_from << " did not fail";
+    if (!ended) job.cancel();
+    JobResult r = job.wait();
     EXPECT_EQ(r.status, JobStatus::kFailed);
     return error_of(r);
   };
