@@ -1,19 +1,26 @@
-// kafka-bench: throughput and latency of the Kafka sink against a real broker (docs/connectors.md, "Kafka sink").
+// kafka-bench: throughput and latency of Kafka -> pass-through -> Kafka against a real broker (docs/benchmarks.md,
+// "Kafka"; docs/connectors.md).
 //
 //   scripts/services/run-with kafka -- build/<dir>/bench/kafka-bench [--records N] [--bytes B] ...
 //
-// Three measurements, each on a fresh topic (--partitions, default 4) of the broker in KAFKA_BOOTSTRAP_SERVERS:
-//  1. raw: librdkafka alone, one idempotent producer (acks=all, linger.ms=5) producing --records records of
-//     --bytes bytes, then one consumer reading them back: the ceiling of (2).
-//  2. pipeline: datagen -> pass-through map -> KafkaSink with --records records of --bytes bytes, at-least-once and
-//     exactly-once at checkpoint intervals 1 s and 200 ms (--intervals); records/s from job start to FINISHED (the
-//     last transaction committed), and the ratio to (1)'s produce rate.
-//  3. latency: exactly-once at the same intervals (and at-least-once at the shortest, for reference), a datagen
-//     rate-limited to --rate records/s for --seconds; each value carries its emit time; a read_committed consumer
-//     in this process reports p50/p99/max of emit -> visible to the consumer (records emitted in the first 2 s,
-//     while the producers connect, are left out).
+// Measurements, each on fresh topics (--partitions, default 4) of the broker in KAFKA_BOOTSTRAP_SERVERS:
+//  1. raw: librdkafka alone, the ceiling. One idempotent producer (acks=all, linger.ms=5) writes --records records
+//     of --bytes bytes into the input topic; one read_committed consumer reads them back; and a raw pass-through,
+//     one consumer and one idempotent producer in a loop (what the job does, without the engine).
+//  2. pipeline: KafkaSource (bounded at the input's end offsets) -> pass-through map -> KafkaSink, key and value
+//     kept, at-least-once and exactly-once at checkpoint intervals 1 s and 200 ms (--intervals); records/s from
+//     job start to FINISHED (the last transaction committed), and the ratios to (1): to the raw produce rate (the
+//     slower half of the ceiling) and to the raw pass-through. With --source datagen the records come from a
+//     generator instead of the input topic (the sink alone).
+//  3. latency: exactly-once at the same intervals (and at-least-once at the shortest, for reference). A producer
+//     in this process writes --rate records/s for --seconds into a fresh input topic, each value carrying its
+//     produce time; the job (unbounded source) passes them through; a read_committed consumer in this process
+//     reports p50/p99/max of produce -> visible to the consumer (records of the first 2 s, while the job's
+//     clients connect, are left out).
 // Options: --records N (1000000), --bytes B (100), --partitions P (4), --parallelism P (1), --rate R (20000),
-// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --bootstrap HOST:PORT.
+// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --source kafka|datagen,
+// --guarantees at-least-once,exactly-once (pipeline runs), --source-property KEY=VALUE (repeatable; a librdkafka
+// property of the Kafka source), --verbose (checkpoint log lines), --bootstrap HOST:PORT.
 #include <librdkafka/rdkafka.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -38,6 +45,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
+#include "sluice/connectors/kafka/kafka_source.h"
 #include "sluice/core/logging.h"
 
 namespace {
@@ -57,7 +65,18 @@ struct Options {
   int seconds = 10;
   std::vector<int64_t> intervals = {1000, 200};
   std::string only;
+  std::string source = "kafka";
+  std::vector<std::string> guarantees = {"at-least-once", "exactly-once"};
+  std::vector<std::string> source_properties;  // key=value, librdkafka consumer properties of the Kafka source
+  bool verbose = false;
 };
+
+/// A Kafka record passed through: key and value bytes.
+struct PassRecord {
+  std::string key;
+  std::string value;
+};
+SLUICE_FIELDS(PassRecord, key, value);
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "kafka-bench: %s\n", what.c_str());
@@ -82,6 +101,16 @@ Options parse(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--only", o.only, "raw, pipeline or latency (default: all)");
+  app.add_option("--source", o.source, "Where the pipeline's records come from: kafka (the input topic) or datagen")
+      ->check(CLI::IsMember({"kafka", "datagen"}))
+      ->capture_default_str();
+  app.add_option("--guarantees", o.guarantees, "Delivery guarantees of the pipeline runs, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"at-least-once", "exactly-once"}))
+      ->capture_default_str();
+  app.add_option("--source-property", o.source_properties,
+                 "A librdkafka consumer property of the pipeline's Kafka source, key=value (repeatable)");
+  app.add_flag("--verbose", o.verbose, "Log at info level (checkpoints with their sizes and sync pauses)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -144,18 +173,27 @@ std::string make_value(int64_t i, int bytes) {
   return v;
 }
 
-/// Reads `count` records of `topic` with a read_committed consumer; returns records/s.
-double consume(const Options& o, const std::string& topic, int64_t count) {
+/// A read_committed consumer assigned every partition of `topic` from the beginning.
+rd_kafka_t* raw_consumer(const Options& o, const std::string& topic) {
   rd_kafka_t* c = client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", o.bootstrap},
                                              {"group.id", unique("bench")},
                                              {"isolation.level", "read_committed"},
                                              {"enable.auto.commit", "false"},
-                                             {"fetch.max.bytes", "52428800"}});
+                                             {"fetch.max.bytes", "52428800"},
+                                             // As the Kafka source sets it (kafka_source.cc): else a reader
+                                             // slower than the fetcher waits about a second per 100,000 records.
+                                             {"queued.min.messages", "1000000"}});
   rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(o.partitions);
   for (int p = 0; p < o.partitions; ++p)
     rd_kafka_topic_partition_list_add(parts, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
   rd_kafka_assign(c, parts);
   rd_kafka_topic_partition_list_destroy(parts);
+  return c;
+}
+
+/// Reads `count` records of `topic` with a read_committed consumer; returns records/s.
+double consume(const Options& o, const std::string& topic, int64_t count) {
+  rd_kafka_t* c = raw_consumer(o, topic);
   int64_t got = 0;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::minutes(5);
@@ -173,44 +211,94 @@ double consume(const Options& o, const std::string& topic, int64_t count) {
 }
 
 struct Raw {
+  std::string topic;  // the input topic, holding the produced records
   double produce_rate = 0;
   double produce_cpu_us = 0;  // CPU µs per record
   double consume_rate = 0;
+  double pass_rate = 0;  // consume -> produce loop, records/s
+  double pass_cpu_us = 0;
 };
 
-Raw bench_raw(const Options& o) {
-  const std::string topic = unique("bench-raw");
-  create_topic(o, topic);
-  rd_kafka_t* p = client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", o.bootstrap},
-                                             {"enable.idempotence", "true"},
-                                             {"acks", "all"},
-                                             {"linger.ms", "5"},
-                                             {"partitioner", "murmur2_random"}});
-  // Connect and learn the topic's metadata before the clock starts (the sink's producers do so at start too).
+rd_kafka_t* raw_producer(const Options& o) {
+  return client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", o.bootstrap},
+                                    {"enable.idempotence", "true"},
+                                    {"acks", "all"},
+                                    {"linger.ms", "5"},
+                                    {"partitioner", "murmur2_random"}});
+}
+
+/// rd_kafka_producev, polling while the local queue is full.
+void produce_one(rd_kafka_t* p, rd_kafka_topic_t* rkt, std::string_view key, std::string_view value) {
+  while (true) {
+    rd_kafka_resp_err_t err = rd_kafka_producev(p, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_KEY(key.data(), key.size()),
+                                                RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) die(rd_kafka_err2str(err));
+    rd_kafka_poll(p, 10);
+  }
+}
+
+/// A topic handle of `p`, after the topic's metadata arrived (the sink's producers learn it at start too).
+rd_kafka_topic_t* topic_handle(rd_kafka_t* p, const std::string& topic) {
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(p, topic.c_str(), nullptr);
   const rd_kafka_metadata_t* md = nullptr;
   if (rd_kafka_metadata(p, 0, rkt, &md, 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR) rd_kafka_metadata_destroy(md);
+  return rkt;
+}
+
+/// The raw pass-through: reads the `count` records of `from` and produces each (key and value) into a fresh
+/// topic, in one thread, until every delivery is acknowledged. Sets r.pass_rate and r.pass_cpu_us.
+void bench_raw_pass(const Options& o, const std::string& from, int64_t count, Raw& r) {
+  const std::string to = unique("bench-raw-pass");
+  create_topic(o, to);
+  rd_kafka_t* p = raw_producer(o);
+  rd_kafka_topic_t* rkt = topic_handle(p, to);
+  rd_kafka_t* c = raw_consumer(o, from);
+  int64_t got = 0;
+  const auto start = Clock::now();
+  const double cpu0 = cpu_seconds();
+  const auto deadline = start + std::chrono::minutes(5);
+  while (got < count && Clock::now() < deadline) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 100);
+    if (m == nullptr) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      produce_one(p, rkt, std::string_view(static_cast<const char*>(m->key), m->key_len),
+                  std::string_view(static_cast<const char*>(m->payload), m->len));
+      if ((++got & 1023) == 0) rd_kafka_poll(p, 0);
+    }
+    rd_kafka_message_destroy(m);
+  }
+  if (rd_kafka_flush(p, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR) die("flush");
+  r.pass_rate = static_cast<double>(got) / seconds_since(start);
+  r.pass_cpu_us = (cpu_seconds() - cpu0) * 1e6 / static_cast<double>(std::max<int64_t>(got, 1));
+  rd_kafka_consumer_close(c);
+  rd_kafka_destroy(c);
+  rd_kafka_topic_destroy(rkt);
+  rd_kafka_destroy(p);
+  if (got < count) die("raw pass-through read only " + std::to_string(got) + " of " + std::to_string(count));
+}
+
+Raw bench_raw(const Options& o) {
+  Raw r;
+  r.topic = unique("bench-input");
+  create_topic(o, r.topic);
+  rd_kafka_t* p = raw_producer(o);
+  rd_kafka_topic_t* rkt = topic_handle(p, r.topic);
   const auto start = Clock::now();
   const double cpu0 = cpu_seconds();
   for (int64_t i = 0; i < o.records; ++i) {
     const std::string value = make_value(i, o.bytes);  // as the pipeline's datagen makes it
-    while (true) {
-      rd_kafka_resp_err_t err = rd_kafka_producev(p, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_KEY(value.data(), 3),
-                                                  RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) break;
-      if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) die(rd_kafka_err2str(err));
-      rd_kafka_poll(p, 10);
-    }
+    produce_one(p, rkt, std::string_view(value).substr(0, 3), value);
     if ((i & 1023) == 0) rd_kafka_poll(p, 0);
   }
   if (rd_kafka_flush(p, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR) die("flush");
-  Raw r;
   r.produce_rate = static_cast<double>(o.records) / seconds_since(start);
   r.produce_cpu_us = (cpu_seconds() - cpu0) * 1e6 / static_cast<double>(o.records);
   rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(p);
-  r.consume_rate = consume(o, topic, o.records);
+  r.consume_rate = consume(o, r.topic, o.records);
+  bench_raw_pass(o, r.topic, o.records, r);
   return r;
 }
 
@@ -223,18 +311,46 @@ sluice::Configuration job_config(const Options& o, int64_t interval_ms, const st
   return c;
 }
 
-std::shared_ptr<sluice::KafkaSink<std::string>> make_sink(const Options& o, const std::string& topic,
-                                                          DeliveryGuarantee g, const sluice::Configuration& job) {
-  auto b = sluice::KafkaSink<std::string>::builder()
+/// The sink of both pipelines: PassRecord keeps the input's key; a generated string is keyed by its first 3 bytes.
+template <class T>
+std::shared_ptr<sluice::KafkaSink<T>> make_sink(const Options& o, const std::string& topic, DeliveryGuarantee g,
+                                                const sluice::Configuration& job) {
+  auto b = sluice::KafkaSink<T>::builder()
                .bootstrap_servers(o.bootstrap)
                .topic(topic)
                .delivery_guarantee(g)
-               .record_serializer([](const std::string& v, sluice::KafkaProducerRecord& out) {
-                 out.set_key(std::string_view(v).substr(0, 3));
-                 out.set_value(v);
+               .record_serializer([](const T& v, sluice::KafkaProducerRecord& out) {
+                 if constexpr (std::is_same_v<T, PassRecord>) {
+                   out.set_key(v.key);
+                   out.set_value(v.value);
+                 } else {
+                   out.set_key(std::string_view(v).substr(0, 3));
+                   out.set_value(v);
+                 }
                })
                .property("linger.ms", "5");
   if (g == DeliveryGuarantee::kExactlyOnce) b.transactional_id_prefix(unique("bench-tx")).max_commit_delay_from(job);
+  return b.build();
+}
+
+/// Reads `topic` from its start: bounded at the end offsets seen at start, or unbounded.
+std::shared_ptr<sluice::KafkaSource<PassRecord>> make_source(const Options& o, const std::string& topic, bool bounded) {
+  auto b = sluice::KafkaSource<PassRecord>::builder()
+               .bootstrap_servers(o.bootstrap)
+               .topics({topic})
+               .group_id(unique("bench-pass"))
+               .starting_offsets(sluice::KafkaStartingOffsets::earliest())
+               .deserializer([](const sluice::KafkaMessageView& m, PassRecord& out) {
+                 if (m.key) out.key.assign(*m.key);
+                 if (m.value) out.value.assign(*m.value);
+                 return sluice::ok_status();
+               });
+  if (bounded) b.bounded();
+  for (const std::string& kv : o.source_properties) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) die("--source-property needs key=value, got '" + kv + "'");
+    b.property(kv.substr(0, eq), kv.substr(eq + 1));
+  }
   return b.build();
 }
 
@@ -244,21 +360,31 @@ struct PipelineResult {
   int64_t checkpoints = 0;
 };
 
-PipelineResult bench_pipeline(const Options& o, DeliveryGuarantee g, int64_t interval_ms) {
+/// Kafka (`input`, or a generator when empty) -> pass-through -> Kafka, `o.records` records.
+PipelineResult bench_pipeline(const Options& o, const std::string& input, DeliveryGuarantee g, int64_t interval_ms) {
   const std::string topic = unique("bench-pipe");
   create_topic(o, topic);
   const auto dir = std::filesystem::temp_directory_path() / unique("kafka-bench-ckpt");
   sluice::Configuration config = job_config(o, interval_ms, dir);
   sluice::StreamEnvironment env(config);
-  const int bytes = o.bytes;
-  env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
-                      [bytes](int64_t i) { return make_value(i, bytes); }, o.records),
-                  "datagen")
-      .uid("datagen")
-      .map([](const std::string& s) { return s; })
-      .uid("pass-through")
-      .sink_to(make_sink(o, topic, g, config), "Kafka")
-      .uid("kafka-sink");
+  if (input.empty()) {
+    const int bytes = o.bytes;
+    env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
+                        [bytes](int64_t i) { return make_value(i, bytes); }, o.records),
+                    "datagen")
+        .uid("datagen")
+        .map([](const std::string& s) { return s; })
+        .uid("pass-through")
+        .sink_to(make_sink<std::string>(o, topic, g, config), "Kafka")
+        .uid("kafka-sink");
+  } else {
+    env.from_source(make_source(o, input, /*bounded=*/true), "Kafka input")
+        .uid("kafka-source")
+        .map([](const PassRecord& r) { return r; })
+        .uid("pass-through")
+        .sink_to(make_sink<PassRecord>(o, topic, g, config), "Kafka")
+        .uid("kafka-sink");
+  }
   const auto start = Clock::now();
   const double cpu0 = cpu_seconds();
   sluice::JobResult r = env.execute("kafka-bench pipeline");
@@ -266,6 +392,14 @@ PipelineResult bench_pipeline(const Options& o, DeliveryGuarantee g, int64_t int
   const double cpu = cpu_seconds() - cpu0;
   std::filesystem::remove_all(dir);
   if (!r.ok()) die("job failed: " + (r.error ? r.error->to_string() : std::string("?")));
+  // Every record reached the output (its end offsets also count exactly-once's transaction markers).
+  rd_kafka_t* admin = client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", o.bootstrap}});
+  sluice::Result<int64_t> written = sluice::bench::record_count(admin, topic, o.partitions);
+  rd_kafka_destroy(admin);
+  if (!written.ok()) die(written.error().to_string());
+  if (*written < o.records) {
+    die("the output topic holds " + std::to_string(*written) + " records, fewer than " + std::to_string(o.records));
+  }
   return PipelineResult{static_cast<double>(o.records) / s, cpu * 1e6 / static_cast<double>(o.records),
                         r.completed_checkpoints};
 }
@@ -275,7 +409,15 @@ struct Latency {
   int64_t records = 0;
 };
 
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+}
+
+/// Latency from produce (or, with --source datagen, from emit) to visible to a read_committed consumer.
 Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms) {
+  const bool from_kafka = o.source == "kafka";
+  const std::string input = unique("bench-lat-in");
+  if (from_kafka) create_topic(o, input);
   const std::string topic = unique("bench-lat");
   create_topic(o, topic);
   const auto dir = std::filesystem::temp_directory_path() / unique("kafka-bench-ckpt");
@@ -283,24 +425,28 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   sluice::StreamEnvironment env(config);
   const int64_t count = static_cast<int64_t>(o.rate * o.seconds);
   const int bytes = o.bytes;
-  // Each value starts with its emit time (steady clock, µs): this process also consumes, so one clock.
-  env.from_source(
-         std::make_shared<sluice::DataGeneratorSource<std::string>>(
-             [bytes](int64_t) {
-               const auto us =
-                   std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
-               return make_value(us, bytes);
-             },
-             count, o.rate),
-         "datagen")
-      .uid("datagen")
-      .map([](const std::string& s) { return s; })
-      .uid("pass-through")
-      .sink_to(make_sink(o, topic, g, config), "Kafka")
-      .uid("kafka-sink");
+  // Each value starts with its produce (emit) time, steady clock µs: this process also consumes, so one clock.
+  if (from_kafka) {
+    env.from_source(make_source(o, input, /*bounded=*/false), "Kafka input")
+        .uid("kafka-source")
+        .map([](const PassRecord& r) { return r; })
+        .uid("pass-through")
+        .sink_to(make_sink<PassRecord>(o, topic, g, config), "Kafka")
+        .uid("kafka-sink");
+  } else {
+    env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
+                        [bytes](int64_t) { return make_value(now_us(), bytes); }, count, o.rate),
+                    "datagen")
+        .uid("datagen")
+        .map([](const std::string& s) { return s; })
+        .uid("pass-through")
+        .sink_to(make_sink<std::string>(o, topic, g, config), "Kafka")
+        .uid("kafka-sink");
+  }
 
   std::atomic<bool> stop{false};
-  std::vector<std::pair<int64_t, double>> all;  // (emit time µs, latency ms)
+  std::atomic<int64_t> received{0};
+  std::vector<std::pair<int64_t, double>> all;  // (produce time µs, latency ms)
   all.reserve(static_cast<size_t>(count));
   int64_t first_sent = -1;
   std::thread reader([&] {
@@ -321,22 +467,50 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
         continue;
       }
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const int64_t now =
-            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+        const int64_t now = now_us();
         const int64_t sent = std::strtoll(static_cast<const char*>(m->payload), nullptr, 10);
         if (first_sent < 0 || sent < first_sent) first_sent = sent;
         all.emplace_back(sent, static_cast<double>(now - sent) / 1000.0);
+        received.fetch_add(1);
       }
       rd_kafka_message_destroy(m);
     }
     rd_kafka_consumer_close(c);
     rd_kafka_destroy(c);
   });
-  sluice::JobResult r = env.execute("kafka-bench latency");
+  sluice::JobResult r;
+  if (from_kafka) {
+    sluice::JobClient job = env.execute_async("kafka-bench latency");
+    // The producer paces itself to --rate; its records carry their produce time.
+    rd_kafka_t* p = raw_producer(o);
+    rd_kafka_topic_t* rkt = topic_handle(p, input);
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < count; ++i) {
+      std::this_thread::sleep_until(start + std::chrono::microseconds(static_cast<int64_t>(1e6 * i / o.rate)));
+      const std::string value = make_value(now_us(), bytes);
+      produce_one(p, rkt, std::to_string(i % 1000), value);
+      rd_kafka_poll(p, 0);
+    }
+    if (rd_kafka_flush(p, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR) die("flush");
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_destroy(p);
+    // Every record visible to the consumer, or a bound: then the job stops.
+    const auto deadline = Clock::now() + std::chrono::seconds(30) + std::chrono::milliseconds(3 * interval_ms);
+    while (received.load() < count && Clock::now() < deadline && !job.wait_for(std::chrono::milliseconds(50))) {
+    }
+    job.cancel();
+    r = job.wait();
+    if (r.status == sluice::JobStatus::kCanceled) r.status = sluice::JobStatus::kFinished;
+  } else {
+    r = env.execute("kafka-bench latency");
+  }
   stop.store(true);
   reader.join();
   std::filesystem::remove_all(dir);
   if (!r.ok()) die("job failed: " + (r.error ? r.error->to_string() : std::string("?")));
+  if (received.load() < count) {
+    die("the consumer saw " + std::to_string(received.load()) + " of " + std::to_string(count) + " records");
+  }
   // The first 2 s are warm-up (the producers connect and initialize while the source already emits).
   std::vector<double> latencies;
   for (const auto& [sent, ms] : all) {
@@ -364,28 +538,32 @@ const char* name(DeliveryGuarantee g) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   sluice::init_logging();
-  spdlog::set_level(spdlog::level::warn);
-  std::printf("kafka-bench: broker %s, %lld records of %d bytes, %d partitions, parallelism %d\n", o.bootstrap.c_str(),
-              static_cast<long long>(o.records), o.bytes, o.partitions, o.parallelism);
+  spdlog::set_level(o.verbose ? spdlog::level::info : spdlog::level::warn);
+  std::printf("kafka-bench: broker %s, %lld records of %d bytes, %d partitions, parallelism %d, source %s\n",
+              o.bootstrap.c_str(), static_cast<long long>(o.records), o.bytes, o.partitions, o.parallelism,
+              o.source.c_str());
   Raw raw;
   if (o.only.empty() || o.only == "raw" || o.only == "pipeline") {
     raw = bench_raw(o);
     std::printf(
         "raw librdkafka   produce %10.0f records/s (%6.1f MB/s, %.2f CPU us/record)   consume %10.0f records/s "
-        "(%6.1f MB/s)\n",
+        "(%6.1f MB/s)   pass-through %10.0f records/s (%.2f CPU us/record)\n",
         raw.produce_rate, raw.produce_rate * o.bytes / 1e6, raw.produce_cpu_us, raw.consume_rate,
-        raw.consume_rate * o.bytes / 1e6);
+        raw.consume_rate * o.bytes / 1e6, raw.pass_rate, raw.pass_cpu_us);
     std::fflush(stdout);
   }
   if (o.only.empty() || o.only == "pipeline") {
-    for (DeliveryGuarantee g : {DeliveryGuarantee::kAtLeastOnce, DeliveryGuarantee::kExactlyOnce}) {
+    const std::string input = o.source == "kafka" ? raw.topic : std::string();
+    for (const std::string& guarantee : o.guarantees) {
+      const DeliveryGuarantee g =
+          guarantee == "exactly-once" ? DeliveryGuarantee::kExactlyOnce : DeliveryGuarantee::kAtLeastOnce;
       for (int64_t interval : o.intervals) {
-        PipelineResult p = bench_pipeline(o, g, interval);
+        PipelineResult p = bench_pipeline(o, input, g, interval);
         std::printf(
-            "pipeline %-13s checkpoint %5lld ms: %10.0f records/s  (%.2f of raw produce; %.2f CPU us/record, "
-            "%.2f of raw; %lld checkpoints)\n",
-            name(g), static_cast<long long>(interval), p.rate, p.rate / raw.produce_rate, p.cpu_us,
-            p.cpu_us / raw.produce_cpu_us, static_cast<long long>(p.checkpoints));
+            "pipeline %-13s checkpoint %5lld ms: %10.0f records/s  (%.2f of raw produce, %.2f of raw pass-through; "
+            "%.2f CPU us/record; %lld checkpoints)\n",
+            name(g), static_cast<long long>(interval), p.rate, p.rate / raw.produce_rate, p.rate / raw.pass_rate,
+            p.cpu_us, static_cast<long long>(p.checkpoints));
         std::fflush(stdout);
       }
     }

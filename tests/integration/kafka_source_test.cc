@@ -5,6 +5,8 @@
 //  * stop with a savepoint, write more, restore at another parallelism: every value exactly once;
 //  * starting offsets: committed (with either reset strategy, and `none` failing), and by timestamp;
 //  * a poison record fails the job naming its position, or goes to a dead-letter file / topic;
+//  * metrics(): records and bytes read, bad records, lag while records wait unread and 0 once read, current
+//    offsets at the partitions' ends, committed offsets after a completed checkpoint;
 //  * partitions added while the job runs are read;
 //  * an empty partition turns idle and does not stall an event-time window.
 // Run: scripts/services/run-with kafka -- ctest --test-dir build/<dir> -L integration -R KafkaSource
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
@@ -584,6 +587,92 @@ TEST_F(KafkaSourceIntegrationTest, APoisonRecordFailsTheJobOrGoesToTheDeadLetter
     EXPECT_EQ(headers["sluice.dlq.offset"], "5");
     EXPECT_FALSE(headers["sluice.dlq.error"].empty());
   }
+}
+
+TEST_F(KafkaSourceIntegrationTest, MetricsCountRecordsAndShowLagPositionsAndCommittedOffsets) {
+  constexpr int kParts = 2;
+  constexpr int kPerPartition = 500;
+  constexpr int64_t kTotal = kParts * kPerPartition;
+  const std::string topic = make_topic("metrics", kParts);
+  std::vector<Msg> msgs;
+  int64_t bytes = 0;
+  for (int i = 0; i < kPerPartition; ++i) {
+    for (int p = 0; p < kParts; ++p) {
+      // One poison record (partition 1, offset 250) for the dead letters.
+      msgs.push_back(Msg{p, p == 1 && i == 250 ? std::string("{\"p\": broken")
+                                               : "{\"p\":" + std::to_string(p) + ",\"i\":" + std::to_string(i) + "}"});
+      bytes += static_cast<int64_t>(msgs.back().value.size());
+    }
+  }
+  produce(topic, msgs);
+  const std::string group = tk::unique_topic("group");
+  TempDir dir;
+  auto src = KafkaSource<Value>::builder()
+                 .bootstrap_servers(bootstrap_)
+                 .topics({topic})
+                 .group_id(group)
+                 .deserializer(kafka::json_value())
+                 .on_bad_record(BadRecordPolicy::kDeadLetter, (dir.path() / "dead-letters.jsonl").string())
+                 .property("log_level", "4")
+                 .build();
+  // No periodic checkpoint: only the savepoint below completes one. Each partition has its own reader
+  // (Flink's owner rule spreads a topic's consecutive partitions over consecutive subtasks).
+  StreamEnvironment env(checkpointing(kParts, dir.path() / "checkpoints", "3600s"));
+  // The sink (chained to the source) holds its first records back, so the readers stop inside their first
+  // batch: librdkafka has fetched the partitions' ends, the readers have not read them.
+  auto out = std::make_shared<Received<Value>>(/*open=*/false);
+  env.from_source(src, "kafka").uid("kafka").sink_to(std::make_shared<ReceivingSink<Value>>(out)).uid("sink");
+  JobClient job = env.execute_async("metrics");
+  ASSERT_TRUE(out->wait_for_blocked_writer());
+  const KafkaSourceMetrics blocked = src->metrics();
+  EXPECT_LT(blocked.records_read, kTotal);
+  EXPECT_GT(blocked.records_lag_max, 0) << "records were written but not read";
+  EXPECT_GT(blocked.pending_records, 0);
+  out->open();
+
+  ASSERT_TRUE(out->wait_for(kTotal - 1)) << "got " << out->size();
+  // The counters are published after each batch, the last one right after its records reached the sink.
+  KafkaSourceMetrics m;
+  const bool caught_up = sluice::testing::poll_until(
+      [&] {
+        m = src->metrics();
+        return m.records_read == kTotal && m.partitions.size() == size_t{kParts} && m.records_lag_max == 0;
+      },
+      kDeadline);
+  ASSERT_TRUE(caught_up) << "records " << m.records_read << ", partitions " << m.partitions.size() << ", lag max "
+                         << m.records_lag_max;
+  EXPECT_EQ(m.bytes_read, bytes);
+  EXPECT_EQ(m.bad_records, 1);
+  EXPECT_EQ(src->stats()->bad_records.load(), 1);
+  EXPECT_EQ(m.pending_records, 0);
+  EXPECT_EQ(m.lag_ms, 0) << "caught up";
+  for (int p = 0; p < kParts; ++p) {
+    const KafkaPartitionMetrics& pm = m.partitions[static_cast<size_t>(p)];
+    EXPECT_EQ(pm.topic, topic);
+    EXPECT_EQ(pm.partition, p);
+    EXPECT_EQ(pm.current_offset, kPerPartition) << "partition " << p;
+    EXPECT_EQ(pm.high_watermark, kPerPartition) << "partition " << p;
+    EXPECT_EQ(pm.lag, 0) << "partition " << p;
+    EXPECT_EQ(pm.committed_offset, -1) << "no checkpoint has completed yet";
+  }
+
+  // A completed checkpoint commits its offsets; the broker's acknowledgement shows in the metrics.
+  Result<std::string> savepoint = job.trigger_savepoint((dir.path() / "savepoints").string()).get();
+  ASSERT_TRUE(savepoint.ok()) << savepoint.error().to_string();
+  const bool committed_shown = sluice::testing::poll_until(
+      [&] {
+        m = src->metrics();
+        return m.partitions.size() == size_t{kParts} && m.partitions[0].committed_offset == kPerPartition &&
+               m.partitions[1].committed_offset == kPerPartition;
+      },
+      kDeadline);
+  EXPECT_TRUE(committed_shown) << "committed offsets "
+                               << (m.partitions.empty() ? -2 : m.partitions[0].committed_offset);
+  EXPECT_EQ(committed(group, topic, kParts), std::vector<int64_t>(kParts, kPerPartition));
+  job.cancel();
+  job.wait();
+  EXPECT_TRUE(src->metrics().partitions.empty()) << "the closed readers' partitions drop out";
+  EXPECT_EQ(src->metrics().records_read, kTotal);
 }
 
 TEST_F(KafkaSourceIntegrationTest, PartitionsAddedWhileRunningAreRead) {

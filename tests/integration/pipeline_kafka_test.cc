@@ -1,7 +1,7 @@
 // A pipeline from Kafka to Kafka through `sluice run`'s job, against the real broker: change events read from a
 // topic (with a poison message), domain events written exactly once (transactions per checkpoint) and read back
 // with read_committed: every change once, per-entity order, the poison message in the source's dead-letter file
-// with its partition and offset.
+// with its partition and offset; the source's metrics on /metrics.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -14,6 +14,7 @@
 #include <set>
 
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/services.h"
 #include "sluice/pipeline/pipeline_runner.h"
 
@@ -117,6 +118,28 @@ sink:
     rd_kafka_message_destroy(m);
   }
   rd_kafka_consumer_close(consumer.get());
+  // /metrics shows the Kafka source's gauges: every message read (the poison one too), the bad record, no lag.
+  // (At least: a restart would read some again.)
+  std::string text;
+  auto gauge = [&](const std::string& name) {
+    const std::string prefix = name + "{job=\"kafka-to-kafka\",source=\"kafka\"} ";
+    const size_t at = text.find(prefix);
+    return at == std::string::npos ? -2.0 : std::stod(text.substr(at + prefix.size()));
+  };
+  const bool metrics_shown = sluice::testing::poll_until(
+      [&] {
+        text = (*runner)->metrics_text();
+        return gauge("sluice_source_events_total") >= static_cast<double>(msgs.size()) &&
+               gauge("sluice_source_kafka_records_lag_max") == 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_TRUE(metrics_shown) << text;
+  EXPECT_GE(gauge("sluice_source_bad_records_total"), 1) << text;
+  EXPECT_EQ(gauge("sluice_source_kafka_pending_records"), 0) << text;
+  EXPECT_EQ(gauge("sluice_source_kafka_assigned_partitions"), 2) << text;
+  EXPECT_EQ(gauge("sluice_source_lag_ms"), 0) << text;
+  EXPECT_GT(gauge("sluice_source_kafka_bytes_total"), 0) << text;
+  EXPECT_GE(gauge("sluice_source_events_per_second"), 0) << text;
   (*runner)->cancel();
   JobResult r = (*runner)->wait();
   EXPECT_EQ(r.status, JobStatus::kCanceled) << (r.error ? r.error->to_string() : "");

@@ -233,7 +233,21 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     if (dead_letter) b.on_bad_record(BadRecordPolicy::kDeadLetter, dl_file);
     Result<std::shared_ptr<KafkaSource<cdc::ChangeEvent>>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
-    return env.from_source(*src, "kafka").uid("source");
+    std::shared_ptr<KafkaSource<cdc::ChangeEvent>> s = *src;
+    probe.bad_records = [s] { return s->metrics().bad_records; };
+    probe.lag_ms = [s](int64_t) { return s->metrics().lag_ms; };
+    probe.gauges = [s] {
+      const KafkaSourceMetrics m = s->metrics();
+      return std::vector<std::pair<std::string, double>>{
+          {"sluice_source_events_total", static_cast<double>(m.records_read)},
+          {"sluice_source_events_per_second", m.records_per_second},
+          {"sluice_source_bad_records_total", static_cast<double>(m.bad_records)},
+          {"sluice_source_kafka_bytes_total", static_cast<double>(m.bytes_read)},
+          {"sluice_source_kafka_records_lag_max", static_cast<double>(m.records_lag_max)},
+          {"sluice_source_kafka_pending_records", static_cast<double>(m.pending_records)},
+          {"sluice_source_kafka_assigned_partitions", static_cast<double>(m.partitions.size())}};
+    };
+    return env.from_source(s, "kafka").uid("source");
   }
   return option_error(spec, o, "type", fmt::format("unknown source type '{}'", o.type));
 }

@@ -7,6 +7,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/api/stream_environment.h"
@@ -751,6 +753,8 @@ TEST(KafkaSourceMockTest, BadRecordsFailOrGoToTheDeadLetterFile) {
   run(diverting, out);
   EXPECT_EQ(out.values, (std::vector<std::string>{"0", "1", "2", "4"})) << "the record after the bad one is read";
   EXPECT_EQ(diverting->stats()->bad_records.load(), 1);
+  EXPECT_EQ(diverting->metrics().bad_records, 1);
+  EXPECT_EQ(diverting->metrics().records_read, 5) << "the bad record is read too";
   // The file source's dead-letter format with Kafka's position fields.
   FILE* f = std::fopen(path.c_str(), "r");
   ASSERT_NE(f, nullptr);
@@ -773,6 +777,145 @@ TEST(KafkaSourceMockTest, BadRecordsFailOrGoToTheDeadLetterFile) {
   EXPECT_TRUE(field("key").is_null());
   EXPECT_FALSE(field("error").as_string().empty());
   std::filesystem::remove_all(tmpl);
+}
+
+TEST(KafkaSourceMetricsTest, EmptyUntilReadersRegisterAndLagUnknownWithoutAHighWatermark) {
+  detail::KafkaSourceStats stats;
+  KafkaSourceMetrics m = stats.metrics(1'000'000, 0);
+  EXPECT_EQ(m.records_read, 0);
+  EXPECT_EQ(m.records_lag_max, -1);
+  EXPECT_EQ(m.pending_records, -1);
+  EXPECT_EQ(m.lag_ms, -1) << "no record read yet";
+  EXPECT_TRUE(m.partitions.empty());
+
+  // A reader without a consumer (librdkafka knows no high watermark): offsets known, lag unknown.
+  auto reader = std::make_shared<detail::KafkaReaderStats>();
+  auto b1 = std::make_shared<detail::KafkaPartitionStats>("b", 1);
+  auto a0 = std::make_shared<detail::KafkaPartitionStats>("a", 0);
+  b1->current_offset = 7;
+  a0->current_offset = 3;
+  a0->committed_offset = 2;
+  a0->last_timestamp_ms = 999'000;
+  reader->partitions[{"b", 1}] = b1;
+  reader->partitions[{"a", 0}] = a0;
+  stats.readers.push_back(reader);
+  stats.records_read = 10;
+  stats.bytes_read = 20;
+  stats.last_timestamp_ms = 999'500;
+  stats.bad->bad_records = 1;
+  m = stats.metrics(1'000'000, 0);
+  EXPECT_EQ(m.records_read, 10);
+  EXPECT_EQ(m.bytes_read, 20);
+  EXPECT_EQ(m.bad_records, 1);
+  ASSERT_EQ(m.partitions.size(), 2u);
+  EXPECT_EQ(m.partitions[0], (KafkaPartitionMetrics{"a", 0, 3, 2, -1, -1})) << "sorted by topic and partition";
+  EXPECT_EQ(m.partitions[1], (KafkaPartitionMetrics{"b", 1, 7, -1, -1, -1}));
+  EXPECT_EQ(m.records_lag_max, -1);
+  EXPECT_EQ(m.pending_records, -1);
+  // Not known to be caught up: the oldest last-record timestamp of the partitions that may lag (a0's).
+  EXPECT_EQ(m.lag_ms, 1'000);
+}
+
+TEST(KafkaSourceMetricsTest, TheRateOfAReaderNotPolledForTwoWindowsDecays) {
+  detail::KafkaSourceStats stats;
+  auto reader = std::make_shared<detail::KafkaReaderStats>();
+  reader->records_per_second = 500.0;  // the last completed window
+  reader->window_start_ms = 10'000;
+  reader->window_records = 40;
+  stats.readers.push_back(reader);
+  auto other = std::make_shared<detail::KafkaReaderStats>();
+  other->records_per_second = 100.0;
+  other->window_start_ms = 13'500;
+  stats.readers.push_back(other);
+  EXPECT_DOUBLE_EQ(stats.metrics(0, 11'000).records_per_second, 600.0);
+  // 4 s later the first reader's window is still open (it was not polled): 40 records in 4 s.
+  EXPECT_DOUBLE_EQ(stats.metrics(0, 14'000).records_per_second, 10.0 + 100.0);
+}
+
+/// Polls `reader` (any record type) until `done` holds or 30 s pass; false on timeout.
+template <class Reader, class Out, class Done>
+bool poll_until_done(Reader& reader, FakeReaderContext& ctx, Out& out, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    if (reader.poll_next(out) == InputStatus::kNothingAvailable) ctx.wait(100);
+  }
+  return done();
+}
+
+TEST(KafkaSourceMockTest, MetricsShowPositionsLagAndCommittedOffsets) {
+  MockCluster mock;
+  mock.create_and_fill("metered", 2, 10);  // partitions 0 and 1 hold five one-byte values each
+  auto source = KafkaSource<std::string>::builder()
+                    .bootstrap_servers(mock.bootstrap())
+                    .topics({"metered"})
+                    .group_id("metered-group")
+                    .property("isolation.level", "read_uncommitted")
+                    .property("log_level", "3")
+                    .build();
+  // Another thread reads the metrics all along (for TSan).
+  std::atomic<bool> stop{false};
+  std::thread observer([&] {
+    while (!stop.load()) {
+      KafkaSourceMetrics m = source->metrics();
+      EXPECT_LE(m.records_read, 10);
+      std::this_thread::yield();
+    }
+  });
+  FakeReaderContext ctx;
+  auto reader = source->create_reader(ctx);
+  reader->add_splits({{"metered", 0, 0, std::nullopt, false}, {"metered", 1, 0, std::nullopt, false}});
+  KafkaSourceMetrics m = source->metrics();
+  ASSERT_EQ(m.partitions.size(), 2u);
+  EXPECT_EQ(m.partitions[0].current_offset, 0);
+  EXPECT_EQ(m.partitions[0].committed_offset, -1);
+  EXPECT_EQ(m.lag_ms, -1);
+
+  // librdkafka fetches without the reader being polled: the high watermarks arrive, nothing is read yet.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (source->metrics().pending_records != 10 && std::chrono::steady_clock::now() < deadline)
+    ctx.wait(100);
+  m = source->metrics();
+  EXPECT_EQ(m.pending_records, 10);
+  EXPECT_EQ(m.records_lag_max, 5);
+  EXPECT_EQ(m.records_read, 0);
+  for (const KafkaPartitionMetrics& p : m.partitions) {
+    EXPECT_EQ(p.high_watermark, 5) << p.partition;
+    EXPECT_EQ(p.lag, 5) << p.partition;
+  }
+
+  CollectingOutput out;
+  ASSERT_TRUE(poll_until_done(*reader, ctx, out, [&] { return out.records.size() >= 10; }));
+  m = source->metrics();
+  EXPECT_EQ(m.records_read, 10);
+  EXPECT_EQ(m.bytes_read, 10);
+  EXPECT_EQ(m.records_lag_max, 0);
+  EXPECT_EQ(m.pending_records, 0);
+  EXPECT_EQ(m.lag_ms, 0) << "caught up";
+  ASSERT_EQ(m.partitions.size(), 2u);
+  for (const KafkaPartitionMetrics& p : m.partitions) {
+    EXPECT_EQ(p.topic, "metered");
+    EXPECT_EQ(p.current_offset, 5) << p.partition;
+    EXPECT_EQ(p.lag, 0) << p.partition;
+  }
+
+  // A completed checkpoint commits its offsets; the broker's acknowledgement shows as committed offsets.
+  reader->snapshot_state(1);
+  reader->notify_checkpoint_complete(1);
+  ASSERT_TRUE(poll_until_done(*reader, ctx, out,
+                              [&] {
+                                const KafkaSourceMetrics now = source->metrics();
+                                return now.partitions.size() == 2 && now.partitions[0].committed_offset == 5 &&
+                                       now.partitions[1].committed_offset == 5;
+                              }))
+      << "committed offsets " << source->metrics().partitions[0].committed_offset;
+
+  reader->close();
+  stop = true;
+  observer.join();
+  m = source->metrics();
+  EXPECT_TRUE(m.partitions.empty()) << "a closed reader's partitions drop out";
+  EXPECT_EQ(m.records_read, 10) << "counters stay";
 }
 
 TEST(KafkaSourceMockTest, AMissingTopicFailsTheJobAtStart) {

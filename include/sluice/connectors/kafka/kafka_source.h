@@ -71,8 +71,8 @@
 // ("key"/"record" hold the bytes as text; "key_base64"/"record_base64" are added when they are not UTF-8;
 // null key or value are JSON null), or to a dead-letter topic (same key, value and headers, plus headers
 // `sluice.dlq.topic`, `sluice.dlq.partition`, `sluice.dlq.offset`, `sluice.dlq.error`), is counted in
-// stats()->bad_records and reading goes on with the next message. Dead letters are made durable (file sync,
-// producer flush) before a checkpoint records offsets past them.
+// stats()->bad_records (and metrics().bad_records) and reading goes on with the next message. Dead letters are made
+// durable (file sync, producer flush) before a checkpoint records offsets past them.
 //
 // Errors. At start the enumerator fails the job (SluiceException, kConnector) when the cluster cannot be
 // reached within `startup.timeout.ms` or a listed topic does not exist; invalid client properties fail
@@ -81,11 +81,19 @@
 // librdkafka's error text (the job then restarts under its restart strategy); transient ones (broker down,
 // leader changes, timeouts) are logged at most every 10 s per kind while librdkafka retries.
 //
+// Metrics (KafkaSourceMetrics, from metrics(); Flink's KafkaSource metrics): records and bytes read, bad
+// records, records per second, and per assigned partition the current offset (next to read), the committed
+// offset, the high watermark and the lag in records, with records-lag-max, pending records and the timestamp
+// lag in ms. Readers publish counters once per poll batch and positions with a relaxed store per record; the
+// high watermark is librdkafka's cached value from its last fetch response (rd_kafka_get_watermark_offsets,
+// read when metrics() is called: no broker request).
+//
 // Threading: KafkaSource is an immutable, thread-safe factory. The enumerator runs in the source coordinator
 // (its discovery blocks the coordinator for at most a few seconds per round); each reader runs on its task
-// thread. stats() may be read from any thread.
+// thread. stats() and metrics() may be read from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <compare>
 #include <cstdint>
@@ -191,6 +199,53 @@ class KafkaStartingOffsets {
   std::map<KafkaTopicPartition, int64_t> offsets_;
 };
 
+/// The metrics of one assigned partition (see KafkaSourceMetrics).
+struct KafkaPartitionMetrics {
+  std::string topic;
+  int32_t partition = 0;
+  /// The next offset to read: the reader's position (Flink's `currentOffset`). Records.
+  int64_t current_offset = -1;
+  /// The offset last committed to the consumer group for this partition, as acknowledged by the broker after
+  /// a completed checkpoint (Flink's `committedOffset`); -1 when none was committed by this reader.
+  int64_t committed_offset = -1;
+  /// The partition's log end offset (high watermark) as librdkafka last saw it in a fetch response (cached,
+  /// never a broker request); -1 unknown (no fetch response yet).
+  int64_t high_watermark = -1;
+  /// high_watermark − current_offset, ≥ 0: records written but not read yet (Kafka's `records-lag`); -1 unknown.
+  /// Under read_committed the records of an open transaction count until it ends.
+  int64_t lag = -1;
+  friend bool operator==(const KafkaPartitionMetrics&, const KafkaPartitionMetrics&) = default;
+};
+
+/// A snapshot of a KafkaSource's metrics, summed over its reader subtasks in this process (KafkaSource<T>::
+/// metrics()). Names follow Flink's Kafka connector metrics. Counters count since the source object was
+/// created (the records replayed after a restart included); per-partition values cover the partitions the
+/// running readers are assigned (a finished partition of bounded mode and a closed reader's partitions drop out).
+struct KafkaSourceMetrics {
+  /// Data messages the readers took from Kafka (those that went to the dead letters included; Flink's
+  /// `numRecordsIn`). Records.
+  int64_t records_read = 0;
+  /// Key plus value bytes of those messages (Flink's `numBytesIn`). Bytes.
+  int64_t bytes_read = 0;
+  /// Messages the deserializer rejected that went to the dead letters (BadRecordPolicy::kDeadLetter). Records.
+  int64_t bad_records = 0;
+  /// Records read per second over the last completed window of about one second per reader, summed over the
+  /// readers (Flink's `numRecordsInPerSecond`); decays towards 0 while nothing is read. Records/s.
+  double records_per_second = 0;
+  /// The largest `lag` of the assigned partitions (Flink's / Kafka's `records-lag-max`); -1 when no lag is
+  /// known. Records.
+  int64_t records_lag_max = -1;
+  /// The sum of the known `lag`s of the assigned partitions (Flink's `pendingRecords`); -1 when no lag is
+  /// known. Records.
+  int64_t pending_records = -1;
+  /// Now (wall clock) minus the Kafka timestamp of the last record read from the partitions that still lag
+  /// (the oldest such partition); 0 once every assigned partition is caught up (lag 0); -1 before any record
+  /// was read. Milliseconds, ≥ 0.
+  int64_t lag_ms = -1;
+  /// One entry per assigned partition, sorted by topic and partition.
+  std::vector<KafkaPartitionMetrics> partitions;
+};
+
 namespace kafka {
 
 /// Java's String.hashCode of an ASCII string: h = 31 * h + c, wrapping in int32.
@@ -225,6 +280,46 @@ struct KafkaSourceSettings {
   const std::string& group_id() const;
   /// "topics [a, b]" or "topic pattern 'x.*'" (for messages).
   std::string describe_topics() const;
+};
+
+/// The live position of one assigned partition: written by its reader's task thread, read by metrics().
+struct KafkaPartitionStats {
+  KafkaPartitionStats(std::string t, int32_t p) : topic(std::move(t)), partition(p) {}
+  const std::string topic;
+  const int32_t partition;
+  std::atomic<int64_t> current_offset{-1};
+  std::atomic<int64_t> committed_offset{-1};
+  std::atomic<int64_t> last_timestamp_ms{-1};  ///< Kafka timestamp of the last record read; -1 none
+};
+
+/// One reader's part of KafkaSourceStats.
+struct KafkaReaderStats {
+  /// The rate window (task thread writes, metrics() reads): steady-clock start (ms), records since then, and
+  /// the rate of the last completed window.
+  std::atomic<int64_t> window_start_ms{-1};
+  std::atomic<int64_t> window_records{0};
+  std::atomic<double> records_per_second{0};
+  /// Guarded by KafkaSourceStats::mu: the reader's consumer (nullptr once it closes; metrics() reads
+  /// librdkafka's cached high watermarks through it) and its assigned partitions.
+  rd_kafka_t* consumer = nullptr;
+  std::map<KafkaTopicPartition, std::shared_ptr<KafkaPartitionStats>> partitions;
+};
+
+/// The counters of one KafkaSource, shared by all its readers in this process and readable from any thread
+/// while the job runs. Readers publish their counters once per poll batch; the registry of readers and
+/// partitions changes only on assignment, finish and close (under `mu`), never per record.
+struct KafkaSourceStats {
+  std::atomic<int64_t> records_read{0};
+  std::atomic<int64_t> bytes_read{0};
+  std::atomic<int64_t> last_timestamp_ms{-1};  ///< Kafka timestamp of the last record any reader read
+  std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
+  mutable std::mutex mu;
+  std::vector<std::shared_ptr<KafkaReaderStats>> readers;  // guarded by mu
+
+  /// The snapshot at wall time `now_ms` (ms since epoch) and steady time `steady_now_ms`.
+  KafkaSourceMetrics metrics(int64_t now_ms, int64_t steady_now_ms) const;
+  /// The snapshot now.
+  KafkaSourceMetrics metrics() const;
 };
 
 /// Applies Sluice's own keys, checks the settings and that librdkafka accepts the properties.
@@ -325,6 +420,8 @@ class KafkaReaderCore {
     std::optional<int64_t> stopping_offset;
     /// The typed reader's output for this partition (a ReaderOutput<T>*), set after take_new_partitions().
     void* output = nullptr;
+    /// Its entry in the source's metrics.
+    std::shared_ptr<KafkaPartitionStats> stats;
   };
 
   /// What poll() hands each message to (the typed reader).
@@ -342,7 +439,7 @@ class KafkaReaderCore {
   [[nodiscard]] static Result<std::unique_ptr<KafkaReaderCore>> create(const KafkaSourceSettings& settings,
                                                                        SourceReaderContext& ctx,
                                                                        std::shared_ptr<DeadLetterFile> dead_letter,
-                                                                       std::shared_ptr<BadRecordStats> stats);
+                                                                       std::shared_ptr<KafkaSourceStats> stats);
   ~KafkaReaderCore();
   KafkaReaderCore(const KafkaReaderCore&) = delete;
   KafkaReaderCore& operator=(const KafkaReaderCore&) = delete;
@@ -378,13 +475,19 @@ class KafkaReaderCore {
 
  private:
   KafkaReaderCore(const KafkaSourceSettings& settings, std::shared_ptr<DeadLetterFile> dead_letter,
-                  std::shared_ptr<BadRecordStats> stats);
+                  std::shared_ptr<KafkaSourceStats> stats);
   Partition* find_partition(const rd_kafka_message_t& m);
   void finish_partition(Partition& p, Handler& handler);
   void handle_event(const rd_kafka_message_t& m, Handler& handler);
 
+  void set_next_offset(Partition& p, int64_t offset);
+  // Adds a poll batch's counts to the source's metrics and moves this reader's rate window.
+  void publish_batch(int64_t records, int64_t bytes, int64_t last_timestamp_ms);
+  void unregister_partition(const KafkaTopicPartition& tp);
+
   std::shared_ptr<DeadLetterFile> dead_letter_;
-  std::shared_ptr<BadRecordStats> stats_;
+  std::shared_ptr<KafkaSourceStats> stats_;
+  std::shared_ptr<KafkaReaderStats> reader_stats_;  // this reader's entry in stats_->readers
   std::unique_ptr<Impl> impl_;
   std::map<KafkaTopicPartition, std::unique_ptr<Partition>> partitions_;
   std::vector<Partition*> new_partitions_;
@@ -436,8 +539,12 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
         detail::KafkaReaderCore::create(settings_, ctx, dead_letter_file(), stats_).value_or_throw(), deserializer_);
   }
 
-  /// Counters shared by all readers of this source.
-  const std::shared_ptr<BadRecordStats>& stats() const noexcept { return stats_; }
+  /// The bad-record counter shared by all readers of this source (also in metrics().bad_records).
+  const std::shared_ptr<BadRecordStats>& stats() const noexcept { return stats_->bad; }
+  /// The source's metrics now, over its readers in this process (see KafkaSourceMetrics for names and units).
+  /// Thread-safe: may be called from any thread while the job runs; never asks the broker (high watermarks
+  /// are librdkafka's cached values).
+  KafkaSourceMetrics metrics() const { return stats_->metrics(); }
   const detail::KafkaSourceSettings& settings() const noexcept { return settings_; }
 
  private:
@@ -498,7 +605,7 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
 
   detail::KafkaSourceSettings settings_;
   KafkaDeserializer<T> deserializer_;
-  std::shared_ptr<BadRecordStats> stats_ = std::make_shared<BadRecordStats>();
+  std::shared_ptr<detail::KafkaSourceStats> stats_ = std::make_shared<detail::KafkaSourceStats>();
   mutable std::mutex mu_;
   mutable std::shared_ptr<DeadLetterFile> dead_letter_;
 };

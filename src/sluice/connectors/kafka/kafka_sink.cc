@@ -874,6 +874,10 @@ std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
   Impl& s = *impl_;
   if (!s.pool->transactional || s.current < 0) return {};
   KafkaProducerPool::Slot& slot = s.pool->slots[static_cast<size_t>(s.current)];
+  // Every record of this epoch is acknowledged before the next epoch's producer writes to the same partitions:
+  // otherwise a later epoch's record can take a lower offset, and read_committed readers see the key's records
+  // out of order (commit_transaction would flush too, but after the next epoch started; measured: per-key order
+  // violations in KafkaSinkIntegrationTest.ExactlyOnceUnderInjectedFailures).
   slot.producer->flush();
   KafkaCommittable c;
   c.transactional_id = slot.producer->transactional_id();

@@ -9,6 +9,7 @@
 #include <limits>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "sluice/core/value.h"
 
@@ -26,6 +27,8 @@ constexpr const char* kRole = "Kafka source";
 constexpr const char* kNoGroupId = "sluice-kafka-source-no-group";
 // Completed-checkpoint commits remembered at most (older ones are dropped: a newer commit supersedes them).
 constexpr size_t kMaxPendingCommits = 64;
+// The consumer's default queued.min.messages (see normalize_and_validate).
+constexpr int kQueuedMinMessages = 1'000'000;
 // How long close() waits for dead letters in flight to a dead-letter topic.
 constexpr int kCloseFlushMs = 10'000;
 // How long a checkpoint waits for dead letters in flight to a dead-letter topic.
@@ -33,6 +36,19 @@ constexpr int kSnapshotFlushMs = 60'000;
 // Bounds a periodic discovery round (its metadata request runs off the coordinator's lock; resolving the offsets
 // of new partitions runs under it).
 constexpr std::chrono::milliseconds kDiscoveryTimeout{5'000};
+// The shortest window of a reader's records-per-second rate; metrics() treats a window open for twice as long
+// (the reader was not polled: nothing to read) as ending now.
+constexpr int64_t kRateWindowMs = 1'000;
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 /// Logs a kind of event at most once per interval, with the number of suppressed repeats.
 class RateLimitedLog {
@@ -322,10 +338,88 @@ Status normalize_and_validate(KafkaSourceSettings& s) {
   }
   if (p.find("isolation.level") == p.end()) p["isolation.level"] = "read_committed";
   if (p.find("auto.offset.reset") == p.end()) p["auto.offset.reset"] = "earliest";
+  // librdkafka stops fetching a partition whose prefetch queue holds queued.min.messages (default 100,000) and
+  // looks again only about a second later (librdkafka 2.0; later versions call it fetch.queue.backoff.ms). A
+  // reader that drains 100,000 small records faster than that then waits for the rest of the second:
+  // pass-through throughput halves (docs/benchmarks.md, "Kafka"). queued.max.messages.kbytes still bounds the
+  // prefetched bytes.
+  if (p.find("queued.min.messages") == p.end()) p["queued.min.messages"] = std::to_string(kQueuedMinMessages);
   // librdkafka must accept every property (unknown keys, bad values).
   Result<kafka::KafkaConfPtr> conf = kafka::make_kafka_conf(consumer_properties(s, s.client_id_prefix), kRole);
   if (!conf.ok()) return conf.error();
   return ok_status();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Metrics
+
+KafkaSourceMetrics KafkaSourceStats::metrics() const {
+  return metrics(wall_ms(), steady_ms());
+}
+
+KafkaSourceMetrics KafkaSourceStats::metrics(int64_t now_ms, int64_t steady_now_ms) const {
+  KafkaSourceMetrics m;
+  m.records_read = records_read.load(std::memory_order_relaxed);
+  m.bytes_read = bytes_read.load(std::memory_order_relaxed);
+  m.bad_records = bad->bad_records.load(std::memory_order_relaxed);
+  bool all_caught_up = true;
+  int64_t oldest_lagging_ts = -1;  // the oldest last-record timestamp of the partitions that lag
+  {
+    std::lock_guard lock(mu);
+    for (const std::shared_ptr<KafkaReaderStats>& r : readers) {
+      const int64_t start = r->window_start_ms.load(std::memory_order_relaxed);
+      const int64_t open_ms = steady_now_ms - start;
+      if (start >= 0 && open_ms >= 2 * kRateWindowMs) {
+        // Not polled for a while (nothing arrived): the open window's rate, which decays towards 0.
+        m.records_per_second += static_cast<double>(r->window_records.load(std::memory_order_relaxed)) * 1000.0 /
+                                static_cast<double>(open_ms);
+      } else {
+        m.records_per_second += r->records_per_second.load(std::memory_order_relaxed);
+      }
+      for (const auto& [tp, p] : r->partitions) {
+        KafkaPartitionMetrics pm;
+        pm.topic = p->topic;
+        pm.partition = p->partition;
+        pm.current_offset = p->current_offset.load(std::memory_order_relaxed);
+        pm.committed_offset = p->committed_offset.load(std::memory_order_relaxed);
+        int64_t low = RD_KAFKA_OFFSET_INVALID;
+        int64_t high = RD_KAFKA_OFFSET_INVALID;
+        // librdkafka's values from its last fetch response (a lookup under its locks, no request).
+        if (r->consumer != nullptr &&
+            rd_kafka_get_watermark_offsets(r->consumer, p->topic.c_str(), p->partition, &low, &high) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR &&
+            high >= 0) {
+          pm.high_watermark = high;
+        }
+        if (pm.high_watermark >= 0 && pm.current_offset >= 0) {
+          pm.lag = std::max<int64_t>(0, pm.high_watermark - pm.current_offset);
+        }
+        if (pm.lag != 0) {
+          all_caught_up = false;
+          const int64_t ts = p->last_timestamp_ms.load(std::memory_order_relaxed);
+          if (ts >= 0 && (oldest_lagging_ts < 0 || ts < oldest_lagging_ts)) oldest_lagging_ts = ts;
+        }
+        if (pm.lag >= 0) {
+          m.records_lag_max = std::max(m.records_lag_max, pm.lag);
+          m.pending_records = std::max<int64_t>(m.pending_records, 0) + pm.lag;
+        }
+        m.partitions.push_back(std::move(pm));
+      }
+    }
+  }
+  std::sort(m.partitions.begin(), m.partitions.end(),
+            [](const KafkaPartitionMetrics& a, const KafkaPartitionMetrics& b) {
+              return std::tie(a.topic, a.partition) < std::tie(b.topic, b.partition);
+            });
+  const int64_t last = last_timestamp_ms.load(std::memory_order_relaxed);
+  if (last >= 0) {
+    if (all_caught_up && !m.partitions.empty()) {
+      m.lag_ms = 0;
+    } else {
+      m.lag_ms = std::max<int64_t>(0, now_ms - (oldest_lagging_ts >= 0 ? oldest_lagging_ts : last));
+    }
+  }
+  return m;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -743,6 +837,9 @@ struct KafkaReaderCore::Impl {
   int64_t dead_letters_in_flight = 0;
   RateLimitedLog transient_log{std::chrono::seconds(10)};
   RateLimitedLog commit_failure_log{std::chrono::seconds(60)};
+  // For metrics (set by the core; the callbacks run on the task thread).
+  KafkaSourceStats* stats = nullptr;
+  KafkaReaderStats* reader_stats = nullptr;
   // Last lookup of poll(): messages come in runs of one partition.
   const rd_kafka_topic_t* cached_rkt = nullptr;
   int32_t cached_partition = -1;
@@ -777,8 +874,11 @@ struct KafkaReaderCore::Impl {
       for (int i = 0; i < offsets->cnt; ++i) {
         const rd_kafka_topic_partition_t& p = offsets->elems[i];
         if (p.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-          failed = fmt::format("topic '{}' partition {}: {}", p.topic, p.partition, kafka::kafka_error_text(p.err));
-          break;
+          if (failed.empty()) {
+            failed = fmt::format("topic '{}' partition {}: {}", p.topic, p.partition, kafka::kafka_error_text(p.err));
+          }
+        } else if (p.offset >= 0) {
+          self->record_committed(p.topic, p.partition, p.offset);
         }
       }
     } else if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -803,6 +903,14 @@ struct KafkaReaderCore::Impl {
     if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && self->dead_letter_error.empty()) {
       self->dead_letter_error = kafka::kafka_error_text(m->err);
     }
+  }
+
+  // The broker acknowledged `offset` for a partition: shows it in metrics() while the partition is assigned.
+  void record_committed(const char* topic, int32_t partition, int64_t offset) {
+    if (stats == nullptr || reader_stats == nullptr) return;
+    std::lock_guard lock(stats->mu);
+    auto it = reader_stats->partitions.find(KafkaTopicPartition{topic, partition});
+    if (it != reader_stats->partitions.end()) it->second->committed_offset.store(offset, std::memory_order_relaxed);
   }
 
   void throw_if_failed() const {
@@ -834,15 +942,20 @@ struct KafkaReaderCore::Impl {
 };
 
 KafkaReaderCore::KafkaReaderCore(const KafkaSourceSettings& settings, std::shared_ptr<DeadLetterFile> dead_letter,
-                                 std::shared_ptr<BadRecordStats> stats)
-    : dead_letter_(std::move(dead_letter)), stats_(std::move(stats)), impl_(std::make_unique<Impl>()) {
+                                 std::shared_ptr<KafkaSourceStats> stats)
+    : dead_letter_(std::move(dead_letter)),
+      stats_(std::move(stats)),
+      reader_stats_(std::make_shared<KafkaReaderStats>()),
+      impl_(std::make_unique<Impl>()) {
   impl_->settings = settings;
+  impl_->stats = stats_.get();
+  impl_->reader_stats = reader_stats_.get();
 }
 
 Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSourceSettings& settings,
                                                                  SourceReaderContext& ctx,
                                                                  std::shared_ptr<DeadLetterFile> dead_letter,
-                                                                 std::shared_ptr<BadRecordStats> stats) {
+                                                                 std::shared_ptr<KafkaSourceStats> stats) {
   std::unique_ptr<KafkaReaderCore> core(new KafkaReaderCore(settings, std::move(dead_letter), std::move(stats)));
   Impl& impl = *core->impl_;
   impl.subtask = ctx.subtask_index();
@@ -868,10 +981,16 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
   }
   impl.wakeup.ctx = &ctx;
   rd_kafka_queue_cb_event_enable(impl.queue.get(), &on_queue_event, &impl.wakeup);
+  {
+    // From now on metrics() reads this reader (close() takes it out before destroying the consumer).
+    std::lock_guard lock(core->stats_->mu);
+    core->reader_stats_->consumer = impl.consumer.get();
+    core->stats_->readers.push_back(core->reader_stats_);
+  }
 
   if (settings.bad_record_policy == BadRecordPolicy::kDeadLetter && !settings.dead_letter_topic.empty()) {
     KafkaProperties props = settings.properties;
-    for (const char* consumer_only : {"group.id", "isolation.level", "auto.offset.reset"})
+    for (const char* consumer_only : {"group.id", "isolation.level", "auto.offset.reset", "queued.min.messages"})
       props.erase(consumer_only);
     if (props.find("client.id") == props.end()) {
       props["client.id"] = fmt::format("{}-dead-letters-{}", settings.client_id_prefix, impl.subtask);
@@ -910,6 +1029,12 @@ void KafkaReaderCore::add_splits(std::vector<KafkaPartitionSplit> splits) {
     p->split_id = s.split_id();
     p->next_offset = s.starting_offset;
     p->stopping_offset = s.stopping_offset;
+    p->stats = std::make_shared<KafkaPartitionStats>(s.topic, s.partition);
+    p->stats->current_offset.store(s.starting_offset, std::memory_order_relaxed);
+    {
+      std::lock_guard lock(stats_->mu);
+      reader_stats_->partitions[tp] = p->stats;
+    }
     rd_kafka_topic_partition_list_add(list.get(), s.topic.c_str(), s.partition)->offset = s.starting_offset;
     new_partitions_.push_back(p.get());
     finished_offsets_.erase(tp);
@@ -957,7 +1082,18 @@ void KafkaReaderCore::finish_partition(Partition& p, Handler& handler) {
   std::erase(new_partitions_, &p);
   impl_->cached = nullptr;
   impl_->cached_rkt = nullptr;
+  unregister_partition(tp);
   partitions_.erase(tp);
+}
+
+void KafkaReaderCore::set_next_offset(Partition& p, int64_t offset) {
+  p.next_offset = offset;
+  p.stats->current_offset.store(offset, std::memory_order_relaxed);
+}
+
+void KafkaReaderCore::unregister_partition(const KafkaTopicPartition& tp) {
+  std::lock_guard lock(stats_->mu);
+  reader_stats_->partitions.erase(tp);
 }
 
 void KafkaReaderCore::handle_event(const rd_kafka_message_t& m, Handler& handler) {
@@ -966,7 +1102,7 @@ void KafkaReaderCore::handle_event(const rd_kafka_message_t& m, Handler& handler
     // been delivered, so the position moves past trailing transaction markers and aborted records.
     Partition* p = find_partition(m);
     if (p == nullptr) return;
-    p->next_offset = std::max(p->next_offset, m.offset);
+    set_next_offset(*p, std::max(p->next_offset, m.offset));
     if (p->stopping_offset && p->next_offset >= *p->stopping_offset) finish_partition(*p, handler);
     return;
   }
@@ -997,6 +1133,9 @@ size_t KafkaReaderCore::poll(Handler& handler, size_t max_messages) {
   }
   const auto n = static_cast<size_t>(got);
   size_t i = 0;
+  int64_t records = 0;
+  int64_t bytes = 0;
+  int64_t last_timestamp_ms = -1;
   // Messages not handled yet when a handler throws are destroyed too.
   struct DestroyRest {
     std::vector<rd_kafka_message_t*>& batch;
@@ -1028,14 +1167,45 @@ size_t KafkaReaderCore::poll(Handler& handler, size_t max_messages) {
         if (m.payload != nullptr) view.value.emplace(static_cast<const char*>(m.payload), m.len);
         view.raw = &m;
         handler.on_message(*p, view);
-        p->next_offset = m.offset + 1;
+        ++records;
+        bytes += static_cast<int64_t>(m.key_len + m.len);
+        if (view.timestamp_ms >= 0) {
+          last_timestamp_ms = view.timestamp_ms;
+          p->stats->last_timestamp_ms.store(view.timestamp_ms, std::memory_order_relaxed);
+        }
+        set_next_offset(*p, m.offset + 1);
         if (p->stopping_offset && p->next_offset >= *p->stopping_offset) finish_partition(*p, handler);
       }
     }
     rd_kafka_message_destroy(batch_[i]);
   }
+  publish_batch(records, bytes, last_timestamp_ms);
   impl.throw_if_failed();
   return n;
+}
+
+void KafkaReaderCore::publish_batch(int64_t records, int64_t bytes, int64_t last_timestamp_ms) {
+  if (records > 0) {
+    stats_->records_read.fetch_add(records, std::memory_order_relaxed);
+    stats_->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (last_timestamp_ms >= 0) stats_->last_timestamp_ms.store(last_timestamp_ms, std::memory_order_relaxed);
+  // The rate over windows of at least a second (a window ends at the first poll after its second).
+  KafkaReaderStats& r = *reader_stats_;
+  const int64_t now = steady_ms();
+  const int64_t start = r.window_start_ms.load(std::memory_order_relaxed);
+  const int64_t in_window = r.window_records.load(std::memory_order_relaxed) + records;
+  if (start < 0) {
+    r.window_start_ms.store(now, std::memory_order_relaxed);
+    r.window_records.store(records, std::memory_order_relaxed);
+  } else if (now - start >= kRateWindowMs) {
+    r.records_per_second.store(static_cast<double>(in_window) * 1000.0 / static_cast<double>(now - start),
+                               std::memory_order_relaxed);
+    r.window_records.store(0, std::memory_order_relaxed);
+    r.window_start_ms.store(now, std::memory_order_relaxed);
+  } else if (records > 0) {
+    r.window_records.store(in_window, std::memory_order_relaxed);
+  }
 }
 
 void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view reason) {
@@ -1108,7 +1278,7 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
       rd_kafka_poll(impl.dead_letter_producer.get(), 100);  // the producer's queue is full: let it drain
     }
   }
-  stats_->bad_records.fetch_add(1, std::memory_order_relaxed);
+  stats_->bad->bad_records.fetch_add(1, std::memory_order_relaxed);
   if (!logged_dead_letter_) {
     logged_dead_letter_ = true;
     spdlog::warn(
@@ -1169,6 +1339,13 @@ void KafkaReaderCore::close() noexcept {
     impl.wakeup.ctx = nullptr;
   }
   if (impl.queue) rd_kafka_queue_cb_event_enable(impl.queue.get(), nullptr, nullptr);
+  {
+    // metrics() no longer reads this reader (nor its consumer, destroyed below).
+    std::lock_guard lock(stats_->mu);
+    std::erase(stats_->readers, reader_stats_);
+    reader_stats_->consumer = nullptr;
+    reader_stats_->partitions.clear();
+  }
   if (impl.dead_letter_producer) {
     const rd_kafka_resp_err_t err = rd_kafka_flush(impl.dead_letter_producer.get(), kCloseFlushMs);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR || impl.dead_letters_in_flight > 0) {
