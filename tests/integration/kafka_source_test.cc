@@ -179,7 +179,10 @@ class KafkaSourceIntegrationTest : public ::testing::Test {
   }
 
   tk::Client producer(const tk::Config& extra = {}) {
-    tk::Config c{{"bootstrap.servers", bootstrap_}, {"log_level", "3"}, {"linger.ms", "5"}};
+    // Idempotent: a retried batch (a fresh topic's leader not known yet) cannot reorder a partition's messages,
+    // which the offset and timestamp checks rely on (seen: a timestamp lookup answering 53 instead of 70).
+    tk::Config c{
+        {"bootstrap.servers", bootstrap_}, {"log_level", "3"}, {"linger.ms", "5"}, {"enable.idempotence", "true"}};
     for (const auto& [k, v] : extra)
       c[k] = v;
     return tk::make_client(RD_KAFKA_PRODUCER, c);

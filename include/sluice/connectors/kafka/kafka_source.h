@@ -84,9 +84,9 @@
 // Metrics (KafkaSourceMetrics, from metrics(); Flink's KafkaSource metrics): records and bytes read, bad
 // records, records per second, and per assigned partition the current offset (next to read), the committed
 // offset, the high watermark and the lag in records, with records-lag-max, pending records and the timestamp
-// lag in ms. Readers publish counters once per poll batch and positions with a relaxed store per record; the
-// high watermark is librdkafka's cached value from its last fetch response (rd_kafka_get_watermark_offsets,
-// read when metrics() is called: no broker request).
+// lag in ms. Readers publish counters once per poll batch and position and timestamp with two relaxed stores
+// per record; the high watermark is librdkafka's cached value from its last fetch response
+// (rd_kafka_get_watermark_offsets, read when metrics() is called: no broker request).
 //
 // Threading: KafkaSource is an immutable, thread-safe factory. The enumerator runs in the source coordinator
 // (its discovery blocks the coordinator for at most a few seconds per round); each reader runs on its task
@@ -203,16 +203,17 @@ class KafkaStartingOffsets {
 struct KafkaPartitionMetrics {
   std::string topic;
   int32_t partition = 0;
-  /// The next offset to read: the reader's position (Flink's `currentOffset`). Records.
+  /// The next offset to read: the reader's position (Flink's `currentOffset`). An offset.
   int64_t current_offset = -1;
   /// The offset last committed to the consumer group for this partition, as acknowledged by the broker after
-  /// a completed checkpoint (Flink's `committedOffset`); -1 when none was committed by this reader.
+  /// a completed checkpoint (Flink's `committedOffset`); -1 when none was committed by this reader. An offset.
   int64_t committed_offset = -1;
   /// The partition's log end offset (high watermark) as librdkafka last saw it in a fetch response (cached,
-  /// never a broker request); -1 unknown (no fetch response yet).
+  /// never a broker request); -1 unknown (no fetch response yet). An offset.
   int64_t high_watermark = -1;
-  /// high_watermark − current_offset, ≥ 0: records written but not read yet (Kafka's `records-lag`); -1 unknown.
-  /// Under read_committed the records of an open transaction count until it ends.
+  /// high_watermark − current_offset, ≥ 0: records written but not read yet; -1 unknown. Records. Unlike Kafka's
+  /// `records-lag`, which uses the last stable offset under read_committed, an open transaction's records count
+  /// here until it ends (a topic written by an exactly-once job seldom shows 0).
   int64_t lag = -1;
   friend bool operator==(const KafkaPartitionMetrics&, const KafkaPartitionMetrics&) = default;
 };
@@ -238,9 +239,10 @@ struct KafkaSourceMetrics {
   /// The sum of the known `lag`s of the assigned partitions (Flink's `pendingRecords`); -1 when no lag is
   /// known. Records.
   int64_t pending_records = -1;
-  /// Now (wall clock) minus the Kafka timestamp of the last record read from the partitions that still lag
-  /// (the oldest such partition); 0 once every assigned partition is caught up (lag 0); -1 before any record
-  /// was read. Milliseconds, ≥ 0.
+  /// Now (wall clock) minus the Kafka timestamp of the last record read from the partitions known to lag (the
+  /// oldest such partition); 0 once every assigned partition is caught up (lag 0); -1 when unknown: before any
+  /// record was read, without assigned partitions (a restart), or when no lagging partition has read a record.
+  /// Milliseconds.
   int64_t lag_ms = -1;
   /// One entry per assigned partition, sorted by topic and partition.
   std::vector<KafkaPartitionMetrics> partitions;
