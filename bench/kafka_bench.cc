@@ -357,6 +357,16 @@ std::shared_ptr<sluice::KafkaSource<PassRecord>> make_source(const Options& o, c
   return b.build();
 }
 
+/// The job's middle and end: `records` -> pass-through map -> KafkaSink into `topic`.
+template <class T>
+void pass_to_kafka(sluice::DataStream<T> records, const Options& o, const std::string& topic, DeliveryGuarantee g,
+                   const sluice::Configuration& config) {
+  records.map([](const T& r) { return r; })
+      .uid("pass-through")
+      .sink_to(make_sink<T>(o, topic, g, config), "Kafka")
+      .uid("kafka-sink");
+}
+
 struct PipelineResult {
   double rate = 0;
   double cpu_us = 0;  // CPU µs per record, job start to end
@@ -372,21 +382,13 @@ PipelineResult bench_pipeline(const Options& o, const std::string& input, Delive
   sluice::StreamEnvironment env(config);
   if (input.empty()) {
     const int bytes = o.bytes;
-    env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
-                        [bytes](int64_t i) { return make_value(i, bytes); }, o.records),
-                    "datagen")
-        .uid("datagen")
-        .map([](const std::string& s) { return s; })
-        .uid("pass-through")
-        .sink_to(make_sink<std::string>(o, topic, g, config), "Kafka")
-        .uid("kafka-sink");
+    auto generated = env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
+                                         [bytes](int64_t i) { return make_value(i, bytes); }, o.records),
+                                     "datagen");
+    pass_to_kafka(generated.uid("datagen"), o, topic, g, config);
   } else {
-    env.from_source(make_source(o, input, /*bounded=*/true), "Kafka input")
-        .uid("kafka-source")
-        .map([](const PassRecord& r) { return r; })
-        .uid("pass-through")
-        .sink_to(make_sink<PassRecord>(o, topic, g, config), "Kafka")
-        .uid("kafka-sink");
+    pass_to_kafka(env.from_source(make_source(o, input, /*bounded=*/true), "Kafka input").uid("kafka-source"), o, topic,
+                  g, config);
   }
   const auto start = Clock::now();
   const double cpu0 = cpu_seconds();
@@ -425,21 +427,13 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   const int bytes = o.bytes;
   // Each value starts with its produce (emit) time, steady clock µs: this process also consumes, so one clock.
   if (from_kafka) {
-    env.from_source(make_source(o, input, /*bounded=*/false), "Kafka input")
-        .uid("kafka-source")
-        .map([](const PassRecord& r) { return r; })
-        .uid("pass-through")
-        .sink_to(make_sink<PassRecord>(o, topic, g, config), "Kafka")
-        .uid("kafka-sink");
+    pass_to_kafka(env.from_source(make_source(o, input, /*bounded=*/false), "Kafka input").uid("kafka-source"), o,
+                  topic, g, config);
   } else {
-    env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
-                        [bytes](int64_t) { return make_value(now_us(), bytes); }, count, o.rate),
-                    "datagen")
-        .uid("datagen")
-        .map([](const std::string& s) { return s; })
-        .uid("pass-through")
-        .sink_to(make_sink<std::string>(o, topic, g, config), "Kafka")
-        .uid("kafka-sink");
+    auto generated = env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
+                                         [bytes](int64_t) { return make_value(now_us(), bytes); }, count, o.rate),
+                                     "datagen");
+    pass_to_kafka(generated.uid("datagen"), o, topic, g, config);
   }
 
   std::atomic<bool> stop{false};
