@@ -20,8 +20,10 @@
 //     passes them through; a read_committed consumer in this process
 //     reports p50/p99/max of produce -> visible to the consumer (records of the first 2 s, while the job's
 //     clients connect, are left out).
+// With --only latency --source raw no job runs: the consumer reads the input topic itself (the broker's and
+// librdkafka's own latency, the reference for (3)).
 // Options: --records N (1000000), --bytes B (100), --partitions P (4), --parallelism P (1), --rate R (20000),
-// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --source kafka|datagen,
+// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --source kafka|datagen|raw,
 // --guarantees at-least-once,exactly-once (pipeline runs), --source-property KEY=VALUE (repeatable; a librdkafka
 // property of the Kafka source), --verbose (checkpoint log lines), --bootstrap HOST:PORT.
 #include <librdkafka/rdkafka.h>
@@ -39,6 +41,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,7 +108,7 @@ Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--only", o.only, "raw, pipeline or latency (default: all)");
   app.add_option("--source", o.source, "Where the pipeline's records come from: kafka (the input topic) or datagen")
-      ->check(CLI::IsMember({"kafka", "datagen"}))
+      ->check(CLI::IsMember({"kafka", "datagen", "raw"}))
       ->capture_default_str();
   app.add_option("--guarantees", o.guarantees, "Delivery guarantees of the pipeline runs, comma-separated")
       ->delimiter(',')
@@ -121,6 +124,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.bootstrap.empty()) die("no broker: set KAFKA_BOOTSTRAP_SERVERS (scripts/services/run-with kafka -- ...)");
   if (o.bytes < 24) die("--bytes must be at least 24");
+  if (o.source == "raw" && o.only != "latency") die("--source raw only applies to --only latency");
   return o;
 }
 
@@ -415,21 +419,23 @@ int64_t now_us() {
 
 /// Latency from produce (or, with --source datagen, from emit) to visible to a read_committed consumer.
 Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms) {
-  const bool from_kafka = o.source == "kafka";
+  // raw: no job; the consumer reads the input topic itself (librdkafka and the broker alone, the reference).
+  const bool raw = o.source == "raw";
+  const bool from_kafka = o.source == "kafka" || raw;
   const std::string input = unique("bench-lat-in");
   if (from_kafka) create_topic(o, input);
-  const std::string topic = unique("bench-lat");
-  create_topic(o, topic);
+  const std::string topic = raw ? input : unique("bench-lat");
+  if (!raw) create_topic(o, topic);
   const auto dir = std::filesystem::temp_directory_path() / unique("kafka-bench-ckpt");
   sluice::Configuration config = job_config(o, interval_ms, dir);
   sluice::StreamEnvironment env(config);
   const int64_t count = static_cast<int64_t>(o.rate * o.seconds);
   const int bytes = o.bytes;
   // Each value starts with its produce (emit) time, steady clock µs: this process also consumes, so one clock.
-  if (from_kafka) {
+  if (from_kafka && !raw) {
     pass_to_kafka(env.from_source(make_source(o, input, /*bounded=*/false), "Kafka input").uid("kafka-source"), o,
                   topic, g, config);
-  } else {
+  } else if (!raw) {
     auto generated = env.from_source(std::make_shared<sluice::DataGeneratorSource<std::string>>(
                                          [bytes](int64_t) { return make_value(now_us(), bytes); }, count, o.rate),
                                      "datagen");
@@ -472,7 +478,8 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   });
   sluice::JobResult r;
   if (from_kafka) {
-    sluice::JobClient job = env.execute_async("kafka-bench latency");
+    std::optional<sluice::JobClient> job;
+    if (!raw) job.emplace(env.execute_async("kafka-bench latency"));
     // The producer paces itself to --rate; its records carry their produce time.
     rd_kafka_t* p = raw_producer(o);
     rd_kafka_topic_t* rkt = topic_handle(p, input);
@@ -488,12 +495,16 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
     rd_kafka_destroy(p);
     // Every record visible to the consumer, or a bound: then the job stops.
     const auto deadline = Clock::now() + std::chrono::seconds(30) + std::chrono::milliseconds(3 * interval_ms);
-    while (received.load() < count && Clock::now() < deadline && !job.wait_for(std::chrono::milliseconds(50))) {
+    while (received.load() < count && Clock::now() < deadline &&
+           !(job && job->wait_for(std::chrono::milliseconds(50)))) {
+      if (!job) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    job.cancel();
-    r = job.wait();
+    if (job) {
+      job->cancel();
+      r = job->wait();
+    }
     // An unbounded job ends by this cancel: that is its normal end here; a failure before it stays one.
-    if (r.status == sluice::JobStatus::kCanceled) r.status = sluice::JobStatus::kFinished;
+    if (!job || r.status == sluice::JobStatus::kCanceled) r.status = sluice::JobStatus::kFinished;
   } else {
     r = env.execute("kafka-bench latency");
   }
@@ -566,13 +577,14 @@ int main(int argc, char** argv) {
     for (int64_t interval : o.intervals)
       runs.emplace_back(DeliveryGuarantee::kExactlyOnce, interval);
     runs.emplace_back(DeliveryGuarantee::kAtLeastOnce, *std::min_element(o.intervals.begin(), o.intervals.end()));
+    if (o.source == "raw") runs.resize(1);  // no job: one run
     for (const auto& [g, interval] : runs) {
       Latency l = bench_latency(o, g, interval);
       std::printf(
           "latency  %-13s checkpoint %5lld ms at %.0f records/s: p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms "
           "(%lld records after warm-up)\n",
-          name(g), static_cast<long long>(interval), o.rate, l.p50_ms, l.p99_ms, l.max_ms,
-          static_cast<long long>(l.records));
+          o.source == "raw" ? "raw (no job)" : name(g), static_cast<long long>(interval), o.rate, l.p50_ms, l.p99_ms,
+          l.max_ms, static_cast<long long>(l.records));
       std::fflush(stdout);
     }
   }
