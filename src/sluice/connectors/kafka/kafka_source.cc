@@ -11,6 +11,7 @@
 #include <thread>
 #include <tuple>
 
+#include "sluice/core/clock.h"
 #include "sluice/core/value.h"
 
 namespace sluice {
@@ -40,14 +41,9 @@ constexpr std::chrono::milliseconds kDiscoveryTimeout{5'000};
 // (the reader was not polled: nothing to read) as ending now.
 constexpr int64_t kRateWindowMs = 1'000;
 
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
+// Steady-clock milliseconds (the rate windows).
 int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return SystemClock::instance().monotonic_ns() / 1'000'000;
 }
 
 /// Logs a kind of event at most once per interval, with the number of suppressed repeats.
@@ -354,7 +350,7 @@ Status normalize_and_validate(KafkaSourceSettings& s) {
 // Metrics
 
 KafkaSourceMetrics KafkaSourceStats::metrics() const {
-  return metrics(wall_ms(), steady_ms());
+  return metrics(SystemClock::instance().now_ms(), steady_ms());
 }
 
 KafkaSourceMetrics KafkaSourceStats::metrics(int64_t now_ms, int64_t steady_now_ms) const {
