@@ -8,6 +8,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::mongodb {
@@ -235,6 +237,72 @@ TEST(BsonValueTest, CorruptBsonIsAnErrorNotACrash) {
   Result<Value> r = bson_to_value(reinterpret_cast<const uint8_t*>(u.data()), u.size());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("UTF-8"), std::string::npos) << r.error().message();
+}
+
+/// The bytes of a document of raw elements (type byte, key, value bytes), laid out by hand: libbson's append
+/// functions cannot build some of the values these tests need (a NUL inside code, unknown regex options).
+std::string raw_document(const std::vector<std::string>& elements) {
+  std::string body;
+  for (const std::string& e : elements)
+    body += e;
+  std::string out;
+  const uint32_t total = static_cast<uint32_t>(4 + body.size() + 1);
+  for (int i = 0; i < 4; ++i)
+    out += static_cast<char>((total >> (8 * i)) & 0xFF);
+  return out + body + std::string(1, '\0');
+}
+std::string le32(uint32_t v) {
+  std::string out;
+  for (int i = 0; i < 4; ++i)
+    out += static_cast<char>((v >> (8 * i)) & 0xFF);
+  return out;
+}
+std::string bson_string(std::string_view s) {
+  return le32(static_cast<uint32_t>(s.size() + 1)) + std::string(s) + std::string(1, '\0');
+}
+std::string element(char type, std::string_view key, const std::string& value) {
+  return std::string(1, type) + std::string(key) + std::string(1, '\0') + value;
+}
+
+TEST(BsonValueTest, CodeAndSymbolWithANulAndUnknownRegexOptionsAreCarriedExactly) {
+  using namespace std::string_literals;
+  const std::string scope = raw_document({element(0x12, "x", std::string(8, '\0'))});  // {x: Int64(0)}
+  const std::string code_in_cws = bson_string("c\0d"s);
+  const std::string doc = raw_document({
+      element(0x0D, "code", bson_string("a\0b"s)), element(0x0E, "sym", bson_string("x\0y"s)),
+      element(0x0F, "cws", le32(static_cast<uint32_t>(4 + code_in_cws.size() + scope.size())) + code_in_cws + scope),
+      element(0x0B, "re", "^a\0zmi\0"s),  // options as stored: unsorted, with 'z' (not a MongoDB option)
+  });
+  Result<Value> v = bson_to_value(reinterpret_cast<const uint8_t*>(doc.data()), doc.size());
+  ASSERT_TRUE(v.ok()) << v.error().to_string();
+  EXPECT_EQ(v->find("code")->find("$code")->as_string(), "a\0b"s);
+  EXPECT_EQ(v->find("sym")->find("$symbol")->as_string(), "x\0y"s);
+  EXPECT_EQ(v->find("cws")->find("$code")->as_string(), "c\0d"s);
+  EXPECT_EQ(v->find("re")->to_json(), R"({"$regularExpression":{"pattern":"^a","options":"zmi"}})");
+  Result<std::string> back = value_to_bson(*v);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, doc) << "bytes differ; value " << v->to_json();
+}
+
+TEST(BsonValueTest, RegexWithANulAndCodeThatIsNotUtf8AreErrors) {
+  using namespace std::string_literals;
+  for (const auto& [pattern, options] : {std::pair{"a\0b"s, "i"s}, std::pair{"ab"s, "i\0m"s}}) {
+    Value re = Value::object(
+        {{"re", Value::object({{"$regularExpression",
+                                Value::object({{"pattern", Value(pattern)}, {"options", Value(options)}})}})}});
+    Result<std::string> b = value_to_bson(re);
+    ASSERT_FALSE(b.ok()) << "a NUL inside a regex must not be cut off silently";
+    EXPECT_EQ(b.error().code(), ErrorCode::kSerialization);
+    EXPECT_NE(b.error().message().find("NUL"), std::string::npos) << b.error().message();
+    EXPECT_NE(b.error().message().find("'re'"), std::string::npos) << b.error().message();
+  }
+  for (char type : {char{0x0D}, char{0x0E}}) {
+    const std::string doc = raw_document({element(type, "c", bson_string("ok\xff"s))});
+    Result<Value> v = bson_to_value(reinterpret_cast<const uint8_t*>(doc.data()), doc.size());
+    ASSERT_FALSE(v.ok()) << "type " << int{type};
+    EXPECT_NE(v.error().message().find("UTF-8"), std::string::npos) << v.error().message();
+    EXPECT_NE(v.error().message().find("'c'"), std::string::npos) << v.error().message();
+  }
 }
 
 TEST(BsonValueTest, ValuesBsonCannotHoldAreErrors) {

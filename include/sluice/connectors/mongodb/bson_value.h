@@ -18,9 +18,10 @@
 //   datetime (ms)                   timestamp (µs = ms * 1000); beyond ±292 000 years, where that overflows:
 //                                   {"$date": {"$numberLong": "<ms>"}}
 //   null                            null
-//   regex                           {"$regularExpression": {"pattern": "...", "options": "..."}}
+//   regex                           {"$regularExpression": {"pattern": "...", "options": "..."}} (options kept
+//                                   as stored: order and unknown letters; libbson's writer would sort/drop them)
 //   DBPointer                       {"$dbPointer": {"$ref": "<ns>", "$id": {"$oid": "..."}}}
-//   JavaScript code                 {"$code": "..."}
+//   JavaScript code                 {"$code": "..."} (a NUL inside is kept, as in symbols and code with scope)
 //   symbol                          {"$symbol": "..."}
 //   code with scope                 {"$code": "...", "$scope": {...}}
 //   int32                           int64 (default: the width is not kept), or with
@@ -41,8 +42,9 @@
 // data does not hit this.
 //
 // Errors: bson_to_value() returns kSerialization for corrupt BSON (bad lengths, truncation, a missing
-// terminator, invalid UTF-8 in a string or key); value_to_bson() for values BSON cannot hold (a key with a
-// NUL byte, a non-object at the top level, a decimal Decimal128 cannot represent exactly).
+// terminator, invalid UTF-8 in a string, key, code, symbol or regex); value_to_bson() for values BSON cannot hold
+// (a key or a regex pattern/options with a NUL byte, a non-object at the top level, a decimal Decimal128 cannot
+// represent exactly).
 // Thread-safety: free functions without shared state.
 #pragma once
 

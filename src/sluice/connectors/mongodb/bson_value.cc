@@ -187,8 +187,15 @@ class Reader {
       case BSON_TYPE_REGEX: {
         const char* options = nullptr;
         const char* pattern = bson_iter_regex(&it, &options);
-        return wrap("$regularExpression", Value::object({{"pattern", Value(pattern)},
-                                                         {"options", Value(options != nullptr ? options : "")}}));
+        if (pattern == nullptr) return serialization_error(path, "a corrupt regular expression");
+        if (options == nullptr) options = "";
+        // The options are carried as they are, even letters MongoDB does not define (value_to_bson writes them
+        // back byte for byte): a connector never rewrites a value.
+        if (!bson_utf8_validate(pattern, std::strlen(pattern), false) ||
+            !bson_utf8_validate(options, std::strlen(options), false)) {
+          return serialization_error(path, "a regular expression that is not UTF-8");
+        }
+        return wrap("$regularExpression", Value::object({{"pattern", Value(pattern)}, {"options", Value(options)}}));
       }
       case BSON_TYPE_DBPOINTER: {
         uint32_t len = 0;
@@ -204,11 +211,15 @@ class Reader {
       case BSON_TYPE_CODE: {
         uint32_t len = 0;
         const char* code = bson_iter_code(&it, &len);
+        if (code == nullptr) return serialization_error(path, "a corrupt JavaScript code value");
+        if (!bson_utf8_validate(code, len, true)) return serialization_error(path, "JavaScript code that is not UTF-8");
         return wrap("$code", Value(std::string_view(code, len)));
       }
       case BSON_TYPE_SYMBOL: {
         uint32_t len = 0;
         const char* sym = bson_iter_symbol(&it, &len);
+        if (sym == nullptr) return serialization_error(path, "a corrupt symbol");
+        if (!bson_utf8_validate(sym, len, true)) return serialization_error(path, "a symbol that is not UTF-8");
         return wrap("$symbol", Value(std::string_view(sym, len)));
       }
       case BSON_TYPE_CODEWSCOPE: {
@@ -217,6 +228,7 @@ class Reader {
         const uint8_t* scope = nullptr;
         const char* code = bson_iter_codewscope(&it, &len, &scope_len, &scope);
         if (code == nullptr || scope == nullptr) return serialization_error(path, "a corrupt code-with-scope value");
+        if (!bson_utf8_validate(code, len, true)) return serialization_error(path, "JavaScript code that is not UTF-8");
         bson_t scope_doc;
         bson_iter_t scope_it;
         if (!bson_init_static(&scope_doc, scope, scope_len) || !bson_iter_init(&scope_it, &scope_doc)) {
@@ -286,6 +298,41 @@ bool parse_integer(std::string_view s, T& out) {
 
 bool key_ok(std::string_view key) {
   return key.find('\0') == std::string_view::npos;
+}
+
+void append_le32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    out += static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+
+/// The bytes of a BSON string (int32 length including the terminator, the bytes, NUL): NULs inside are kept.
+std::string bson_string_bytes(std::string_view s) {
+  std::string out;
+  append_le32(out, static_cast<uint32_t>(s.size() + 1));
+  out += s;
+  out += '\0';
+  return out;
+}
+
+/// Appends one element of `type` whose value is `payload` (its bytes as BSON lays them out). libbson's
+/// bson_append_code and bson_append_code_with_scope take C strings (a NUL inside the code would cut it) and
+/// bson_append_regex sorts the options and drops letters it does not know: for those types the element is
+/// laid out here as a one-field document and concatenated, so the value is written exactly as it was read.
+/// False when the document would pass BSON's size limit.
+bool append_raw_element(bson_t& out, bson_type_t type, std::string_view key, std::string_view payload) {
+  const size_t total = 4 + 1 + key.size() + 1 + payload.size() + 1;
+  if (total > static_cast<size_t>(std::numeric_limits<int32_t>::max())) return false;
+  std::string doc;
+  doc.reserve(total);
+  append_le32(doc, static_cast<uint32_t>(total));
+  doc += static_cast<char>(type);
+  doc += key;
+  doc += '\0';
+  doc += payload;
+  doc += '\0';
+  bson_t element;
+  if (!bson_init_static(&element, reinterpret_cast<const uint8_t*>(doc.data()), doc.size())) return false;
+  return bson_concat(&out, &element);
 }
 
 class Writer {
@@ -405,9 +452,14 @@ class Writer {
         bson_destroy(&scope_doc);
         return st.error();
       }
-      const std::string code(inner.as_string());
-      const bool ok = bson_append_code_with_scope(&out, k, kl, code.c_str(), &scope_doc);
+      // int32 total length, the code as a BSON string, the scope document.
+      const std::string code = bson_string_bytes(inner.as_string());
+      std::string payload;
+      append_le32(payload, static_cast<uint32_t>(4 + code.size() + scope_doc.len));
+      payload += code;
+      payload.append(reinterpret_cast<const char*>(bson_get_data(&scope_doc)), scope_doc.len);
       bson_destroy(&scope_doc);
+      const bool ok = append_raw_element(out, BSON_TYPE_CODEWSCOPE, key, payload);
       if (!ok) return serialization_error(key, "the document is too large");
       return true;
     }
@@ -459,9 +511,19 @@ class Writer {
       const Value* pat = inner.find("pattern");
       const Value* opt = inner.find("options");
       if (pat == nullptr || opt == nullptr || !pat->is_string() || !opt->is_string()) return false;
-      const std::string ps(pat->as_string());
-      const std::string os(opt->as_string());
-      return bson_append_regex(&out, k, kl, ps.c_str(), os.c_str());
+      // BSON stores both as C strings: a NUL cannot be written, and cutting the value there would alter it.
+      if (pat->as_string().find('\0') != std::string_view::npos) {
+        return serialization_error(key, "a regular expression pattern with a NUL byte (BSON cannot hold it)");
+      }
+      if (opt->as_string().find('\0') != std::string_view::npos) {
+        return serialization_error(key, "regular expression options with a NUL byte (BSON cannot hold them)");
+      }
+      std::string payload(pat->as_string());
+      payload += '\0';
+      payload += opt->as_string();
+      payload += '\0';
+      if (!append_raw_element(out, BSON_TYPE_REGEX, key, payload)) return serialization_error(key, "too large");
+      return true;
     }
     if (name == "$dbPointer" && inner.is_object() && inner.size() == 2) {
       const Value* ref = inner.find("$ref");
@@ -475,13 +537,12 @@ class Writer {
       const std::string ns(ref->as_string());
       return bson_append_dbpointer(&out, k, kl, ns.c_str(), &oid);
     }
-    if (name == "$code" && inner.is_string()) {
-      const std::string code(inner.as_string());
-      return bson_append_code(&out, k, kl, code.c_str());
-    }
-    if (name == "$symbol" && inner.is_string()) {
-      const std::string_view s = inner.as_string();
-      return bson_append_symbol(&out, k, kl, s.data(), static_cast<int>(s.size()));
+    if ((name == "$code" || name == "$symbol") && inner.is_string()) {
+      if (!append_raw_element(out, name == "$code" ? BSON_TYPE_CODE : BSON_TYPE_SYMBOL, key,
+                              bson_string_bytes(inner.as_string()))) {
+        return serialization_error(key, "the document is too large");
+      }
+      return true;
     }
     if (name == "$timestamp" && inner.is_object() && inner.size() == 2) {
       const Value* t = inner.find("t");
