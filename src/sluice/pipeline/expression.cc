@@ -2,6 +2,9 @@
 // CompileError / EvalError into the public error forms.
 #include "sluice/pipeline/expression.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "sluice/pipeline/expression_lexer.h"
 #include "sluice/pipeline/expression_node.h"
 #include "sluice/pipeline/expression_parser.h"
@@ -51,8 +54,12 @@ Result<Value> Expression::evaluate(const Value& input) const {
     return runtime_error(text_, e.message);
   } catch (const SluiceException& e) {
     return runtime_error(text_, e.error().message());
-  } catch (const std::regex_error& e) {
-    return runtime_error(text_, std::string("regular expression: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    // A record error (dead letter or failure per policy), not the end of the process; sizes taken from data are
+    // bounded (kMaxStringBytes), so this is a value too large for this process's memory.
+    return runtime_error(text_, "out of memory while evaluating");
+  } catch (const std::length_error& e) {
+    return runtime_error(text_, std::string("a value is too long: ") + e.what());
   }
 }
 

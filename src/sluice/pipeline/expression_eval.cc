@@ -1,5 +1,6 @@
 // Evaluation of the expression tree's node kinds, and the value semantics they share (comparison across
 // numeric kinds, exact decimal arithmetic, the string form used by || and CAST).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -552,6 +553,7 @@ const Value& BinaryNode::eval(const Value& input, Value& scratch) const {
       std::string s;
       append_text(l, s);
       append_text(r, s);
+      check_string_size(s.size(), "the result of " + snippet);
       scratch = Value(s);
       return scratch;
     }

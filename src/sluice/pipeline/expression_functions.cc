@@ -3,6 +3,8 @@
 // form (as with ||).
 #include "sluice/pipeline/expression_functions.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -63,7 +65,7 @@ int64_t timestamp_arg(const Value& v, std::string_view what, bool* unparsable) {
                   std::string(value_kind_name(v.kind()))};
 }
 
-const std::regex& regex_for(const Value& pattern, const FunctionState& state, std::shared_ptr<const std::regex>& tmp) {
+const re2::RE2& regex_for(const Value& pattern, const FunctionState& state, std::shared_ptr<const re2::RE2>& tmp) {
   if (state.regex) return *state.regex;
   std::string buf;
   tmp = compile_regex(text_arg(pattern, buf));
@@ -134,8 +136,10 @@ Value fn_substring(const Args& a, const FunctionState&) {
 
 Value fn_concat(const Args& a, const FunctionState&) {
   std::string out;
-  for (size_t i = 0; i < a.size(); ++i)
+  for (size_t i = 0; i < a.size(); ++i) {
     append_text(a[i], out);
+    check_string_size(out.size(), "the result");
+  }
   return Value(out);
 }
 
@@ -149,6 +153,7 @@ Value fn_concat_ws(const Args& a, const FunctionState&) {
     if (a[i].is_null()) continue;
     if (!first) out += sep;
     append_text(a[i], out);
+    check_string_size(out.size(), "the result");
     first = false;
   }
   return Value(out);
@@ -165,6 +170,7 @@ Value fn_replace(const Args& a, const FunctionState&) {
     if (hit == std::string_view::npos) break;
     out.append(s.substr(pos, hit - pos));
     out.append(to);
+    check_string_size(out.size() + (s.size() - hit - from.size()), "the result");
     pos = hit + from.size();
   }
   out.append(s.substr(pos));
@@ -198,20 +204,88 @@ Value fn_split_index(const Args& a, const FunctionState&) {
   return Value(s.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos));
 }
 
+// Appends `repl` for one match, as JavaScript's String.replace: $& is the match, $1..$99 a group ('' when it
+// did not take part), $$ a dollar; a $n the pattern has no group for, and any other character, stand for
+// themselves.
+void append_replacement(std::string& out, std::string_view repl, const std::vector<std::string_view>& groups) {
+  for (size_t i = 0; i < repl.size(); ++i) {
+    const char c = repl[i];
+    if (c != '$' || i + 1 == repl.size()) {
+      out.push_back(c);
+      continue;
+    }
+    const char d = repl[i + 1];
+    if (d == '$') {
+      out.push_back('$');
+      ++i;
+    } else if (d == '&') {
+      out.append(groups[0]);
+      ++i;
+    } else if (d >= '0' && d <= '9') {
+      const size_t dollar = i;
+      size_t n = static_cast<size_t>(d - '0');
+      ++i;
+      // A second digit belongs to the number when that group exists ($10 with ten groups), as in ECMAScript.
+      if (i + 1 < repl.size() && repl[i + 1] >= '0' && repl[i + 1] <= '9') {
+        const size_t n2 = n * 10 + static_cast<size_t>(repl[i + 1] - '0');
+        if (n2 < groups.size()) {
+          n = n2;
+          ++i;
+        }
+      }
+      if (n > 0 && n < groups.size()) {
+        out.append(groups[n]);
+      } else {
+        out.append(repl.substr(dollar, i + 1 - dollar));
+      }
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
 Value fn_regexp_replace(const Args& a, const FunctionState& st) {
   std::string b0, b2;
   const std::string_view s = text_arg(a[0], b0), repl = text_arg(a[2], b2);
-  std::shared_ptr<const std::regex> tmp;
-  const std::regex& re = regex_for(a[1], st, tmp);
-  return Value(std::regex_replace(std::string(s), re, std::string(repl)));
+  std::shared_ptr<const re2::RE2> tmp;
+  const re2::RE2& re = regex_for(a[1], st, tmp);
+  const size_t ngroups = static_cast<size_t>(re.NumberOfCapturingGroups()) + 1;
+  std::vector<re2::StringPiece> match(ngroups);
+  std::vector<std::string_view> groups(ngroups);
+  std::string out;
+  size_t pos = 0;     // where the next search starts
+  size_t copied = 0;  // s[0, copied) is in `out` already
+  while (pos <= s.size() && re.Match(re2::StringPiece(s.data(), s.size()), pos, s.size(), re2::RE2::UNANCHORED,
+                                     match.data(), static_cast<int>(ngroups))) {
+    const size_t begin = static_cast<size_t>(match[0].data() - s.data());
+    const size_t end = begin + match[0].size();
+    for (size_t g = 0; g < ngroups; ++g)
+      groups[g] = match[g].data() == nullptr ? std::string_view() : std::string_view(match[g].data(), match[g].size());
+    out.append(s.substr(copied, begin - copied));
+    append_replacement(out, repl, groups);
+    copied = end;
+    pos = end;
+    if (begin == end) {
+      // An empty match: copy one character (code point) and search after it, so the loop always advances.
+      if (end == s.size()) break;
+      size_t next = end + 1;
+      while (next < s.size() && (static_cast<unsigned char>(s[next]) & 0xC0) == 0x80)
+        ++next;
+      out.append(s.substr(end, next - end));
+      copied = pos = next;
+    }
+    check_string_size(out.size() + (s.size() - copied), "the result");
+  }
+  out.append(s.substr(copied));
+  return Value(out);
 }
 
 Value fn_regexp(const Args& a, const FunctionState& st) {
   std::string b0;
   const std::string_view s = text_arg(a[0], b0);
-  std::shared_ptr<const std::regex> tmp;
-  const std::regex& re = regex_for(a[1], st, tmp);
-  return std::regex_search(s.begin(), s.end(), re);
+  std::shared_ptr<const re2::RE2> tmp;
+  const re2::RE2& re = regex_for(a[1], st, tmp);
+  return re2::RE2::PartialMatch(re2::StringPiece(s.data(), s.size()), re);
 }
 
 Value pad_impl(const Args& a, bool left) {
@@ -219,6 +293,10 @@ Value pad_impl(const Args& a, bool left) {
   const std::string_view s = text_arg(a[0], b0), pad = text_arg(a[2], b2);
   const int64_t len = int_arg(a[1], "length");
   if (len < 0) return Value();
+  if (static_cast<uint64_t>(len) > kMaxStringBytes) {
+    throw EvalError{"length " + std::to_string(len) + " is over the limit of " + std::to_string(kMaxStringBytes) +
+                    " characters of a string"};
+  }
   const std::vector<size_t> cps = code_points(s);
   const int64_t n = static_cast<int64_t>(cps.size()) - 1;
   if (len <= n) return Value(s.substr(0, cps[len]));
@@ -229,7 +307,9 @@ Value pad_impl(const Args& a, bool left) {
   for (int64_t i = 0; i < len - n; ++i) {
     const int64_t k = i % pn;
     fill.append(pad.substr(pcps[k], pcps[k + 1] - pcps[k]));
+    if (k == 0) check_string_size(fill.size() + s.size(), "the result");  // multi-byte pad characters
   }
+  check_string_size(fill.size() + s.size(), "the result");
   return Value(left ? fill + std::string(s) : std::string(s) + fill);
 }
 Value fn_lpad(const Args& a, const FunctionState&) {
@@ -477,11 +557,23 @@ bool is_nondeterministic_function(std::string_view upper_name) {
   return std::find(kNondeterministic.begin(), kNondeterministic.end(), upper_name) != kNondeterministic.end();
 }
 
-std::shared_ptr<const std::regex> compile_regex(std::string_view pattern) {
-  try {
-    return std::make_shared<const std::regex>(std::string(pattern), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw EvalError{"invalid regular expression '" + std::string(pattern) + "': " + e.what()};
+std::shared_ptr<const re2::RE2> compile_regex(std::string_view pattern) {
+  re2::RE2::Options options;
+  options.set_log_errors(false);  // the error goes into the message below, not to stderr
+  auto re = std::make_shared<const re2::RE2>(re2::StringPiece(pattern.data(), pattern.size()), options);
+  if (!re->ok()) {
+    std::string shown(pattern.substr(0, 200));
+    if (pattern.size() > 200) shown += "...";
+    throw EvalError{"invalid regular expression '" + shown + "': " + re->error() +
+                    " (RE2 syntax: no backreferences or lookaround; docs/expressions.md)"};
+  }
+  return re;
+}
+
+void check_string_size(size_t bytes, std::string_view what) {
+  if (bytes > kMaxStringBytes) {
+    throw EvalError{std::string(what) + " would be " + std::to_string(bytes) + " bytes or more, over the limit of " +
+                    std::to_string(kMaxStringBytes) + " bytes of a string"};
   }
 }
 

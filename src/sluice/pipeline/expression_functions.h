@@ -25,7 +25,8 @@ std::string suggest_function(std::string_view upper_name);
 /// True for NOW, CURRENT_TIMESTAMP, RAND, UUID and the like: rejected at compile time because a replay
 /// must produce the same output.
 bool is_nondeterministic_function(std::string_view upper_name);
-/// Compiles a regular expression (ECMAScript syntax); throws EvalError with std::regex's reason.
-std::shared_ptr<const std::regex> compile_regex(std::string_view pattern);
+/// Compiles a regular expression (RE2 syntax: linear-time matching, no backreferences or lookaround); throws
+/// EvalError naming the pattern and RE2's reason.
+std::shared_ptr<const re2::RE2> compile_regex(std::string_view pattern);
 
 }  // namespace sluice::pipeline::detail

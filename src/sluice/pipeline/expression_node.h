@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,7 +18,21 @@
 
 #include "sluice/core/value.h"
 
+namespace re2 {
+class RE2;
+}
+
 namespace sluice::pipeline::detail {
+
+/// The deepest expression tree the parser accepts (docs/expressions.md, "Limits"): evaluation recurses once per
+/// level, so an unbounded depth would overflow the stack (SIGSEGV) instead of failing with a message.
+inline constexpr uint32_t kMaxExpressionDepth = 1000;
+/// The largest string a function or operator may produce, in bytes (docs/expressions.md, "Limits"): a size
+/// taken from data (LPAD to 9e18 characters) is a record error, not an allocation until the process dies.
+inline constexpr size_t kMaxStringBytes = size_t{16} << 20;
+
+/// Throws EvalError naming `what` when a result of `bytes` would exceed kMaxStringBytes.
+void check_string_size(size_t bytes, std::string_view what);
 
 /// A runtime failure inside an expression (type mismatch, overflow, bad cast).
 struct EvalError {
@@ -31,6 +44,8 @@ struct ExprNode {
   virtual const Value& eval(const Value& input, Value& scratch) const = 0;
   /// The value of a literal node, else nullptr (for constant folding and pre-compiled patterns).
   virtual const Value* literal() const noexcept { return nullptr; }
+  /// Levels of the tree below and including this node (a leaf is 1); set by the parser.
+  uint32_t height = 1;
 };
 using NodePtr = std::unique_ptr<ExprNode>;
 
@@ -175,7 +190,7 @@ Value cast_value(const Value& v, CastType type, std::optional<int32_t> precision
 
 /// State a function may prepare at compile time (a regular expression given as a literal).
 struct FunctionState {
-  std::shared_ptr<const std::regex> regex;
+  std::shared_ptr<const re2::RE2> regex;
 };
 
 /// A function's evaluated arguments, by reference (a field read is not copied).

@@ -121,7 +121,17 @@ class Parser {
     return t;
   }
   size_t last_end() const { return pos_ == 0 ? 0 : toks_[pos_ - 1].end; }
-  std::string snippet(size_t from) const { return std::string(text_.substr(from, last_end() - from)); }
+  // The source text of a node for its error messages, cut short: every node keeps its own copy, and a long
+  // chain (a + b + c ...) would otherwise hold a quadratic amount of text.
+  std::string snippet(size_t from) const {
+    constexpr size_t kMaxSnippet = 200;
+    const std::string_view s = text_.substr(from, last_end() - from);
+    if (s.size() <= kMaxSnippet) return std::string(s);
+    size_t cut = kMaxSnippet;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
+      --cut;  // not inside a UTF-8 sequence
+    return std::string(s.substr(0, cut)) + "...";
+  }
 
   bool accept_symbol(std::string_view s) {
     if (!peek().is_symbol(s)) return false;
@@ -146,14 +156,54 @@ class Parser {
     }
   }
 
+  // Counts one level of parser recursion; the limit is checked on the way down, before the stack overflows.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxExpressionDepth) p_.too_deep();
+    }
+    ~Nesting() { --p_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  [[noreturn]] void too_deep() const {
+    throw CompileError{peek().offset, "the expression is nested more than " + std::to_string(kMaxExpressionDepth) +
+                                          " levels deep (parentheses, operators and function calls): simplify it "
+                                          "(an IN list instead of a chain of OR, for example)"};
+  }
+
+  // Sets the height of `node` from its operands'. A chain of left-associative operators (a + b + c ...) grows
+  // the tree without recursing in the parser, so the height is checked here too: evaluation recurses per level.
+  void set_height(ExprNode& node, std::initializer_list<const ExprNode*> kids) const {
+    uint32_t h = 0;
+    for (const ExprNode* k : kids) {
+      if (k != nullptr) h = std::max(h, k->height);
+    }
+    node.height = h + 1;
+    if (node.height > kMaxExpressionDepth) too_deep();
+  }
+  void set_height(ExprNode& node, const std::vector<NodePtr>& kids) const {
+    uint32_t h = 0;
+    for (const NodePtr& k : kids)
+      h = std::max(h, k->height);
+    node.height = h + 1;
+    if (node.height > kMaxExpressionDepth) too_deep();
+  }
+
   // Replaces a node whose operands are all literals by its value (an operand error stays a runtime error).
-  static NodePtr fold(NodePtr node, std::initializer_list<const ExprNode*> kids) {
+  NodePtr fold(NodePtr node, std::initializer_list<const ExprNode*> kids) const {
+    set_height(*node, kids);
     for (const ExprNode* k : kids) {
       if (k != nullptr && k->literal() == nullptr) return node;
     }
     return fold_now(std::move(node));
   }
-  static NodePtr fold_list(NodePtr node, const std::vector<NodePtr>& kids) {
+  NodePtr fold_list(NodePtr node, const std::vector<NodePtr>& kids) const {
+    set_height(*node, kids);
     for (const NodePtr& k : kids) {
       if (k->literal() == nullptr) return node;
     }
@@ -168,6 +218,7 @@ class Parser {
   }
 
   NodePtr parse_or() {
+    const Nesting nesting(*this);
     const size_t start = peek().offset;
     NodePtr lhs = parse_and();
     while (accept_keyword("OR")) {
@@ -200,6 +251,7 @@ class Parser {
   NodePtr parse_not() {
     const size_t start = peek().offset;
     if (accept_keyword("NOT")) {
+      const Nesting nesting(*this);
       auto n = std::make_unique<NotNode>();
       n->arg = parse_not();
       n->snippet = snippet(start);
@@ -248,7 +300,11 @@ class Parser {
       } while (accept_symbol(","));
       expect_symbol(")", "to close the IN list opened at offset " + std::to_string(open));
       n->snippet = snippet(start);
-      if (n->arg->literal() == nullptr) return n;
+      if (n->arg->literal() == nullptr) {
+        set_height(*n, n->list);
+        n->height = std::max(n->height, n->arg->height + 1);
+        return n;
+      }
       const std::vector<NodePtr>& kids = n->list;
       return fold_list(std::move(n), kids);
     }
@@ -326,13 +382,17 @@ class Parser {
   NodePtr parse_unary() {
     const size_t start = peek().offset;
     if (accept_symbol("-")) {
+      const Nesting nesting(*this);
       auto n = std::make_unique<NegateNode>();
       n->arg = parse_unary();
       n->snippet = snippet(start);
       const ExprNode* a = n->arg.get();
       return fold(std::move(n), {a});
     }
-    if (accept_symbol("+")) return parse_unary();
+    if (accept_symbol("+")) {
+      const Nesting nesting(*this);
+      return parse_unary();
+    }
     return parse_primary();
   }
 
@@ -458,7 +518,19 @@ class Parser {
     if (accept_keyword("ELSE")) n->otherwise = parse_or();
     expect_keyword("END", "to close the CASE at offset " + std::to_string(start));
     n->snippet = snippet(start);
+    set_case_height(*n);
     return n;
+  }
+
+  void set_case_height(CaseNode& n) const {
+    uint32_t h = 0;
+    for (const auto& [when, then] : n.branches)
+      h = std::max({h, when->height, then->height});
+    for (const ExprNode* k : {n.operand.get(), n.otherwise.get()}) {
+      if (k != nullptr) h = std::max(h, k->height);
+    }
+    n.height = h + 1;
+    if (n.height > kMaxExpressionDepth) too_deep();
   }
 
   std::vector<NodePtr> parse_args(const std::string& name, std::vector<size_t>& offsets) {
@@ -504,12 +576,14 @@ class Parser {
       c->otherwise = std::move(args[2]);
       c->branches.emplace_back(std::move(args[0]), std::move(args[1]));
       c->snippet = snippet(start);
+      set_case_height(*c);
       return c;
     }
     if (upper == "COALESCE") {
       if (n < 1) throw CompileError{start, "COALESCE takes at least 1 argument, found 0"};
       auto c = std::make_unique<CoalesceNode>();
       c->args = std::move(args);
+      set_height(*c, c->args);
       return c;
     }
     if (upper == "UNIX_TIMESTAMP" && n == 0) {
@@ -648,6 +722,7 @@ class Parser {
   std::string_view text_;
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  uint32_t nesting_ = 0;  // parse_or / NOT / unary sign levels currently on the stack
 };
 
 }  // namespace

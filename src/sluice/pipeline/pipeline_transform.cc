@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "pipeline_internal.h"
@@ -36,7 +38,7 @@ class TransformFunction final : public ProcessFunction<cdc::ChangeEvent, RoutedE
     }
     collection_.assign(change.source.database).append(".").append(change.source.collection);
     const CollectionPlan& plan = plan_for(collection_);
-    Result<std::optional<RoutedEvent>> r = apply(change, plan);
+    Result<std::optional<RoutedEvent>> r = apply_guarded(change, plan);
     if (!r.ok()) {
       bad_record(change, r.error(), ctx);
       return;
@@ -93,6 +95,18 @@ class TransformFunction final : public ProcessFunction<cdc::ChangeEvent, RoutedE
     Result<Value> v = e.evaluate(input);
     if (!v.ok()) return v.error().with_context(what);
     return v;
+  }
+
+  // apply(), with a value too large to build turned into a record error (dead letter or failure per policy):
+  // one record's size must not end the process or fail a job that has a dead-letter sink.
+  Result<std::optional<RoutedEvent>> apply_guarded(const cdc::ChangeEvent& change, const CollectionPlan& plan) {
+    try {
+      return apply(change, plan);
+    } catch (const std::bad_alloc&) {
+      return Error(ErrorCode::kRuntime, "out of memory while transforming the change (a value too large)");
+    } catch (const std::length_error& e) {
+      return Error(ErrorCode::kRuntime, fmt::format("a value is too large to represent: {}", e.what()));
+    }
   }
 
   Result<std::optional<RoutedEvent>> apply(const cdc::ChangeEvent& change, const CollectionPlan& plan) {

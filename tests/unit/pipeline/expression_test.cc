@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -514,6 +515,135 @@ TEST(ExpressionTest, CompileErrorsWithOffsets) {
     EXPECT_EQ(error.offset, c.offset) << c.text << ": " << error.message;
     EXPECT_NE(error.message.find(c.fragment), std::string::npos) << c.text << ": " << error.message;
   }
+}
+
+// Issue 14: a deeply nested expression crashed `sluice validate` (SIGSEGV, the parser recursed per level).
+TEST(ExpressionTest, NestingDeeperThanTheLimitIsACompileErrorNotACrash) {
+  auto repeat = [](std::string_view s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i)
+      out += s;
+    return out;
+  };
+  struct DeepCase {
+    std::string text;
+    size_t min_offset, max_offset;  // where the limit is crossed
+  };
+  const std::vector<DeepCase> cases = {
+      {repeat("(", 20000) + "a" + repeat(")", 20000), 990, 1010},
+      {repeat("NOT ", 20000) + "a", 3960, 4040},
+      {repeat("-", 20000) + "1", 990, 1010},
+      {repeat("- ", 20000) + "a", 1980, 2020},
+      {repeat("UPPER(", 20000) + "a" + repeat(")", 20000), 5940, 6060},
+      {repeat("CASE WHEN ", 20000) + "a", 9900, 10100},
+      // A left-associative chain grows the tree without recursing in the parser; evaluation would recurse.
+      {"a" + repeat(" + a", 20000), 3960, 4040},
+      {"a" + repeat(" || a", 20000), 4950, 5050},
+      {"a" + repeat(" OR a", 20000), 4950, 5050},
+  };
+  for (const DeepCase& c : cases) {
+    Expression out;
+    ExpressionError error;
+    ASSERT_FALSE(Expression::compile(c.text, &out, &error)) << c.text.substr(0, 40);
+    EXPECT_NE(error.message.find("nested more than 1000 levels"), std::string::npos) << error.message;
+    EXPECT_GE(error.offset, c.min_offset) << c.text.substr(0, 40);
+    EXPECT_LE(error.offset, c.max_offset) << c.text.substr(0, 40);
+  }
+  // Projections too.
+  EXPECT_FALSE(Projection::compile(repeat("(", 20000) + "a" + repeat(")", 20000) + " AS x").ok());
+  // Below the limit, deep expressions compile and evaluate.
+  const Value input = Value::object({{"a", 1}});
+  auto nested = Expression::compile(repeat("(", 900) + "a + 1" + repeat(")", 900));
+  ASSERT_TRUE(nested.ok()) << nested.error().message();
+  EXPECT_EQ(*nested->evaluate(input), Value(2));
+  auto chain = Expression::compile("a" + repeat(" + a", 900));
+  ASSERT_TRUE(chain.ok()) << chain.error().message();
+  EXPECT_EQ(*chain->evaluate(input), Value(901));
+  auto list = Expression::compile("a IN (" + repeat("2, ", 50000) + "1)");  // wide is fine, only depth is bounded
+  ASSERT_TRUE(list.ok()) << list.error().message();
+  EXPECT_EQ(*list->evaluate(input), Value(true));
+}
+
+// Issue 14: std::regex recursed per character (SIGSEGV on a long value) and backtracked exponentially.
+TEST(ExpressionTest, RegularExpressionsRunInLinearTimeOnLongValues) {
+  const Value input = Value::object({{"s", std::string(1'000'000, 'a')}, {"t", std::string(40, 'a') + "!"}});
+  run_cases({{"REGEXP('aaa', '(a|b)*c')", false}});
+  auto long_value = Expression::compile("REGEXP(s, '(a|b)*c')");
+  ASSERT_TRUE(long_value.ok());
+  EXPECT_EQ(*long_value->evaluate(input), Value(false));
+  auto long_replace = Expression::compile("CHAR_LENGTH(REGEXP_REPLACE(s, '(a|b)', 'xy'))");
+  ASSERT_TRUE(long_replace.ok());
+  EXPECT_EQ(*long_replace->evaluate(input), Value(2'000'000));
+  // Exponential for a backtracking engine: (a*)*b over 40 a's.
+  const auto start = std::chrono::steady_clock::now();
+  auto catastrophic =
+      Expression::compile("REGEXP(t, '^(a*)*b$') OR REGEXP('" + std::string(40, 'a') + "!', '^(a|aa)+$')");
+  ASSERT_TRUE(catastrophic.ok()) << catastrophic.error().message();
+  EXPECT_EQ(*catastrophic->evaluate(input), Value(false));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST(ExpressionTest, RegexpReplaceSemantics) {
+  run_cases({
+      {"REGEXP_REPLACE('abc', 'x*', '-')", "-a-b-c-"},
+      {"REGEXP_REPLACE('baaac', 'a*', '-')", "-b--c-"},
+      {"REGEXP_REPLACE('h\xC3\xA9!', '', '.')", ".h.\xC3\xA9.!."},
+      {"REGEXP_REPLACE('ab', '(a)(b)', '[$&|$2$1|$$|$3|$0|$x]')", "[ab|ba|$|$3|$0|$x]"},
+      {"REGEXP_REPLACE('abcdefghijk', '(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)', '$10-$11')", "j-a1k"},
+      {"REGEXP_REPLACE('a.b', '\\.', '$')", "a$b"},
+      {"REGEXP_REPLACE('2024-03-05', '^(\\d+)-(\\d+)', '$2/$1')", "03/2024-05"},
+      {"REGEXP('line1', '^line\\d$')", true},
+      {"REGEXP('ab', '^a')", true},
+      {"REGEXP_REPLACE('aaa', '^a', 'b')", "baa"},
+  });
+}
+
+TEST(ExpressionTest, PatternsRe2CannotRunAreCompileErrorsNamingThePattern) {
+  for (const char* text : {"REGEXP(a, '(x)\\1')", "REGEXP(a, '(?=x)')", "REGEXP_REPLACE(a, '(?<!x)y', '')"}) {
+    Expression out;
+    ExpressionError error;
+    ASSERT_FALSE(Expression::compile(text, &out, &error)) << text;
+    EXPECT_NE(error.message.find("invalid regular expression '"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find("RE2 syntax"), std::string::npos) << error.message;
+    EXPECT_EQ(error.offset, std::string_view(text).find('\'')) << text << ": " << error.message;
+  }
+}
+
+// Issue 14: LPAD to 9e18 characters allocated until bad_alloc, which failed the job instead of the record.
+TEST(ExpressionTest, SizesTakenFromDataAreBoundedAsRecordErrors) {
+  const Value input = Value::object(
+      {{"n", int64_t{9'000'000'000'000'000'000}}, {"m", int64_t{20'000'000}}, {"s", std::string(10'000'000, 'x')}});
+  struct ErrorCase {
+    const char* text;
+    const char* fragment;
+  };
+  for (const ErrorCase& c : std::vector<ErrorCase>{
+           {"LPAD('a', n, 'b')", "LPAD: length 9000000000000000000 is over the limit of 16777216 characters"},
+           {"RPAD('a', n, 'b')", "RPAD: length 9000000000000000000 is over the limit"},
+           {"LPAD('a', 9000000000000000000, 'b')", "over the limit"},  // folded at compile time: still a record error
+           {"RPAD('a', m, 'b')", "over the limit of 16777216 characters"},
+           {"LPAD('a', 16000000, '\xC3\xA9')", "over the limit of 16777216 bytes"},
+           {"s || s", "over the limit of 16777216 bytes"},
+           {"CONCAT(s, s)", "CONCAT: the result would be"},
+           {"CONCAT_WS(',', s, s)", "over the limit"},
+           {"REPLACE(s, 'x', 'yy')", "REPLACE: the result would be"},
+           {"REGEXP_REPLACE(s, 'x', 'yy')", "REGEXP_REPLACE: the result would be"},
+           {"REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE('ab', 'a', 'aaaaaaaaaaaa'), 'a', "
+            "'aaaaaaaaaaaa'), 'a', 'aaaaaaaaaaaa'), 'a', 'aaaaaaaaaaaa'), 'a', 'aaaaaaaaaaaa'), 'a', 'aaaaaaaaaaaa'), "
+            "'a', 'aaaaaaaaaaaa'), 'a', 'aaaaaaaaaaaa')",
+            "over the limit"},
+       }) {
+    auto e = Expression::compile(c.text);
+    ASSERT_TRUE(e.ok()) << c.text << ": " << e.error().message();
+    auto v = e->evaluate(input);
+    ASSERT_FALSE(v.ok()) << c.text;
+    EXPECT_EQ(v.error().code(), ErrorCode::kRuntime);
+    EXPECT_NE(v.error().message().find(c.fragment), std::string::npos) << c.text << ": " << v.error().message();
+  }
+  // At the limit exactly, it works.
+  auto at = Expression::compile("CHAR_LENGTH(LPAD('', 16777216, 'x'))");
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(*at->evaluate(input), Value(16777216));
 }
 
 TEST(ExpressionTest, CompileErrorResultForm) {

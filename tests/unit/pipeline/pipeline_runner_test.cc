@@ -168,6 +168,55 @@ TEST_F(PipelineRunnerTest, BadLinesAndTransformFailuresGoToTheDeadLetterSinkAndT
   EXPECT_NE(runner->metrics_text().find("sluice_pipeline_dead_letters_total{job=\"test\"} 1"), std::string::npos);
 }
 
+// Issue 14: a size taken from the record (LPAD to 9e18 characters) allocated until bad_alloc and failed the job
+// even with a dead-letter sink; a long value made std::regex recurse per character until SIGSEGV.
+TEST_F(PipelineRunnerTest, ARecordOverTheSizeLimitIsDeadLetteredAndALongValueIsMatched) {
+  auto line = [](const std::string& id, const std::string& width, const std::string& note, int lsn) {
+    return fmt::format(
+        R"({{"op":"c","key":{{"id":"{0}"}},"before":null,"after":{{"id":"{0}","width":{1},"note":"{2}"}},)"
+        R"("source":{{"connector":"postgres","db":"payments","collection":"public.charges","position":"0/{3:X}",)"
+        R"("ts_ms":1790000000000,"snapshot":false,"txn_id":{3},"sequence":{3}}}}})",
+        id, width, note, lsn);
+  };
+  write_input({line("ch_1", "6", "paid", 1), line("ch_2", "9000000000000000000", "paid", 2),
+               line("ch_3", "4", std::string(300000, 'a'), 3), line("ch_4", "5", "x", 4)});
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: test
+  checkpoint: {{ interval: 100ms, storage: "{0}/checkpoints" }}
+  dead-letter: {{ type: files, path: "{0}/dlq" }}
+source:
+  type: files
+  path: {0}/in
+transform:
+  - match: "*.*.*"
+    key: after.id
+    event:
+      type: "'charge.seen'"
+      payload: "LPAD(after.id, after.width, '0') AS padded, REGEXP(after.note, '(a|b)*c') AS has_c"
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir_.string());
+  auto runner = runner_for(yaml);
+  ASSERT_TRUE(runner->start().ok());
+  JobResult r = runner->wait();
+  ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  std::map<std::string, Value> out;
+  for (const Value& v : read_events(dir_ / "out"))
+    out[std::string(v.find("entity")->as_string())] = *v.find("payload");
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out["ch_1"].find("padded")->as_string(), "00ch_1");
+  EXPECT_EQ(out["ch_3"].find("padded")->as_string(), "ch_3");
+  EXPECT_EQ(*out["ch_3"].find("has_c"), Value(false));
+  EXPECT_EQ(out["ch_4"].find("padded")->as_string(), "0ch_4");
+  std::vector<Value> dead = read_events(dir_ / "dlq");
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].find("position")->as_string(), "0/2");
+  EXPECT_NE(dead[0].find("error")->as_string().find("LPAD: length 9000000000000000000 is over the limit"),
+            std::string_view::npos)
+      << dead[0].find("error")->as_string();
+}
+
 TEST_F(PipelineRunnerTest, WithoutDeadLetterSinkABadChangeFailsTheJobNamingItAndHealthTurnsUnhealthy) {
   write_input(
       {change("c", "ch_1", "created", 1, 1),
