@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "sluice/core/redact.h"
 #include "sluice/core/value.h"
 
 namespace sluice {
@@ -53,9 +54,12 @@ Value checkpoint_json(const CheckpointStats& s) {
                         {"tasks", std::move(tasks)}});
 }
 
+// Redacted once more here: a failure cause is shown to every client of the API, and a connector's message may
+// quote a connection string.
 Value error_json(const Error& e) {
-  return Value::object(
-      {{"class", error_code_name(e.code())}, {"message", e.message()}, {"stack-trace", e.to_string()}});
+  return Value::object({{"class", error_code_name(e.code())},
+                        {"message", redact_secrets(e.message())},
+                        {"stack-trace", redact_secrets(e.to_string())}});
 }
 
 /// One savepoint or stop-with-savepoint triggered through the API.

@@ -7,6 +7,8 @@
 #include <array>
 #include <thread>
 
+#include "sluice/core/redact.h"
+
 namespace sluice::kafka {
 
 namespace {
@@ -22,7 +24,7 @@ void log_to_spdlog(const rd_kafka_t* rk, int level, const char* facility, const 
   } else if (level <= 6) {
     lvl = spdlog::level::info;
   }
-  spdlog::log(lvl, "librdkafka {} [{}]: {}", name, facility, message);
+  spdlog::log(lvl, "librdkafka {} [{}]: {}", name, facility, redact_secrets(message));
 }
 
 bool contains(std::string_view haystack, std::string_view needle) {
@@ -32,7 +34,7 @@ bool contains(std::string_view haystack, std::string_view needle) {
 }  // namespace
 
 bool is_secret_property(std::string_view key) noexcept {
-  return contains(key, "password") || contains(key, "secret") || contains(key, "sasl.jaas") ||
+  return is_secret_key(key) || contains(key, "password") || contains(key, "secret") || contains(key, "sasl.jaas") ||
          contains(key, "sasl.oauthbearer.config") || key.ends_with(".pem") || key.ends_with("ssl.key") ||
          key == "ssl_key";
 }
@@ -83,10 +85,16 @@ Result<KafkaConfPtr> make_kafka_conf(const KafkaProperties& properties, std::str
   std::array<char, 512> errstr{};
   for (const auto& [key, value] : properties) {
     if (rd_kafka_conf_set(conf.get(), key.c_str(), value.c_str(), errstr.data(), errstr.size()) != RD_KAFKA_CONF_OK) {
+      // librdkafka's reason may quote the value: a secret one must not reach the message.
+      std::string reason = redact_secrets(errstr.data());
+      if (is_secret_property(key) && !value.empty()) {
+        for (size_t at = reason.find(value); at != std::string::npos; at = reason.find(value, at))
+          reason.replace(at, value.size(), "<redacted>");
+      }
       return Error(ErrorCode::kConfiguration,
                    fmt::format("{}: invalid client property '{}' = '{}': {} (properties are librdkafka's, see its "
                                "CONFIGURATION.md)",
-                               role, key, printable_property_value(key, value), errstr.data()));
+                               role, key, printable_property_value(key, value), reason));
     }
   }
   rd_kafka_conf_set_log_cb(conf.get(), &log_to_spdlog);
@@ -99,7 +107,7 @@ Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf
   if (rk == nullptr) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("{}: cannot create the Kafka {}: {}", role,
-                             type == RD_KAFKA_PRODUCER ? "producer" : "consumer", errstr.data()));
+                             type == RD_KAFKA_PRODUCER ? "producer" : "consumer", redact_secrets(errstr.data())));
   }
   conf.release();  // owned by rk now
   return KafkaClientPtr(rk);

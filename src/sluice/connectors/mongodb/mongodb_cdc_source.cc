@@ -13,6 +13,8 @@
 #include <set>
 #include <utility>
 
+#include "sluice/core/redact.h"
+
 namespace sluice {
 
 namespace {
@@ -240,14 +242,15 @@ Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& ur
   bson_error_t e;
   mongoc_uri_t* u = mongoc_uri_new_with_error(uri.c_str(), &e);
   if (u == nullptr) {
-    return Error(ErrorCode::kConfiguration, fmt::format("{}: invalid URI '{}': {}", kRole, uri, e.message));
+    return Error(ErrorCode::kConfiguration,
+                 redact_secrets(fmt::format("{}: invalid URI '{}': {}", kRole, uri, e.message)));
   }
   mongoc_uri_set_appname(u, "sluice-mongodb-cdc");
   mongoc_client_t* client = mongoc_client_new_from_uri_with_error(u, &e);
   mongoc_uri_destroy(u);
   if (client == nullptr) {
     return Error(ErrorCode::kConfiguration,
-                 fmt::format("{}: cannot create a client for '{}': {}", kRole, uri, e.message));
+                 redact_secrets(fmt::format("{}: cannot create a client for '{}': {}", kRole, uri, e.message)));
   }
   mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
   return std::unique_ptr<MongoDriver>(std::make_unique<LibmongocDriver>(client));
@@ -504,7 +507,7 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
     ensure_mongoc_init();
     bson_error_t e;
     mongoc_uri_t* u = mongoc_uri_new_with_error(s.uri.c_str(), &e);
-    if (u == nullptr) return bad(fmt::format("invalid URI '{}': {}", s.uri, e.message));
+    if (u == nullptr) return bad(redact_secrets(fmt::format("invalid URI '{}': {}", s.uri, e.message)));
     mongoc_uri_destroy(u);
     s.driver_factory = [uri = s.uri] { return mongodb::make_libmongoc_driver(uri); };
   }

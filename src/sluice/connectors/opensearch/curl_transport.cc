@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "sluice/connectors/opensearch/opensearch_sink.h"
+#include "sluice/core/redact.h"
 
 namespace sluice::opensearch {
 
@@ -85,7 +86,8 @@ class CurlBulkTransport final : public BulkTransport {
     const CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK) {
       r.network_error = true;
-      r.error = fmt::format("{} ({}){}{}", curl_easy_strerror(rc), base, errbuf_[0] != '\0' ? ": " : "", errbuf_);
+      r.error = redact_secrets(
+          fmt::format("{} ({}){}{}", curl_easy_strerror(rc), base, errbuf_[0] != '\0' ? ": " : "", errbuf_));
       ++current_;  // the next URL of the list, if any
       return r;
     }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "libpq_handles.h"
+#include "sluice/core/redact.h"
 
 namespace sluice {
 
@@ -73,8 +74,9 @@ std::string base64(std::string_view in) {
 using postgres::PgConn;
 using postgres::PgResult;
 
+// libpq's message, with any password it echoes from the connection string (a malformed URI is quoted whole).
 std::string conn_error(PGconn* c) {
-  std::string e = PQerrorMessage(c);
+  std::string e = redact_secrets(PQerrorMessage(c));
   while (!e.empty() && (e.back() == '\n' || e.back() == ' '))
     e.pop_back();
   return e;

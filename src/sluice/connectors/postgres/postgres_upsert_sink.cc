@@ -19,6 +19,7 @@
 #include "libpq_handles.h"
 #include "sluice/api/functions.h"
 #include "sluice/core/clock.h"
+#include "sluice/core/redact.h"
 
 namespace sluice {
 
@@ -283,7 +284,8 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
     const char* vals[] = {"sluice-upsert-sink", "10", o_.conninfo.c_str(), nullptr};
     PgConn c(PQconnectdbParams(keys, vals, 1));
     if (!c || PQstatus(c.get()) != CONNECTION_OK) {
-      PgError e{"08000", c ? trimmed(PQerrorMessage(c.get())) : "out of memory", true};
+      // libpq quotes a malformed connection URI whole, password included.
+      PgError e{"08000", c ? redact_secrets(trimmed(PQerrorMessage(c.get()))) : "out of memory", true};
       throw ConnectError{std::move(e)};
     }
     conn_ = std::move(c);
