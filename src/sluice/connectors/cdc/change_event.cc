@@ -92,7 +92,16 @@ Result<ChangeEvent> ChangeEvent::from_value(const Value& v) {
   auto snap = field(s, "snapshot", Value::Kind::kBool, "source.");
   if (!snap) return snap.error();
   e.source.snapshot = (*snap)->as_bool();
-  if (const Value* t = s.find("txn_id"); t != nullptr && t->is_int64()) e.source.txn_id = t->as_int64();
+  if (const Value* t = s.find("txn_id"); t != nullptr && t->is_int64()) {
+    // -1 is "unknown" and to_value() omits it; another negative id would silently read back as unknown.
+    if (t->as_int64() < -1) {
+      return Error(ErrorCode::kSerialization,
+                   fmt::format("change event: field \"source.txn_id\" is {}: a transaction id is not negative (omit "
+                               "it when unknown)",
+                               t->as_int64()));
+    }
+    e.source.txn_id = t->as_int64();
+  }
   if (const Value* q = s.find("sequence"); q != nullptr && q->is_int64()) e.source.sequence = q->as_int64();
   return e;
 }

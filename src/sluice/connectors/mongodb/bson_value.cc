@@ -108,6 +108,12 @@ Result<Value> decimal128_to_value(const bson_decimal128_t& dec) {
   if (!d.ok())
     return Error(ErrorCode::kSerialization,
                  fmt::format("BSON: Decimal128 '{}' has no exact decimal: {}", s, d.error().message()));
+  // A coefficient over 34 digits is a non-canonical encoding (IEEE 754-2008 reads it as zero; libbson prints the
+  // digits): neither reading is safe, and no valid Decimal128 writes it back (found by bson_value_fuzz).
+  if (d->precision() > kDecimal128Digits) {
+    return Error(ErrorCode::kSerialization,
+                 fmt::format("BSON: Decimal128 '{}' is not canonical: its coefficient has more than 34 digits", s));
+  }
   if (negative && d->unscaled() == 0) return wrap("$numberDecimal", Value(s));  // -0 keeps its sign
   return Value(*d);
 }

@@ -1,0 +1,59 @@
+// Regression tests for what the fuzz targets of tests/fuzz/ found (issue 14); their inputs are also in the seed
+// corpora, so the short CI runs replay them.
+#include <bson/bson.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sluice/connectors/cdc/change_event.h"
+#include "sluice/connectors/mongodb/bson_value.h"
+
+namespace sluice {
+namespace {
+
+// change_event_fuzz: a negative txn_id read back as "unknown" (-1) after to_value() (which omits -1).
+TEST(FuzzFindingsTest, ChangeEventNegativeTransactionIdIsAnErrorNotSilentlyUnknown) {
+  auto envelope = [](const std::string& txn) {
+    return Value::from_json(R"({"op":"c","key":{"id":1},"before":null,"after":{"id":1},"source":{"connector":"postgres",)"
+                            R"("db":"d","collection":"public.t","position":"0/1","ts_ms":1,"snapshot":false)" +
+                            txn + "}}")
+        .value_or_throw();
+  };
+  Result<cdc::ChangeEvent> bad = cdc::ChangeEvent::from_value(envelope(R"(,"txn_id":-42)"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kSerialization);
+  EXPECT_NE(bad.error().message().find("source.txn_id"), std::string::npos) << bad.error().message();
+  for (const std::string& txn : {std::string(), std::string(R"(,"txn_id":-1)"), std::string(R"(,"txn_id":742)")}) {
+    Result<cdc::ChangeEvent> e = cdc::ChangeEvent::from_value(envelope(txn));
+    ASSERT_TRUE(e.ok()) << txn << ": " << e.error().message();
+    Result<cdc::ChangeEvent> again = cdc::ChangeEvent::from_value(e->to_value());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *e) << txn;
+  }
+}
+
+// bson_value_fuzz: a Decimal128 whose coefficient is over 34 digits (non-canonical) read as a 35-digit decimal that
+// no Decimal128 can write back.
+TEST(FuzzFindingsTest, NonCanonicalDecimal128IsAnError) {
+  bson_t doc = BSON_INITIALIZER;
+  bson_decimal128_t dec;
+  dec.high = (uint64_t{6176} << 49) | ((uint64_t{1} << 49) - 1);  // exponent 0, coefficient 2^113 - 1
+  dec.low = ~uint64_t{0};
+  ASSERT_TRUE(bson_append_decimal128(&doc, "d", -1, &dec));
+  Result<Value> v = mongodb::bson_to_value(doc);
+  bson_destroy(&doc);
+  ASSERT_FALSE(v.ok()) << v->to_json();
+  EXPECT_EQ(v.error().code(), ErrorCode::kSerialization);
+  EXPECT_NE(v.error().message().find("not canonical"), std::string::npos) << v.error().message();
+  // The largest canonical coefficient still reads.
+  bson_t ok = BSON_INITIALIZER;
+  ASSERT_TRUE(bson_decimal128_from_string("9999999999999999999999999999999999", &dec));
+  ASSERT_TRUE(bson_append_decimal128(&ok, "d", -1, &dec));
+  Result<Value> nines = mongodb::bson_to_value(ok);
+  bson_destroy(&ok);
+  ASSERT_TRUE(nines.ok()) << nines.error().message();
+  EXPECT_EQ(nines->find("d")->to_json(), "9999999999999999999999999999999999");
+}
+
+}  // namespace
+}  // namespace sluice
