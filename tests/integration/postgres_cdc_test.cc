@@ -7,18 +7,26 @@
 //  * with wal_sender_timeout 1 s and a sink blocked for 4 s, status updates keep the replication connection;
 //  * an idle slot advances with heartbeats on (and does not without them);
 //  * a snapshot taken while a writer changes the table: the final state per key equals the table's;
-//  * 100 k changes with the job failed at 10 seeded points: every change at least once, per-key order kept.
+//  * 100 k changes with the job failed at 10 seeded points: every change at least once, per-key order kept;
+//  * a savepoint inside a 20,000-row transaction: the restore emits exactly the transaction's remaining events
+//    (and the slot confirms only the transaction before it); splits of the older checkpoint format restore;
+//  * a primary-key update is a delete of the old key then a create of the new one (an upsert mirror keeps
+//    only the new row);
+//  * a paused walsender (SIGSTOP) fails the source within its liveness timeout; an idle source's lag stays 0.
 // Run: scripts/services/run-with postgres -- build/<dir>/tests/postgres_cdc_test
 // The failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by the test.
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -37,6 +45,7 @@
 #include "sluice/api/sink.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/postgres/postgres_cdc_source.h"
+#include "sluice/connectors/postgres/postgres_upsert_sink.h"
 
 namespace sluice {
 namespace {
@@ -265,12 +274,12 @@ TEST_F(PostgresCdcTest, GoldenEnvelopesForInsertUpdateDeleteSequences) {
   pg_->exec("INSERT INTO " + f + " VALUES (7, 'old')");
   pg_->exec("UPDATE " + f + " SET v = 'new' WHERE id = 7");
   pg_->exec("DELETE FROM " + f + " WHERE id = 7");
-  ASSERT_TRUE(out->wait_for(7)) << out->size();
+  ASSERT_TRUE(out->wait_for(8)) << out->size();
   job.cancel();
   job.wait();
   const std::string db = pg_->scalar("SELECT current_database()");
   const std::vector<ChangeEvent> ev = out->all();
-  ASSERT_EQ(ev.size(), 7u);
+  ASSERT_EQ(ev.size(), 8u);
   const std::string full_row =
       R"("id":1,"name":"a","amount":10.50,"tags":["x","y z"],"doc":{"k":[1,2.5]},"at":"2024-01-02T03:04:05.123456Z",)"
       R"("day":"2024-02-29T00:00:00.000000Z","flag":true,"raw":"AP8=","uid":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",)"
@@ -284,8 +293,10 @@ TEST_F(PostgresCdcTest, GoldenEnvelopesForInsertUpdateDeleteSequences) {
       // An update without a key change under DEFAULT: no before-image.
       R"({"op":"u","key":{"id":1},"before":null,"after":{)" + std::string(R"("id":1,"name":"b","amount":11.00,)") +
           full_row.substr(full_row.find("\"tags\"")) + "}," + src_t,
-      // A key change: before holds the old key.
-      R"({"op":"u","key":{"id":2},"before":{"id":1},"after":{)" + std::string(R"("id":2,"name":"b","amount":11.00,)") +
+      // A key change: a delete of the old key (before: the old key columns), then a create of the new key, as
+      // Debezium emits it.
+      R"({"op":"d","key":{"id":1},"before":{"id":1},"after":null,)" + src_t,
+      R"({"op":"c","key":{"id":2},"before":null,"after":{)" + std::string(R"("id":2,"name":"b","amount":11.00,)") +
           full_row.substr(full_row.find("\"tags\"")) + "}," + src_t,
       R"({"op":"d","key":{"id":2},"before":{"id":2},"after":null,)" + src_t,
       R"({"op":"c","key":{"id":7},"before":null,"after":{"id":7,"v":"old"},)" + src_f,
@@ -295,15 +306,19 @@ TEST_F(PostgresCdcTest, GoldenEnvelopesForInsertUpdateDeleteSequences) {
   };
   for (size_t i = 0; i < golden.size(); ++i)
     EXPECT_EQ(normalized(ev[i], db), golden[i]) << "event " << i;
-  // Both updates of the one transaction carry its commit LSN and xid; later transactions have larger LSNs.
+  // The events of the one transaction carry its commit LSN and xid; later transactions have larger LSNs. The
+  // delete and create of the key change share the update's WAL record (sequence).
   EXPECT_EQ(ev[1].source.position, ev[2].source.position);
-  EXPECT_EQ(ev[1].source.txn_id, ev[2].source.txn_id);
+  EXPECT_EQ(ev[1].source.position, ev[3].source.position);
+  EXPECT_EQ(ev[1].source.txn_id, ev[3].source.txn_id);
+  EXPECT_EQ(ev[2].source.sequence, ev[3].source.sequence);
+  EXPECT_LT(ev[1].source.sequence, ev[2].source.sequence);
   EXPECT_GT(ev[1].source.txn_id, 0);
   for (size_t i = 1; i < ev.size(); ++i)
     EXPECT_LE(lsn_of(ev[i - 1].source.position), lsn_of(ev[i].source.position));
   EXPECT_LT(lsn_of(ev[0].source.position), lsn_of(ev[1].source.position));
   EXPECT_EQ(src->metrics().transactions, 6);
-  EXPECT_EQ(src->metrics().events, 7);
+  EXPECT_EQ(src->metrics().events, 8);
 }
 
 TEST_F(PostgresCdcTest, ConfirmedFlushLsnMovesOnlyToCompletedCheckpoints) {
@@ -889,6 +904,302 @@ TEST_F(PostgresCdcTest, HundredThousandChangesUnderTenFailuresAreAllDeliveredInK
   EXPECT_EQ(out_of_order, 0) << "changes of a key out of source order";
   std::printf("%lld changes, %lld received (%lld repeats) in %.1f s, %d restarts\n", static_cast<long long>(kChanges),
               static_cast<long long>(received.load()), static_cast<long long>(repeats), secs, restarts);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(PostgresCdcSplitFormat, OldCheckpointsRestoreAndNewFieldsRoundTrip) {
+  // Version 0, as SLUICE_FIELDS(PostgresCdcSplit, slot, snapshot_done, lsn) wrote it before the in-transaction
+  // position: the string, the bool byte, the int64.
+  DataOutput old;
+  old.write_string("payments_cdc");
+  old.write_u8(1);
+  old.write_fixed(int64_t{0x16B374D848});
+  PostgresCdcSplit sp;
+  sp.txn_lsn = 99;  // overwritten
+  DataInput in(old.view());
+  deserialize(sp, in);
+  EXPECT_TRUE(in.at_end());
+  EXPECT_EQ(sp.slot, "payments_cdc");
+  EXPECT_TRUE(sp.snapshot_done);
+  EXPECT_EQ(sp.lsn, 0x16B374D848);
+  EXPECT_EQ(sp.txn_lsn, 0);
+  EXPECT_EQ(sp.txn_events, 0);
+  // In a vector (the enumerator's state has no per-element length): both elements decode.
+  DataOutput two;
+  two.write_varint(2);
+  two.write_bytes(old.view().data(), old.view().size());
+  PostgresCdcSplit cur{"s2", false, 7, 0x2000, 1234};
+  serialize(cur, two);
+  std::vector<PostgresCdcSplit> v;
+  DataInput in2(two.view());
+  deserialize(v, in2);
+  EXPECT_TRUE(in2.at_end());
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], sp);
+  EXPECT_EQ(v[1], cur);
+  // A later version's extra fields in the block are skipped.
+  DataOutput later;
+  later.write_string("s3");
+  later.write_u8(2);
+  later.write_fixed(int64_t{5});
+  DataOutput block;
+  block.write_fixed(int64_t{6});
+  block.write_varint(7);
+  block.write_string("a field of a later version");
+  later.write_string(block.view());
+  later.write_u8(42);  // what follows the split
+  DataInput in3(later.view());
+  PostgresCdcSplit l;
+  deserialize(l, in3);
+  EXPECT_EQ(l, (PostgresCdcSplit{"s3", false, 5, 6, 7}));
+  EXPECT_EQ(in3.read_u8(), 42);
+  // Corrupt: an unknown format byte.
+  DataOutput bad;
+  bad.write_string("s");
+  bad.write_u8(9);
+  bad.write_fixed(int64_t{0});
+  DataInput in4(bad.view());
+  EXPECT_THROW(deserialize(l, in4), SluiceException);
+}
+
+TEST_F(PostgresCdcTest, SavepointInsideATransactionResumesAfterItsEmittedEvents) {
+  constexpr int kRows = 20'000;
+  const std::string t = table("txn");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  // Job 1: its sink stops at the 1,000th event of the transaction until the savepoint was triggered, so the
+  // savepoint's barrier follows a part of the transaction (the queues between the source and the sink are far
+  // smaller than 20,000 events).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int seen = 0;
+  auto out1 = std::make_shared<Received>();
+  auto sink1 = std::make_shared<CallbackSink<ChangeEvent>>([&](const ChangeEvent& e) {
+    std::unique_lock lock(mu);
+    if (++seen == 1000) {
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+    }
+    out1->add(e);
+  });
+  auto src1 = source({t}).start_mode(PostgresStartMode::kLatest).queue_capacity(64).build();
+  StreamEnvironment env1(config("3600s"));
+  env1.from_source(src1, "pg").uid("pg").sink_to(sink1).uid("sink");
+  JobClient job1 = env1.execute_async("txn-1");
+  ASSERT_TRUE(slot_active());
+  // A first, small transaction: the position the savepoint confirms (the end of the last complete one).
+  pg_->exec("INSERT INTO " + t + " VALUES (0)");
+  ASSERT_TRUE(out1->wait_for(1));
+  const Lsn before_txn = current_wal();
+  pg_->exec("INSERT INTO " + t + " SELECT g FROM generate_series(1, " + std::to_string(kRows) + ") g");
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kDeadline, [&] { return seen >= 1000; }));
+  }
+  auto savepoint = job1.trigger_savepoint((dir_ / "sp").string());
+  {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  Result<std::string> sp = savepoint.get();
+  ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+  ASSERT_TRUE(out1->wait_for(kRows + 1)) << out1->size();
+  const Lsn commit_lsn = lsn_of(out1->all().back().source.position);
+  // The savepoint's completion confirms the end of the first transaction, never past the large one's commit:
+  // that one must be streamed again after a restore.
+  ASSERT_TRUE(eventually([&] { return src1->metrics().confirmed_lsn != 0; }));
+  EXPECT_LT(src1->metrics().confirmed_lsn, commit_lsn);
+  EXPECT_LE(src1->metrics().confirmed_lsn, before_txn);
+  EXPECT_GT(src1->metrics().confirmed_lsn, lsn_of(out1->all().front().source.position));
+  ASSERT_TRUE(eventually([&] { return confirmed_flush() == src1->metrics().confirmed_lsn; }));
+  job1.cancel();
+  job1.wait();
+  ASSERT_TRUE(eventually([&] {
+    return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
+           "0";
+  }));
+
+  // Job 2 from the savepoint: the rest of the transaction, each event once, then a later transaction.
+  auto out2 = std::make_shared<Received>();
+  auto src2 = source({t}).start_mode(PostgresStartMode::kLatest).build();
+  Configuration c = config("3600s");
+  c.set(options::kStateRecoveryPath, *sp);
+  StreamEnvironment env2(c);
+  env2.from_source(src2, "pg").uid("pg").sink_to(receiving_sink(out2)).uid("sink");
+  JobClient job2 = env2.execute_async("txn-2");
+  ASSERT_TRUE(slot_active());
+  pg_->exec("INSERT INTO " + t + " VALUES (" + std::to_string(kRows + 1) + ")");
+  ASSERT_TRUE(out2->wait_until([&](const std::vector<ChangeEvent>& ev) {
+    return !ev.empty() && ev.back().after.find("id")->as_int64() == kRows + 1;
+  })) << out2->size();
+  job2.cancel();
+  job2.wait();
+  const std::vector<ChangeEvent> ev = out2->all();
+  const int64_t first = ev.front().after.find("id")->as_int64();
+  std::printf("the savepoint fell after %lld of the transaction's %d events\n", static_cast<long long>(first - 1),
+              kRows);
+  // Inside the transaction: after the 1,000 events the sink held, before its end.
+  EXPECT_GT(first, 1000);
+  EXPECT_LE(first, kRows);
+  // Exactly the remaining events, in order, then the next transaction's.
+  ASSERT_EQ(static_cast<int64_t>(ev.size()), kRows + 2 - first);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    ASSERT_EQ(ev[i].after.find("id")->as_int64(), first + static_cast<int64_t>(i)) << "event " << i;
+    if (i + 1 < ev.size()) {
+      EXPECT_EQ(ev[i].source.position, format_lsn(commit_lsn));
+    }
+  }
+  // And the events before `first` are what job 1 emitted before the savepoint: together, each row once.
+  const std::vector<ChangeEvent> ev1 = out1->all();
+  ASSERT_GE(static_cast<int64_t>(ev1.size()), first);
+  for (int64_t i = 0; i < first; ++i)
+    ASSERT_EQ(ev1[static_cast<size_t>(i)].after.find("id")->as_int64(), i);
+}
+
+TEST_F(PostgresCdcTest, PrimaryKeyUpdateIsADeleteThenACreateThroughTheUpsertSink) {
+  const std::string t = table("src"), mirror = table("mirror"), f = table("srcfull");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY, v text)");
+  pg_->exec("CREATE TABLE " + f + " (id int PRIMARY KEY, v text)");
+  pg_->exec("ALTER TABLE " + f + " REPLICA IDENTITY FULL");
+  pg_->exec("CREATE TABLE " + mirror + " (id int PRIMARY KEY, v text)");
+  auto out = std::make_shared<Received>();
+  auto src = source({t, f}).start_mode(PostgresStartMode::kLatest).build();
+  auto upsert =
+      PostgresUpsertSink::builder()
+          .conninfo(url_)
+          .table(mirror)
+          .key_columns({"id"})
+          .flush_interval(0ms)
+          .batch_size(1)
+          .is_delete([](const Value& r) { return r.find("op")->as_string() == "d"; })
+          .row([](const Value& r) { return r.find("op")->as_string() == "d" ? *r.find("key") : *r.find("after"); })
+          .build();
+  StreamEnvironment env(config("200ms"));
+  auto events = env.from_source(src, "pg").uid("pg").map([out](const ChangeEvent& e) {
+    out->add(e);
+    return e.to_value();
+  });
+  events.sink_to(upsert).uid("mirror");
+  JobClient job = env.execute_async("pk-update");
+  ASSERT_TRUE(slot_active());
+  pg_->exec("INSERT INTO " + t + " VALUES (1, 'a'), (5, 'e')");
+  pg_->exec("UPDATE " + t + " SET id = 2, v = 'b' WHERE id = 1");  // key and value change
+  pg_->exec("UPDATE " + t + " SET v = 'f' WHERE id = 5");          // no key change: one update
+  pg_->exec("UPDATE " + t + " SET id = id + 10");                  // every key moves in one statement
+  pg_->exec("INSERT INTO " + f + " VALUES (7, 'x')");
+  pg_->exec("UPDATE " + f + " SET id = 8 WHERE id = 7");  // FULL: the old row is the before-image
+  ASSERT_TRUE(out->wait_for(12)) << out->size();
+  const std::vector<std::string> want_mirror = {"12|b", "15|f"};
+  EXPECT_TRUE(eventually([&] { return pg_->lines("SELECT id, v FROM " + mirror + " ORDER BY id") == want_mirror; }))
+      << ::testing::PrintToString(pg_->lines("SELECT id, v FROM " + mirror + " ORDER BY id"));
+  job.cancel();
+  job.wait();
+  std::vector<std::string> got;
+  for (const ChangeEvent& e : out->all()) {
+    got.push_back(std::string(cdc::to_string(e.op)) + " " + e.key.to_json() + " " + e.before.to_json() + " " +
+                  e.after.to_json());
+  }
+  const std::vector<std::string> want = {
+      R"(c {"id":1} null {"id":1,"v":"a"})",   R"(c {"id":5} null {"id":5,"v":"e"})",
+      R"(d {"id":1} {"id":1} null)",           R"(c {"id":2} null {"id":2,"v":"b"})",
+      R"(u {"id":5} null {"id":5,"v":"f"})",   R"(d {"id":2} {"id":2} null)",
+      R"(c {"id":12} null {"id":12,"v":"b"})", R"(d {"id":5} {"id":5} null)",
+      R"(c {"id":15} null {"id":15,"v":"f"})", R"(c {"id":7} null {"id":7,"v":"x"})",
+      R"(d {"id":7} {"id":7,"v":"x"} null)",   R"(c {"id":8} null {"id":8,"v":"x"})",
+  };
+  EXPECT_EQ(got, want);
+}
+
+/// Resumes a stopped process when the test ends, on every path.
+struct Resume {
+  pid_t pid = 0;
+  ~Resume() {
+    if (pid > 0) ::kill(pid, SIGCONT);
+  }
+};
+
+TEST_F(PostgresCdcTest, PausedWalsenderFailsTheSourceWithinTheLivenessTimeout) {
+  const std::string t = table("live");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  auto out = std::make_shared<Received>();
+  constexpr auto kLiveness = 2s;
+  auto src = source({t}).start_mode(PostgresStartMode::kLatest).liveness_timeout(kLiveness).build();
+  StreamEnvironment env(config("3600s"));
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
+  JobClient job = env.execute_async("liveness");
+  ASSERT_TRUE(slot_active());
+  pg_->exec("INSERT INTO " + t + " VALUES (1)");
+  ASSERT_TRUE(out->wait_for(1));
+  // The walsender of this job's slot (not the postmaster: the server is shared).
+  const std::string pid_text =
+      pg_->scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = '" + slot() + "'");
+  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+  ASSERT_GT(pid, 1);
+  ASSERT_EQ(pg_->scalar("SELECT backend_type FROM pg_stat_activity WHERE pid = " + pid_text), "walsender");
+  if (::kill(pid, 0) != 0) GTEST_SKIP() << "the Postgres server's processes are not signalable from here";
+  // Healthy and idle for twice the timeout: no failure (the source's pings are answered).
+  ASSERT_FALSE(job.wait_for(2 * kLiveness)) << error_of(job.wait());
+  Resume resume;
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0) << std::strerror(errno);
+  resume.pid = pid;
+  const auto stopped = std::chrono::steady_clock::now();
+  const bool ended = job.wait_for(kLiveness + 8s);
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  ::kill(pid, SIGCONT);
+  resume.pid = 0;
+  if (!ended) job.cancel();
+  JobResult r = job.wait();
+  ASSERT_TRUE(ended) << "the job did not fail within the liveness timeout + 8 s";
+  EXPECT_EQ(r.status, JobStatus::kFailed);
+  const std::string err = error_of(r);
+  EXPECT_NE(err.find("liveness timeout 2000 ms"), std::string::npos) << err;
+  EXPECT_NE(err.find("slot " + slot()), std::string::npos) << err;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  std::printf("the source failed %lld ms after the walsender was stopped (liveness timeout 2000 ms)\n",
+              static_cast<long long>(ms));
+  EXPECT_GE(ms, 1000);  // the silence began with the last keepalive, up to a ping interval before the pause
+  EXPECT_LE(ms, 2000 + 5000);
+  // The stopped walsender gives up the slot once it runs again.
+  EXPECT_TRUE(eventually([&] {
+    return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
+           "0";
+  }));
+}
+
+TEST_F(PostgresCdcTest, LagOfAnIdleSourceStaysZero) {
+  const std::string t = table("lag");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  auto out = std::make_shared<Received>();
+  auto src = source({t}).start_mode(PostgresStartMode::kLatest).build();
+  StreamEnvironment env(config("3600s"));
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
+  JobClient job = env.execute_async("lag");
+  ASSERT_TRUE(slot_active());
+  pg_->exec("INSERT INTO " + t + " VALUES (1)");
+  ASSERT_TRUE(out->wait_for(1));
+  // Caught up within a ping interval or two of the change ...
+  ASSERT_TRUE(eventually([&] { return src->metrics().lag_ms == 0; }, 10s)) << src->metrics().lag_ms;
+  // ... and it stays so on the idle table, sampled for 6 s (the age of the last change grows to 6 s meanwhile).
+  int64_t worst = 0;
+  const auto end = std::chrono::steady_clock::now() + 6s;
+  while (std::chrono::steady_clock::now() < end) {
+    worst = std::max(worst, src->metrics().lag_ms);
+    std::this_thread::sleep_for(50ms);  // the sampling pace
+  }
+  EXPECT_EQ(worst, 0);
+  // A change is followed by lag 0 again.
+  pg_->exec("INSERT INTO " + t + " VALUES (2)");
+  ASSERT_TRUE(out->wait_for(2));
+  EXPECT_TRUE(eventually([&] { return src->metrics().lag_ms == 0; }, 10s)) << src->metrics().lag_ms;
+  job.cancel();
+  JobResult r = job.wait();
+  EXPECT_NE(r.status, JobStatus::kFailed) << error_of(r);
 }
 
 }  // namespace

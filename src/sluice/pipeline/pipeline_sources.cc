@@ -148,6 +148,7 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     if (o.find("heartbeat-interval")) {
       b.heartbeat_interval(std::chrono::milliseconds(o.get_int("heartbeat-interval", 0)));
     }
+    if (o.find("liveness-timeout")) b.liveness_timeout(std::chrono::milliseconds(o.get_int("liveness-timeout", 0)));
     if (o.find("snapshot-fetch-rows")) b.snapshot_fetch_rows(o.get_int("snapshot-fetch-rows", 10'000));
     // Smaller than the connector's default (16,384): a pipeline's memory budget is tens of MiB, and the queue
     // only needs to cover the replication connection's bursts.

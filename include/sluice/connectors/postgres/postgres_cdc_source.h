@@ -102,18 +102,41 @@ enum class PostgresTruncatePolicy {
 };
 
 /// The one split of a PostgresCdcSource: the slot and the position to resume from.
+///
+/// The position of an emitted change is (lsn, txn_lsn, txn_events): the stream restarts at `lsn` and, in the
+/// transaction whose commit LSN is `txn_lsn`, skips its first `txn_events` events (they were emitted before
+/// the checkpoint). pgoutput protocol 1 sends a transaction only after its commit, whole and in commit order,
+/// with the commit LSN in its Begin message, so the events of one transaction come out in the same order on
+/// every replay and (commit LSN, index) names each of them.
 struct PostgresCdcSplit {
   std::string slot;
   /// False until the initial snapshot has been emitted completely (always true with kLatest).
   bool snapshot_done = false;
-  /// The position to resume after (an Lsn stored as int64 bits): the end LSN of the last fully emitted
-  /// transaction or heartbeat; 0 = the slot's confirmed position.
+  /// Where the stream restarts (an Lsn stored as int64 bits): the end LSN of the last fully emitted
+  /// transaction or heartbeat; 0 = the slot's confirmed position. Also what a completed checkpoint confirms
+  /// to the slot.
   int64_t lsn = 0;
+  /// The commit LSN (Begin's final_lsn) of the transaction that was partly emitted when the checkpoint was
+  /// taken; 0 = none (the checkpoint fell between transactions).
+  int64_t txn_lsn = 0;
+  /// How many events of that transaction were emitted (a primary-key update counts as its two events).
+  int64_t txn_events = 0;
   /// The split id: the slot name.
   std::string split_id() const { return slot; }
   friend bool operator==(const PostgresCdcSplit&, const PostgresCdcSplit&) = default;
 };
-SLUICE_FIELDS(PostgresCdcSplit, slot, snapshot_done, lsn);
+
+/// The binary form of a PostgresCdcSplit in checkpoints. Version 0 (written before the in-transaction
+/// position existed, by SLUICE_FIELDS) is slot, snapshot_done (byte 0/1), lsn; version 1 writes the byte
+/// 2 | snapshot_done, then lsn and a length-prefixed block of the newer fields, so that both versions restore
+/// (a version-0 split has no partial transaction and no snapshot progress) and fields appended to the block
+/// later are skipped by older readers.
+template <>
+struct TypeSerializer<PostgresCdcSplit> {
+  static void serialize(const PostgresCdcSplit& v, DataOutput& out);
+  static void deserialize(PostgresCdcSplit& target, DataInput& in);
+  static constexpr size_t min_encoded_size() { return 1 + 1 + 8; }
+};
 
 /// A snapshot of a source's metrics (summed over its readers; in practice one).
 struct PostgresCdcMetrics {
@@ -124,8 +147,10 @@ struct PostgresCdcMetrics {
   int64_t truncates_skipped = 0;  ///< Truncate messages skipped under kSkip
   int64_t bad_records = 0;        ///< changes sent to the dead-letter file
   double events_per_second = 0;   ///< over the last completed second of reading
-  /// now − commit time of the last emitted transaction (ms); 0 when the reader has emitted everything the
-  /// server has sent and the server reported no more WAL to send (caught up); -1 before any transaction.
+  /// How far the reader is behind the server (ms): 0 while the server confirms, with a keepalive at least
+  /// every ping interval, that it has sent everything it has and every event received was emitted (an idle
+  /// source); otherwise the smaller of now − the commit time of the last emitted event and now − the last
+  /// such confirmation (less the ping interval + 1 s). -1 before the first of either.
   int64_t lag_ms = -1;
   postgres::Lsn position = 0;       ///< the split's current position
   postgres::Lsn confirmed_lsn = 0;  ///< the last flush LSN reported to the slot (a completed checkpoint's)
@@ -147,8 +172,11 @@ struct PostgresCdcSettings {
   PostgresTruncatePolicy truncate_policy = PostgresTruncatePolicy::kFail;
   int64_t heartbeat_interval_ms = 0;    ///< 0 = no heartbeats
   int64_t status_interval_ms = 10'000;  ///< at most this long between status updates
-  int64_t snapshot_fetch_rows = 4096;   ///< rows per FETCH of a snapshot cursor
-  size_t queue_capacity = 16'384;       ///< events buffered between the fetcher and the task thread
+  /// Fail the stream when the server sent nothing for this long (ms); 0 = wal_sender_timeout + 10 s (70 s
+  /// when the server's wal_sender_timeout is 0).
+  int64_t liveness_timeout_ms = 0;
+  int64_t snapshot_fetch_rows = 4096;  ///< rows per FETCH of a snapshot cursor
+  size_t queue_capacity = 16'384;      ///< events buffered between the fetcher and the task thread
   BadRecordPolicy bad_record_policy = BadRecordPolicy::kFail;
   std::string dead_letter_path;
   std::string database;  ///< filled at start from the server (current_database())
@@ -158,8 +186,12 @@ struct PostgresCdcSettings {
 struct PostgresCdcStats {
   std::atomic<int64_t> events{0}, snapshot_events{0}, transactions{0}, heartbeats{0}, truncates_skipped{0};
   std::atomic<double> events_per_second{0};
+  /// The commit time of the last emitted streamed event (ms since the epoch); -1 = none yet.
   std::atomic<int64_t> last_commit_ts_ms{-1};
-  std::atomic<bool> caught_up{false};
+  /// When (wall ms) a keepalive last arrived with every event received before it emitted; -1 = never.
+  std::atomic<int64_t> caught_up_ms{-1};
+  /// The reader's ping interval (ms): how often an idle stream asks the server for a keepalive.
+  std::atomic<int64_t> ping_interval_ms{1000};
   std::atomic<uint64_t> position{0}, confirmed_lsn{0}, received_lsn{0};
   std::atomic<bool> snapshot_done{false};
   std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
@@ -232,6 +264,11 @@ class PostgresCdcSourceBuilder {
   PostgresCdcSourceBuilder& heartbeat_interval(std::chrono::milliseconds interval);
   /// The longest time between two status updates (default 10 s; also capped at wal_sender_timeout / 2).
   PostgresCdcSourceBuilder& status_interval(std::chrono::milliseconds interval);
+  /// Fail the source when the replication connection brought no message for this long (default 0 =
+  /// wal_sender_timeout + 10 s). An idle stream pings the server (a status update asking for a reply) every
+  /// min(1 s, timeout / 4), so a healthy server always answers well within it; a hung or unreachable one
+  /// (paused process, network partition) fails the job, whose restart strategy takes over.
+  PostgresCdcSourceBuilder& liveness_timeout(std::chrono::milliseconds timeout);
   /// Rows per FETCH while reading the snapshot (default 4096).
   PostgresCdcSourceBuilder& snapshot_fetch_rows(int64_t rows);
   /// Events buffered between the fetcher thread and the task (default 16384): the memory bound.

@@ -116,7 +116,8 @@ struct Item {
   enum class Kind : uint8_t { kEvent, kCommit, kHeartbeat, kSnapshotDone, kError };
   Kind kind = Kind::kEvent;
   cdc::ChangeEvent event;
-  Lsn lsn = 0;        // kCommit: end LSN; kHeartbeat: message LSN; kSnapshotDone: the stream's start
+  Lsn lsn = 0;        // kCommit: end LSN; kHeartbeat: message LSN; kSnapshotDone: the stream's start;
+                      // kEvent: the commit LSN of its transaction (0 for snapshot reads)
   int64_t ts_ms = 0;  // kCommit: commit time
   std::optional<Error> error;
 };
@@ -195,24 +196,23 @@ class Fetcher {
   // ---- connections
 
   PgConn connect(bool replication) {
-    const char* keys[] = {"dbname", "replication", "options", "application_name", "connect_timeout", nullptr};
-    const char* vals[] = {s_.conninfo.c_str(),
-                          replication ? "database" : nullptr,
+    // TCP keepalives first, so that the same keys in `conninfo` (expanded in place of dbname) override them: a
+    // peer that vanished (a network partition, a host gone) breaks the socket within about 25 s even while
+    // nothing is sent. A paused server process still has its kernel answer the probes: the stream's liveness
+    // timeout covers that.
+    const char* keys[] = {"keepalives", "keepalives_idle",  "keepalives_interval", "keepalives_count", "dbname",
+                          "options",    "application_name", "connect_timeout",     "replication",      nullptr};
+    const char* vals[] = {"1",
+                          "10",
+                          "5",
+                          "3",
+                          s_.conninfo.c_str(),
                           kSessionOptions,
                           replication ? "sluice-cdc-replication" : "sluice-cdc",
                           "10",
+                          replication ? "database" : nullptr,
                           nullptr};
-    // A null value ends the list early: put replication last when it is not wanted.
-    if (!replication) {
-      keys[1] = "options";
-      vals[1] = kSessionOptions;
-      keys[2] = "application_name";
-      vals[2] = "sluice-cdc";
-      keys[3] = "connect_timeout";
-      vals[3] = "10";
-      keys[4] = nullptr;
-      vals[4] = nullptr;
-    }
+    if (!replication) keys[8] = nullptr;
     PgConn c(PQconnectdbParams(keys, vals, 1));
     if (!c || PQstatus(c.get()) != CONNECTION_OK) {
       fail(fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name, replication ? " for replication" : "",
@@ -230,8 +230,46 @@ class Fetcher {
     cancels_.clear();
   }
 
+  /// Runs `sql` without blocking on the server: stop() ends the wait at once (also when the server process is
+  /// paused and a cancel request cannot reach it), and while streaming a server that does not answer within
+  /// the liveness timeout fails the stream. Returns the last result (the first error, if any).
+  PgResult run(PGconn* c, const std::string& sql, std::string_view what) {
+    if (PQsendQuery(c, sql.c_str()) == 0) {
+      if (stop_.load()) throw Stopped{};
+      fail(fmt::format("{} (slot {}): {} failed: {} [{}]", kRole, s_.slot_name, what, conn_error(c), sql));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const int sock = PQsocket(c);
+    PgResult out;
+    for (;;) {
+      while (PQisBusy(c) != 0) {
+        if (stop_.load()) throw Stopped{};
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (streaming_ && waited > std::chrono::milliseconds(liveness_ms_)) {
+          fail(
+              fmt::format("{} (slot {}): {}: the server did not answer within {} ms (liveness timeout{}): the "
+                          "server is hung or unreachable",
+                          kRole, s_.slot_name, what, liveness_ms_, liveness_origin_));
+        }
+        wait_for_wake(std::chrono::milliseconds(200), sock);
+        if (PQconsumeInput(c) == 0) break;  // the error comes as a result, or as the connection's message
+      }
+      PGresult* r = PQgetResult(c);
+      if (r == nullptr) break;
+      const ExecStatusType st = PQresultStatus(r);
+      const bool failed = st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE;
+      if (!out || (failed && PQresultStatus(out.get()) != PGRES_FATAL_ERROR)) {
+        out = PgResult(r);
+      } else {
+        PQclear(r);
+      }
+      if (PQstatus(c) == CONNECTION_BAD) break;
+    }
+    return out;
+  }
+
   PgResult exec(PGconn* c, const std::string& sql, ExecStatusType want, std::string_view what) {
-    PgResult r(PQexec(c, sql.c_str()));
+    PgResult r = run(c, sql, what);
     if (!r || PQresultStatus(r.get()) != want) {
       if (stop_.load()) throw Stopped{};
       const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
@@ -282,6 +320,8 @@ class Fetcher {
         }
       }
       wait_for_wake(std::chrono::milliseconds(200));
+      // Not reading the socket: the server's silence meanwhile says nothing about its health.
+      last_rx_ = std::chrono::steady_clock::now();
       if (streaming_) maintenance();
     }
     batch.clear();
@@ -345,6 +385,17 @@ class Fetcher {
       status_interval_ms_ = s_.status_interval_ms;
       if (timeout_ms > 0) status_interval_ms_ = std::min<int64_t>(status_interval_ms_, timeout_ms / 2);
       status_interval_ms_ = std::max<int64_t>(status_interval_ms_, 100);
+      if (s_.liveness_timeout_ms > 0) {
+        liveness_ms_ = s_.liveness_timeout_ms;
+        liveness_origin_ = "";
+      } else {
+        // The server drops a silent client after wal_sender_timeout; the client gives the server as long, plus
+        // a margin for a busy machine.
+        liveness_ms_ = (timeout_ms > 0 ? timeout_ms : 60'000) + 10'000;
+        liveness_origin_ = fmt::format(", wal_sender_timeout {} ms + 10 s", timeout_ms);
+      }
+      ping_interval_ms_ = std::clamp<int64_t>(liveness_ms_ / 4, 50, 1000);
+      stats_->ping_interval_ms.store(ping_interval_ms_);
     }
     ensure_publication(n);
 
@@ -418,6 +469,12 @@ class Fetcher {
       snapshot(exported, exported.empty() ? (start_lsn != 0 ? start_lsn : slot_confirmed) : start_lsn);
     }
     skip_before_ = restored;
+    resume_txn_lsn_ = static_cast<Lsn>(split_.txn_lsn);
+    resume_txn_events_ = split_.txn_events;
+    if (resume_txn_lsn_ != 0) {
+      spdlog::info("{}: slot {} resumes inside the transaction committed at {}: its first {} events were emitted",
+                   kRole, s_.slot_name, format_lsn(resume_txn_lsn_), resume_txn_events_);
+    }
     stream(start_lsn);
   }
 
@@ -574,6 +631,8 @@ class Fetcher {
     const int sock = PQsocket(rc);
     next_status_ = std::chrono::steady_clock::now();
     next_heartbeat_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(s_.heartbeat_interval_ms);
+    last_rx_ = std::chrono::steady_clock::now();
+    next_ping_ = last_rx_ + std::chrono::milliseconds(ping_interval_ms_);
     std::vector<Item>& batch = pending_;
     for (;;) {
       if (stop_.load()) return;
@@ -586,6 +645,7 @@ class Fetcher {
         char* buf = nullptr;
         const int n = PQgetCopyData(rc, &buf, 1);
         if (n == 0) break;
+        if (n > 0) last_rx_ = std::chrono::steady_clock::now();
         if (n == -1) {
           PgResult r(PQgetResult(rc));
           fail(fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole, s_.slot_name,
@@ -600,8 +660,23 @@ class Fetcher {
         if (batch.size() >= kPushBatch) push(batch);
       }
       push(batch);
-      const auto now = std::chrono::steady_clock::now();
-      auto until = next_status_;
+      auto now = std::chrono::steady_clock::now();
+      const auto silent = now - last_rx_;
+      if (silent > std::chrono::milliseconds(liveness_ms_)) {
+        fail(
+            fmt::format("{} (slot {}): no message on the replication connection for {} ms (liveness timeout {} "
+                        "ms{}) after {}: the server is hung or unreachable",
+                        kRole, s_.slot_name, std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(),
+                        liveness_ms_, liveness_origin_, format_lsn(received_)));
+      }
+      if (silent >= std::chrono::milliseconds(ping_interval_ms_) && now >= next_ping_) {
+        // A quiet stream: ask for a keepalive. It proves the server alive and, arriving with nothing pending
+        // here, that the reader is caught up (the lag metric).
+        send_status(true);
+        next_ping_ = now + std::chrono::milliseconds(ping_interval_ms_);
+      }
+      now = std::chrono::steady_clock::now();
+      auto until = std::min({next_status_, next_ping_, last_rx_ + std::chrono::milliseconds(liveness_ms_ + 1)});
       if (s_.heartbeat_interval_ms > 0) until = std::min(until, next_heartbeat_);
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       wait_for_wake(std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000)), sock);
@@ -667,7 +742,9 @@ class Fetcher {
       if (msg.size() < 18) fail(fmt::format("{}: malformed keepalive ({} bytes)", kRole, msg.size()));
       const bool reply = msg[17] != 0;
       if (reply) send_status(false);
-      stats_->caught_up.store(!in_txn_ && batch.empty() && queue_empty());
+      // The server sends messages in order: a keepalive says it has sent everything before it. With nothing
+      // of it left to emit here, the reader is caught up now.
+      if (!in_txn_ && batch.empty() && queue_empty()) stats_->caught_up_ms.store(wall_ms());
       return;
     }
     if (msg[0] != 'w') {
@@ -678,7 +755,6 @@ class Fetcher {
     const Lsn data_start = get_int64(msg.data() + 1);
     received_ = std::max(received_, data_start);
     stats_->received_lsn.store(received_);
-    stats_->caught_up.store(false);
     const std::string_view payload = msg.substr(25);
     auto decoded = decoder_->decode(payload);
     if (!decoded) {
@@ -703,12 +779,39 @@ class Fetcher {
         // before it (end LSN <= position): it was emitted completely before the checkpoint.
         skipping_ = skip_before_ != 0 && m.begin.final_lsn < skip_before_;
         overlap_ = overlap_until_ != 0 && m.begin.final_lsn <= overlap_until_;
+        txn_final_lsn_ = m.begin.final_lsn;
+        txn_skip_events_ = 0;
+        if (resume_txn_lsn_ != 0 && !skipping_) {
+          // The checkpoint was taken inside the transaction committed at resume_txn_lsn_: its first
+          // resume_txn_events_ events were emitted (and may be committed downstream) before it.
+          if (m.begin.final_lsn == resume_txn_lsn_) {
+            txn_skip_events_ = resume_txn_events_;
+          } else if (m.begin.final_lsn > resume_txn_lsn_) {
+            fail(fmt::format(
+                "{} (slot {}): the checkpoint resumes inside the transaction committed at {} after {} "
+                "of its events, but the stream went on to a transaction committed at {} without it: "
+                "the slot no longer serves that transaction. Remedy: start the job without state (a "
+                "new snapshot)",
+                kRole, s_.slot_name, format_lsn(resume_txn_lsn_), resume_txn_events_, format_lsn(m.begin.final_lsn)));
+          }
+        }
         return;
       case K::kCommit: {
         in_txn_ = false;
         if (skipping_) {
           skipping_ = false;
           return;
+        }
+        if (resume_txn_lsn_ != 0 && txn_final_lsn_ == resume_txn_lsn_) {
+          if (txn_skip_events_ > 0) {
+            // Fewer events than the checkpoint counted: the decoding differs from the run that took it (a
+            // changed publication or bad-record policy). What was emitted stays emitted; nothing is repeated.
+            spdlog::warn(
+                "{} (slot {}): the transaction committed at {} has {} events fewer than the checkpoint counted "
+                "as emitted ({})",
+                kRole, s_.slot_name, format_lsn(resume_txn_lsn_), txn_skip_events_, resume_txn_events_);
+          }
+          resume_txn_lsn_ = 0;
         }
         Item it;
         it.kind = Item::Kind::kCommit;
@@ -721,17 +824,46 @@ class Fetcher {
       case K::kUpdate:
       case K::kDelete: {
         if (skipping_) return;
-        Item it;
-        it.kind = Item::Kind::kEvent;
-        cdc::ChangeEvent& e = it.event;
-        e.op = m.change.op;
-        e.key = std::move(m.change.key);
-        e.before = std::move(m.change.before);
-        e.after = std::move(m.change.after);
-        e.source = cdc::SourceInfo{"postgres",    database_, m.change.relation->qualified_name(), txn_position_,
-                                   commit_ts_ms_, overlap_,  static_cast<int64_t>(xid_)};
-        e.source.sequence = static_cast<int64_t>(data_start);
-        batch.push_back(std::move(it));
+        const postgres::PgRelation& rel = *m.change.relation;
+        auto event = [&](cdc::ChangeOp op, Value key, Value before, Value after) {
+          Item it;
+          it.kind = Item::Kind::kEvent;
+          it.lsn = txn_final_lsn_;
+          cdc::ChangeEvent& e = it.event;
+          e.op = op;
+          e.key = std::move(key);
+          e.before = std::move(before);
+          e.after = std::move(after);
+          e.source = cdc::SourceInfo{"postgres",    database_, rel.qualified_name(),      txn_position_,
+                                     commit_ts_ms_, overlap_,  static_cast<int64_t>(xid_)};
+          e.source.sequence = static_cast<int64_t>(data_start);
+          return it;
+        };
+        auto emit = [&](Item it) {
+          // Events of a transaction the restored checkpoint had already emitted in part.
+          if (txn_skip_events_ > 0) {
+            --txn_skip_events_;
+            return;
+          }
+          batch.push_back(std::move(it));
+        };
+        if (m.kind == K::kUpdate && !rel.key_columns.empty() && !m.change.before.is_null()) {
+          // The old key: from the old key tuple ('K', sent under DEFAULT / USING INDEX only when the key
+          // changed) or the old row ('O', FULL). A changed key is a delete of the old key, then a create of the
+          // new one, as Debezium emits it: keyed consumers (an upsert mirror, a compacted topic) drop the old
+          // row, and the two keys may live on different partitions.
+          Value old_key = Value::object();
+          for (const auto& c : rel.key_columns) {
+            const Value* v = m.change.before.find(c);
+            old_key.set(c, v != nullptr ? *v : Value());
+          }
+          if (old_key != m.change.key) {
+            emit(event(cdc::ChangeOp::kDelete, std::move(old_key), std::move(m.change.before), Value()));
+            emit(event(cdc::ChangeOp::kCreate, std::move(m.change.key), Value(), std::move(m.change.after)));
+            return;
+          }
+        }
+        emit(event(m.change.op, std::move(m.change.key), std::move(m.change.before), std::move(m.change.after)));
         return;
       }
       case K::kTruncate: {
@@ -815,9 +947,19 @@ class Fetcher {
   std::string database_;
   std::string last_sqlstate_;
   int64_t status_interval_ms_ = 10'000;
+  int64_t liveness_ms_ = 70'000;
+  std::string liveness_origin_;
+  int64_t ping_interval_ms_ = 1000;
+  std::chrono::steady_clock::time_point last_rx_, next_ping_;
   std::unique_ptr<postgres::PgOutputDecoder> decoder_;
   bool streaming_ = false;
   Lsn received_ = 0, sent_flush_ = 0, skip_before_ = 0, overlap_until_ = 0;
+  // The restored checkpoint's partly emitted transaction (0 = none, or already passed) and its emitted events.
+  Lsn resume_txn_lsn_ = 0;
+  int64_t resume_txn_events_ = 0;
+  // The current transaction's commit LSN, and how many of its next events to drop (emitted before the restore).
+  Lsn txn_final_lsn_ = 0;
+  int64_t txn_skip_events_ = 0;
   bool in_txn_ = false, skipping_ = false, overlap_ = false;
   uint32_t xid_ = 0;
   int64_t commit_ts_ms_ = 0;
@@ -846,6 +988,15 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
       switch (it.kind) {
         case Item::Kind::kEvent: {
           const int64_t ts = it.event.source.ts_ms;
+          if (it.lsn != 0) {
+            // An event of a streamed transaction: the position now names it (commit LSN, index).
+            if (it.lsn != txn_lsn_) {
+              txn_lsn_ = it.lsn;
+              txn_events_ = 0;
+              stats_->last_commit_ts_ms.store(ts, std::memory_order_relaxed);
+            }
+            ++txn_events_;
+          }
           if (it.event.op == cdc::ChangeOp::kRead) stats_->snapshot_events.fetch_add(1, std::memory_order_relaxed);
           output.collect(std::move(it.event), ts);
           ++events;
@@ -853,6 +1004,8 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
         }
         case Item::Kind::kCommit:
           position_ = std::max(position_, it.lsn);
+          txn_lsn_ = 0;
+          txn_events_ = 0;
           stats_->transactions.fetch_add(1, std::memory_order_relaxed);
           stats_->last_commit_ts_ms.store(it.ts_ms, std::memory_order_relaxed);
           break;
@@ -885,6 +1038,8 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
       split_ = sp;
       snapshot_done_ = sp.snapshot_done;
       position_ = static_cast<Lsn>(sp.lsn);
+      txn_lsn_ = static_cast<Lsn>(sp.txn_lsn);
+      txn_events_ = sp.txn_events;
       stats_->snapshot_done.store(snapshot_done_);
       stats_->position.store(position_);
       fetcher_ = std::make_unique<Fetcher>(s_, sp, ctx_, stats_, dead_letter_);
@@ -896,10 +1051,14 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
   std::vector<PostgresCdcSplit> snapshot_state(int64_t checkpoint_id) override {
     if (!split_) return {};
     if (dead_letter_) dead_letter_->sync().value_or_throw();
+    // The slot is confirmed up to the last complete transaction only: a partly emitted one must be streamed
+    // again after a restore (its first txn_events_ events are then skipped).
     if (snapshot_done_) pending_[checkpoint_id] = position_;
     PostgresCdcSplit sp = *split_;
     sp.snapshot_done = snapshot_done_;
     sp.lsn = static_cast<int64_t>(position_);
+    sp.txn_lsn = static_cast<int64_t>(txn_lsn_);
+    sp.txn_events = txn_events_;
     return {sp};
   }
 
@@ -943,6 +1102,8 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
   bool no_more_splits_ = false;
   bool snapshot_done_ = false;
   Lsn position_ = 0;
+  Lsn txn_lsn_ = 0;                 // the commit LSN of the transaction being emitted (0 between transactions)
+  int64_t txn_events_ = 0;          // its events emitted so far
   std::map<int64_t, Lsn> pending_;  // checkpoint id -> position
   int64_t rate_events_ = 0;
   std::chrono::steady_clock::time_point rate_start_{};
@@ -961,6 +1122,33 @@ std::unique_ptr<SourceReader<cdc::ChangeEvent, PostgresCdcSplit>> make_postgres_
 }  // namespace detail
 
 // -----------------------------------------------------------------------------------------------------------
+
+void TypeSerializer<PostgresCdcSplit>::serialize(const PostgresCdcSplit& v, DataOutput& out) {
+  out.write_string(v.slot);
+  out.write_u8(static_cast<uint8_t>(2 | (v.snapshot_done ? 1 : 0)));  // version 1
+  out.write_fixed(v.lsn);
+  DataOutput block;
+  block.write_fixed(v.txn_lsn);
+  block.write_varint(static_cast<uint64_t>(v.txn_events));
+  out.write_string(block.view());
+}
+
+void TypeSerializer<PostgresCdcSplit>::deserialize(PostgresCdcSplit& target, DataInput& in) {
+  in.read_string(target.slot);
+  const uint8_t flags = in.read_u8();
+  if (flags > 3) in.fail(fmt::format("Postgres CDC split: unknown format byte {}", flags));
+  target.snapshot_done = (flags & 1) != 0;
+  target.lsn = in.read_fixed<int64_t>();
+  target.txn_lsn = 0;
+  target.txn_events = 0;
+  if ((flags & 2) == 0) return;  // version 0: no partial transaction
+  DataInput block(in.read_view(in.read_length()));
+  target.txn_lsn = block.read_fixed<int64_t>();
+  const uint64_t events = block.read_varint();
+  if (events > static_cast<uint64_t>(INT64_MAX)) block.fail("Postgres CDC split: event count out of range");
+  target.txn_events = static_cast<int64_t>(events);
+  // Anything after is a field of a later version: skipped.
+}
 
 PostgresCdcSourceBuilder PostgresCdcSource::builder() {
   return PostgresCdcSourceBuilder();
@@ -999,8 +1187,17 @@ PostgresCdcMetrics PostgresCdcSource::metrics() const {
   m.truncates_skipped = st.truncates_skipped.load();
   m.bad_records = st.bad->bad_records.load();
   m.events_per_second = st.events_per_second.load();
+  // Behind the server's position, not the age of the last change: an idle source that the server keeps
+  // confirming (keepalives with nothing pending) is at 0; a source with a backlog is as far behind as the
+  // commit time of what it emits now; a silent server (hung, unreachable) makes the lag grow from the last
+  // confirmation until the liveness timeout fails the source.
+  const int64_t now = wall_ms();
   const int64_t last = st.last_commit_ts_ms.load();
-  m.lag_ms = last < 0 ? -1 : (st.caught_up.load() ? 0 : std::max<int64_t>(0, wall_ms() - last));
+  const int64_t caught = st.caught_up_ms.load();
+  int64_t lag = -1;
+  if (caught >= 0) lag = std::max<int64_t>(0, now - caught - st.ping_interval_ms.load() - 1000);
+  if (last >= 0) lag = lag < 0 ? std::max<int64_t>(0, now - last) : std::min(lag, std::max<int64_t>(0, now - last));
+  m.lag_ms = lag;
   m.position = st.position.load();
   m.confirmed_lsn = st.confirmed_lsn.load();
   m.received_lsn = st.received_lsn.load();
@@ -1048,6 +1245,10 @@ PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::status_interval(std::chrono:
   s_.status_interval_ms = interval.count();
   return *this;
 }
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::liveness_timeout(std::chrono::milliseconds timeout) {
+  s_.liveness_timeout_ms = timeout.count();
+  return *this;
+}
 PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::snapshot_fetch_rows(int64_t rows) {
   s_.snapshot_fetch_rows = rows;
   return *this;
@@ -1081,6 +1282,7 @@ Result<std::shared_ptr<PostgresCdcSource>> PostgresCdcSourceBuilder::try_build()
   }
   if (s_.heartbeat_interval_ms < 0) return bad("heartbeat_interval must be >= 0");
   if (s_.status_interval_ms <= 0) return bad("status_interval must be > 0");
+  if (s_.liveness_timeout_ms < 0) return bad("liveness_timeout must be >= 0 (0 = from wal_sender_timeout)");
   if (s_.snapshot_fetch_rows <= 0) return bad("snapshot_fetch_rows must be > 0");
   if (s_.queue_capacity == 0) return bad("queue_capacity must be > 0");
   if (s_.bad_record_policy == BadRecordPolicy::kDeadLetter && s_.dead_letter_path.empty()) {

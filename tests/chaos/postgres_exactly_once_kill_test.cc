@@ -1,0 +1,563 @@
+// Chaos test of exactly-once from Postgres to Kafka through real crashes (issue 14): `sluice run` of a pipeline
+// Postgres CDC -> Kafka with `delivery: exactly-once` and 200 ms checkpoints is SIGKILLed at seeded random
+// moments while a workload of transactions of 1 to 20,000 rows runs, and restarted each time from its
+// checkpoints. The topic, read back with a read_committed consumer, must hold every change exactly once, in
+// per-key order.
+//
+// The workload (seeded by SLUICE_TEST_SEED, printed): transactions over entities 0..19,999, each one statement
+// over a range of ids: an upsert (INSERT ... ON CONFLICT DO UPDATE: a create for an absent id, an update with
+// revision + 1 for a present one) or a delete of the present ids of the range. Sizes: mostly 1-20 rows, some
+// 21-1,500 and some 1,500-20,000. At each of the seeded kill points comes a burst of three large transactions
+// (3,000-20,000 rows) and the kill falls at a random delay (0-400 ms) after the commit of the burst's first or
+// second one, while the job streams them: checkpoints fall inside transactions, and the restore resumes inside one
+// (the log says "resumes inside the transaction"; the count is printed).
+//
+// Checks, per entity: the events in topic order (one entity lives in one partition) equal the workload's changes
+// of that entity (op and revision) — no missing, no duplicate, no reordering; and globally: no event id twice.
+//
+// Scale: SLUICE_CHAOS_SCALE (a factor, default 1: 6 kills, about 60 transactions, under a minute here) multiplies
+// the transactions and the kills, e.g. SLUICE_CHAOS_SCALE=40 for a long run (about 240 kills).
+// Run: scripts/services/run-with postgres kafka -- build/<preset>/tests/postgres_exactly_once_kill_test
+// (SLUICE_CHAOS_BINARY=/path/to/sluice runs another build of sluice, e.g. one without a fix.)
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/test_util/failures.h"
+#include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
+#include "integration/test_util/services.h"
+#include "sluice/core/value.h"
+
+extern char** environ;
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+namespace kafka = sluice::testing::kafka;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using sluice::testing::poll_until;
+using sluice::testing::unique_name;
+
+constexpr int64_t kEntities = 20'000;
+constexpr int kPartitions = 4;
+constexpr int kBaseTransactions = 40;
+constexpr int kBaseKills = 6;
+constexpr auto kStartDeadline = 90s;
+constexpr auto kCatchUpDeadline = 180s;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const fs::path& p, size_t lines = 30) {
+  const std::string text = read_file(p);
+  size_t pos = text.size();
+  for (size_t n = 0; n <= lines && pos > 0; ++n) {
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  return text.substr(pos);
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1))
+    ++n;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The workload.
+
+struct Txn {
+  bool remove = false;  // delete the present ids of [lo, hi); else upsert [lo, hi)
+  int64_t lo = 0, hi = 0;
+  size_t rows = 0;  // the changes it makes
+};
+
+struct Workload {
+  std::vector<Txn> txns;
+  std::vector<size_t> kill_after;                        // transaction indexes, in order
+  std::map<int64_t, std::vector<std::string>> expected;  // entity -> "c/0", "u/3", "d", in order
+  size_t changes = 0;
+};
+
+// Applies one transaction to `revision` (the model) and records its changes.
+Txn model(Workload& w, std::vector<int64_t>& revision, int64_t lo, int64_t size, bool remove) {
+  Txn x;
+  x.lo = lo;
+  x.hi = lo + size;
+  x.remove = remove;
+  for (int64_t id = x.lo; id < x.hi; ++id) {
+    int64_t& r = revision[static_cast<size_t>(id)];
+    if (x.remove) {
+      if (r < 0) continue;
+      w.expected[id].push_back("d");
+      r = -1;
+    } else if (r < 0) {
+      r = 0;
+      w.expected[id].push_back("c/0");
+    } else {
+      ++r;
+      w.expected[id].push_back("u/" + std::to_string(r));
+    }
+    ++x.rows;
+  }
+  w.changes += x.rows;
+  return x;
+}
+
+// `transactions` of mixed sizes; before each of `kills` seeded positions a burst of 3 large transactions (3,000 to
+// 20,000 rows) with a kill planned after its 1st or 2nd one (see the file comment).
+Workload make_workload(uint64_t seed, int transactions, int kills, std::mt19937_64& rnd) {
+  rnd.seed(seed);
+  Workload w;
+  std::vector<int64_t> revision(kEntities, -1);  // -1: absent
+  std::set<int> bursts;
+  while (static_cast<int>(bursts.size()) < std::min(kills, transactions))
+    bursts.insert(1 + static_cast<int>(rnd() % static_cast<uint64_t>(transactions)));
+  for (int t = 0; t < transactions; ++t) {
+    if (bursts.count(t) != 0) {
+      const int kill_after = static_cast<int>(rnd() % 2);
+      for (int b = 0; b < 3; ++b) {
+        const int64_t size = 3000 + static_cast<int64_t>(rnd() % 17'001);
+        const int64_t lo = static_cast<int64_t>(rnd() % static_cast<uint64_t>(kEntities - size + 1));
+        w.txns.push_back(model(w, revision, lo, size, rnd() % 100 < 15));
+        if (b == kill_after) w.kill_after.push_back(w.txns.size() - 1);
+      }
+    }
+    const uint64_t dice = rnd() % 100;
+    int64_t size = dice < 55   ? 1 + static_cast<int64_t>(rnd() % 20)
+                   : dice < 85 ? 21 + static_cast<int64_t>(rnd() % 1480)
+                               : 1500 + static_cast<int64_t>(rnd() % 18'501);
+    size = std::min(size, kEntities);
+    const int64_t lo = static_cast<int64_t>(rnd() % static_cast<uint64_t>(kEntities - size + 1));
+    w.txns.push_back(model(w, revision, lo, size, rnd() % 100 < 20));
+  }
+  return w;
+}
+
+class Db {
+ public:
+  explicit Db(std::string url) : url_(std::move(url)), table_(unique_name("pg_eo")) {}
+  ~Db() {
+    if (c_ != nullptr) PQfinish(c_);
+  }
+  void setup() {
+    c_ = PQconnectdb(url_.c_str());
+    ASSERT_EQ(PQstatus(c_), CONNECTION_OK) << PQerrorMessage(c_);
+    exec("CREATE TABLE public." + table_ + " (id BIGINT PRIMARY KEY, revision BIGINT NOT NULL)");
+  }
+  void teardown() {
+    if (c_ == nullptr) return;
+    quiet("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + table_ + "'");
+    quiet("DROP PUBLICATION IF EXISTS " + table_);
+    quiet("DROP TABLE IF EXISTS public." + table_);
+  }
+  void apply(const Txn& x) {
+    const std::string lo = std::to_string(x.lo);
+    const std::string hi = std::to_string(x.hi);
+    if (x.remove) {
+      exec("DELETE FROM public." + table_ + " WHERE id >= " + lo + " AND id < " + hi);
+    } else {
+      // generate_series in id order: the changes of one transaction come in this order, per entity one.
+      exec("INSERT INTO public." + table_ + " (id, revision) SELECT g, 0 FROM generate_series(" + lo + ", " + hi +
+           " - 1) g ON CONFLICT (id) DO UPDATE SET revision = " + table_ + ".revision + 1");
+    }
+  }
+  const std::string& table() const { return table_; }
+  const std::string& url() const { return url_; }
+
+ private:
+  void exec(const std::string& sql) {
+    PGresult* r = PQexec(c_, sql.c_str());
+    const auto st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
+    PQclear(r);
+  }
+  void quiet(const std::string& sql) { PQclear(PQexec(c_, sql.c_str())); }
+
+  std::string url_;
+  std::string table_;
+  PGconn* c_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// A `sluice run` child process, its output in a log file per start.
+
+class SluiceProcess {
+ public:
+  SluiceProcess(fs::path pipeline_file, fs::path log_dir) : file_(std::move(pipeline_file)), dir_(std::move(log_dir)) {}
+  ~SluiceProcess() { kill_now(); }
+
+  ::testing::AssertionResult start() {
+    log_ = dir_ / ("run-" + std::to_string(starts_) + ".log");
+    ++starts_;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    // SLUICE_CHAOS_BINARY runs another build of sluice (e.g. an older one, to see the test fail without a fix).
+    const char* other = std::getenv("SLUICE_CHAOS_BINARY");
+    const std::string binary = other != nullptr && *other != '\0' ? other : SLUICE_BINARY;
+    const std::string file = file_.string();
+    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("run"), const_cast<char*>(file.c_str()),
+                    nullptr};
+    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      pid_ = -1;
+      return ::testing::AssertionFailure() << "posix_spawn " << binary << ": " << std::strerror(rc);
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  /// Waits until this start's log shows the job started and `checkpoints` completed checkpoints.
+  ::testing::AssertionResult wait_running(int checkpoints, std::chrono::milliseconds deadline) {
+    bool exited = false;
+    const bool ok = poll_until(
+        [&] {
+          if (!alive()) {
+            exited = true;
+            return true;
+          }
+          const std::string log = read_file(log_);
+          return log.find("' started:") != std::string::npos &&
+                 count_of(log, "completed checkpoint") >= static_cast<size_t>(checkpoints);
+        },
+        deadline);
+    if (exited) return ::testing::AssertionFailure() << "sluice run exited (status " << status_ << ")\n" << tail(log_);
+    if (!ok) return ::testing::AssertionFailure() << "sluice run not running after the deadline\n" << tail(log_);
+    return ::testing::AssertionSuccess();
+  }
+
+  bool alive() {
+    if (pid_ <= 0) return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      status_ = st;
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+    pid_ = -1;
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    if (!poll_until([&] { return !alive(); }, 20s)) kill_now();
+  }
+
+  int starts() const { return starts_; }
+  /// All logs of every start, concatenated.
+  std::string all_logs() const {
+    std::string out;
+    for (int i = 0; i < starts_; ++i)
+      out += read_file(dir_ / ("run-" + std::to_string(i) + ".log"));
+    return out;
+  }
+  std::string tails() const {
+    std::string out;
+    for (int i = 0; i < starts_; ++i) {
+      const fs::path p = dir_ / ("run-" + std::to_string(i) + ".log");
+      out += "---- " + p.string() + " (tail) ----\n" + tail(p, 15) + "\n";
+    }
+    return out;
+  }
+
+ private:
+  fs::path file_;
+  fs::path dir_;
+  fs::path log_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  int starts_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// The topic, read as a consumer of the pipeline's output would: read_committed, every partition from the start.
+
+struct Event {
+  int32_t partition = 0;
+  int64_t offset = 0;
+  std::string id;
+  int64_t entity = -1;
+  std::string change;  // "c/0", "u/3", "d"
+};
+
+class TopicReader {
+ public:
+  TopicReader(const std::string& bootstrap, const std::string& topic) {
+    consumer_ = kafka::make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap},
+                                                       {"group.id", unique_name("pg-eo-reader")},
+                                                       {"isolation.level", "read_committed"},
+                                                       {"enable.auto.commit", "false"},
+                                                       {"enable.partition.eof", "false"}});
+    if (!consumer_) return;
+    kafka::PartitionList list(rd_kafka_topic_partition_list_new(kPartitions));
+    for (int p = 0; p < kPartitions; ++p)
+      rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    EXPECT_EQ(rd_kafka_assign(consumer_.get(), list.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+  /// Reads what arrives within `d`.
+  void read_for(std::chrono::milliseconds d) {
+    if (!consumer_) return;
+    const auto end = Clock::now() + d;
+    while (Clock::now() < end) {
+      kafka::Message m(rd_kafka_consumer_poll(consumer_.get(), 100));
+      if (!m || m->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+      Event e;
+      e.partition = m->partition;
+      e.offset = m->offset;
+      const std::string json(static_cast<const char*>(m->payload), m->len);
+      Result<Value> v = Value::from_json(json);
+      if (!v.ok() || !v->is_object()) {
+        ADD_FAILURE() << "not a JSON object: " << json;
+        continue;
+      }
+      const Value* id = v->find("id");
+      const Value* op = v->find("op");
+      const Value* payload = v->find("payload");
+      const Value* entity = payload != nullptr ? payload->find("id") : nullptr;
+      const Value* revision = payload != nullptr ? payload->find("revision") : nullptr;
+      if (id == nullptr || !id->is_string() || op == nullptr || !op->is_string() || entity == nullptr ||
+          !entity->is_int64()) {
+        ADD_FAILURE() << "unexpected event: " << json;
+        continue;
+      }
+      e.id = std::string(id->as_string());
+      e.entity = entity->as_int64();
+      e.change = std::string(op->as_string());
+      if (e.change != "d") e.change += "/" + (revision != nullptr ? revision->to_json() : std::string("?"));
+      events_.push_back(std::move(e));
+    }
+  }
+  const std::vector<Event>& events() const { return events_; }
+
+ private:
+  kafka::Client consumer_;
+  std::vector<Event> events_;
+};
+
+struct Tally {
+  size_t records = 0, distinct_ids = 0, duplicate_ids = 0, missing = 0, extra = 0, order_mismatches = 0;
+  std::string first_problem;
+};
+
+// Per entity, the topic's events in offset order against the workload's changes.
+Tally tally(const std::vector<Event>& events, const Workload& w) {
+  Tally t;
+  t.records = events.size();
+  std::map<std::string, int> ids;
+  for (const Event& e : events)
+    ++ids[e.id];
+  t.distinct_ids = ids.size();
+  for (const auto& [id, n] : ids)
+    t.duplicate_ids += static_cast<size_t>(n - 1);
+  std::vector<const Event*> sorted;
+  for (const Event& e : events)
+    sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const Event* a, const Event* b) {
+    return a->partition != b->partition ? a->partition < b->partition : a->offset < b->offset;
+  });
+  std::map<int64_t, std::vector<std::string>> got;
+  for (const Event* e : sorted)
+    got[e->entity].push_back(e->change);
+  auto entities = std::set<int64_t>();
+  for (const auto& [id, l] : w.expected)
+    entities.insert(id);
+  for (const auto& [id, l] : got)
+    entities.insert(id);
+  for (int64_t id : entities) {
+    static const std::vector<std::string> kNone;
+    auto wi = w.expected.find(id);
+    auto gi = got.find(id);
+    const auto& want = wi != w.expected.end() ? wi->second : kNone;
+    const auto& have = gi != got.end() ? gi->second : kNone;
+    if (want == have) continue;
+    std::multiset<std::string> a(want.begin(), want.end());
+    std::multiset<std::string> b(have.begin(), have.end());
+    std::vector<std::string> only_want;
+    std::vector<std::string> only_have;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_want));
+    std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_have));
+    t.missing += only_want.size();
+    t.extra += only_have.size();
+    if (only_want.empty() && only_have.empty()) ++t.order_mismatches;
+    if (t.first_problem.empty()) {
+      t.first_problem = "entity " + std::to_string(id) + ": want " + ::testing::PrintToString(want) + ", got " +
+                        ::testing::PrintToString(have);
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+class PostgresExactlyOnceKillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* s : {"kafka", "postgres"}) {
+      if (!testing::require_service(s).available) return;
+    }
+    bootstrap_ = testing::require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
+    db_ = std::make_unique<Db>(testing::require_service("postgres").get("POSTGRES_URL"));
+    dir_ = fs::temp_directory_path() / unique_name("sluice-pg-eo");
+    fs::create_directories(dir_);
+    ASSERT_NO_FATAL_FAILURE(db_->setup());
+  }
+  void TearDown() override {
+    if (run_) run_->stop();
+    if (HasFailure()) {
+      if (run_) std::cout << run_->tails();
+      std::cout << "kept " << dir_ << " for inspection\n";
+    } else if (!dir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+    if (db_) db_->teardown();
+  }
+
+  std::string pipeline_yaml(const std::string& topic) {
+    std::string y;
+    y += "pipeline:\n";
+    y += "  name: " + db_->table() + "\n";
+    y += "  parallelism: 2\n";
+    y += "  checkpoint: { interval: 200ms, storage: \"" + (dir_ / "checkpoints").string() + "\" }\n";
+    y += "  delivery: exactly-once\n";
+    y += "  http: { port: 0 }\n";
+    y += "source:\n  type: postgres\n  conninfo: \"" + db_->url() + "\"\n  tables: [public." + db_->table() +
+         "]\n  slot: " + db_->table() + "\n  publication: " + db_->table() + "\n  start: initial\n";
+    y += "transform:\n";
+    y += "  - match: \"**\"\n";
+    y += "    key: key.id\n";
+    y += "    event:\n";
+    y += "      type: \"CASE op WHEN 'c' THEN 'row.created' WHEN 'u' THEN 'row.updated' WHEN 'd' THEN "
+         "'row.deleted' ELSE 'row.read' END\"\n";
+    y += "      payload: \"key.id AS id, after.revision AS revision\"\n";
+    y += "sink:\n";
+    y += "  events: { type: kafka, bootstrap-servers: \"" + bootstrap_ + "\", topic: " + topic + ", key: entity }\n";
+    return y;
+  }
+
+  std::string bootstrap_;
+  std::unique_ptr<Db> db_;
+  fs::path dir_;
+  std::unique_ptr<SluiceProcess> run_;
+};
+
+TEST_F(PostgresExactlyOnceKillTest, KilledAtRandomMomentsDeliversEveryChangeOnce) {
+  if (db_ == nullptr) GTEST_SKIP() << "services not available";
+  const auto t0 = Clock::now();
+  const uint64_t seed = testing::test_seed();
+  double scale = 1.0;
+  if (const char* s = std::getenv("SLUICE_CHAOS_SCALE"); s != nullptr && *s != '\0') scale = std::atof(s);
+  scale = std::max(scale, 0.1);
+  const int transactions = std::max(10, static_cast<int>(kBaseTransactions * scale));
+  const int kills = std::max(2, static_cast<int>(kBaseKills * scale));
+  std::mt19937_64 rnd;
+  const Workload w = make_workload(seed, transactions, kills, rnd);
+  std::cout << "seed " << seed << " (SLUICE_TEST_SEED), scale " << scale << ": " << w.txns.size() << " transactions, "
+            << w.changes << " changes, " << w.kill_after.size() << " kills\n";
+  // The kill moments: a random delay (0-400 ms) after the commit of a transaction of a burst, while the job
+  // streams the burst's large transactions (so the last completed checkpoint lies inside one of them).
+  std::map<size_t, int64_t> kill_after;  // transaction index -> delay (ms)
+  for (size_t i : w.kill_after)
+    kill_after[i] = static_cast<int64_t>(rnd() % 400);
+
+  const std::string topic = kafka::unique_topic("pg-eo");
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, topic, kPartitions));
+  std::ofstream(dir_ / "p.yaml") << pipeline_yaml(topic);
+  run_ = std::make_unique<SluiceProcess>(dir_ / "p.yaml", dir_);
+  ASSERT_TRUE(run_->start());
+  ASSERT_TRUE(run_->wait_running(1, kStartDeadline));
+
+  int killed = 0;
+  for (size_t i = 0; i < w.txns.size(); ++i) {
+    auto it = kill_after.find(i);
+    if (it != kill_after.end()) {
+      // Kill only a run that made progress since its start (completed a checkpoint), so that every restart
+      // restores from a checkpoint of the run before it; wait before the burst's transaction, not after it.
+      ASSERT_TRUE(run_->wait_running(1, kStartDeadline)) << run_->tails();
+    }
+    ASSERT_NO_FATAL_FAILURE(db_->apply(w.txns[i]));
+    if (it == kill_after.end()) continue;
+    std::this_thread::sleep_for(std::chrono::milliseconds(it->second));  // the kill moment, not synchronisation
+    std::cout << "kill " << (killed + 1) << " after transaction " << i << " (" << w.txns[i].rows << " rows) + "
+              << it->second << " ms\n";
+    run_->kill_now();
+    ++killed;
+    ASSERT_TRUE(run_->start());
+  }
+  ASSERT_TRUE(run_->wait_running(1, kStartDeadline)) << run_->tails();
+
+  // Read until every change is there (or the deadline), then a little longer for anything after it.
+  TopicReader reader(bootstrap_, topic);
+  const auto end = Clock::now() + kCatchUpDeadline;
+  Tally t;
+  while (Clock::now() < end) {
+    reader.read_for(1s);
+    t = tally(reader.events(), w);
+    if (t.records >= w.changes && t.missing == 0) break;
+    ASSERT_TRUE(run_->alive()) << run_->tails();
+  }
+  reader.read_for(2s);
+  t = tally(reader.events(), w);
+  const std::string logs = run_->all_logs();
+  const size_t resumed = count_of(logs, "resuming from checkpoint");
+  const size_t inside = count_of(logs, "resumes inside the transaction");
+  std::cout << "Postgres -> Kafka exactly-once: " << w.changes << " changes, " << killed << " kills, " << run_->starts()
+            << " starts (" << resumed << " from a checkpoint, " << inside
+            << " inside a transaction); topic: " << t.records << " records, " << t.distinct_ids << " distinct ids, "
+            << t.duplicate_ids << " duplicated, " << t.missing << " missing, " << t.extra << " extra, "
+            << t.order_mismatches << " entities out of order; "
+            << std::chrono::duration<double>(Clock::now() - t0).count() << " s\n";
+  EXPECT_EQ(t.missing, 0u) << t.first_problem;
+  EXPECT_EQ(t.duplicate_ids, 0u) << t.first_problem;
+  EXPECT_EQ(t.extra, 0u) << t.first_problem;
+  EXPECT_EQ(t.order_mismatches, 0u) << t.first_problem;
+  EXPECT_EQ(t.records, w.changes);
+  EXPECT_EQ(resumed, static_cast<size_t>(killed)) << "every restart resumes from a checkpoint";
+  EXPECT_TRUE(run_->alive()) << run_->tails();
+}
+
+}  // namespace
+}  // namespace sluice
