@@ -11,20 +11,27 @@
 //  * a collection pattern spreads collections over 2 subtasks and a collection created while the job runs is
 //    discovered and read;
 //  * changes read under 10 seeded failures (a map that throws; restarts from checkpoints): every change at
-//    least once, per key first seen in source order.
+//    least once, per key first seen in source order;
+//  * a snapshot checkpointed half-way resumes after the last _id emitted, across _id types (numbers, strings,
+//    ObjectIds), at the first snapshot's resume point;
+//  * a server paused with SIGSTOP (a private emulator this test starts) fails the reader within its socket
+//    timeout instead of hanging.
 // The history-lost path (error 286) cannot be produced by the emulator: see mongodb_change_mapping_test.
 // Run: scripts/services/run-with mongodb -- build/<dir>/tests/mongodb_cdc_integration_test
 // The failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by the test.
 #include <gtest/gtest.h>
 #include <mongoc/mongoc.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +46,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/mongodb/bson_value.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
+#include "sluice/core/clock.h"
 
 namespace sluice {
 namespace {
@@ -736,6 +744,207 @@ TEST_F(MongoCdcIntegrationTest, ChangesUnderTenSeededFailuresAreAllSeenInPerKeyO
   }
   EXPECT_EQ(disorder, 0u);
   EXPECT_GT(got.size(), static_cast<size_t>(kChanges));  // restarts replayed something
+}
+
+/// What a reader driven by the test needs from its task.
+class ReaderContext final : public SourceReaderContext {
+ public:
+  int subtask_index() const override { return 0; }
+  int parallelism() const override { return 1; }
+  void send_split_request() override {}
+  void wakeup() override {}
+  void wakeup_at(TimestampMs) override {}
+  const Clock& clock() const override { return clock_; }
+
+ private:
+  SystemClock clock_;
+};
+
+/// Collects a reader's records.
+class CollectingOutput final : public ReaderOutput<ChangeEvent> {
+ public:
+  void collect(ChangeEvent&& r) override { events.push_back(std::move(r)); }
+  void collect(ChangeEvent&& r, TimestampMs) override { events.push_back(std::move(r)); }
+  void emit_watermark(TimestampMs) override {}
+  void release_output_for_split(const std::string&) override {}
+  std::vector<ChangeEvent> events;
+};
+
+TEST_F(MongoCdcIntegrationTest, SnapshotCheckpointedHalfWayResumesAfterTheLastIdAcrossIdTypes) {
+  const std::string coll = unique_name("snapresume");
+  // _ids of three types: MongoDB sorts numbers, then strings, then ObjectIds.
+  for (int64_t i = 1; i <= 5; ++i) {
+    bson_t* d = BCON_NEW("_id", BCON_INT64(i), "v", BCON_INT64(0));
+    client_->insert(db_, coll, *d);
+    bson_destroy(d);
+  }
+  for (const char* s : {"a", "b"}) {
+    bson_t* d = BCON_NEW("_id", BCON_UTF8(s), "v", BCON_INT64(0));
+    client_->insert(db_, coll, *d);
+    bson_destroy(d);
+  }
+  for (const char* hex : {"5f1e2d3c4b5a69788796a5b4", "5f1e2d3c4b5a69788796a5b5"}) {
+    bson_oid_t oid;
+    bson_oid_init_from_string(&oid, hex);
+    bson_t* d = BCON_NEW("_id", BCON_OID(&oid), "v", BCON_INT64(0));
+    client_->insert(db_, coll, *d);
+    bson_destroy(d);
+  }
+  ReaderContext ctx;
+  auto src = source(coll).batch_size(3).build();
+  MongoCollectionSplit split;
+  split.database = db_;
+  split.collection = coll;
+  split.snapshot_pending = true;
+  std::vector<MongoCollectionSplit> state;
+  CollectingOutput first;
+  {
+    auto r = src->create_reader(ctx);
+    r->add_splits({split});
+    r->poll_next(first);
+    ASSERT_EQ(first.events.size(), 3u);
+    state = r->snapshot_state(1);
+    r->close();
+  }
+  ASSERT_EQ(state.size(), 1u);
+  ASSERT_TRUE(state[0].snapshot_pending);
+  const MongoClusterTime t0 = state[0].start_at;
+  // A change after T0 to a document the first reader already emitted: the restore must still stream it.
+  bson_t* f = id_filter(2);
+  bson_t* u = BCON_NEW("$set", "{", "v", BCON_INT64(1), "}");
+  client_->update(db_, coll, *f, *u);
+  bson_destroy(f);
+  bson_destroy(u);
+
+  CollectingOutput second;
+  auto r = src->create_reader(ctx);
+  r->add_splits(std::move(state));
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  auto has_update = [&] {
+    return std::any_of(second.events.begin(), second.events.end(),
+                       [](const ChangeEvent& e) { return e.op == ChangeOp::kUpdate; });
+  };
+  while (!has_update() && std::chrono::steady_clock::now() < deadline)
+    r->poll_next(second);
+  r->close();
+  std::vector<std::string> ids;
+  for (const auto* out : {&first, &second}) {
+    for (const ChangeEvent& e : out->events) {
+      if (e.op == ChangeOp::kRead) ids.push_back(e.key.find("_id")->to_json());
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"1", "2", "3", "4", "5", R"("a")", R"("b")",
+                                           R"({"$oid":"5f1e2d3c4b5a69788796a5b4"})",
+                                           R"({"$oid":"5f1e2d3c4b5a69788796a5b5"})"}))
+      << "every document once, in _id order";
+  // 6 reads, the insert at T0 itself (the stream starts at T0 inclusive: an overlap, marked as such), the update.
+  ASSERT_EQ(second.events.size(), 8u);
+  EXPECT_EQ(second.events[6].op, ChangeOp::kCreate);
+  EXPECT_TRUE(second.events[6].source.snapshot);
+  EXPECT_EQ(second.events.back().op, ChangeOp::kUpdate);
+  EXPECT_EQ(second.events.back().key.to_json(), R"({"_id":2})");
+  EXPECT_GE(cluster_time(uri_), t0);
+}
+
+/// A private emulator (scripts/services/mongodb with its own SLUICE_SERVICES_DIR) that the test may pause;
+/// SIGCONT and stop on every exit.
+class PrivateMongo {
+ public:
+  PrivateMongo() {
+    dir_ = fs::temp_directory_path() / unique_name("sluice-private-mongo");
+    fs::create_directories(dir_);
+    const std::string out = run("start");
+    const auto at = out.find("MONGODB_URI=");
+    if (at != std::string::npos) uri_ = out.substr(at + 12, out.find('\n', at) - at - 12);
+    std::ifstream pid_file(dir_ / "mongodb" / "pid");
+    pid_file >> pid_;
+  }
+  ~PrivateMongo() {
+    resume();
+    run("stop");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const std::string& uri() const { return uri_; }
+  pid_t pid() const { return pid_; }
+  void pause() {
+    if (pid_ > 0 && ::kill(pid_, SIGSTOP) == 0) paused_ = true;
+  }
+  void resume() {
+    if (paused_ && pid_ > 0) ::kill(pid_, SIGCONT);
+    paused_ = false;
+  }
+
+ private:
+  std::string run(const std::string& verb) {
+    const std::string cmd = "SLUICE_SERVICES_DIR='" + dir_.string() +
+                            "' '" SLUICE_SOURCE_DIR "/scripts/services/mongodb' " + verb + " 2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr)
+      out += buf;
+    ::pclose(p);
+    return out;
+  }
+  fs::path dir_;
+  std::string uri_;
+  pid_t pid_ = -1;
+  bool paused_ = false;
+};
+
+TEST_F(MongoCdcIntegrationTest, PausedServerFailsTheReaderWithinItsSocketTimeout) {
+  PrivateMongo mongo;
+  ASSERT_FALSE(mongo.uri().empty()) << "the private emulator did not start";
+  ASSERT_GT(mongo.pid(), 0);
+  const std::string coll = unique_name("paused");
+  Client client(mongo.uri());
+  constexpr auto kSocketTimeout = 2s;
+  auto src = MongoCdcSource::builder()
+                 .uri(mongo.uri())
+                 .database(db_)
+                 .collections({coll})
+                 .start_mode(MongoStartMode::kLatest)
+                 .socket_timeout(kSocketTimeout)
+                 .build();
+  ReaderContext ctx;
+  CollectingOutput out;
+  auto r = src->create_reader(ctx);
+  MongoCollectionSplit split;
+  split.database = db_;
+  split.collection = coll;
+  split.start_at = cluster_time(mongo.uri()) + 1;
+  r->add_splits({split});
+  bson_t* d = BCON_NEW("_id", BCON_INT64(1));
+  client.insert(db_, coll, *d);
+  bson_destroy(d);
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (out.events.empty() && std::chrono::steady_clock::now() < deadline)
+    r->poll_next(out);
+  ASSERT_EQ(out.events.size(), 1u) << "the stream works before the pause";
+
+  // Paused: every read now waits for a reply that does not come. The reader must fail, not poll for ever.
+  mongo.pause();
+  const auto paused_at = std::chrono::steady_clock::now();
+  std::string failure;
+  while (failure.empty() && std::chrono::steady_clock::now() < paused_at + 60s) {
+    try {
+      r->poll_next(out);
+    } catch (const SluiceException& e) {
+      failure = e.error().message();
+    }
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - paused_at);
+  mongo.resume();
+  std::printf("a paused server failed the reader after %lld ms (socket timeout %lld ms): %s\n",
+              static_cast<long long>(took.count()), static_cast<long long>(kSocketTimeout / 1ms), failure.c_str());
+  ASSERT_FALSE(failure.empty()) << "the reader did not fail within 60 s of the pause";
+  // One read times out after the socket timeout, then libmongoc's one resume attempt: its handshake times out
+  // after connectTimeoutMS (= the socket timeout here).
+  EXPECT_LE(took, 2 * kSocketTimeout + 3s);
+  EXPECT_NE(failure.find(coll), std::string::npos) << failure;
+  r->close();
 }
 
 }  // namespace

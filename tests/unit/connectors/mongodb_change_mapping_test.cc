@@ -2,10 +2,14 @@
 // driven through an injected driver (the driver boundary of mongodb_cdc_source.h). The emulator used by the
 // integration test cannot produce error 286 (history lost), so that path, 280 and 260 are tested here: the
 // fake driver's change stream fails with the server's code as libmongoc would report it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mongoc/mongoc.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <optional>
 #include <set>
@@ -13,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/api/source_operator.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
 #include "sluice/core/clock.h"
 
@@ -171,6 +176,13 @@ struct FakeServer {
   std::optional<uint32_t> fail_next_watch;
   std::vector<std::string> watch_options;  // Extended JSON of each watch's options
   int scans = 0;
+  /// The _id (int) each scan resumed after (-1: from the start).
+  std::vector<int64_t> scans_after;
+  /// listCollections: the names, and (when set) a gate every call after the first waits on.
+  std::vector<std::string> collections = {"orders"};
+  std::atomic<int> lists{0};
+  std::optional<std::shared_future<void>> block_lists;
+  std::promise<void> list_blocked;
 };
 
 class FakeStream final : public mongodb::ChangeStreamCursor {
@@ -212,9 +224,20 @@ class FakeStream final : public mongodb::ChangeStreamCursor {
   bool have_ = false;
 };
 
+int64_t int_id(const bson_t& doc) {
+  bson_iter_t it;
+  return bson_iter_init_find(&it, &doc, "_id") ? bson_iter_as_int64(&it) : -1;
+}
+
 class FakeScan final : public mongodb::DocumentCursor {
  public:
-  explicit FakeScan(std::vector<std::string> docs) : docs_(std::move(docs)) {}
+  FakeScan(std::vector<std::string> docs, int64_t after) {
+    for (std::string& d : docs) {
+      bson_t b;
+      bson_init_static(&b, reinterpret_cast<const uint8_t*>(d.data()), d.size());
+      if (int_id(b) > after) docs_.push_back(std::move(d));
+    }
+  }
   const bson_t* next() override {
     if (pos_ >= docs_.size()) return nullptr;
     const std::string& b = docs_[pos_++];
@@ -276,16 +299,23 @@ class FakeDriver final : public mongodb::MongoDriver {
     }
     return std::make_unique<FakeStream>(s_, start, err);
   }
-  std::unique_ptr<mongodb::DocumentCursor> scan(const std::string&, const std::string&, int) override {
+  std::unique_ptr<mongodb::DocumentCursor> scan(const std::string&, const std::string&, int,
+                                                const bson_t* after_id) override {
     ++s_->scans;
-    return std::make_unique<FakeScan>(s_->documents);
+    const int64_t after = after_id != nullptr ? int_id(*after_id) : -1;
+    s_->scans_after.push_back(after);
+    return std::make_unique<FakeScan>(s_->documents, after);
   }
   bool cluster_time(const std::string&, MongoClusterTime& out, mongodb::DriverError&) override {
     out = s_->now;
     return true;
   }
   bool list_collections(const std::string&, std::vector<std::string>& out, mongodb::DriverError&) override {
-    out = {"orders"};
+    if (s_->lists.fetch_add(1) > 0 && s_->block_lists) {
+      s_->list_blocked.set_value();
+      s_->block_lists->wait();  // a server that does not answer
+    }
+    out = s_->collections;
     return true;
   }
 
@@ -323,13 +353,15 @@ std::string doc_bytes(int32_t id, int32_t v) {
 
 class MongoReaderTest : public ::testing::Test {
  protected:
-  std::unique_ptr<SourceReader<cdc::ChangeEvent, MongoCollectionSplit>> reader(
-      MongoOnHistoryLost on_lost, MongoOnDrop on_drop = MongoOnDrop::kFail) {
+  std::unique_ptr<SourceReader<cdc::ChangeEvent, MongoCollectionSplit>> reader(MongoOnHistoryLost on_lost,
+                                                                               MongoOnDrop on_drop = MongoOnDrop::kFail,
+                                                                               int32_t batch_size = 1024) {
     source_ = MongoCdcSource::builder()
                   .database("shop")
                   .collections({"orders"})
                   .on_history_lost(on_lost)
                   .on_drop(on_drop)
+                  .batch_size(batch_size)
                   .driver_factory([s = server_]() -> Result<std::unique_ptr<mongodb::MongoDriver>> {
                     return std::unique_ptr<mongodb::MongoDriver>(std::make_unique<FakeDriver>(s));
                   })
@@ -462,6 +494,170 @@ TEST_F(MongoReaderTest, OtherStreamErrorsFailTheTask) {
   r->add_splits({split_from_start()});
   EXPECT_THROW(r->poll_next(out_), SluiceException);
   EXPECT_EQ(source_->metrics()->resnapshots.load(), 0);
+}
+
+// Exactly-once needs the checkpointed position to be exactly after the last change handed to the job: the
+// stream's token of that change, not the batch's post-batch token while changes of the batch are unread.
+class PostBatchTokenDriver final : public mongodb::MongoDriver {
+ public:
+  explicit PostBatchTokenDriver(std::shared_ptr<FakeServer> s) : inner_(s), s_(std::move(s)) {}
+  /// A stream whose resume_token() is always the token after the whole log (a server's postBatchResumeToken
+  /// as soon as the batch was fetched).
+  class Stream final : public mongodb::ChangeStreamCursor {
+   public:
+    Stream(std::unique_ptr<mongodb::ChangeStreamCursor> inner, std::string pbrt)
+        : inner_(std::move(inner)), pbrt_(std::move(pbrt)) {
+      bson_init_static(&token_, reinterpret_cast<const uint8_t*>(pbrt_.data()), pbrt_.size());
+    }
+    const bson_t* next() override { return inner_->next(); }
+    bool error(mongodb::DriverError& out) const override { return inner_->error(out); }
+    const bson_t* resume_token() const override { return &token_; }
+
+   private:
+    std::unique_ptr<mongodb::ChangeStreamCursor> inner_;
+    std::string pbrt_;
+    bson_t token_{};
+  };
+  std::unique_ptr<mongodb::ChangeStreamCursor> watch(const std::string& db, const std::string& coll,
+                                                     const bson_t& options) override {
+    return std::make_unique<Stream>(inner_.watch(db, coll, options), id_of(s_->changes.back()));
+  }
+  std::unique_ptr<mongodb::DocumentCursor> scan(const std::string& db, const std::string& coll, int n,
+                                                const bson_t* after) override {
+    return inner_.scan(db, coll, n, after);
+  }
+  bool cluster_time(const std::string& db, MongoClusterTime& out, mongodb::DriverError& e) override {
+    return inner_.cluster_time(db, out, e);
+  }
+  bool list_collections(const std::string& db, std::vector<std::string>& out, mongodb::DriverError& e) override {
+    return inner_.list_collections(db, out, e);
+  }
+
+ private:
+  FakeDriver inner_;
+  std::shared_ptr<FakeServer> s_;
+};
+
+TEST_F(MongoReaderTest, CheckpointMidBatchHoldsTheLastEmittedTokenAndARestoreEmitsTheRestOnce) {
+  for (uint32_t i = 1; i <= 5; ++i)
+    server_->changes.push_back(change("insert", i, static_cast<int32_t>(i), 0));
+  auto make = [&] {
+    source_ = MongoCdcSource::builder()
+                  .database("shop")
+                  .collections({"orders"})
+                  .batch_size(2)
+                  .driver_factory([s = server_]() -> Result<std::unique_ptr<mongodb::MongoDriver>> {
+                    return std::unique_ptr<mongodb::MongoDriver>(std::make_unique<PostBatchTokenDriver>(s));
+                  })
+                  .build();
+    return source_->create_reader(ctx_);
+  };
+  auto r = make();
+  r->add_splits({split_from_start()});
+  r->poll_next(out_);
+  ASSERT_EQ(out_.events.size(), 2u);
+  std::vector<MongoCollectionSplit> state = r->snapshot_state(1);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state[0].resume_token, id_of(server_->changes[1]))
+      << "the checkpoint must hold the token of the last change emitted, not the batch's post-batch token";
+  r->close();
+
+  // The restored reader emits changes 3, 4, 5: none of the first two again, none lost.
+  out_.events.clear();
+  auto restored = make();
+  restored->add_splits(std::move(state));
+  poll_until(*restored, 10);
+  ASSERT_EQ(out_.events.size(), 3u);
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_EQ(out_.events[k].key.to_json(), fmt::format(R"({{"_id":{}}})", k + 3));
+  // Drained: an empty batch may adopt the post-batch token (everything before it was emitted).
+  EXPECT_EQ(restored->snapshot_state(2).at(0).resume_token, id_of(server_->changes[4]));
+}
+
+TEST_F(MongoReaderTest, SnapshotInterruptedByACheckpointResumesAfterTheLastEmittedIdAtTheSameResumePoint) {
+  for (int32_t id = 1; id <= 10; ++id)
+    server_->documents.push_back(doc_bytes(id, 0));
+  server_->now = mongo_cluster_time(kT, 5);  // T0 of the snapshot
+  server_->changes = {change("update", 6, 2, 1), change("insert", 7, 11, 0)};
+  auto r = reader(MongoOnHistoryLost::kFail, MongoOnDrop::kFail, /*batch_size=*/4);
+  MongoCollectionSplit fresh = orders_split();
+  fresh.snapshot_pending = true;
+  r->add_splits({fresh});
+  r->poll_next(out_);
+  ASSERT_EQ(out_.events.size(), 4u);  // documents 1..4
+  std::vector<MongoCollectionSplit> state = r->snapshot_state(1);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_TRUE(state[0].snapshot_pending);
+  EXPECT_EQ(state[0].start_at, mongo_cluster_time(kT, 5));
+  r->close();
+
+  // The restore (a later cluster time now) goes on after _id 4 and streams from the first T0: the update of
+  // document 2 at increment 6 (after T0, before the restore) is not lost.
+  out_.events.clear();
+  server_->now = mongo_cluster_time(kT, 50);
+  auto restored = reader(MongoOnHistoryLost::kFail, MongoOnDrop::kFail, 4);
+  restored->add_splits(std::move(state));
+  poll_until(*restored, 8);
+  ASSERT_EQ(out_.events.size(), 8u);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(out_.events[k].op, cdc::ChangeOp::kRead);
+    EXPECT_EQ(out_.events[k].key.to_json(), fmt::format(R"({{"_id":{}}})", k + 5)) << "a document emitted twice";
+  }
+  EXPECT_EQ(server_->scans_after.back(), 4);
+  EXPECT_EQ(out_.events[6].key.to_json(), R"({"_id":2})");
+  EXPECT_EQ(out_.events[6].op, cdc::ChangeOp::kUpdate);
+  EXPECT_EQ(out_.events[7].key.to_json(), R"({"_id":11})");
+  EXPECT_NE(server_->watch_options.back().find(
+                R"("startAtOperationTime" : { "$timestamp" : { "t" : 1796000000, "i" : 5 } })"),
+            std::string::npos)
+      << server_->watch_options.back();
+  EXPECT_FALSE(restored->snapshot_state(2).at(0).snapshot_pending);
+  EXPECT_TRUE(restored->snapshot_state(2).at(0).snapshot_last_id.empty());
+}
+
+TEST(MongoScanAfterTest, TheFilterCrossesBsonTypeBrackets) {
+  Doc after(BCON_NEW("_id", BCON_INT32(7)));
+  bson_t filter = BSON_INITIALIZER;
+  mongodb::scan_after_filter(*after.b, filter);
+  const std::string json = mongodb::bson_to_canonical_json(filter);
+  bson_destroy(&filter);
+  // $gt 7 within the numbers, and every type MongoDB sorts after numbers (strings 2, ObjectId 7, maxKey 127),
+  // but not the other number types (1 double, 16 int, 18 long, 19 decimal) nor null (10).
+  EXPECT_NE(json.find(R"("$gt" : { "$numberInt" : "7" })"), std::string::npos) << json;
+  for (int t : {2, 3, 7, 8, 9, 127})
+    EXPECT_NE(json.find(fmt::format(R"("$type" : {{ "$numberInt" : "{}" }})", t)), std::string::npos) << t << json;
+  for (int t : {1, 10, 16, 18, 19})
+    EXPECT_EQ(json.find(fmt::format(R"("$type" : {{ "$numberInt" : "{}" }})", t)), std::string::npos) << t << json;
+}
+
+// A server that does not answer listCollections must not hold up checkpoints: discovery runs off the source
+// coordinator's lock (call_async), as the Kafka source's partition discovery does.
+TEST(MongoEnumeratorTest, CheckpointCompletesWhileCollectionDiscoveryBlocks) {
+  auto server = std::make_shared<FakeServer>();
+  std::promise<void> release;
+  server->block_lists = release.get_future().share();
+  std::future<void> blocked = server->list_blocked.get_future();
+  auto source = MongoCdcSource::builder()
+                    .database("shop")
+                    .collection_pattern("orders.*")
+                    .discovery_interval(std::chrono::milliseconds(1))
+                    .driver_factory([server]() -> Result<std::unique_ptr<mongodb::MongoDriver>> {
+                      return std::unique_ptr<mongodb::MongoDriver>(std::make_unique<FakeDriver>(server));
+                    })
+                    .build();
+  SourceCoordinator<cdc::ChangeEvent, MongoCollectionSplit> coordinator(*source, /*parallelism=*/1, nullptr);
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "no periodic discovery ran";
+  auto checkpoint = std::async(std::launch::async, [&] {
+    bool injected = false;
+    std::string state = coordinator.checkpoint(1, [&] { injected = true; });
+    return injected && !state.empty();
+  });
+  const bool completed = checkpoint.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  server->collections = {"orders", "orders_2"};
+  release.set_value();  // unblock before asserting, so a failure does not hang the test
+  ASSERT_TRUE(completed) << "the checkpoint waited for listCollections under the coordinator's lock";
+  EXPECT_TRUE(checkpoint.get());
+  coordinator.close();
 }
 
 }  // namespace

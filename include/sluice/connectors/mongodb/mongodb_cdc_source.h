@@ -20,18 +20,21 @@
 // documents written before their discovery are not lost.
 //
 // Positions. A reader's checkpointed split holds the resume token of the last change it emitted (the raw BSON
-// bytes, copied out of the driver's buffer: bson_copy semantics), or, before the first change, the
-// startAtOperationTime to open the stream at; plus the snapshot state. A restored job reopens each stream with
-// resumeAfter: nothing emitted after the checkpoint is lost, changes after it are emitted again
-// (at-least-once; key the pipeline by entity id and write idempotently for effectively-once results).
+// bytes, copied out of the driver's buffer: bson_copy semantics), taken per change as it is handed to the job,
+// never a batch's postBatchResumeToken while changes of that batch are still unread (the reader adopts the
+// server's post-batch token only after an empty batch, when everything before it has been emitted); before the
+// first change, the startAtOperationTime to open the stream at; plus the snapshot state. A restored job reopens
+// each stream with resumeAfter the token: the changes emitted before the checkpoint are not emitted again and
+// the ones after it are, so with an exactly-once sink every change reaches the output once.
 //
 // Start modes (MongoStartMode), applied to a split that has no checkpointed position:
 //   initial      consistent snapshot then stream: the reader takes the resume point T0 (the cluster time, see
 //                below) BEFORE it scans the collection (find, sorted by _id), emits every document as op 'r'
 //                (source.snapshot = true), takes T1 after the scan, and then streams from T0 inclusive. Stream
 //                events with clusterTime <= T1 overlap the scan and are marked source.snapshot = true. A
-//                checkpoint taken during the scan records "snapshot pending": a restore scans again from the
-//                start (with a new T0).
+//                checkpoint taken during the scan records T0 and the _id of the last document emitted: a
+//                restore goes on scanning after that _id (sorted by _id, filter _id > last across BSON's
+//                order of types) and streams from the same T0: no document is emitted twice, no change lost.
 //   latest       only changes after the start (startAtOperationTime = cluster time + 1 increment, taken by the
 //                enumerator when it creates the split).
 //   timestamp    startAtOperationTime = (timestamp_ms / 1000, 0).
@@ -71,9 +74,15 @@
 // The driver boundary: all server access goes through mongodb::MongoDriver, so tests inject errors the emulator
 // cannot produce (code 286) and run the reader without a server.
 //
+// Liveness. Every client sets libmongoc's socketTimeoutMS (socket_timeout(), default 30 s, unless the URI sets
+// it) and connectTimeoutMS to at most that: a server that stops answering (paused, partitioned) fails the read
+// within about that time, and the task fails so the restart strategy takes over, instead of waiting for TCP.
+//
 // Threading: MongoCdcSource is an immutable, thread-safe factory; the enumerator runs under the source
-// coordinator's lock (its discovery and cluster-time lookups block it for one round trip each); readers run on
-// their task threads; metrics() may be read from any thread.
+// coordinator's lock, except its periodic collection discovery, whose listCollections runs off that lock
+// (SplitEnumeratorContext::call_async) so a slow or unreachable server does not hold up checkpoints (the first
+// discovery, at start, and the cluster time of start mode latest run under it); readers run on their task
+// threads; metrics() may be read from any thread.
 #pragma once
 
 #include <bson/bson.h>
@@ -139,13 +148,16 @@ struct MongoCollectionSplit {
   MongoClusterTime overlap_until = 0;
   /// Only in the enumerator's checkpoint: a reader owns this split (the rest of the fields are meaningless).
   bool assigned = false;
+  /// While snapshot_pending: the raw BSON of {"_id": <last document emitted by the scan>} ("" = none yet); a
+  /// restore resumes the scan after it, with start_at as the snapshot's resume point T0.
+  std::string snapshot_last_id;
 
   /// "<database>.<collection>".
   std::string split_id() const { return database + "." + collection; }
   friend bool operator==(const MongoCollectionSplit&, const MongoCollectionSplit&) = default;
 };
 SLUICE_FIELDS(MongoCollectionSplit, database, collection, resume_token, token_time_ms, start_at, snapshot_pending,
-              resnapshot, overlap_until, assigned);
+              resnapshot, overlap_until, assigned, snapshot_last_id);
 
 namespace mongodb {
 
@@ -191,8 +203,10 @@ class MongoDriver {
   /// errors surface through the cursor's error().
   virtual std::unique_ptr<ChangeStreamCursor> watch(const std::string& db, const std::string& coll,
                                                     const bson_t& options) = 0;
-  /// Scans db.coll sorted by _id in batches of `batch_size`.
-  virtual std::unique_ptr<DocumentCursor> scan(const std::string& db, const std::string& coll, int batch_size) = 0;
+  /// Scans db.coll sorted by _id in batches of `batch_size`; with `after_id` ({"_id": v}) only the documents
+  /// that sort after v (in BSON's order of types, then values).
+  virtual std::unique_ptr<DocumentCursor> scan(const std::string& db, const std::string& coll, int batch_size,
+                                               const bson_t* after_id) = 0;
   /// The deployment's current cluster time (see the file comment). False and `error` set on failure.
   virtual bool cluster_time(const std::string& db, MongoClusterTime& out, DriverError& error) = 0;
   /// The collection names of `db` (listCollections). False and `error` set on failure.
@@ -202,9 +216,16 @@ class MongoDriver {
 /// Makes a driver for the settings of one reader or enumerator.
 using MongoDriverFactory = std::function<Result<std::unique_ptr<MongoDriver>>()>;
 
-/// The libmongoc driver: one mongoc_client_t for `uri` (appname "sluice-mongodb-cdc"). Errors: kConfiguration
-/// for an invalid URI.
-[[nodiscard]] Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& uri);
+/// The libmongoc driver: one mongoc_client_t for `uri` (appname "sluice-mongodb-cdc"). Unless the URI sets them,
+/// socketTimeoutMS = `socket_timeout_ms` and connectTimeoutMS = min(10 s, socket_timeout_ms) (0 = libmongoc's
+/// defaults). Errors: kConfiguration for an invalid URI.
+[[nodiscard]] Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& uri,
+                                                                         int64_t socket_timeout_ms = 0);
+
+/// The filter of a scan that resumes after `after_id` ({"_id": v}): {$or: [{_id: {$gt: v}}, {_id: {$type: t}}
+/// for every BSON type t that MongoDB sorts after v's type]} ($gt alone compares within one type). Appends to
+/// `filter` (an initialised, empty bson_t). Exposed for tests.
+void scan_after_filter(const bson_t& after_id, bson_t& filter);
 
 /// One change document mapped (mongodb_cdc_source.cc; exposed for the mapping tests).
 struct MappedChange {
@@ -282,6 +303,7 @@ struct MongoCdcSourceSettings {
   MongoOnHistoryLost on_history_lost = MongoOnHistoryLost::kFail;
   int64_t discovery_interval_ms = 30'000;
   int64_t max_await_ms = 100;
+  int64_t socket_timeout_ms = 30'000;
   int64_t poll_interval_ms = 20;
   int32_t batch_size = 1024;
   mongodb::BsonToValueOptions value_options;
@@ -358,6 +380,9 @@ class MongoCdcSourceBuilder {
   MongoCdcSourceBuilder& discovery_interval(std::chrono::milliseconds interval);
   /// maxAwaitTimeMS of the change streams (default 100 ms): the longest a poll blocks the task thread.
   MongoCdcSourceBuilder& max_await(std::chrono::milliseconds wait);
+  /// libmongoc's socketTimeoutMS (default 30 s; a socketTimeoutMS in the URI wins): how long a read waits for
+  /// a server that does not answer before the source fails. Must exceed max_await().
+  MongoCdcSourceBuilder& socket_timeout(std::chrono::milliseconds timeout);
   /// How soon an idle reader polls again (default 20 ms).
   MongoCdcSourceBuilder& poll_interval(std::chrono::milliseconds interval);
   /// Records per poll and the cursors' batch size (default 1024).

@@ -134,10 +134,11 @@ class LibmongocDriver final : public mongodb::MongoDriver {
     return std::make_unique<LibmongocChangeStream>(cs);
   }
 
-  std::unique_ptr<mongodb::DocumentCursor> scan(const std::string& db, const std::string& coll,
-                                                int batch_size) override {
+  std::unique_ptr<mongodb::DocumentCursor> scan(const std::string& db, const std::string& coll, int batch_size,
+                                                const bson_t* after_id) override {
     mongoc_collection_t* c = mongoc_client_get_collection(client_, db.c_str(), coll.c_str());
     bson_t filter = BSON_INITIALIZER;
+    if (after_id != nullptr) mongodb::scan_after_filter(*after_id, filter);
     BsonPtr opts(BCON_NEW("sort", "{", "_id", BCON_INT32(1), "}", "batchSize", BCON_INT32(batch_size)));
     mongoc_cursor_t* cursor = mongoc_collection_find_with_opts(c, &filter, opts.get(), nullptr);
     bson_destroy(&filter);
@@ -237,7 +238,7 @@ bool is_history_lost(uint32_t code) noexcept {
   return code == 286 || code == 280 || code == 260;
 }
 
-Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& uri) {
+Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& uri, int64_t socket_timeout_ms) {
   ensure_mongoc_init();
   bson_error_t e;
   mongoc_uri_t* u = mongoc_uri_new_with_error(uri.c_str(), &e);
@@ -246,6 +247,15 @@ Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& ur
                  redact_secrets(fmt::format("{}: invalid URI '{}': {}", kRole, uri, e.message)));
   }
   mongoc_uri_set_appname(u, "sluice-mongodb-cdc");
+  // libmongoc waits up to 5 minutes for a reply by default (socketTimeoutMS): a paused or partitioned server
+  // would keep the reader blocked, its lag flat and the job green for that long.
+  if (socket_timeout_ms > 0) {
+    const auto timeout = static_cast<int32_t>(std::min<int64_t>(socket_timeout_ms, INT32_MAX));
+    if (!mongoc_uri_has_option(u, MONGOC_URI_SOCKETTIMEOUTMS))
+      mongoc_uri_set_option_as_int32(u, MONGOC_URI_SOCKETTIMEOUTMS, timeout);
+    if (!mongoc_uri_has_option(u, MONGOC_URI_CONNECTTIMEOUTMS))
+      mongoc_uri_set_option_as_int32(u, MONGOC_URI_CONNECTTIMEOUTMS, std::min<int32_t>(timeout, 10'000));
+  }
   mongoc_client_t* client = mongoc_client_new_from_uri_with_error(u, &e);
   mongoc_uri_destroy(u);
   if (client == nullptr) {
@@ -254,6 +264,87 @@ Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& ur
   }
   mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
   return std::unique_ptr<MongoDriver>(std::make_unique<LibmongocDriver>(client));
+}
+
+namespace {
+
+// MongoDB's order of BSON types when it compares or sorts values of different types (numbers compare with each
+// other, strings with symbols).
+int bson_type_rank(int type) noexcept {
+  switch (type) {
+    case BSON_TYPE_MINKEY:
+      return 0;
+    case BSON_TYPE_UNDEFINED:
+    case BSON_TYPE_NULL:
+      return 1;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128:
+      return 2;
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_SYMBOL:
+      return 3;
+    case BSON_TYPE_DOCUMENT:
+      return 4;
+    case BSON_TYPE_ARRAY:
+      return 5;
+    case BSON_TYPE_BINARY:
+      return 6;
+    case BSON_TYPE_OID:
+      return 7;
+    case BSON_TYPE_BOOL:
+      return 8;
+    case BSON_TYPE_DATE_TIME:
+      return 9;
+    case BSON_TYPE_TIMESTAMP:
+      return 10;
+    case BSON_TYPE_REGEX:
+      return 11;
+    case BSON_TYPE_DBPOINTER:
+      return 12;
+    case BSON_TYPE_CODE:
+      return 13;
+    case BSON_TYPE_CODEWSCOPE:
+      return 14;
+    case BSON_TYPE_MAXKEY:
+      return 15;
+    default:
+      return 16;
+  }
+}
+
+}  // namespace
+
+void scan_after_filter(const bson_t& after_id, bson_t& filter) {
+  bson_iter_t it;
+  if (!bson_iter_init_find(&it, &after_id, "_id")) return;
+  const int rank = bson_type_rank(bson_iter_type(&it));
+  bson_t any;
+  bson_append_array_begin(&filter, "$or", 3, &any);
+  int n = 0;
+  auto clause = [&](auto&& append_condition) {
+    const std::string idx = std::to_string(n++);
+    bson_t c;
+    bson_t cond;
+    bson_append_document_begin(&any, idx.c_str(), static_cast<int>(idx.size()), &c);
+    bson_append_document_begin(&c, "_id", 3, &cond);
+    append_condition(cond);
+    bson_append_document_end(&c, &cond);
+    bson_append_document_end(&any, &c);
+  };
+  clause([&](bson_t& cond) { bson_append_iter(&cond, "$gt", 3, &it); });
+  // The types a document's _id can have: not arrays, regexes or undefined (servers refuse them), nor the
+  // deprecated DBPointer, JavaScript code and symbol (symbols compare as strings, in the $gt clause; the emulator
+  // rejects a $type of the others: docs/cdc.md says such _ids are not supported by a resumed snapshot).
+  static constexpr int kIdTypes[] = {BSON_TYPE_DOUBLE, BSON_TYPE_UTF8,      BSON_TYPE_DOCUMENT,  BSON_TYPE_BINARY,
+                                     BSON_TYPE_OID,    BSON_TYPE_BOOL,      BSON_TYPE_DATE_TIME, BSON_TYPE_NULL,
+                                     BSON_TYPE_INT32,  BSON_TYPE_TIMESTAMP, BSON_TYPE_INT64,     BSON_TYPE_DECIMAL128,
+                                     BSON_TYPE_MAXKEY};
+  for (const int t : kIdTypes) {
+    if (bson_type_rank(t) > rank) clause([&](bson_t& cond) { bson_append_int32(&cond, "$type", 5, t); });
+  }
+  bson_append_array_end(&filter, &any);
 }
 
 int collection_split_owner(std::string_view split_id, int parallelism) noexcept {
@@ -432,6 +523,10 @@ SLUICE_BUILDER_SET(pre_images, bool, pre_images)
 SLUICE_BUILDER_SET(on_drop, MongoOnDrop, on_drop)
 SLUICE_BUILDER_SET(on_history_lost, MongoOnHistoryLost, on_history_lost)
 SLUICE_BUILDER_SET(batch_size, int32_t, batch_size)
+MongoCdcSourceBuilder& MongoCdcSourceBuilder::socket_timeout(std::chrono::milliseconds timeout) {
+  s_.socket_timeout_ms = timeout.count();
+  return *this;
+}
 SLUICE_BUILDER_SET(driver_factory, mongodb::MongoDriverFactory, driver_factory)
 #undef SLUICE_BUILDER_SET
 
@@ -500,6 +595,12 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
   if (s.max_await_ms < 0 || s.poll_interval_ms < 0 || s.discovery_interval_ms < 0) {
     return bad("max_await, poll_interval and discovery_interval must not be negative");
   }
+  if (s.socket_timeout_ms <= s.max_await_ms) {
+    return bad(
+        fmt::format("socket_timeout ({} ms) must exceed max_await ({} ms): an idle getMore waits max_await "
+                    "for changes before it answers",
+                    s.socket_timeout_ms, s.max_await_ms));
+  }
   if (s.bad_record_policy == BadRecordPolicy::kDeadLetter && s.dead_letter_path.empty()) {
     return bad("the dead-letter policy needs a file: on_bad_record(BadRecordPolicy::kDeadLetter, path)");
   }
@@ -509,7 +610,9 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
     mongoc_uri_t* u = mongoc_uri_new_with_error(s.uri.c_str(), &e);
     if (u == nullptr) return bad(redact_secrets(fmt::format("invalid URI '{}': {}", s.uri, e.message)));
     mongoc_uri_destroy(u);
-    s.driver_factory = [uri = s.uri] { return mongodb::make_libmongoc_driver(uri); };
+    s.driver_factory = [uri = s.uri, timeout = s.socket_timeout_ms] {
+      return mongodb::make_libmongoc_driver(uri, timeout);
+    };
   }
   return std::make_shared<MongoCdcSource>(std::move(s));
 }
@@ -535,12 +638,26 @@ class MongoCdcEnumerator final : public SplitEnumerator<MongoCollectionSplit> {
                    st.error().to_string());
     }
     if (discovery_enabled()) {
-      ctx_.schedule_periodic(
-          [this] {
-            if (!driver_) return;
-            Status r = discover(false);
-            if (!r.ok())
-              spdlog::warn("{} ({}): collection discovery failed: {}", kRole, s_.describe(), r.error().to_string());
+      // listCollections runs off the coordinator's lock (a server that does not answer would otherwise hold up
+      // checkpoints for the socket timeout); the names are applied under it, without network calls. The work
+      // owns a reference to the driver, the enumerator's only user of it after start().
+      ctx_.call_async(
+          [this, driver = driver_, db = s_.database, what = s_.describe()]() -> std::function<void()> {
+            std::vector<std::string> all;
+            mongodb::DriverError e;
+            if (!driver->list_collections(db, all, e)) {
+              spdlog::warn(
+                  "{} ({}): collection discovery failed: listing the collections of database '{}' failed: "
+                  "{} (code {})",
+                  kRole, what, db, e.message, e.code);
+              return nullptr;
+            }
+            return [this, all = std::move(all)] {
+              if (!driver_) return;
+              Status r = apply_discovered(all, /*initial=*/false);
+              if (!r.ok())
+                spdlog::warn("{} ({}): collection discovery failed: {}", kRole, s_.describe(), r.error().to_string());
+            };
           },
           s_.discovery_interval_ms);
     }
@@ -598,15 +715,23 @@ class MongoCdcEnumerator final : public SplitEnumerator<MongoCollectionSplit> {
   bool discovery_enabled() const { return pattern_.has_value() && s_.discovery_interval_ms > 0; }
 
   Status discover(bool initial) {
-    std::vector<std::string> names;
+    std::vector<std::string> all;
     if (pattern_) {
       mongodb::DriverError e;
-      std::vector<std::string> all;
       if (!driver_->list_collections(s_.database, all, e)) {
         return Error(ErrorCode::kConnector,
                      fmt::format("{}: listing the collections of database '{}' failed: {} (code {})", kRole,
                                  s_.database, e.message, e.code));
       }
+    }
+    return apply_discovered(all, initial);
+  }
+
+  // `all`: the collection names listCollections returned (ignored without a pattern). Network calls only for
+  // start mode latest, which only the initial discovery uses.
+  Status apply_discovered(const std::vector<std::string>& all, bool initial) {
+    std::vector<std::string> names;
+    if (pattern_) {
       for (const std::string& n : all) {
         if (!n.starts_with("system.") && std::regex_match(n, *pattern_)) names.push_back(n);
       }
@@ -689,7 +814,7 @@ class MongoCdcEnumerator final : public SplitEnumerator<MongoCollectionSplit> {
 
   SplitEnumeratorContext<MongoCollectionSplit>& ctx_;
   detail::MongoCdcSourceSettings s_;
-  std::unique_ptr<mongodb::MongoDriver> driver_;
+  std::shared_ptr<mongodb::MongoDriver> driver_;
   std::optional<std::regex> pattern_;
   bool restored_ = false;
   std::set<std::string> assigned_;
@@ -802,21 +927,38 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
 
   size_t poll_snapshot(Split& sp) {
     if (!sp.scan) {
-      // Consistent start: the resume point is taken before the scan, so every change after it is streamed.
-      sp.snapshot_start = cluster_time_or_fail(sp);
-      sp.split.start_at = sp.snapshot_start;
       sp.split.resume_token.clear();
       sp.split.token_time_ms = 0;
       sp.stream.reset();
-      sp.scan = driver_->scan(sp.split.database, sp.split.collection, s_.batch_size);
-      spdlog::info("{}: {}snapshot of '{}' starts; streaming resumes at {}", name_, sp.split.resnapshot ? "re-" : "",
-                   coll_name(sp), describe_cluster_time(sp.snapshot_start));
+      if (!sp.split.snapshot_last_id.empty() && sp.split.start_at != 0) {
+        // A restored scan: documents up to the last one emitted before the checkpoint are not read again, and
+        // the stream starts at the same T0, so the changes to those documents since T0 are still streamed.
+        bson_t after;
+        if (!bson_init_static(&after, reinterpret_cast<const uint8_t*>(sp.split.snapshot_last_id.data()),
+                              sp.split.snapshot_last_id.size())) {
+          fail(fmt::format("the stored snapshot position of '{}' is not BSON", coll_name(sp)));
+        }
+        sp.snapshot_start = sp.split.start_at;
+        sp.scan = driver_->scan(sp.split.database, sp.split.collection, s_.batch_size, &after);
+        spdlog::info("{}: {}snapshot of '{}' resumes after {}; streaming resumes at {}", name_,
+                     sp.split.resnapshot ? "re-" : "", coll_name(sp), mongodb::bson_to_canonical_json(after),
+                     describe_cluster_time(sp.snapshot_start));
+      } else {
+        // Consistent start: the resume point is taken before the scan, so every change after it is streamed.
+        sp.snapshot_start = cluster_time_or_fail(sp);
+        sp.split.start_at = sp.snapshot_start;
+        sp.split.snapshot_last_id.clear();
+        sp.scan = driver_->scan(sp.split.database, sp.split.collection, s_.batch_size, nullptr);
+        spdlog::info("{}: {}snapshot of '{}' starts; streaming resumes at {}", name_, sp.split.resnapshot ? "re-" : "",
+                     coll_name(sp), describe_cluster_time(sp.snapshot_start));
+      }
     }
     size_t n = 0;
     const int64_t ts_ms = cluster_time_ms(sp.snapshot_start);
     while (n < static_cast<size_t>(s_.batch_size)) {
       const bson_t* doc = sp.scan->next();
       if (doc == nullptr) break;
+      remember_scan_position(sp, *doc);
       Result<Value> v = mongodb::bson_to_value(*doc, s_.value_options);
       if (!v.ok()) {
         bad_record(sp, describe_cluster_time(sp.snapshot_start), v.error().message(), *doc);
@@ -850,10 +992,22 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       sp.scan.reset();
       sp.split.overlap_until = cluster_time_or_fail(sp);
       sp.split.snapshot_pending = false;
+      sp.split.snapshot_last_id.clear();
       spdlog::info("{}: snapshot of '{}' done; stream events up to {} are marked as overlapping it", name_,
                    coll_name(sp), describe_cluster_time(sp.split.overlap_until));
     }
     return std::max<size_t>(n, 1);  // a finished scan counts as progress: stream next
+  }
+
+  // The scan's position moves past `doc` whether it is emitted or goes to the dead-letter file (as the stream's
+  // token does): the copy of {"_id": ...} a checkpoint stores.
+  static void remember_scan_position(Split& sp, const bson_t& doc) {
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, &doc, "_id")) return;
+    bson_t id = BSON_INITIALIZER;
+    bson_append_iter(&id, "_id", 3, &it);
+    sp.split.snapshot_last_id.assign(reinterpret_cast<const char*>(bson_get_data(&id)), id.len);
+    bson_destroy(&id);
   }
 
   void open_stream(Split& sp) {
@@ -975,6 +1129,7 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       metrics_->resnapshots.fetch_add(1, std::memory_order_relaxed);
       sp.split.snapshot_pending = true;
       sp.split.resnapshot = true;
+      sp.split.snapshot_last_id.clear();
       sp.split.resume_token.clear();
       sp.split.token_time_ms = 0;
       return;
