@@ -196,7 +196,7 @@ class Value {
   static Value string(std::string_view s) { return Value(s); }
   static Value bytes(std::string_view b);
   static Value bytes(std::span<const uint8_t> b);
-  /// A timestamp: microseconds since the Unix epoch, UTC.
+  /// A timestamp: microseconds since the Unix epoch, UTC; INT64_MAX/INT64_MIN are ±infinity (value_json.h).
   static Value timestamp_micros(int64_t micros) noexcept;
   static Value decimal(const Decimal& d) { return Value(d); }
   /// An empty array, or one holding `elements`.
@@ -310,8 +310,8 @@ class Value {
   /// on every machine and release with the same format version. Equal values hash equally.
   uint64_t hash() const;
 
-  /// Parses one JSON document (RFC 8259) with simdjson. Integers become int64, integers beyond int64
-  /// become decimal, other numbers become double, or decimal when out of double range (1e400); field order
+  /// Parses one JSON document (RFC 8259) with simdjson. Integers become int64 (decimal beyond int64), other
+  /// numbers double, or decimal where a double would alter them (1e400, 1e-999, 0.1000000000000000001); order
   /// is kept; a repeated key keeps its first position and its last value (as JavaScript's JSON.parse).
   /// Returns a kSerialization error naming the byte offset, line and column and the reason for invalid
   /// JSON or UTF-8, trailing content, nesting deeper than kMaxValueDepth, or a number with more than 38
@@ -320,9 +320,9 @@ class Value {
   [[nodiscard]] static Result<Value> from_json(std::string_view json);
 
   /// Returns compact JSON. Non-JSON kinds: decimal as a number literal with its scale, timestamp as an
-  /// ISO-8601 string ("2024-01-02T03:04:05.123456Z"), bytes as a base64 string (RFC 4648, padded);
-  /// NaN and ±infinity as null; invalid UTF-8 in strings and keys as U+FFFD. Integral doubles keep a
-  /// ".0" so they parse back as doubles.
+  /// ISO-8601 string ("2024-01-02T03:04:05.123456Z", or "infinity"/"-infinity"), bytes as base64 (padded);
+  /// NaN, ±infinity as "NaN", "Infinity", "-Infinity" (value_json.h); invalid UTF-8 as U+FFFD. Integral
+  /// doubles keep a ".0" so they parse back as doubles.
   std::string to_json() const;
   /// Appends to_json() to `out`.
   void write_json(std::string& out) const;
@@ -433,8 +433,8 @@ std::string_view value_kind_name(Value::Kind kind) noexcept;
 /// replaced by U+FFFD. Value::to_json writes strings with it, so typed records and Values give the same text.
 void append_json_string(std::string_view s, std::string& out);
 
-/// Appends `micros` (microseconds since the Unix epoch, UTC) as ISO-8601 with six fraction digits:
-/// "2024-01-02T03:04:05.123456Z". Years outside 0000..9999 get a sign ("+10000-...", "-0001-...").
+/// Appends `micros` (µs since the Unix epoch, UTC) as ISO-8601, six fraction digits: "2024-01-02T03:04:05.123456Z",
+/// years outside 0000..9999 signed ("+10000-...", "-0001-..."); INT64_MAX/MIN as "infinity"/"-infinity".
 void append_iso8601_micros(int64_t micros, std::string& out);
 
 /// Writes value.to_json() (for test failure messages and logs).

@@ -16,6 +16,8 @@
 #include <string>
 #include <system_error>
 
+#include "sluice/core/value_json.h"
+
 namespace sluice {
 namespace {
 
@@ -610,7 +612,7 @@ std::string describe(const Value& v) {
       break;
     }
     case Value::Kind::kDouble:
-      s += fmt::format(" {}", ValueInternals::double_of(v));  // "nan" and "inf" rather than JSON's null
+      s += fmt::format(" {}", ValueInternals::double_of(v));  // "nan" and "inf", unquoted
       break;
     default:
       s += ' ';
@@ -1161,19 +1163,32 @@ void append_base64(std::string_view in, std::string& out) {
   out.push_back('=');
 }
 
-void write_json_double(double d, std::string& out) {
+// NaN and ±infinity have no JSON number: they are written as the strings Postgres, Debezium and Flink's JSON
+// format use ("NaN", "Infinity", "-Infinity"), or as null / an error when the caller asks (JsonWriteOptions).
+// Returns false for kFail.
+bool write_json_double(double d, std::string& out, NonFiniteFloats non_finite) {
   if (!std::isfinite(d)) {
-    out += "null";
-    return;
+    switch (non_finite) {
+      case NonFiniteFloats::kString:
+        out += std::isnan(d) ? "\"NaN\"" : d > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+        return true;
+      case NonFiniteFloats::kNull:
+        out += "null";
+        return true;
+      case NonFiniteFloats::kFail:
+        return false;
+    }
   }
   const size_t start = out.size();
   fmt::format_to(std::back_inserter(out), "{}", d);
   // fmt prints the shortest round-trip form, which drops ".0" from integral values; keep a marker so the
   // number parses back as a double rather than an int64.
   if (out.find_first_of(".e", start) == std::string::npos) out += ".0";
+  return true;
 }
 
-void write_json_value(const Value& v, std::string& out) {
+// Writes `v`; returns the first non-finite double met under NonFiniteFloats::kFail (nullptr: none).
+const Value* write_json_value(const Value& v, std::string& out, NonFiniteFloats non_finite) {
   using K = Value::Kind;
   switch (v.kind()) {
     case K::kNull:
@@ -1189,7 +1204,7 @@ void write_json_value(const Value& v, std::string& out) {
       break;
     }
     case K::kDouble:
-      write_json_double(ValueInternals::double_of(v), out);
+      if (!write_json_double(ValueInternals::double_of(v), out, non_finite)) return &v;
       break;
     case K::kDecimal:
       ValueInternals::decimal(v).append_to(out);
@@ -1213,7 +1228,7 @@ void write_json_value(const Value& v, std::string& out) {
       for (const Value& e : ValueInternals::array_of(v)) {
         if (!first) out.push_back(',');
         first = false;
-        write_json_value(e, out);
+        if (const Value* bad = write_json_value(e, out, non_finite)) return bad;
       }
       out.push_back(']');
       break;
@@ -1226,12 +1241,13 @@ void write_json_value(const Value& v, std::string& out) {
         first = false;
         append_json_string(key, out);
         out.push_back(':');
-        write_json_value(value, out);
+        if (const Value* bad = write_json_value(value, out, non_finite)) return bad;
       }
       out.push_back('}');
       break;
     }
   }
+  return nullptr;
 }
 
 }  // namespace
@@ -1281,6 +1297,16 @@ void append_json_string(std::string_view s, std::string& out) {
 }
 
 void append_iso8601_micros(int64_t micros, std::string& out) {
+  // The two ends of the range are Postgres' own infinities (its timestamps use INT64_MAX/MIN the same way);
+  // a finite date there would look plausible and be wrong.
+  if (micros == kTimestampInfinity) {
+    out += "infinity";
+    return;
+  }
+  if (micros == kTimestampMinusInfinity) {
+    out += "-infinity";
+    return;
+  }
   constexpr int64_t kMicrosPerDay = 86'400'000'000;
   int64_t days = micros / kMicrosPerDay;
   int64_t rem = micros % kMicrosPerDay;
@@ -1315,12 +1341,22 @@ void append_iso8601_micros(int64_t micros, std::string& out) {
 
 std::string Value::to_json() const {
   std::string out;
-  write_json_value(*this, out);
+  write_json_value(*this, out, NonFiniteFloats::kString);
   return out;
 }
 
+Status write_json(const Value& value, std::string& out, const JsonWriteOptions& options) {
+  const size_t start = out.size();
+  if (const Value* bad = write_json_value(value, out, options.non_finite_floats)) {
+    out.resize(start);
+    return Error(ErrorCode::kSerialization, fmt::format("double {} has no JSON number (non-finite floats: fail)",
+                                                        ValueInternals::double_of(*bad)));
+  }
+  return ok_status();
+}
+
 void Value::write_json(std::string& out) const {
-  write_json_value(*this, out);
+  write_json_value(*this, out, NonFiniteFloats::kString);
 }
 
 std::ostream& operator<<(std::ostream& os, const Value& value) {
@@ -1363,6 +1399,36 @@ std::string_view raw_token(od::document& d) {
   std::string_view raw;
   if (d.raw_json_token().get(raw) != simdjson::SUCCESS) return {};
   return raw;
+}
+
+// True when the digits before the exponent of a JSON number literal are not all zero.
+bool nonzero_mantissa(std::string_view literal) {
+  for (const char c : literal) {
+    if (c == 'e' || c == 'E') return false;
+    if (c >= '1' && c <= '9') return true;
+  }
+  return false;
+}
+
+// True when `d`, the double nearest to the JSON number `literal`, is that number exactly in the sense that
+// matters for text: its shortest round-trip form has the same value as the literal. Any literal of at most
+// 15 significant digits in the normal range is (DBL_DIG); longer ones are checked.
+bool double_holds_literal(std::string_view literal, double d) {
+  int significant = 0;
+  bool leading = true;
+  for (const char c : literal) {
+    if (c == 'e' || c == 'E') break;
+    if (c < '0' || c > '9') continue;
+    if (leading && c == '0') continue;
+    leading = false;
+    ++significant;
+  }
+  if (significant <= 15 && std::fabs(d) >= std::numeric_limits<double>::min()) return true;
+  char buf[32];
+  const auto r = fmt::format_to_n(buf, sizeof(buf), "{}", d);
+  const Result<Decimal> shortest = Decimal::parse(std::string_view(buf, r.size));
+  const Result<Decimal> exact = Decimal::parse(literal);
+  return !shortest.ok() || !exact.ok() || Decimal::compare(*shortest, *exact) == 0;
 }
 
 std::string_view trim_right(std::string_view s) {
@@ -1511,14 +1577,29 @@ class JsonReader {
         case od::number_type::unsigned_integer:
           out = Value(number.get_uint64());  // above INT64_MAX: a decimal, not a lossy double
           return true;
-        case od::number_type::floating_point_number:
-          out = Value(number.get_double());
+        case od::number_type::floating_point_number: {
+          const double d = number.get_double();
+          // A non-zero literal below the double range (1e-999) reads as ±0.0: keep it exactly as a decimal,
+          // as numbers above the range are (1e400).
+          if (d == 0 && nonzero_mantissa(raw)) break;
+          if (!double_holds_literal(raw, d)) {
+            // More digits than the double keeps (a jsonb numeric such as 12345678901234567890.123): the exact
+            // decimal when it has at most 38 digits, else the double, as every JSON parser reads it.
+            if (Result<Decimal> exact = Decimal::parse(raw); exact.ok()) {
+              out = Value(*exact);
+              return true;
+            }
+          }
+          out = Value(d);
           return true;
+        }
       }
-      return fail_here("unknown number type");
+      if (number.get_number_type() != od::number_type::floating_point_number) return fail_here("unknown number type");
+    } else if (e != simdjson::NUMBER_ERROR) {
+      return fail(e);
     }
-    if (e != simdjson::NUMBER_ERROR) return fail(e);
-    // simdjson refuses integers beyond 64 bits and numbers beyond the double range; keep them exactly.
+    // simdjson refuses integers beyond 64 bits and numbers beyond the double range (and rounds those below it
+    // to zero); keep them exactly.
     int128_t unscaled = 0;
     int32_t scale = 0;
     std::string reason;

@@ -143,12 +143,41 @@ TEST(PgOutputValues, NumericKeepsEveryDigit) {
   // 38 significant digits: exact.
   const std::string d38 = "12345678901234567890.123456789012345678";
   EXPECT_EQ(decode_ok(oid::kNumeric, d38).as_decimal().to_string(), d38);
-  // 39 digits, NaN and infinities: clear errors.
+  // 39 digits: a clear error, never a rounded number.
   EXPECT_NE(decode_err(oid::kNumeric, "123456789012345678901234567890123456789").find("38 significant"),
             std::string::npos);
-  EXPECT_NE(decode_err(oid::kNumeric, "NaN").find("NaN has no decimal representation"), std::string::npos);
-  EXPECT_NE(decode_err(oid::kNumeric, "Infinity").find("Infinity"), std::string::npos);
-  EXPECT_NE(decode_err(oid::kNumeric, "-Infinity").find("-Infinity"), std::string::npos);
+  // Leading zeros do not count: 19 significant digits at scale 57, exact.
+  EXPECT_EQ(
+      decode_ok(oid::kNumeric, "0.000000000000000000000000000000000000001234567890123456789").as_decimal().scale(), 57);
+}
+
+TEST(PgOutputValues, NumericNanAndInfinitiesAreTheDoubleSpecials) {
+  // Exact (the same value, not a rounding), and written as Postgres prints them.
+  const Value nan = decode_ok(oid::kNumeric, "NaN");
+  ASSERT_TRUE(nan.is_double());
+  EXPECT_TRUE(std::isnan(nan.as_double()));
+  EXPECT_EQ(nan.to_json(), "\"NaN\"");
+  EXPECT_EQ(decode_ok(oid::kNumeric, "Infinity"), Value(std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(decode_ok(oid::kNumeric, "-Infinity"), Value(-std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(decode_ok(oid::kNumeric, "-Infinity").to_json(), "\"-Infinity\"");
+  EXPECT_EQ(decode_ok(1231, "{1.5,NaN,Infinity}"),
+            Value::array({dec("1.5"), Value(std::numeric_limits<double>::quiet_NaN()),
+                          Value(std::numeric_limits<double>::infinity())}));
+  decode_err(oid::kNumeric, "nan");
+  decode_err(oid::kNumeric, "inf");
+}
+
+TEST(PgOutputValues, FloatSpecialsAndRange) {
+  EXPECT_EQ(decode_ok(oid::kFloat8, "Infinity").to_json(), "\"Infinity\"");
+  EXPECT_EQ(decode_ok(oid::kFloat8, "NaN").to_json(), "\"NaN\"");
+  EXPECT_EQ(decode_ok(oid::kFloat8, "1.7976931348623157e+308"), Value(std::numeric_limits<double>::max()));
+  EXPECT_EQ(decode_ok(oid::kFloat8, "4.9406564584124654e-324"), Value(5e-324));
+  EXPECT_EQ(decode_ok(oid::kFloat8, "-0"), Value(-0.0));
+  EXPECT_TRUE(std::signbit(decode_ok(oid::kFloat8, "-0").as_double()));
+  EXPECT_EQ(decode_ok(oid::kFloat4, "3.4028235e+38"), Value(3.4028235e+38));
+  // Text Postgres never sends, beyond the double range: an error, not infinity or zero.
+  EXPECT_NE(decode_err(oid::kFloat8, "1e400").find("range"), std::string::npos);
+  EXPECT_NE(decode_err(oid::kFloat8, "1e-400").find("range"), std::string::npos);
 }
 
 TEST(PgOutputValues, Json) {
@@ -177,10 +206,41 @@ TEST(PgOutputValues, DatesAndTimestamps) {
             Value::timestamp_micros(micros(2024, 1, 2, 3, 4, 5, 1)));
   EXPECT_EQ(decode_ok(oid::kTimestamptz, "2024-01-01 23:00:00-01"), Value::timestamp_micros(micros(2024, 1, 2)));
   EXPECT_EQ(decode_ok(oid::kTimestamptz, "infinity"), Value::timestamp_micros(std::numeric_limits<int64_t>::max()));
+  EXPECT_EQ(decode_ok(oid::kTimestamptz, "-infinity"), Value::timestamp_micros(std::numeric_limits<int64_t>::min()));
+  EXPECT_EQ(decode_ok(oid::kTimestamp, "infinity").to_json(), "\"infinity\"");
+  EXPECT_EQ(decode_ok(oid::kDate, "-infinity").to_json(), "\"-infinity\"");
   EXPECT_NE(decode_err(oid::kDate, "01/02/2024").find("ISO"), std::string::npos);
   decode_err(oid::kTimestamp, "2024-01-02T03:04:05");
   decode_err(oid::kTimestamptz, "2024-01-02 03:04:05");  // no zone
   decode_err(oid::kTimestamp, "2024-13-02 03:04:05");
+}
+
+TEST(PgOutputValues, DatesAndTimestampsAtTheEndsOfTheirRanges) {
+  // Postgres' first day (4713 BC) and the last finite Sluice instant.
+  EXPECT_EQ(decode_ok(oid::kDate, "4714-11-24 BC"), Value::timestamp_micros(micros(-4713, 11, 24)));
+  EXPECT_EQ(decode_ok(oid::kTimestamptz, "4714-11-24 00:00:00+00 BC"), Value::timestamp_micros(micros(-4713, 11, 24)));
+  EXPECT_EQ(decode_ok(oid::kTimestamp, "4714-11-24 00:00:00 BC").to_json(), "\"-4713-11-24T00:00:00.000000Z\"");
+  EXPECT_EQ(decode_ok(oid::kTimestamp, "294247-01-10 04:00:54.775806"),
+            Value::timestamp_micros(std::numeric_limits<int64_t>::max() - 1));
+  EXPECT_EQ(decode_ok(oid::kTimestamptz, "294247-01-10 06:00:54.775806+02"),
+            Value::timestamp_micros(std::numeric_limits<int64_t>::max() - 1));
+  EXPECT_EQ(decode_ok(oid::kDate, "294247-01-10"), Value::timestamp_micros(micros(294247, 1, 10)));
+  // One microsecond later would be INT64_MAX, which means infinity: an error, as everything after it. These
+  // used to wrap around to dates in the year -290308 or so.
+  for (const auto& [type, text] :
+       std::vector<std::pair<uint32_t, std::string>>{{oid::kTimestamp, "294247-01-10 04:00:54.775807"},
+                                                     {oid::kTimestamp, "294276-12-31 23:59:59.999999"},
+                                                     {oid::kTimestamptz, "294276-12-31 23:59:59.999999+00"},
+                                                     {oid::kTimestamptz, "294247-01-10 02:00:54.775807-02"},
+                                                     {oid::kDate, "294247-01-11"},
+                                                     {oid::kDate, "5874897-12-31"},
+                                                     {oid::kDate, "999999999-12-31"},
+                                                     {1182, "{2024-01-01,5874897-12-31}"}}) {
+    SCOPED_TRACE(text);
+    const std::string e = decode_err(type, text);
+    EXPECT_NE(e.find("outside the range of a Sluice timestamp"), std::string::npos) << e;
+    EXPECT_NE(e.find(text.front() == '{' ? "5874897-12-31" : text), std::string::npos) << e;
+  }
 }
 
 TEST(PgOutputValues, Arrays) {
@@ -205,7 +265,6 @@ TEST(PgOutputValues, Arrays) {
             Value::array({Value("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")}));
   EXPECT_NE(decode_err(1007, "{1,2").find("unterminated"), std::string::npos);
   EXPECT_NE(decode_err(1007, "{1,x}").find("array element"), std::string::npos);
-  EXPECT_NE(decode_err(1231, "{NaN}").find("NaN"), std::string::npos);
   decode_err(1007, "1,2");
   decode_err(1007, "{1}x");
 }
@@ -393,15 +452,35 @@ TEST_F(PgOutputDecoderTest, TruncateAndMessage) {
 
 TEST_F(PgOutputDecoderTest, ValueErrorsNameTableAndColumnAndKeepTheDecoderUsable) {
   charges();
-  auto bad = dec_.decode(Msg('I').i32(16400).u8('N').tuple({{'t', "1"}, {'t', "NaN"}, {'n', ""}, {'t', "t"}}).str());
+  const std::string wide(39, '9');
+  auto bad = dec_.decode(Msg('I').i32(16400).u8('N').tuple({{'t', "1"}, {'t', wide}, {'n', ""}, {'t', "t"}}).str());
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code(), ErrorCode::kSerialization);
   EXPECT_NE(bad.error().message().find("table public.charges: column amount"), std::string::npos)
       << bad.error().message();
-  EXPECT_NE(bad.error().message().find("NaN"), std::string::npos);
+  EXPECT_NE(bad.error().message().find(wide), std::string::npos);
   ok(Msg('I').i32(16400).u8('N').tuple({{'t', "2"}, {'t', "1"}, {'n', ""}, {'t', "t"}}).str());
   // Binary values are never requested.
   EXPECT_EQ(err(Msg('I').i32(16400).u8('N').tuple({{'b', "xx"}}).str()).code(), ErrorCode::kSerialization);
+}
+
+TEST_F(PgOutputDecoderTest, CommitTimestampsThatOverflowAreErrorsNotWrappedTimes) {
+  // µs since 2000; moving them to 1970 must not overflow (it used to wrap to a time in the year -290308).
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const std::string& bytes :
+       {Msg('B').i64(1).i64(kMax).i32(3).str(), Msg('B').i64(1).i64(kMax - 1000).i32(3).str(),
+        Msg('C').u8(0).i64(1).i64(2).i64(kMax).str()}) {
+    const Error e = err(bytes);
+    EXPECT_EQ(e.code(), ErrorCode::kConnector);
+    EXPECT_NE(e.message().find("commit timestamp"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("out of range"), std::string::npos) << e.message();
+  }
+  // The most negative time still moves forward by 30 years without overflow.
+  const PgOutputMessage b = ok(Msg('B').i64(1).i64(std::numeric_limits<int64_t>::min() + 1).i32(3).str());
+  EXPECT_EQ(b.begin.commit_ts_us, std::numeric_limits<int64_t>::min() + 1 + kPostgresEpochMicros);
+  // The last representable one.
+  const PgOutputMessage c = ok(Msg('C').u8(0).i64(1).i64(2).i64(kMax - 1 - kPostgresEpochMicros).str());
+  EXPECT_EQ(c.commit.commit_ts_us, kMax - 1);
 }
 
 TEST_F(PgOutputDecoderTest, MalformedBytesAreErrorsNamingThePosition) {

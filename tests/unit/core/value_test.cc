@@ -13,6 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sluice/core/value_json.h"
+
 namespace sluice {
 namespace {
 
@@ -350,9 +352,18 @@ TEST(TimestampTest, Iso8601Output) {
   EXPECT_EQ(iso(253'402'300'800'000'000), "+10000-01-01T00:00:00.000000Z");
   EXPECT_EQ(iso(-62'167'219'200'000'000), "0000-01-01T00:00:00.000000Z");
   EXPECT_EQ(iso(-62'167'219'200'000'001), "-0001-12-31T23:59:59.999999Z");
-  EXPECT_EQ(iso(std::numeric_limits<int64_t>::max()), "+294247-01-10T04:00:54.775807Z");
-  EXPECT_EQ(iso(std::numeric_limits<int64_t>::min()), "-290308-12-21T19:59:05.224192Z");
+  // The ends of the range are the infinities (Postgres' 'infinity'/'-infinity'), never a plausible date.
+  EXPECT_EQ(iso(std::numeric_limits<int64_t>::max()), "infinity");
+  EXPECT_EQ(iso(std::numeric_limits<int64_t>::min()), "-infinity");
+  EXPECT_EQ(iso(std::numeric_limits<int64_t>::max() - 1), "+294247-01-10T04:00:54.775806Z");
+  EXPECT_EQ(iso(std::numeric_limits<int64_t>::min() + 1), "-290308-12-21T19:59:05.224193Z");
   EXPECT_EQ(Value::timestamp_micros(1'704'164'645'123'456).to_json(), "\"2024-01-02T03:04:05.123456Z\"");
+  EXPECT_EQ(Value::timestamp_micros(kTimestampInfinity).to_json(), "\"infinity\"");
+  EXPECT_EQ(Value::timestamp_micros(kTimestampMinusInfinity).to_json(), "\"-infinity\"");
+  EXPECT_TRUE(is_infinite_timestamp(kTimestampInfinity));
+  EXPECT_TRUE(is_infinite_timestamp(kTimestampMinusInfinity));
+  EXPECT_FALSE(is_infinite_timestamp(kTimestampInfinity - 1));
+  EXPECT_FALSE(is_infinite_timestamp(0));
 }
 
 // JSON ----------------------------------------------------------------------------------------------------
@@ -449,8 +460,9 @@ TEST(JsonTest, Doubles) {
   EXPECT_EQ(a[5].as_double(), std::numeric_limits<double>::max());
   EXPECT_EQ(a[6], Value(0));  // integer -0 has no sign: int64 0
   EXPECT_EQ(a[7], Value(100.0));
-  EXPECT_EQ(a[9], Value(0.0));  // underflow rounds to zero, as any double parser
-  EXPECT_EQ(v.to_json(), "[0.1,1e+300,-0.0,1.0,5e-324,1.7976931348623157e+308,0,100.0,2.5e-07,0.0]");
+  EXPECT_EQ(a[9], Value(dec("1E-400")));  // below the double range: exact, not 0.0
+  EXPECT_EQ(v.to_json(),
+            "[0.1,1e+300,-0.0,1.0,5e-324,1.7976931348623157e+308,0,100.0,2.5e-07,0." + std::string(399, '0') + "1]");
   Value again = parse(v.to_json());
   EXPECT_EQ(again, v);
   EXPECT_TRUE(std::signbit(again.at(2).as_double()));
@@ -468,10 +480,80 @@ TEST(JsonTest, Doubles) {
   }
 }
 
+TEST(JsonTest, NumbersBelowDoubleRangeBecomeDecimalsNotZero) {
+  // Underflow used to give ±0.0 silently: -1e-999 became -0.0.
+  Value v = parse("[-1e-999,1e-400,2.5E-330,0e-999,-0.0e-999,0.000e5]");
+  const auto& a = v.as_array();
+  ASSERT_TRUE(a[0].is_decimal()) << v;
+  EXPECT_EQ(a[0], Value(dec("-1E-999")));
+  EXPECT_EQ(a[0].as_decimal().scale(), 999);
+  EXPECT_EQ(a[1], Value(dec("1E-400")));
+  EXPECT_EQ(a[2], Value(dec("2.5E-330")));
+  EXPECT_EQ(a[2].as_decimal().to_string(), "0." + std::string(329, '0') + "25");
+  // A zero literal stays the double zero it is, sign included.
+  EXPECT_EQ(a[3], Value(0.0));
+  EXPECT_TRUE(a[4].is_double());
+  EXPECT_TRUE(std::signbit(a[4].as_double()));
+  EXPECT_EQ(a[5], Value(0.0));
+  EXPECT_EQ(parse(v.to_json()), v);
+  // Subnormals are doubles when the double is the literal (5e-324), else exact decimals (4.9e-324).
+  EXPECT_EQ(parse("5e-324").as_double(), 5e-324);
+  EXPECT_EQ(parse("4.9e-324"), Value(dec("4.9e-324")));
+  // Beyond what a decimal holds: an error, never a rounded value.
+  EXPECT_NE(parse_error("1e-20000").find("1e-20000"), std::string::npos);
+  EXPECT_NE(parse_error("[1.000000000000000000000000000000000000001e-400]").find("significant"), std::string::npos);
+}
+
+TEST(JsonTest, NumbersWithMoreDigitsThanADoubleHoldBecomeDecimals) {
+  // A double would round these (jsonb numerics, prices with many digits): exact decimals instead.
+  Value v = parse(
+      "[12345678901234567890.123,0.1000000000000000001,3.14159265358979323846264338327950288,"
+      "12345678901234567.0]");
+  const auto& a = v.as_array();
+  for (const Value& e : a)
+    EXPECT_TRUE(e.is_decimal()) << e;
+  EXPECT_EQ(a[0].as_decimal().to_string(), "12345678901234567890.123");
+  EXPECT_EQ(a[1].as_decimal().to_string(), "0.1000000000000000001");
+  EXPECT_EQ(a[3].as_decimal().to_string(), "12345678901234567.0");
+  EXPECT_EQ(
+      v.to_json(),
+      "[12345678901234567890.123,0.1000000000000000001,3.14159265358979323846264338327950288,12345678901234567.0]");
+  // What a double holds stays a double: short literals, and every double's own shortest text.
+  Value d = parse("[0.1,0.30000000000000004,1.7976931348623157e308,2.2250738585072014e-308,1e-310,1.0000000]");
+  for (const Value& e : d.as_array())
+    EXPECT_TRUE(e.is_double()) << e;
+  // More than 38 digits: neither holds them; an error, never a rounded value.
+  EXPECT_NE(parse_error("0.1000000000000000000000000000000000000000001").find("more than 38 significant digits"),
+            std::string::npos);
+}
+
+TEST(JsonTest, NonFiniteDoublesAreStringsNotNull) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(Value(nan).to_json(), "\"NaN\"");
+  EXPECT_EQ(Value(-nan).to_json(), "\"NaN\"");
+  EXPECT_EQ(Value(inf).to_json(), "\"Infinity\"");
+  EXPECT_EQ(Value(-inf).to_json(), "\"-Infinity\"");
+  EXPECT_EQ(Value::object({{"a", Value::array({Value(nan), Value(1.5)})}}).to_json(), R"({"a":["NaN",1.5]})");
+  // The options: null (lossy) or an error that leaves `out` unchanged.
+  std::string out = "x";
+  ASSERT_TRUE(write_json(Value::array({Value(inf)}), out, {NonFiniteFloats::kNull}).ok());
+  EXPECT_EQ(out, "x[null]");
+  out = "x";
+  ASSERT_TRUE(write_json(Value::array({Value(inf)}), out, {}).ok());
+  EXPECT_EQ(out, "x[\"Infinity\"]");
+  out = "x";
+  Status st = write_json(Value::object({{"a", Value(1)}, {"b", Value(-inf)}}), out, {NonFiniteFloats::kFail});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kSerialization);
+  EXPECT_NE(st.error().message().find("-inf"), std::string::npos) << st.error().message();
+  EXPECT_EQ(out, "x");
+  out.clear();
+  ASSERT_TRUE(write_json(Value::array({Value(0.5)}), out, {NonFiniteFloats::kFail}).ok());
+  EXPECT_EQ(out, "[0.5]");
+}
+
 TEST(JsonTest, NonJsonKinds) {
-  EXPECT_EQ(Value(std::numeric_limits<double>::quiet_NaN()).to_json(), "null");
-  EXPECT_EQ(Value(std::numeric_limits<double>::infinity()).to_json(), "null");
-  EXPECT_EQ(Value(-std::numeric_limits<double>::infinity()).to_json(), "null");
   EXPECT_EQ(Value(dec("123.4500")).to_json(), "123.4500");
   EXPECT_EQ(Value::bytes(std::string_view("")).to_json(), "\"\"");
   EXPECT_EQ(Value::bytes(std::string_view("f")).to_json(), "\"Zg==\"");

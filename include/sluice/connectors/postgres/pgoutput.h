@@ -10,12 +10,14 @@
 //
 // Value mapping (decode_text_value), by the column's type OID:
 //   bool -> bool; int2/int4/int8/oid -> int64; float4/float8 -> double (NaN, ±Infinity kept);
-//   numeric -> decimal (exact, up to 38 significant digits; NaN, ±Infinity and wider numbers are errors);
+//   numeric -> decimal (exact, up to 38 significant digits; wider numbers are errors); numeric NaN and
+//   ±Infinity -> the double NaN / ±infinity (exact; JSON writes them "NaN", "Infinity", "-Infinity");
 //   text/varchar/bpchar/name/char -> string; uuid -> string (lower case, with dashes, as Postgres prints it);
 //   bytea -> bytes (hex output form); json/jsonb -> the parsed document (Value::from_json);
 //   date -> timestamp at 00:00 UTC of that day; timestamp -> timestamp (its wall time read as UTC);
 //   timestamptz -> timestamp (the instant, UTC); 'infinity'/'-infinity' -> INT64_MAX/INT64_MIN µs (Postgres'
-//   own internal representation);
+//   own internal representation; value_json.h), written "infinity"/"-infinity" in JSON; a date or timestamp
+//   outside the finite range in between (after 294247-01-10T04:00:54.775806Z) is an error, never wrapped;
 //   one-dimensional and multi-dimensional arrays of all of the above -> arrays (nested for more dimensions,
 //   SQL NULL elements -> null); any other type (time, interval, enums, domains, geometric, ...) -> its text.
 // The replication session must print dates in ISO style with UTC as the time zone and bytea in hex
@@ -67,7 +69,7 @@ inline constexpr uint32_t kBool = 16, kBytea = 17, kChar = 18, kName = 19, kInt8
 uint32_t array_element_type(uint32_t type_oid) noexcept;
 
 /// Converts one column value in Postgres' text output form to a Value (mapping in the file comment).
-/// Errors (kSerialization) say what was wrong with which text: "numeric NaN has no decimal representation".
+/// Errors (kSerialization) say what was wrong with which text: "date \"5874897-12-31\" is outside the range".
 [[nodiscard]] Result<Value> decode_text_value(uint32_t type_oid, std::string_view text);
 
 /// The marker of an unchanged TOAST value: {"$unchanged_toast": true}.
@@ -187,8 +189,10 @@ class PgOutputDecoder {
 
   /// Decodes one message. Errors:
   ///  * kConnector: the bytes are not a valid message (truncated, unknown type, a row of a relation never
-  ///    described); the message names the message type and the byte offset where decoding stopped;
-  ///  * kSerialization: the message is valid but a column value cannot be converted (numeric NaN, bad JSON);
+  ///    described, a commit timestamp out of range); the message names the message type and the byte offset
+  ///    where decoding stopped;
+  ///  * kSerialization: the message is valid but a column value cannot be converted (a numeric of more than
+  ///    38 digits, a date or timestamp beyond the year 294247, bad JSON);
   ///    the message names the table and column. Relation/type state stays consistent either way.
   [[nodiscard]] Result<PgOutputMessage> decode(std::string_view bytes);
 

@@ -15,9 +15,9 @@
 // update). A delete (is_delete(record) is true; default: never) needs only the key columns. Every key column
 // must be present and non-null. Values become text parameters (never interpolated into SQL) and Postgres converts
 // them to the column's type: strings as they are, int64/double/decimal as their text (NaN and ±Infinity as
-// Postgres spells them), bool 't'/'f', timestamps ISO-8601 UTC ("2024-01-02T03:04:05.123456Z"), bytes as '\x..'
-// hex (bytea), arrays as Postgres array literals ('{1,2}') for array columns and as JSON otherwise, objects as JSON
-// (json/jsonb columns), null as SQL NULL.
+// Postgres spells them), bool 't'/'f', timestamps ISO-8601 UTC ("2024-01-02T03:04:05.123456Z"; append_pg_timestamp),
+// bytes as '\x..' hex (bytea), arrays as Postgres array literals ('{1,2}') for array columns and as JSON otherwise,
+// objects as JSON (json/jsonb columns), null as SQL NULL.
 //
 // Batches. Records are buffered and written when batch_size records are buffered, when the first buffered record
 // is flush_interval old at the next write, and at every checkpoint (SinkWriter::flush). A batch is collapsed by key:
@@ -125,6 +125,11 @@ namespace postgres {
 /// Postgres array literals) or not (see the file comment). Returns a kConnector error for a string or an array
 /// element with a NUL byte (Postgres text cannot hold it). Must not be called for null (an SQL NULL parameter).
 [[nodiscard]] Status append_text_parameter(const Value& v, bool array_column, std::string& out);
+
+/// Appends a timestamp (µs since 1970, UTC) as Postgres reads it: ISO-8601 ("2024-01-02T03:04:05.123456Z"),
+/// years after 9999 unsigned ("294247-01-10T..."), years before 1 as BC ("4714-11-24T00:00:00.000000Z BC"),
+/// and the infinities as "infinity" / "-infinity".
+void append_pg_timestamp(int64_t micros, std::string& out);
 
 /// True for the SQLSTATEs a batch is retried on: 40001, 40P01, class 08, 57P01, 57P02, 57P03.
 bool is_retryable_sqlstate(std::string_view sqlstate) noexcept;

@@ -7,6 +7,8 @@
 #include <limits>
 #include <memory>
 
+#include "sluice/core/value_json.h"
+
 namespace sluice::mongodb {
 
 namespace {
@@ -388,6 +390,10 @@ class Writer {
       }
       case Value::Kind::kTimestamp: {
         const int64_t us = v.as_timestamp_micros();
+        // A BSON date has no infinity; the nearest date would be a plausible, wrong value.
+        if (is_infinite_timestamp(us)) {
+          return serialization_error(key, fmt::format("timestamp {}infinity has no BSON date", us > 0 ? "" : "-"));
+        }
         const int64_t ms = us >= 0 ? us / 1000 : -((-(us + 1)) / 1000) - 1;  // floor
         ok = bson_append_date_time(&out, k, kl, ms);
         break;

@@ -5,10 +5,13 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
+
+#include "sluice/core/value_json.h"
 
 namespace sluice::postgres {
 
@@ -49,16 +52,20 @@ Result<Value> decode_float(std::string_view text) {
   if (s.empty() || end != s.c_str() + s.size()) {
     return value_error(fmt::format("floating-point value \"{}\" cannot be parsed", text));
   }
+  // Postgres never prints a float beyond the double range (float4 and float8 both fit); should such text
+  // come anyway, an overflow to infinity or an underflow to zero would alter it.
+  if (errno == ERANGE && (std::isinf(d) || d == 0)) {
+    return value_error(fmt::format("floating-point value \"{}\" is outside the range of a double", text));
+  }
   return Value(d);
 }
 
 Result<Value> decode_numeric(std::string_view text) {
-  if (text == "NaN" || text == "Infinity" || text == "-Infinity") {
-    return value_error(
-        fmt::format("numeric {} has no decimal representation (Sluice decimals are finite numbers); cast the column to "
-                    "float8 or text in a view, or keep such values out of the table",
-                    text));
-  }
+  // Sluice decimals are finite; a double holds these three exactly (the value, not a rounding of it), and
+  // writes them as Postgres prints them ("NaN", "Infinity", "-Infinity").
+  if (text == "NaN") return Value(std::numeric_limits<double>::quiet_NaN());
+  if (text == "Infinity") return Value(std::numeric_limits<double>::infinity());
+  if (text == "-Infinity") return Value(-std::numeric_limits<double>::infinity());
   auto d = Decimal::parse(text);
   if (!d) {
     return value_error(
@@ -115,6 +122,21 @@ bool expect_char(std::string_view text, size_t& pos, char c) {
 
 constexpr int64_t kMicrosPerDay = 86'400'000'000LL;
 
+// Sluice timestamps are int64 µs since 1970 with INT64_MAX / INT64_MIN reserved for ±infinity; Postgres counts
+// from 2000 (and dates in days), so its last 30 years of timestamps (294247-01-10T04:00:54.775807Z to 294276
+// AD) and dates after that do not fit. Such values are errors, never wrapped around.
+Result<Value> checked_timestamp(std::string_view type, std::string_view text, int64_t days, int64_t micros_of_day) {
+  int64_t us = 0;
+  if (__builtin_mul_overflow(days, kMicrosPerDay, &us) || __builtin_add_overflow(us, micros_of_day, &us) ||
+      is_infinite_timestamp(us)) {
+    return value_error(
+        fmt::format("{} \"{}\" is outside the range of a Sluice timestamp (microseconds since 1970 in 64 bits: "
+                    "-290308-12-21T19:59:05.224193Z to 294247-01-10T04:00:54.775806Z)",
+                    type, text));
+  }
+  return Value::timestamp_micros(us);
+}
+
 // Parses "YYYY-MM-DD" (4+ digit year) at text[pos]; returns days since the epoch (year not yet BC-adjusted).
 bool read_date(std::string_view text, size_t& pos, int64_t& year, int64_t& month, int64_t& day) {
   return read_digits(text, pos, 4, 9, year) && expect_char(text, pos, '-') && read_digits(text, pos, 2, 2, month) &&
@@ -132,8 +154,8 @@ bool strip_bc(std::string_view& text) {
 }
 
 Result<Value> decode_date(std::string_view text) {
-  if (text == "infinity") return Value::timestamp_micros(std::numeric_limits<int64_t>::max());
-  if (text == "-infinity") return Value::timestamp_micros(std::numeric_limits<int64_t>::min());
+  if (text == "infinity") return Value::timestamp_micros(kTimestampInfinity);
+  if (text == "-infinity") return Value::timestamp_micros(kTimestampMinusInfinity);
   std::string_view t = text;
   const bool bc = strip_bc(t);
   size_t pos = 0;
@@ -142,14 +164,13 @@ Result<Value> decode_date(std::string_view text) {
     return value_error(fmt::format("date \"{}\" is not in ISO form (YYYY-MM-DD): set DateStyle = ISO", text));
   }
   if (bc) y = 1 - y;
-  return Value::timestamp_micros(days_from_civil(y, static_cast<unsigned>(m), static_cast<unsigned>(d)) *
-                                 kMicrosPerDay);
+  return checked_timestamp("date", text, days_from_civil(y, static_cast<unsigned>(m), static_cast<unsigned>(d)), 0);
 }
 
 // timestamp and timestamptz: "YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]][ BC]".
 Result<Value> decode_timestamp(std::string_view text, bool with_zone) {
-  if (text == "infinity") return Value::timestamp_micros(std::numeric_limits<int64_t>::max());
-  if (text == "-infinity") return Value::timestamp_micros(std::numeric_limits<int64_t>::min());
+  if (text == "infinity") return Value::timestamp_micros(kTimestampInfinity);
+  if (text == "-infinity") return Value::timestamp_micros(kTimestampMinusInfinity);
   std::string_view t = text;
   const bool bc = strip_bc(t);
   size_t pos = 0;
@@ -193,8 +214,9 @@ Result<Value> decode_timestamp(std::string_view text, bool with_zone) {
   if (pos != t.size() || h > 24 || mi > 59 || s > 60) return bad();
   if (bc) y = 1 - y;
   const int64_t days = days_from_civil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d));
-  const int64_t secs = days * 86'400 + h * 3600 + mi * 60 + s - offset_s;
-  return Value::timestamp_micros(secs * 1'000'000 + frac);
+  // Small terms (|x| < 2 days in µs): only the day count can overflow.
+  return checked_timestamp(with_zone ? "timestamptz" : "timestamp", text, days,
+                           (h * 3600 + mi * 60 + s - offset_s) * 1'000'000 + frac);
 }
 
 // Array literals: {a,b,"c d",NULL,{nested}} with an optional "[l:u]=" dimension prefix.
@@ -578,14 +600,22 @@ Result<PgOutputMessage> PgOutputDecoder::decode(std::string_view bytes) {
   const char type = bytes[0];
   ByteReader r(bytes, type);
   PgOutputMessage m;
-  auto pg_ts = [](int64_t pg_us) { return pg_us + kPostgresEpochMicros; };
+  // Commit times are µs since 2000; a value whose move to 1970 overflows is not a real commit time.
+  auto pg_ts = [&r](int64_t pg_us) -> Result<int64_t> {
+    int64_t us = 0;
+    if (__builtin_add_overflow(pg_us, kPostgresEpochMicros, &us) || is_infinite_timestamp(us)) {
+      return r.malformed(fmt::format("commit timestamp {} µs since 2000 is out of range", pg_us));
+    }
+    return us;
+  };
   switch (type) {
     case 'B': {
       m.kind = PgOutputMessage::Kind::kBegin;
       PG_TRY(lsn, r.read_int<uint64_t>("the final LSN"));
       PG_TRY(ts, r.read_int<int64_t>("the commit timestamp"));
       PG_TRY(xid, r.read_int<uint32_t>("the transaction id"));
-      m.begin = PgBegin{lsn, pg_ts(ts), xid};
+      PG_TRY(commit_ts, pg_ts(ts));
+      m.begin = PgBegin{lsn, commit_ts, xid};
       break;
     }
     case 'C': {
@@ -594,7 +624,8 @@ Result<PgOutputMessage> PgOutputDecoder::decode(std::string_view bytes) {
       PG_TRY(commit_lsn, r.read_int<uint64_t>("the commit LSN"));
       PG_TRY(end_lsn, r.read_int<uint64_t>("the end LSN"));
       PG_TRY(ts, r.read_int<int64_t>("the commit timestamp"));
-      m.commit = PgCommit{flags, commit_lsn, end_lsn, pg_ts(ts)};
+      PG_TRY(commit_ts, pg_ts(ts));
+      m.commit = PgCommit{flags, commit_lsn, end_lsn, commit_ts};
       break;
     }
     case 'O': {

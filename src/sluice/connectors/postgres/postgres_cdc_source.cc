@@ -558,7 +558,10 @@ class Fetcher {
                 PQftype(rows.get(), k),
                 std::string_view(PQgetvalue(rows.get(), i, k), static_cast<size_t>(PQgetlength(rows.get(), i, k))));
             if (!v) {
-              if (!err) err = v.error();
+              if (!err) {
+                err = Error(v.error().code(), fmt::format("column {} (type oid {}): {}", PQfname(rows.get(), k),
+                                                          PQftype(rows.get(), k), v.error().message()));
+              }
               continue;
             }
             row.set(PQfname(rows.get(), k), std::move(*v));

@@ -20,6 +20,7 @@
 #include "sluice/api/functions.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/redact.h"
+#include "sluice/core/value_json.h"
 
 namespace sluice {
 
@@ -115,6 +116,27 @@ struct PgError {
 
 namespace postgres {
 
+void append_pg_timestamp(int64_t micros, std::string& out) {
+  // ISO-8601 as Value writes it, except where Postgres reads it differently: it refuses the signed years of
+  // ISO-8601's extended form ("+10000-...", "-0001-...": "time zone displacement out of range"), and counts
+  // years BC (year 0 of ISO-8601 is 1 BC). The infinities are "infinity"/"-infinity" in both.
+  std::string iso;
+  append_iso8601_micros(micros, iso);
+  if (is_infinite_timestamp(micros) || (iso[0] != '+' && iso[0] != '-' && !iso.starts_with("0000-"))) {
+    out += iso;
+    return;
+  }
+  if (iso[0] == '+') {
+    out.append(iso, 1);
+    return;
+  }
+  const bool negative = iso[0] == '-';
+  const size_t year_end = iso.find('-', 1);
+  int64_t year = 0;
+  std::from_chars(iso.data() + (negative ? 1 : 0), iso.data() + year_end, year);
+  fmt::format_to(std::back_inserter(out), "{:04}{} BC", (negative ? year : -year) + 1, iso.substr(year_end));
+}
+
 Status append_text_parameter(const Value& v, bool array_column, std::string& out) {
   switch (v.kind()) {
     case Value::Kind::kNull:
@@ -151,7 +173,7 @@ Status append_text_parameter(const Value& v, bool array_column, std::string& out
       append_hex(v.as_bytes(), out);
       return ok_status();
     case Value::Kind::kTimestamp:
-      append_iso8601_micros(v.as_timestamp_micros(), out);
+      append_pg_timestamp(v.as_timestamp_micros(), out);
       return ok_status();
     case Value::Kind::kArray:
       if (array_column) return append_array_literal(v, out);
