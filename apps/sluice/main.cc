@@ -25,6 +25,7 @@
 #include "pipeline_command.h"
 #include "rest_client.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/core/fault_points.h"
 #include "sluice/core/logging.h"
 #include "sluice/web/rest_server.h"
 #include "word_count.h"
@@ -407,6 +408,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   sluice::init_logging();
   spdlog::set_level(spdlog::level::from_str(log_level));
+  // Crash tests arm named fault points in a child `sluice run` (sluice/core/fault_points.h).
+  if (sluice::Status armed = sluice::fault::arm_from_environment(); !armed.ok()) return fail(armed.error());
 
   if (version->parsed()) {
     fmt::print("sluice {}\n", SLUICE_VERSION);

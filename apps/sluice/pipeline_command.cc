@@ -146,6 +146,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   while (true) {
     const JobStatus s = runner.status();
     if (s != JobStatus::kRunning && s != JobStatus::kCreated) break;
+    runner.remove_superseded_checkpoints();
     if (g_signal.load() != 0 && !signalled) {
       signalled = true;
       spdlog::info("pipeline '{}': signal {} received, cancelling the job", spec->pipeline.name, g_signal.load());
@@ -154,6 +155,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   JobResult result = runner.wait();
+  runner.remove_superseded_checkpoints();  // a short run may have completed its first checkpoint only at its end
   if (!f.quiet) fmt::print("{}\n", runner.summary(result));
   // SIGTERM is how services are stopped: a clean cancel exits 0. SIGINT (Ctrl-C) exits 130, as shells expect,
   // so a script running `sluice run` stops too instead of going on as if the pipeline had finished.

@@ -110,7 +110,7 @@ class TwoPhaseCommitSinkOperator final : public OneInputOperator<T>, SinkWriterC
         const int64_t id = mine[i].first;
         for (; i < mine.size() && mine[i].first == id; ++i)
           batch.push_back(std::move(mine[i].second));
-        committer_->commit(batch);
+        commit_checkpoint(id, batch);
       }
       std::vector<CommT> all;
       all.reserve(restored.size());
@@ -183,11 +183,24 @@ class TwoPhaseCommitSinkOperator final : public OneInputOperator<T>, SinkWriterC
     std::vector<CommT> committables;
   };
 
+  // Commits what checkpoint `checkpoint_id` pre-committed; a committer's error gets the checkpoint's id in front,
+  // so a failed commit names both the committable (the committer's message) and its checkpoint.
+  void commit_checkpoint(int64_t checkpoint_id, std::vector<CommT>& committables) {
+    try {
+      committer_->commit(committables);
+    } catch (const SluiceException& e) {
+      throw SluiceException(e.error().with_context(checkpoint_id == kNoCheckpoint
+                                                       ? std::string("committing at the end of the input")
+                                                       : "committing what checkpoint " + std::to_string(checkpoint_id) +
+                                                             " pre-committed"));
+    }
+  }
+
   // Commits the pending entries of checkpoints <= checkpoint_id in id order; an entry is dropped only after
   // its commit returned, so a failed commit is retried from the state after the restore.
   void commit_up_to(int64_t checkpoint_id) {
     while (!pending_.empty() && pending_.front().checkpoint_id <= checkpoint_id) {
-      committer_->commit(pending_.front().committables);
+      commit_checkpoint(pending_.front().checkpoint_id, pending_.front().committables);
       pending_.erase(pending_.begin());
     }
   }

@@ -30,23 +30,25 @@
 // missing. Writes are buffered (64 KiB).
 //  * With checkpointing (RuntimeContext::is_checkpointing_enabled()) it is exactly-once by rename on commit,
 //    like Flink's FileSink: subtask i writes a hidden in-progress file `.part-<i>-<n>.inprogress.<id>` (<id>
-//    random per writer); every checkpoint rolls it (prepare_commit: write, fsync, close; the committable
-//    names it and its final name) and the checkpoint's completion commits it: fsync, rename to
-//    `part-<i>-<n>.<ext>`, fsync the directory. Only files whose names do not start with '.' are committed
-//    output; readers list those (FileSource skips hidden files of a directory). No empty part files are
-//    made. Sequence numbers <n> never repeat: the next one is kept in the operator state and is at least one
-//    past the highest `part-<i>-*` / `.part-<i>-*` in the directory. On restore the committables of the
-//    restored checkpoint are committed again (a no-op for those already renamed) and abort_lingering
-//    deletes in-progress files of this subtask (and, after a lower parallelism p, of old subtasks j >= p with
-//    j % p == i) that the restored checkpoint does not name. One job per directory.
+//    random per writer); every checkpoint rolls it (prepare_commit: write, fsync, close, fsync the directory,
+//    before the subtask acknowledges; the committable names it and its final name) and the checkpoint's
+//    completion commits it: fsync, rename to `part-<i>-<n>.<ext>`, fsync the directory (fault points
+//    "files.before-rename" and "files.after-rename" around the rename, fault_points.h). Only files whose names do not
+//    start with '.' are committed output; readers list those (FileSource skips hidden files of a directory). No empty
+//    part files are made. Sequence numbers <n> never repeat: the next one is kept in the operator state and is at least
+//    one past the highest `part-<i>-*` / `.part-<i>-*` in the directory. On restore the committables of the restored
+//    checkpoint are committed again (a no-op for those already renamed) and abort_lingering deletes in-progress files
+//    of this subtask (and, after a lower parallelism p, of old subtasks j >= p with j % p == i) that the restored
+//    checkpoint does not name. One job per directory.
 //  * Without checkpointing, subtask i writes `<directory>/part-<i>.<ext>` directly; flush() writes the
 //    buffer and fsyncs the file (at the end of input); close() writes what is left. The first attempt of a
 //    subtask truncates its part file; a restarted attempt appends (at-least-once). Part files of subtasks
 //    that no longer exist (a lower parallelism than a previous run) are left alone.
 // Errors (cannot create or list the directory, open, write, sync, rename or delete) throw SluiceException
 // (ErrorCode::kConnector) naming the path and strerror, which fails the task. Committing a committable whose
-// in-progress and final files are both gone (committed, then moved away by a reader) logs a warning and
-// counts as committed.
+// in-progress and final files are both gone is an error too (kConnector, naming both files; the sink operator
+// adds the checkpoint's id): its records are lost, or a reader moved the committed file away before a later
+// checkpoint completed.
 //
 // Threading: sources and sinks are thread-safe factories, configured (on_bad_record, max_line_bytes) before
 // they are handed to a job; readers and writers run on their task thread. BadRecordStats may be read from
@@ -299,8 +301,8 @@ class FileCommitter final : public Committer<FileCommittable> {
  public:
   explicit FileCommitter(std::string directory) : directory_(std::move(directory)) {}
   /// For each committable: fsync the in-progress file, rename it to its final name; then fsync the
-  /// directories. A committable whose in-progress file is gone is already committed (a warning is logged
-  /// when its final file is gone too).
+  /// directories. A committable whose in-progress file is gone is already committed when its final file
+  /// exists; when that is gone too it throws SluiceException (kConnector) naming both: the output is lost.
   void commit(std::vector<FileCommittable>& committables) override;
   /// Deletes the in-progress files in the directory of old subtasks j with j % parallelism == subtask that
   /// `restored_committables` does not name.

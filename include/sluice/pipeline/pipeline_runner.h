@@ -7,6 +7,8 @@
 // resumes from its checkpoints: start() looks for the latest completed checkpoint under the checkpoint storage
 // (every run writes <storage>/<job-id>/chk-<n>) and restores it. A job that FINISHED (a bounded source read
 // to its end) leaves a `_finished` marker in its job directory: the next run is a new job that starts over.
+// Once a run's job has completed a checkpoint, remove_superseded_checkpoints() deletes earlier runs' job
+// directories, so the storage does not grow by one job directory per run.
 //
 // Thread-safety: start() and wait() from one thread; metrics_text(), health() and status() from any thread
 // (the HTTP endpoint calls them).
@@ -62,6 +64,15 @@ class PipelineRunner {
   /// Healthy when the job is RUNNING, the last completed checkpoint (or the start, before the first) is at
   /// most max-checkpoint-age old, and the source lag is within max-source-lag when set.
   HealthReport health() const;
+
+  /// Once this job has completed a checkpoint of its own, deletes the job directories of earlier runs under the
+  /// checkpoint storage (`<storage>/<job-id>/`, finished or not): the next run resumes from this job's
+  /// checkpoints, so theirs are superseded. Keeps this job's retained checkpoints
+  /// (execution.checkpointing.num-retained), savepoints, every entry whose name is not a job id, and the job
+  /// directory of a checkpoint given with execution.state-recovery.path. Returns how many directories it deleted
+  /// (a failure to delete one is logged, not fatal); returns 0 without looking before the first completed
+  /// checkpoint and after it ran once. `sluice run` calls it while it waits for the job. From one thread.
+  int remove_superseded_checkpoints();
 
   /// The completed checkpoint the job resumed from ("" on a fresh start).
   const std::string& restored_from() const;

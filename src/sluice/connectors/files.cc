@@ -18,6 +18,8 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "sluice/core/fault_points.h"
+
 namespace sluice {
 
 namespace {
@@ -434,14 +436,20 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent;
 }
 
-// The in-progress file of `c` is gone: it was committed before (its rename happened), or it is lost.
-void note_already_committed(const FileCommittable& c) {
-  std::error_code ec;
-  if (std::filesystem::exists(c.final_path, ec)) return;
-  spdlog::warn(
-      "file sink: committing '{}' found neither it nor its final file '{}': it was committed before and the "
-      "committed file was moved or deleted since (or it was lost); counting it as committed",
-      c.in_progress_path, c.final_path);
+// The in-progress file of `c` is gone: it was committed before (its rename happened, then a crash came before
+// the checkpoint's commit was done), or it is lost. A lost file is lost output: fail the job rather than count it
+// as committed.
+void check_already_committed(const FileCommittable& c) {
+  struct stat st {};
+  if (::stat(c.final_path.c_str(), &st) == 0) return;
+  if (errno != ENOENT) throw_io("file sink", "reading the status of", c.final_path, errno);
+  throw SluiceException(Error(
+      ErrorCode::kConnector,
+      fmt::format("file sink: the pre-committed part file '{}' is missing and its final file '{}' does not exist "
+                  "either: its records are lost (the file was deleted, or the file system lost it in a crash). If "
+                  "a consumer moves committed files away, restore from a checkpoint taken after this one or start "
+                  "the job without its state",
+                  c.in_progress_path, c.final_path)));
 }
 
 }  // namespace
@@ -491,6 +499,8 @@ RollingPartFile::RollingPartFile(RuntimeContext& ctx, std::string directory, std
       extension_(std::move(extension)),
       file_id_(random_file_id()),
       subtask_(ctx.subtask_index()) {
+  // The directory may have just been created: make its own entry durable before any checkpoint names a file in it.
+  sync_directory(parent_directory(directory_));
   next_sequence_ = next_part_sequence_in(directory_, subtask_);
   for (const auto& [subtask, next] : state_->get()) {
     if (subtask == subtask_) next_sequence_ = std::max(next_sequence_, next);
@@ -508,6 +518,9 @@ std::vector<FileCommittable> RollingPartFile::roll() {
   if (!file_.is_open()) return {};
   file_.flush_and_sync();
   file_.close();
+  // The file's data is durable; its name must be too before the checkpoint that names it is acknowledged, or a
+  // machine crash could lose the directory entry of a file the completed checkpoint commits.
+  sync_directory(directory_);
   state_->update({{subtask_, next_sequence_}});
   return {FileCommittable{file_.path(), final_path_}};
 }
@@ -524,7 +537,7 @@ void FileCommitter::commit(std::vector<FileCommittable>& committables) {
     const int fd = ::open(c.in_progress_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno != ENOENT) throw_io("file sink", "opening", c.in_progress_path, errno);
-      note_already_committed(c);
+      check_already_committed(c);
       continue;
     }
     if (::fsync(fd) != 0) {
@@ -533,13 +546,15 @@ void FileCommitter::commit(std::vector<FileCommittable>& committables) {
       throw_io("file sink", "syncing", c.in_progress_path, err);
     }
     ::close(fd);
+    SLUICE_FAULT_POINT("files.before-rename");
     if (::rename(c.in_progress_path.c_str(), c.final_path.c_str()) != 0) {
       if (errno != ENOENT) {
         throw_io("file sink", fmt::format("renaming to '{}'", c.final_path), c.in_progress_path, errno);
       }
-      note_already_committed(c);
+      check_already_committed(c);
       continue;
     }
+    SLUICE_FAULT_POINT("files.after-rename");
     std::string dir = parent_directory(c.final_path);
     if (std::find(directories.begin(), directories.end(), dir) == directories.end()) directories.push_back(dir);
   }

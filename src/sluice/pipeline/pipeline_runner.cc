@@ -12,6 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "pipeline_internal.h"
 #include "sluice/api/stream_environment.h"
@@ -52,6 +55,12 @@ std::string label(std::string_view v) {
     }
   }
   return out;
+}
+
+// A job directory's name: the 32 lowercase hex digits of a job id (local_cluster.cc). Savepoints
+// ("savepoint-..."), the lock file and whatever else a user keeps in the storage never match.
+bool is_job_id(std::string_view name) {
+  return name.size() == 32 && name.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 }  // namespace
@@ -101,7 +110,9 @@ struct PipelineRunner::State {
   int64_t start_wall_ms = 0;
   mutable std::mutex mu;
   std::optional<JobClient> client;
-  int lock_fd = -1;  // flock(2)ed while the runner lives: one run per checkpoint storage
+  int lock_fd = -1;                 // flock(2)ed while the runner lives: one run per checkpoint storage
+  bool superseded_removed = false;  // remove_superseded_checkpoints() ran (once per run)
+  std::string kept_job_dir;         // the job directory of an explicit execution.state-recovery.path, kept
 
   State() = default;
   State(const State&) = delete;
@@ -201,6 +212,13 @@ Status PipelineRunner::start() {
                                p.name, root.string(), lock_path));
     }
   }
+  if (s_->config.contains(options::kStateRecoveryPath.key)) {
+    // A checkpoint the user chose (-D execution.state-recovery.path) is theirs: its job directory is never
+    // removed as superseded.
+    fs::path chosen = fs::path(storage_path(s_->config.get(options::kStateRecoveryPath))).lexically_normal();
+    if (chosen.filename().empty()) chosen = chosen.parent_path();
+    s_->kept_job_dir = chosen.parent_path().filename().string();
+  }
   if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
     const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
     if (!latest.empty()) {
@@ -237,6 +255,54 @@ JobResult PipelineRunner::wait() {
     if (FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
   }
   return r;
+}
+
+int PipelineRunner::remove_superseded_checkpoints() {
+  if (s_->superseded_removed || s_->spec.pipeline.checkpoint_interval_ms <= 0) return 0;
+  std::optional<JobClient> c;
+  {
+    std::lock_guard lock(s_->mu);
+    c = s_->client;
+  }
+  if (!c) return 0;
+  bool own_checkpoint = false;
+  for (const CheckpointStats& st : c->checkpoint_stats())
+    own_checkpoint = own_checkpoint || (st.completed && st.type == "checkpoint");
+  if (!own_checkpoint) return 0;
+  s_->superseded_removed = true;
+  // This job's completed checkpoint is durable (its _metadata was synced before it counted as completed), so
+  // the next run resumes from it: earlier jobs' checkpoints will never be restored by `sluice run` again.
+  const fs::path root = storage_path(s_->config.get(options::kCheckpointDir));
+  const std::string own = c->job_id();
+  std::vector<fs::path> superseded;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code type_ec;
+    if (name == own || name == s_->kept_job_dir || !is_job_id(name) || !entry.is_directory(type_ec)) continue;
+    superseded.push_back(entry.path());
+  }
+  if (ec) {
+    spdlog::warn("pipeline '{}': cannot list the checkpoint storage {} to remove superseded checkpoints: {}",
+                 s_->spec.pipeline.name, root.string(), ec.message());
+    return 0;
+  }
+  int removed = 0;
+  for (const fs::path& dir : superseded) {
+    std::error_code rm_ec;
+    fs::remove_all(dir, rm_ec);
+    if (rm_ec) {
+      spdlog::warn("pipeline '{}': cannot remove the superseded checkpoints in {}: {}", s_->spec.pipeline.name,
+                   dir.string(), rm_ec.message());
+      continue;
+    }
+    ++removed;
+  }
+  if (removed > 0) {
+    spdlog::info("pipeline '{}': removed the checkpoints of {} earlier job(s) from {} (superseded by job {})",
+                 s_->spec.pipeline.name, removed, root.string(), own);
+  }
+  return removed;
 }
 
 void PipelineRunner::cancel() {

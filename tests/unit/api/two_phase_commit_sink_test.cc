@@ -449,7 +449,6 @@ TEST_F(TwoPhaseCommitSinkOperatorTest, WithCheckpointingTheFinalCheckpointCommit
 }
 
 TEST_F(TwoPhaseCommitSinkOperatorTest, AFaultAfterPreCommitLeavesTheCommittablesPending) {
-  if (!fault::compiled_in()) GTEST_SKIP() << "fault points are compiled out";
   TxnRun run(sink_, {});
   run.open();
   run.write("a");

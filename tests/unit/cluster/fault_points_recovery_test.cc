@@ -1,5 +1,5 @@
-// Recovery through the engine's named fault points (compiled in debug and sanitizer builds only; this test
-// is not built when SLUICE_FAULT_POINTS is off): an operator throwing after N records, a failing snapshot, a
+// Recovery through the engine's named fault points (compiled into every build, so this runs in the release
+// suite CI runs and under the sanitizers): an operator throwing after N records, a failing snapshot, a
 // failure after pre-commit and before commit, and a failing restore. Each job must still end with exactly
 // the output of a failure-free run.
 #include <gtest/gtest.h>

@@ -1,8 +1,11 @@
 // Named fault points: skip and fire counts, disarming, exact names, lazy names and concurrent hits.
-// Built only when fault points are compiled in (CMake option SLUICE_FAULT_POINTS).
+// Fault points are compiled into every build; the crash action is tested on a forked child (it SIGKILLs it).
 #include "sluice/core/fault_points.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -152,6 +155,83 @@ TEST_F(FaultPointsTest, ThrowInjectedFaultNamesThePoint) {
     EXPECT_EQ(e.error().code(), ErrorCode::kRuntime);
     EXPECT_EQ(e.error().message(), "injected fault at 'checkpoint.restore:Source: n'");
   }
+}
+
+// Forks a child that runs `body` and then exits 0; returns the child's wait status.
+template <class Fn>
+int run_in_child(Fn body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return status;
+}
+
+TEST_F(FaultPointsTest, CrashKillsTheProcessWithSigkillAtTheArmedHit) {
+  // The child counts its hits in a pipe: the crash must come at the third hit exactly, not earlier or later.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int status = run_in_child([&] {
+    ::close(fds[0]);
+    fault::arm("files.before-rename", 2, 1, fault::Action::kCrash);
+    for (char i = 0; i < 5; ++i) {
+      [[maybe_unused]] ssize_t n = ::write(fds[1], &i, 1);
+      SLUICE_FAULT_POINT("files.before-rename");
+    }
+  });
+  ::close(fds[1]);
+  std::string seen;
+  char c;
+  while (::read(fds[0], &c, 1) == 1)
+    seen.push_back(static_cast<char>('0' + c));
+  ::close(fds[0]);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  EXPECT_EQ(seen, "012");
+}
+
+TEST_F(FaultPointsTest, ArmFromSpecArmsEachEntry) {
+  ASSERT_TRUE(fault::arm_from_spec(" a=throw ; operator.process:Sink: out=throw@2;;").ok());
+  EXPECT_TRUE(hit("a"));
+  EXPECT_FALSE(hit("a"));
+  EXPECT_FALSE(hit("operator.process:Sink: out"));
+  EXPECT_FALSE(hit("operator.process:Sink: out"));
+  EXPECT_TRUE(hit("operator.process:Sink: out"));
+  EXPECT_EQ(fault::fired("operator.process:Sink: out"), 1);
+}
+
+TEST_F(FaultPointsTest, ArmFromSpecCrashAction) {
+  const int status = run_in_child([] {
+    if (!fault::arm_from_spec("files.after-rename=crash@1").ok()) ::_exit(3);
+    SLUICE_FAULT_POINT("files.after-rename");
+    SLUICE_FAULT_POINT("files.after-rename");
+    ::_exit(4);  // not reached
+  });
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+TEST_F(FaultPointsTest, ArmFromSpecRejectsBadEntriesNamingThem) {
+  for (const char* bad : {"a", "=crash", "a=explode", "a=crash@", "a=crash@x", "a=crash@-1", "ok=throw;b=boom"}) {
+    Status st = fault::arm_from_spec(bad);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.error().code(), ErrorCode::kConfiguration) << bad;
+    EXPECT_NE(st.error().message().find("bad entry"), std::string::npos) << st.error().message();
+  }
+  // Nothing of a bad spec is armed, not even its good entries.
+  EXPECT_FALSE(hit("ok"));
+}
+
+TEST_F(FaultPointsTest, ArmFromEnvironment) {
+  ::setenv("SLUICE_FAULT_POINTS", "env.point=throw", 1);
+  Status st = fault::arm_from_environment();
+  ::unsetenv("SLUICE_FAULT_POINTS");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(hit("env.point"));
+  EXPECT_TRUE(fault::arm_from_environment().ok());  // unset: nothing to arm
 }
 
 }  // namespace

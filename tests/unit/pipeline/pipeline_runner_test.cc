@@ -320,6 +320,101 @@ TEST_F(PipelineRunnerTest, AFinishedPipelineIsNotResumedByTheNextRun) {
   ASSERT_EQ(again->wait().status, JobStatus::kFinished);
 }
 
+TEST_F(PipelineRunnerTest, ALaterRunRemovesTheCheckpointsItSupersedesOnceItHasItsOwn) {
+  const fs::path storage = dir_ / "checkpoints";
+  auto yaml = [&](const std::string& interval) {
+    return fmt::format(R"(pipeline:
+  name: endless
+  checkpoint: {{ interval: {1}, storage: "{0}" }}
+source: {{ type: datagen, count: 0, rate: 2000, entities: 100 }}
+sink:
+  events: {{ type: files, path: "{2}/out" }}
+)",
+                       storage.string(), interval, dir_.string());
+  };
+  auto wait_for = [](auto cond) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!cond()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polls the runner's own job, no other process
+    }
+    return true;
+  };
+  auto job_dirs = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(storage))
+      names.insert(e.path().filename().string());
+    return names;
+  };
+  auto job_of = [](const std::string& checkpoint) { return fs::path(checkpoint).parent_path().filename().string(); };
+  // What must stay: a savepoint and a user's directory in the storage, neither named like a job.
+  fs::create_directories(storage / "savepoint-0123ab-456789abcdef");
+  std::ofstream(storage / "savepoint-0123ab-456789abcdef" / "_metadata") << "x";
+  fs::create_directories(storage / "backups");
+  // An earlier run's finished job (never resumed).
+  const std::string finished_job = "00000000000000000000000000000abc";
+  fs::create_directories(storage / finished_job / "chk-3");
+  std::ofstream(storage / finished_job / "_finished");
+
+  // Run 1 completes checkpoints; the finished job's directory is superseded by them.
+  std::string job1;
+  {
+    auto runner = runner_for(yaml("50ms"));
+    ASSERT_TRUE(runner->start().ok());
+    ASSERT_TRUE(wait_for([&] { return runner->remove_superseded_checkpoints() > 0; }));
+    EXPECT_EQ(runner->remove_superseded_checkpoints(), 0);  // once per run
+    job1 = job_of(find_latest_checkpoint(storage.string()));
+    runner->cancel();
+    EXPECT_EQ(runner->wait().status, JobStatus::kCanceled);
+  }
+  EXPECT_EQ(job_dirs(), (std::set<std::string>{".lock", "backups", "savepoint-0123ab-456789abcdef", job1}));
+
+  // Run 2 completes no checkpoint (a long interval): it supersedes nothing, so run 1's stays to resume from.
+  {
+    auto runner = runner_for(yaml("1h"));
+    ASSERT_TRUE(runner->start().ok());
+    EXPECT_EQ(job_of(runner->restored_from()), job1);
+    EXPECT_EQ(runner->remove_superseded_checkpoints(), 0);
+    runner->cancel();
+    runner->wait();
+    EXPECT_EQ(runner->remove_superseded_checkpoints(), 0);
+  }
+  EXPECT_TRUE(job_dirs().contains(job1));
+
+  // Run 3 resumes from run 1's checkpoint; after its own first checkpoint runs 1 and 2 are gone.
+  std::string job3;
+  {
+    auto runner = runner_for(yaml("50ms"));
+    ASSERT_TRUE(runner->start().ok());
+    EXPECT_EQ(job_of(runner->restored_from()), job1);
+    ASSERT_TRUE(wait_for([&] { return runner->remove_superseded_checkpoints() > 0; }));
+    job3 = job_of(find_latest_checkpoint(storage.string()));
+    runner->cancel();
+    runner->wait();
+  }
+  EXPECT_NE(job3, job1);
+  EXPECT_EQ(job_dirs(), (std::set<std::string>{".lock", "backups", "savepoint-0123ab-456789abcdef", job3}));
+
+  // A checkpoint chosen with execution.state-recovery.path is the user's: its job directory stays.
+  const std::string chosen = find_latest_checkpoint(storage.string());
+  const std::string other_job = "00000000000000000000000000000def";
+  fs::create_directories(storage / other_job / "chk-1");
+  {
+    Result<PipelineSpec> spec = parse_pipeline(yaml("50ms"), "test.yaml");
+    ASSERT_TRUE(spec.ok());
+    Configuration overrides;
+    overrides.set_string("execution.state-recovery.path", chosen);
+    Result<std::unique_ptr<PipelineRunner>> runner = PipelineRunner::create(*spec, overrides);
+    ASSERT_TRUE(runner.ok());
+    ASSERT_TRUE((*runner)->start().ok());
+    ASSERT_TRUE(wait_for([&] { return (*runner)->remove_superseded_checkpoints() > 0; }));
+    (*runner)->cancel();
+    (*runner)->wait();
+  }
+  EXPECT_TRUE(job_dirs().contains(job3));
+  EXPECT_FALSE(job_dirs().contains(other_job));
+}
+
 TEST_F(PipelineRunnerTest, MissingInputsAndConnectionSettingsNameTheFileLocation) {
   Result<PipelineSpec> missing =
       parse_pipeline("source: { type: files, path: /nonexistent }\nsink: { p: { type: print } }\n", "m.yaml");
