@@ -13,7 +13,9 @@
 //    (and the slot confirms only the transaction before it); splits of the older checkpoint format restore;
 //  * a primary-key update is a delete of the old key then a create of the new one (an upsert mirror keeps
 //    only the new row);
-//  * a paused walsender (SIGSTOP) fails the source within its liveness timeout; an idle source's lag stays 0.
+//  * a paused walsender (SIGSTOP) fails the source within its liveness timeout; an idle source's lag stays 0;
+//  * a savepoint in the middle of the initial snapshot: restoring it fails naming the remedy (kFail, the
+//    default), or reads the snapshot again (kRepeat).
 // Run: scripts/services/run-with postgres -- build/<dir>/tests/postgres_cdc_test
 // The failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by the test.
 #include <gtest/gtest.h>
@@ -951,13 +953,14 @@ TEST(PostgresCdcSplitFormat, OldCheckpointsRestoreAndNewFieldsRoundTrip) {
   DataOutput block;
   block.write_fixed(int64_t{6});
   block.write_varint(7);
+  block.write_varint(8);
   block.write_string("a field of a later version");
   later.write_string(block.view());
   later.write_u8(42);  // what follows the split
   DataInput in3(later.view());
   PostgresCdcSplit l;
   deserialize(l, in3);
-  EXPECT_EQ(l, (PostgresCdcSplit{"s3", false, 5, 6, 7}));
+  EXPECT_EQ(l, (PostgresCdcSplit{"s3", false, 5, 6, 7, 8}));
   EXPECT_EQ(in3.read_u8(), 42);
   // Corrupt: an unknown format byte.
   DataOutput bad;
@@ -1045,8 +1048,9 @@ TEST_F(PostgresCdcTest, SavepointInsideATransactionResumesAfterItsEmittedEvents)
   const int64_t first = ev.front().after.find("id")->as_int64();
   std::printf("the savepoint fell after %lld of the transaction's %d events\n", static_cast<long long>(first - 1),
               kRows);
-  // Inside the transaction: after the 1,000 events the sink held, before its end.
-  EXPECT_GT(first, 1000);
+  // Inside the transaction: after the 1,000 events (ids 0-999) the sink held before the savepoint was triggered,
+  // before the transaction's end.
+  EXPECT_GE(first, 1000);
   EXPECT_LE(first, kRows);
   // Exactly the remaining events, in order, then the next transaction's.
   ASSERT_EQ(static_cast<int64_t>(ev.size()), kRows + 2 - first);
@@ -1096,7 +1100,8 @@ TEST_F(PostgresCdcTest, PrimaryKeyUpdateIsADeleteThenACreateThroughTheUpsertSink
   pg_->exec("INSERT INTO " + f + " VALUES (7, 'x')");
   pg_->exec("UPDATE " + f + " SET id = 8 WHERE id = 7");  // FULL: the old row is the before-image
   ASSERT_TRUE(out->wait_for(12)) << out->size();
-  const std::vector<std::string> want_mirror = {"12|b", "15|f"};
+  // Both tables go to the mirror: only the new keys are left.
+  const std::vector<std::string> want_mirror = {"8|x", "12|b", "15|f"};
   EXPECT_TRUE(eventually([&] { return pg_->lines("SELECT id, v FROM " + mirror + " ORDER BY id") == want_mirror; }))
       << ::testing::PrintToString(pg_->lines("SELECT id, v FROM " + mirror + " ORDER BY id"));
   job.cancel();
@@ -1115,6 +1120,95 @@ TEST_F(PostgresCdcTest, PrimaryKeyUpdateIsADeleteThenACreateThroughTheUpsertSink
       R"(d {"id":7} {"id":7,"v":"x"} null)",   R"(c {"id":8} null {"id":8,"v":"x"})",
   };
   EXPECT_EQ(got, want);
+}
+
+TEST_F(PostgresCdcTest, RestoringASavepointTakenDuringTheSnapshotFailsByDefaultOrRepeatsIt) {
+  constexpr int kRows = 5000;
+  const std::string t = table("snap");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  pg_->exec("INSERT INTO " + t + " SELECT g FROM generate_series(1, " + std::to_string(kRows) + ") g");
+  // The sink holds the 100th snapshot row until the savepoint was triggered: its barrier follows part of the
+  // snapshot.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int seen = 0;
+  auto out1 = std::make_shared<Received>();
+  auto sink1 = std::make_shared<CallbackSink<ChangeEvent>>([&](const ChangeEvent& e) {
+    std::unique_lock lock(mu);
+    if (++seen == 100) {
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+    }
+    out1->add(e);
+  });
+  auto src1 = source({t}).queue_capacity(16).snapshot_fetch_rows(50).build();
+  StreamEnvironment env1(config("3600s"));
+  env1.from_source(src1, "pg").uid("pg").sink_to(sink1).uid("sink");
+  JobClient job1 = env1.execute_async("snap-1");
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kDeadline, [&] { return seen >= 100; }));
+  }
+  auto savepoint = job1.trigger_savepoint((dir_ / "sp").string());
+  {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  Result<std::string> sp = savepoint.get();
+  ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+  ASSERT_TRUE(out1->wait_for(kRows));
+  job1.cancel();
+  job1.wait();
+  ASSERT_TRUE(eventually([&] {
+    return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
+           "0";
+  }));
+
+  // The default: the restore fails, naming the rows emitted and the remedies.
+  {
+    auto src = source({t}).build();
+    Configuration c = config("3600s");
+    c.set(options::kStateRecoveryPath, *sp);
+    StreamEnvironment env(c);
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(std::make_shared<Received>())).uid("sink");
+    JobClient job = env.execute_async("snap-fail");
+    const bool ended = job.wait_for(kDeadline);
+    if (!ended) job.cancel();
+    JobResult r = job.wait();
+    ASSERT_TRUE(ended) << "restoring a savepoint taken during the snapshot did not fail";
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    const std::string err = error_of(r);
+    EXPECT_NE(err.find("during the initial snapshot of slot " + slot()), std::string::npos) << err;
+    EXPECT_NE(err.find("Remedy"), std::string::npos) << err;
+    EXPECT_NE(err.find("on_interrupted_snapshot(kRepeat)"), std::string::npos) << err;
+    EXPECT_EQ(src->metrics().events, 0);
+  }
+  ASSERT_TRUE(eventually([&] {
+    return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
+           "0";
+  }));
+  // kRepeat: the whole snapshot again (at-least-once), then the stream.
+  auto out2 = std::make_shared<Received>();
+  auto src2 = source({t}).on_interrupted_snapshot(PostgresInterruptedSnapshot::kRepeat).build();
+  Configuration c = config("3600s");
+  c.set(options::kStateRecoveryPath, *sp);
+  StreamEnvironment env2(c);
+  env2.from_source(src2, "pg").uid("pg").sink_to(receiving_sink(out2)).uid("sink");
+  JobClient job2 = env2.execute_async("snap-repeat");
+  ASSERT_TRUE(out2->wait_for(kRows));
+  ASSERT_TRUE(slot_active());
+  pg_->exec("INSERT INTO " + t + " VALUES (" + std::to_string(kRows + 1) + ")");
+  ASSERT_TRUE(out2->wait_for(kRows + 1));
+  job2.cancel();
+  job2.wait();
+  std::set<int64_t> ids;
+  for (const ChangeEvent& e : out2->all()) {
+    if (e.op == ChangeOp::kRead) ids.insert(e.after.find("id")->as_int64());
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kRows));
+  EXPECT_EQ(out2->all().back().op, ChangeOp::kCreate);
 }
 
 /// Resumes a stopped process when the test ends, on every path.

@@ -11,6 +11,7 @@ using K = OptionKind;
 constexpr std::array<std::string_view, 1> kFilesFormats{"json-changes"};
 constexpr std::array<std::string_view, 2> kPostgresStarts{"initial", "latest"};
 constexpr std::array<std::string_view, 2> kPostgresTruncate{"fail", "skip"};
+constexpr std::array<std::string_view, 2> kPostgresSnapshotResume{"fail", "repeat"};
 constexpr std::array<std::string_view, 3> kMongoStarts{"initial", "latest", "timestamp"};
 constexpr std::array<std::string_view, 2> kMongoFullDocument{"update-lookup", "default"};
 constexpr std::array<std::string_view, 2> kMongoOnDrop{"fail", "end"};
@@ -46,6 +47,9 @@ constexpr std::array kSourcePostgres{
               {},
               "0 (none)",
               "emit a heartbeat message this often (keeps the slot moving when idle)"},
+    OptionDef{"snapshot-resume", K::kString, false, kPostgresSnapshotResume,
+              "fail with exactly-once delivery, else repeat",
+              "restoring a checkpoint taken during the initial snapshot: fail, or read the snapshot again"},
     OptionDef{"liveness-timeout",
               K::kDuration,
               false,

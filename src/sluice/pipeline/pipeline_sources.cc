@@ -149,6 +149,12 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
       b.heartbeat_interval(std::chrono::milliseconds(o.get_int("heartbeat-interval", 0)));
     }
     if (o.find("liveness-timeout")) b.liveness_timeout(std::chrono::milliseconds(o.get_int("liveness-timeout", 0)));
+    // A crash during the initial snapshot: reading it again repeats rows, which exactly-once delivery must refuse
+    // (the default then) and at-least-once delivery allows.
+    const std::string resume = o.get_string(
+        "snapshot-resume", spec.pipeline.delivery == "exactly-once" ? std::string("fail") : std::string("repeat"));
+    b.on_interrupted_snapshot(resume == "repeat" ? PostgresInterruptedSnapshot::kRepeat
+                                                 : PostgresInterruptedSnapshot::kFail);
     if (o.find("snapshot-fetch-rows")) b.snapshot_fetch_rows(o.get_int("snapshot-fetch-rows", 10'000));
     // Smaller than the connector's default (16,384): a pipeline's memory budget is tens of MiB, and the queue
     // only needs to cover the replication connection's bursts.

@@ -95,6 +95,17 @@ enum class PostgresStartMode {
   kLatest,   ///< only the stream, from the slot's confirmed position
 };
 
+/// What restoring a checkpoint taken in the middle of the initial snapshot does (some of its rows were emitted
+/// before the checkpoint, and an exactly-once sink has committed them).
+enum class PostgresInterruptedSnapshot {
+  /// Fail the job naming the slot, the rows emitted and the remedies (the default: reading the snapshot again
+  /// would deliver those rows twice, which exactly-once must not do).
+  kFail,
+  /// Read the snapshot again from its start (a warning): the rows emitted before the checkpoint come again
+  /// (at-least-once; the final state per key is right).
+  kRepeat,
+};
+
 /// What a Truncate of a published table does.
 enum class PostgresTruncatePolicy {
   kFail,  ///< fail the job naming the tables and LSN (the default: downstream state would silently diverge)
@@ -121,6 +132,9 @@ struct PostgresCdcSplit {
   int64_t txn_lsn = 0;
   /// How many events of that transaction were emitted (a primary-key update counts as its two events).
   int64_t txn_events = 0;
+  /// While snapshot_done is false: the snapshot rows emitted before the checkpoint (0 = none: reading the
+  /// snapshot again repeats nothing).
+  int64_t snapshot_events = 0;
   /// The split id: the slot name.
   std::string split_id() const { return slot; }
   friend bool operator==(const PostgresCdcSplit&, const PostgresCdcSplit&) = default;
@@ -150,7 +164,7 @@ struct PostgresCdcMetrics {
   /// How far the reader is behind the server (ms): 0 while the server confirms, with a keepalive at least
   /// every ping interval, that it has sent everything it has and every event received was emitted (an idle
   /// source); otherwise the smaller of now − the commit time of the last emitted event and now − the last
-  /// such confirmation (less the ping interval + 1 s). -1 before the first of either.
+  /// such confirmation (less the ping interval + 2 s). -1 before the first of either.
   int64_t lag_ms = -1;
   postgres::Lsn position = 0;       ///< the split's current position
   postgres::Lsn confirmed_lsn = 0;  ///< the last flush LSN reported to the slot (a completed checkpoint's)
@@ -170,6 +184,7 @@ struct PostgresCdcSettings {
   bool create_publication = true;
   PostgresStartMode start_mode = PostgresStartMode::kInitial;
   PostgresTruncatePolicy truncate_policy = PostgresTruncatePolicy::kFail;
+  PostgresInterruptedSnapshot interrupted_snapshot = PostgresInterruptedSnapshot::kFail;
   int64_t heartbeat_interval_ms = 0;    ///< 0 = no heartbeats
   int64_t status_interval_ms = 10'000;  ///< at most this long between status updates
   /// Fail the stream when the server sent nothing for this long (ms); 0 = wal_sender_timeout + 10 s (70 s
@@ -260,6 +275,9 @@ class PostgresCdcSourceBuilder {
   PostgresCdcSourceBuilder& start_mode(PostgresStartMode mode);
   /// kFail (default) or kSkip.
   PostgresCdcSourceBuilder& truncate_policy(PostgresTruncatePolicy policy);
+  /// Restoring a checkpoint taken during the initial snapshot after some of its rows were emitted: kFail
+  /// (default) or kRepeat (see PostgresInterruptedSnapshot).
+  PostgresCdcSourceBuilder& on_interrupted_snapshot(PostgresInterruptedSnapshot policy);
   /// Emit a heartbeat message at this interval while streaming (0 = off, the default).
   PostgresCdcSourceBuilder& heartbeat_interval(std::chrono::milliseconds interval);
   /// The longest time between two status updates (default 10 s; also capped at wal_sender_timeout / 2).

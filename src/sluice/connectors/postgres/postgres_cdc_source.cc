@@ -464,6 +464,24 @@ class Fetcher {
       spdlog::info("{}: created replication slot {} at {}", kRole, s_.slot_name, format_lsn(*cp));
     }
 
+    if (!split_.snapshot_done && split_.snapshot_events > 0) {
+      // The checkpoint was taken in the middle of the snapshot: its rows emitted before it may be committed
+      // downstream. The snapshot cannot go on where it stopped (its exported snapshot ended with the
+      // connection that made the slot), and reading it again delivers those rows twice.
+      if (s_.interrupted_snapshot == PostgresInterruptedSnapshot::kFail) {
+        fail(fmt::format(
+            "{}: the checkpoint was taken during the initial snapshot of slot {}, after {} of its rows were "
+            "emitted (an exactly-once sink has committed them); the snapshot cannot resume where it stopped, and "
+            "reading it again would deliver those rows twice. Remedy: start the job without its state and drop "
+            "the slot (SELECT pg_drop_replication_slot('{}')) for a new snapshot, or accept the repeated rows with "
+            "on_interrupted_snapshot(kRepeat) (pipelines: snapshot-resume: repeat)",
+            kRole, s_.slot_name, split_.snapshot_events, s_.slot_name));
+      }
+      spdlog::warn(
+          "{}: slot {}: the checkpoint was taken during the initial snapshot after {} of its rows were emitted; "
+          "reading the snapshot again from its start (those rows are delivered again: at-least-once)",
+          kRole, s_.slot_name, split_.snapshot_events);
+    }
     if (!split_.snapshot_done) {
       // Exported: exactly consistent with the slot. Otherwise the stream from the slot's position overlaps.
       snapshot(exported, exported.empty() ? (start_lsn != 0 ? start_lsn : slot_confirmed) : start_lsn);
@@ -1000,7 +1018,10 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
             }
             ++txn_events_;
           }
-          if (it.event.op == cdc::ChangeOp::kRead) stats_->snapshot_events.fetch_add(1, std::memory_order_relaxed);
+          if (it.event.op == cdc::ChangeOp::kRead) {
+            stats_->snapshot_events.fetch_add(1, std::memory_order_relaxed);
+            ++snapshot_events_;
+          }
           output.collect(std::move(it.event), ts);
           ++events;
           break;
@@ -1043,6 +1064,9 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
       position_ = static_cast<Lsn>(sp.lsn);
       txn_lsn_ = static_cast<Lsn>(sp.txn_lsn);
       txn_events_ = sp.txn_events;
+      // An unfinished snapshot is read from its start (or refused, per on_interrupted_snapshot): its rows are
+      // counted from 0 again.
+      snapshot_events_ = 0;
       stats_->snapshot_done.store(snapshot_done_);
       stats_->position.store(position_);
       fetcher_ = std::make_unique<Fetcher>(s_, sp, ctx_, stats_, dead_letter_);
@@ -1062,6 +1086,7 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
     sp.lsn = static_cast<int64_t>(position_);
     sp.txn_lsn = static_cast<int64_t>(txn_lsn_);
     sp.txn_events = txn_events_;
+    sp.snapshot_events = snapshot_done_ ? 0 : snapshot_events_;
     return {sp};
   }
 
@@ -1107,6 +1132,7 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
   Lsn position_ = 0;
   Lsn txn_lsn_ = 0;                 // the commit LSN of the transaction being emitted (0 between transactions)
   int64_t txn_events_ = 0;          // its events emitted so far
+  int64_t snapshot_events_ = 0;     // snapshot rows emitted by this reader (while the snapshot is not done)
   std::map<int64_t, Lsn> pending_;  // checkpoint id -> position
   int64_t rate_events_ = 0;
   std::chrono::steady_clock::time_point rate_start_{};
@@ -1133,6 +1159,7 @@ void TypeSerializer<PostgresCdcSplit>::serialize(const PostgresCdcSplit& v, Data
   DataOutput block;
   block.write_fixed(v.txn_lsn);
   block.write_varint(static_cast<uint64_t>(v.txn_events));
+  block.write_varint(static_cast<uint64_t>(v.snapshot_events));
   out.write_string(block.view());
 }
 
@@ -1144,12 +1171,17 @@ void TypeSerializer<PostgresCdcSplit>::deserialize(PostgresCdcSplit& target, Dat
   target.lsn = in.read_fixed<int64_t>();
   target.txn_lsn = 0;
   target.txn_events = 0;
-  if ((flags & 2) == 0) return;  // version 0: no partial transaction
+  target.snapshot_events = 0;
+  if ((flags & 2) == 0) return;  // version 0: no partial transaction, no snapshot progress
   DataInput block(in.read_view(in.read_length()));
   target.txn_lsn = block.read_fixed<int64_t>();
   const uint64_t events = block.read_varint();
   if (events > static_cast<uint64_t>(INT64_MAX)) block.fail("Postgres CDC split: event count out of range");
   target.txn_events = static_cast<int64_t>(events);
+  if (block.at_end()) return;  // written before snapshot_events existed
+  const uint64_t snapshot_events = block.read_varint();
+  if (snapshot_events > static_cast<uint64_t>(INT64_MAX)) block.fail("Postgres CDC split: row count out of range");
+  target.snapshot_events = static_cast<int64_t>(snapshot_events);
   // Anything after is a field of a later version: skipped.
 }
 
@@ -1198,7 +1230,7 @@ PostgresCdcMetrics PostgresCdcSource::metrics() const {
   const int64_t last = st.last_commit_ts_ms.load();
   const int64_t caught = st.caught_up_ms.load();
   int64_t lag = -1;
-  if (caught >= 0) lag = std::max<int64_t>(0, now - caught - st.ping_interval_ms.load() - 1000);
+  if (caught >= 0) lag = std::max<int64_t>(0, now - caught - st.ping_interval_ms.load() - 2000);
   if (last >= 0) lag = lag < 0 ? std::max<int64_t>(0, now - last) : std::min(lag, std::max<int64_t>(0, now - last));
   m.lag_ms = lag;
   m.position = st.position.load();
@@ -1238,6 +1270,10 @@ PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::start_mode(PostgresStartMode
 }
 PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::truncate_policy(PostgresTruncatePolicy policy) {
   s_.truncate_policy = policy;
+  return *this;
+}
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::on_interrupted_snapshot(PostgresInterruptedSnapshot policy) {
+  s_.interrupted_snapshot = policy;
   return *this;
 }
 PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::heartbeat_interval(std::chrono::milliseconds interval) {
