@@ -9,7 +9,7 @@
 //   integers (char included), enums       a number (an enum as its underlying integer)
 //   float, double                         the shortest text that reads back to the same value (fmt's `{}`);
 //                                         integral values keep ".0" (1.0), as Value::to_json; NaN and
-//                                         ±infinity become null (JSON has no literal for them)
+//                                         ±infinity become "NaN", "Infinity", "-Infinity", as Value::to_json
 //   std::string (std::string_view,        a string; control characters, '"' and '\' escaped; invalid UTF-8
 //   const char* when writing)             replaced by U+FFFD, exactly as Value::to_json
 //   Value                                 Value::to_json (decimals exact, timestamps ISO-8601, bytes base64)
@@ -25,7 +25,8 @@
 //  * integers accept an int64, a decimal with an integral value (JSON integers beyond int64 parse as
 //    decimals) or a double with an integral value (1.0, 1e3; 1.5 is an error), and fail when the value
 //    does not fit the target type;
-//  * floating point accepts double, int64 and decimal; null reads as NaN (the inverse of writing);
+//  * floating point accepts double, int64, decimal and the strings "NaN", "Infinity", "-Infinity" (the inverse
+//    of writing); null reads as NaN (what earlier releases wrote for all three);
 //  * strings accept only strings, bools only bools; null is accepted only by std::optional (-> empty),
 //    Value and floating point;
 //  * std::array, std::pair and std::tuple need an array of exactly their size;
@@ -71,7 +72,7 @@ namespace sluice {
 // append_json_string (quoted, escaped JSON strings) is declared in value.h.
 
 /// Appends the shortest decimal text that reads back to `d` ("0.1", "1e+300"), with ".0" added to integral
-/// values ("3.0"); NaN and ±infinity as null.
+/// values ("3.0"); NaN and ±infinity as the strings "NaN", "Infinity", "-Infinity" (JSON has no literal).
 void append_json_number(double d, std::string& out);
 /// As above for a float: the shortest text that reads back to the same float ("0.1", not "0.10000000149").
 void append_json_number(float f, std::string& out);
@@ -362,6 +363,17 @@ bool read_json_value(const Value& v, T& out, JsonReadError& err) {
         return true;
       case Value::Kind::kNull:
         out = std::numeric_limits<T>::quiet_NaN();
+        return true;
+      case Value::Kind::kString:
+        if (v.as_string() == "NaN") {
+          out = std::numeric_limits<T>::quiet_NaN();
+        } else if (v.as_string() == "Infinity") {
+          out = std::numeric_limits<T>::infinity();
+        } else if (v.as_string() == "-Infinity") {
+          out = -std::numeric_limits<T>::infinity();
+        } else {
+          return fail_kind(err, "number", v);
+        }
         return true;
       default:
         return fail_kind(err, "number", v);

@@ -15,13 +15,11 @@ namespace {
 template <class F>
 void append_float(F d, std::string& out, bool for_display) {
   if (!std::isfinite(d)) {
-    if (!for_display) {
-      out += "null";
-    } else if (std::isnan(d)) {
-      out += "NaN";
-    } else {
-      out += d > 0 ? "Infinity" : "-Infinity";
-    }
+    // JSON has no literal for these; null would read back as NaN for +-infinity too. Strings, as Value::to_json.
+    const char* text = std::isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity";
+    if (!for_display) out.push_back('"');
+    out += text;
+    if (!for_display) out.push_back('"');
     return;
   }
   const size_t start = out.size();

@@ -315,6 +315,18 @@ TEST(BsonValueTest, ValuesBsonCannotHoldAreErrors) {
   Result<std::string> b = value_to_bson(odd);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(json(*b), R"({ "x" : { "$oid" : { "$numberLong" : "5" } } })");
+  // The timestamp infinities (Postgres' 'infinity') have no BSON date; the nearest date would be wrong.
+  for (int64_t us : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+    Result<std::string> t = value_to_bson(Value::object({{"at", Value::timestamp_micros(us)}}));
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code(), ErrorCode::kSerialization);
+    EXPECT_NE(t.error().message().find("infinity has no BSON date"), std::string::npos) << t.error().message();
+  }
+  // The finite ends are dates (floored to milliseconds).
+  Result<std::string> last =
+      value_to_bson(Value::object({{"at", Value::timestamp_micros(std::numeric_limits<int64_t>::max() - 1)}}));
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(json(*last), R"({ "at" : { "$date" : { "$numberLong" : "9223372036854775" } } })");
 }
 
 }  // namespace

@@ -123,8 +123,10 @@ TEST(JsonMappingTest, Scalars) {
   EXPECT_EQ(to_json(3.0), "3.0");
   EXPECT_EQ(to_json(1e300), "1e+300");
   EXPECT_EQ(to_json(0.1F), "0.1");
-  EXPECT_EQ(to_json(std::nan("")), "null");
-  EXPECT_EQ(to_json(-std::numeric_limits<double>::infinity()), "null");
+  EXPECT_EQ(to_json(std::nan("")), "\"NaN\"");
+  EXPECT_EQ(to_json(-std::numeric_limits<double>::infinity()), "\"-Infinity\"");
+  EXPECT_EQ(to_json(std::numeric_limits<float>::infinity()), "\"Infinity\"");
+  EXPECT_EQ(to_json(std::vector<double>{1.5, std::nan("")}), Value::array({Value(1.5), Value(std::nan(""))}).to_json());
   EXPECT_EQ(to_json(std::string("tab\there")), R"("tab\there")");
   EXPECT_EQ(to_json(std::string("\x01")), R"("\u0001")");
   EXPECT_EQ(to_json("literal"), R"("literal")");
@@ -153,6 +155,19 @@ TEST(JsonMappingTest, DoublesRoundTripExactly) {
   double nan_back = 0;
   ASSERT_TRUE(from_json(to_json(std::nan("")), nan_back).ok());
   EXPECT_TRUE(std::isnan(nan_back));
+  // ±infinity came back as NaN when they were written as null.
+  for (double d : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    double back = 0;
+    ASSERT_TRUE(from_json(to_json(d), back).ok()) << to_json(d);
+    EXPECT_EQ(back, d);
+  }
+  float f = 0;
+  ASSERT_TRUE(from_json(to_json(-std::numeric_limits<float>::infinity()), f).ok());
+  EXPECT_EQ(f, -std::numeric_limits<float>::infinity());
+  // null still reads as NaN (what earlier releases wrote); other strings are errors.
+  ASSERT_TRUE(from_json("null", nan_back).ok());
+  EXPECT_TRUE(std::isnan(nan_back));
+  EXPECT_FALSE(from_json("\"inf\"", nan_back).ok());
 }
 
 TEST(JsonMappingTest, Int64AcceptedForDoubles) {
