@@ -31,22 +31,29 @@
 //     before the snapshot may then arrive again after it (at-least-once); they carry source.snapshot = true.
 //   * kLatest: no snapshot; the stream starts at the slot's confirmed position (a new slot: the current WAL
 //     end).
-// A checkpoint taken during the snapshot stores "snapshot not finished": a restore reads the snapshot again.
+// A checkpoint taken during the snapshot stores "snapshot not finished" and the rows emitted: a restore reads the
+// snapshot again when none were emitted, else fails (kFail, default) or reads it again (kRepeat, rows repeat):
+// on_interrupted_snapshot.
 //
 // Streaming. START_REPLICATION SLOT <slot> LOGICAL <lsn> (proto_version '1', publication_names '<pub>',
 // messages 'true'); pgoutput messages are decoded by PgOutputDecoder (pgoutput.h: message kinds, type
-// mapping, unchanged TOAST marker). Each Insert/Update/Delete becomes one event with source.position = the
+// mapping, unchanged TOAST marker). Each Insert/Update/Delete becomes one event (an Update that changes the key:
+// a delete of the old key, then a create of the new one) with source.position = the
 // transaction's commit LSN ("X/Y"), source.ts_ms = the commit time, source.txn_id = the xid and the record's
 // event timestamp = the commit time (ms). Truncate fails the job by default (TruncatePolicy).
 //
 // Positions and the slot. The split's position is the end LSN of the last transaction whose changes were all
-// emitted (or the LSN of the last heartbeat message). Checkpoints store it; on restore the stream restarts
-// there and transactions whose commit LSN is below it (end LSN <= the position) are skipped. The slot's flush
+// emitted (or the LSN of the last heartbeat message), plus the commit LSN and emitted-event count of a partly
+// emitted transaction (PostgresCdcSplit). Checkpoints store it; on restore the stream restarts at the end LSN,
+// transactions whose commit LSN is below it (end LSN <= the position) are skipped, and so are the counted
+// events of the partly emitted one: exactly-once with a transactional sink. The slot's flush
 // LSN (the Standby Status Update that moves confirmed_flush_lsn) is reported ONLY in
 // notify_checkpoint_complete, with the position of that completed checkpoint — never on receipt, never for
 // a checkpoint still in flight; until the first completion the flush LSN sent is 0 (no confirmation).
 // Keepalives that ask for a reply are answered at once, and a status update goes out at least every
-// min(status_interval, wal_sender_timeout / 2), also while backpressure stops reading.
+// min(status_interval, wal_sender_timeout / 2), also while backpressure stops reading. Liveness: no message for
+// liveness_timeout (default wal_sender_timeout + 10 s; an idle stream pings every min(1 s, timeout / 4)) fails
+// the source; queries on the normal connection are bounded by it and interruptible by close().
 //
 // Heartbeats. With heartbeat_interval() > 0, the reader runs `SELECT pg_logical_emit_message(false,
 // 'sluice-heartbeat', ...)` on its normal connection at that interval while streaming. The message passes
