@@ -1134,8 +1134,15 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       sp.split.token_time_ms = 0;
       return;
     }
-    fail(fmt::format("the change stream of collection '{}' failed (error {}, domain {}): {}", coll_name(sp), e.code,
-                     e.domain, e.message));
+    // A socket error or a failed server selection: most often a server that stopped answering (the liveness
+    // timeout), which the driver's own message does not say.
+    const bool unreachable = e.domain == MONGOC_ERROR_STREAM || e.domain == MONGOC_ERROR_SERVER_SELECTION;
+    fail(fmt::format("the change stream of collection '{}' failed (error {}, domain {}): {}{}", coll_name(sp), e.code,
+                     e.domain, e.message,
+                     unreachable ? fmt::format("; the server did not answer within the socket timeout ({} ms unless "
+                                               "the URI sets socketTimeoutMS) or cannot be reached",
+                                               s_.socket_timeout_ms)
+                                 : std::string()));
   }
 
   void bad_record(Split& sp, const std::string& position, const std::string& reason, const bson_t& doc) {
