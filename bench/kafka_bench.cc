@@ -20,13 +20,20 @@
 //     passes them through; a read_committed consumer in this process
 //     reports p50/p99/max of produce -> visible to the consumer (records of the first 2 s, while the job's
 //     clients connect, are left out).
+//  4. eo-memory (only with --only eo-memory): the memory an exactly-once KafkaSink holds per record of its open
+//     transaction (the recovery copy, docs/connectors.md "Memory"). One writer driven by hand writes --records
+//     records (8-byte key, --bytes value) into one open transaction; the process's resident set (VmRSS, after
+//     malloc_trim) is read before, after writing (librdkafka's queue still holds unacknowledged records) and after
+//     a flush (every record acknowledged: only the recovery copy is left), and divided by the records; the copy's
+//     encoded size per record comes from the pre-commit's committable.
 // With --only latency --source raw no job runs: the consumer reads the input topic itself (the broker's and
 // librdkafka's own latency, the reference for (3)).
 // Options: --records N (1000000), --bytes B (100), --partitions P (4), --parallelism P (1), --rate R (20000),
-// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency, --source kafka|datagen|raw,
+// --seconds S (10), --intervals 1000,200 (ms), --only raw|pipeline|latency|eo-memory, --source kafka|datagen|raw,
 // --guarantees at-least-once,exactly-once (pipeline runs), --source-property KEY=VALUE (repeatable; a librdkafka
 // property of the Kafka source), --verbose (checkpoint log lines), --bootstrap HOST:PORT.
 #include <librdkafka/rdkafka.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -39,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,7 +60,9 @@
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
 #include "sluice/connectors/kafka/kafka_source.h"
+#include "sluice/core/clock.h"
 #include "sluice/core/logging.h"
+#include "sluice/state/operator_state.h"
 
 namespace {
 
@@ -106,7 +116,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--intervals", o.intervals, "Checkpoint intervals in ms, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--only", o.only, "raw, pipeline or latency (default: all)");
+  app.add_option("--only", o.only, "raw, pipeline, latency or eo-memory (default: the first three)");
   app.add_option("--source", o.source, "Where the pipeline's records come from: kafka (the input topic) or datagen")
       ->check(CLI::IsMember({"kafka", "datagen", "raw"}))
       ->capture_default_str();
@@ -533,6 +543,99 @@ Latency bench_latency(const Options& o, DeliveryGuarantee g, int64_t interval_ms
   return l;
 }
 
+// ---- eo-memory
+
+/// The resident set of this process (VmRSS of /proc/self/status), in bytes.
+int64_t rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return -1;
+}
+
+int64_t settled_rss() {
+  ::malloc_trim(0);
+  return rss_bytes();
+}
+
+/// A RuntimeContext for a writer driven by hand (subtask 0 of 1, checkpointing on).
+class HandContext final : public sluice::RuntimeContext {
+ public:
+  const std::string& operator_name() const override { return name_; }
+  int subtask_index() const override { return 0; }
+  int parallelism() const override { return 1; }
+  int max_parallelism() const override { return 128; }
+  int attempt_number() const override { return 0; }
+  const sluice::Clock& clock() const override { return sluice::SystemClock::instance(); }
+  sluice::OperatorStateStore& operator_state() override { return store_; }
+  bool is_checkpointing_enabled() const override { return true; }
+
+ private:
+  std::string name_ = "eo-memory";
+  sluice::OperatorStateStore store_;
+};
+
+class NoWriteContext final : public sluice::SinkWriterContext {
+ public:
+  sluice::TimestampMs timestamp() const override { return sluice::kNoTimestamp; }
+  sluice::TimestampMs current_watermark() const override { return sluice::kNoTimestamp; }
+};
+
+void bench_eo_memory(const Options& o) {
+  const std::string topic = unique("bench-eo-memory");
+  create_topic(o, topic);
+  auto sink = sluice::KafkaSink<PassRecord>::builder()
+                  .bootstrap_servers(o.bootstrap)
+                  .topic(topic)
+                  .record_serializer([](const PassRecord& r, sluice::KafkaProducerRecord& out) {
+                    out.set_key(r.key);
+                    out.set_value(r.value);
+                  })
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix(unique("bench-eo-memory-tx"))
+                  .max_transaction_bytes(int64_t{1} << 40)
+                  .property("linger.ms", "5")
+                  .build();
+  HandContext ctx;
+  NoWriteContext wctx;
+  auto committer = sink->create_committer(ctx);
+  committer->abort_lingering(ctx, {});
+  auto writer = sink->create_precommitting_writer(ctx);
+  PassRecord r;
+  r.value.assign(static_cast<size_t>(o.bytes), 'v');
+  auto write = [&](int64_t from, int64_t to) {
+    char key[16];
+    for (int64_t i = from; i < to; ++i) {
+      std::snprintf(key, sizeof key, "k%07lld", static_cast<long long>(i % 10'000'000));
+      r.key = key;
+      writer->write(r, wctx);
+    }
+  };
+  // Warm-up: producers connected, one transaction committed, buffers of a first epoch allocated and freed.
+  write(0, 10'000);
+  writer->flush(false);
+  std::vector<sluice::KafkaCommittable> warm = writer->prepare_commit();
+  committer->commit(warm);
+  const int64_t before = settled_rss();
+  write(0, o.records);
+  const int64_t written = settled_rss();
+  writer->flush(false);
+  const int64_t acknowledged = settled_rss();
+  std::vector<sluice::KafkaCommittable> c = writer->prepare_commit();
+  const double n = static_cast<double>(o.records);
+  const double copy = c.empty() ? 0 : static_cast<double>(c[0].records.size()) / n;
+  committer->commit(c);
+  writer->close();
+  std::printf(
+      "eo-memory %lld records of %d-byte values and 8-byte keys in one open transaction: resident +%.1f bytes/record "
+      "after writing (librdkafka's queue included), +%.1f bytes/record once acknowledged (the recovery copy; %.1f "
+      "encoded bytes/record, %.1f over key + value)\n",
+      static_cast<long long>(o.records), o.bytes, static_cast<double>(written - before) / n,
+      static_cast<double>(acknowledged - before) / n, copy, copy - 8 - o.bytes);
+}
+
 const char* name(DeliveryGuarantee g) {
   return g == DeliveryGuarantee::kExactlyOnce ? "exactly-once" : "at-least-once";
 }
@@ -546,6 +649,10 @@ int main(int argc, char** argv) {
   std::printf("kafka-bench: broker %s, %lld records of %d bytes, %d partitions, parallelism %d, source %s\n",
               o.bootstrap.c_str(), static_cast<long long>(o.records), o.bytes, o.partitions, o.parallelism,
               o.source.c_str());
+  if (o.only == "eo-memory") {
+    bench_eo_memory(o);
+    return 0;
+  }
   Raw raw;
   if (o.only.empty() || o.only == "raw" || o.only == "pipeline") {
     raw = bench_raw(o);

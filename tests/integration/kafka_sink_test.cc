@@ -6,7 +6,9 @@
 //    the crash is not published again, and one left open after the pre-commit is aborted;
 //  * transactions a killed run left open are aborted at start (readers are not blocked, never see them);
 //  * the broker restarted mid-run (scripts/services/kafka restart): the job recovers, exactly-once still holds;
-//  * a pool whose producers all hold pre-committed transactions fails with an error naming the pool size.
+//  * a pool whose producers all hold pre-committed transactions fails with an error naming the pool size;
+//  * the open transaction's recovery copy is bounded (max_transaction_bytes): past it the task fails;
+//  * a record above message.max.bytes goes to the dead-letter file and the transaction holds the rest.
 // Run: scripts/services/run-with kafka -- build/<dir>/tests/kafka_sink_integration_test
 // Failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by each test.
 #include "sluice/connectors/kafka/kafka_sink.h"
@@ -20,6 +22,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -612,6 +615,123 @@ TEST_F(KafkaSinkIntegrationTest, ExhaustedProducerPoolFailsNamingThePoolSize) {
     EXPECT_THAT(e.error().message(), HasSubstr("producer_pool_size"));
   }
   run.writer->close();
+}
+
+TEST_F(KafkaSinkIntegrationTest, CheckpointsInFlightUpToThePoolSizeMinusOneDoNotFailTheTask) {
+  // max-concurrent checkpoints (or savepoints) pending at once each hold one pre-committed transaction: with the
+  // default pool of 5, four pending ones and the open one fit, and completing them commits each exactly once.
+  auto sink = make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_);
+  HandRun run(sink, {}, 0);
+  std::vector<KafkaCommittable> pending;
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    run.write(epoch * 100, epoch * 100 + 100);
+    std::vector<KafkaCommittable> c = run.writer->prepare_commit();  // a barrier: no completion yet
+    ASSERT_EQ(c.size(), 1u);
+    pending.push_back(c[0]);
+  }
+  run.write(400, 450);  // the open transaction on the fifth producer
+  for (KafkaCommittable& c : pending) {
+    std::vector<KafkaCommittable> one{c};
+    run.committer->commit(one);  // the completions arrive, in order
+  }
+  std::vector<KafkaCommittable> last = run.writer->prepare_commit();
+  run.committer->commit(last);
+  run.writer->close();
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end(30s);
+  std::multiset<int64_t> values;
+  for (const Read& r : reader.records)
+    values.insert(r.value);
+  EXPECT_EQ(values.size(), 450u);
+  EXPECT_EQ(std::set<int64_t>(values.begin(), values.end()).size(), 450u) << "a duplicate";
+}
+
+TEST_F(KafkaSinkIntegrationTest, OpenTransactionIsBoundedByMaxTransactionBytes) {
+  // A checkpoint barrier that never comes (a stalled checkpoint) used to grow the recovery copy until the process
+  // died; past max_transaction_bytes the task fails naming the bound, and a pre-commit frees the copy.
+  auto sink = KafkaSink<int64_t>::builder()
+                  .bootstrap_servers(bootstrap_)
+                  .topic(topic_)
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix(prefix_)
+                  .value_serializer([](const int64_t& v) { return std::to_string(v); })
+                  .max_transaction_bytes(64 * 1024)
+                  .property("log_level", "3")
+                  .build();
+  HandRun run(sink, {}, 0);
+  run.write(0, 1000);  // about 25 bytes each in the copy
+  std::vector<KafkaCommittable> first = run.writer->prepare_commit();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].record_count, 1000);
+  run.committer->commit(first);
+  int64_t written = 0;
+  try {
+    for (int64_t v = 1000; v < 1'000'000; ++v, ++written)
+      run.writer->write(v, run.wctx);
+    FAIL() << "a million records in one open transaction with a 64 KiB bound";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kConnector);
+    EXPECT_THAT(e.error().message(), HasSubstr("max_transaction_bytes (65536 bytes"));
+    EXPECT_THAT(e.error().message(), HasSubstr("max-transaction-bytes"));
+    EXPECT_THAT(e.error().message(), HasSubstr("checkpoints stalled"));
+  }
+  EXPECT_GT(written, 1000);
+  EXPECT_LT(written, 65536 / 8);
+  run.writer->close();
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end(30s);
+  EXPECT_EQ(reader.records.size(), 1000u) << "only the committed transaction is visible";
+}
+
+/// One "run" of subtask 0 of a sink of strings (value = the string, key = its first 8 bytes).
+struct StringRun {
+  explicit StringRun(const std::shared_ptr<KafkaSink<std::string>>& sink) {
+    committer = sink->create_committer(ctx);
+    committer->abort_lingering(ctx, {});
+    writer = sink->create_precommitting_writer(ctx);
+  }
+  HandContext ctx;
+  NoContext wctx;
+  std::unique_ptr<Committer<KafkaCommittable>> committer;
+  std::unique_ptr<PrecommittingSinkWriter<std::string, KafkaCommittable>> writer;
+};
+
+TEST_F(KafkaSinkIntegrationTest, TooLargeRecordIsDeadLetteredAndTheTransactionHoldsTheRest) {
+  const std::string dlq = (dir_ / "sink-kafka.jsonl").string();
+  auto sink = KafkaSink<std::string>::builder()
+                  .bootstrap_servers(bootstrap_)
+                  .topic(topic_)
+                  .key_serializer([](const std::string& v) { return v.substr(0, 8); })
+                  .position([](const std::string& v) { return "pos-" + v.substr(0, 8); })
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix(prefix_)
+                  .on_bad_record(BadRecordPolicy::kDeadLetter, dlq)
+                  .property("log_level", "3")
+                  .build();
+  StringRun run(sink);
+  const std::string big = "big-one:" + std::string(1 << 20, 'x');  // 1 MiB against the default 1,000,000
+  for (const std::string& v : {std::string("small-1"), big, std::string("small-2")})
+    run.writer->write(v, run.wctx);
+  std::vector<KafkaCommittable> c = run.writer->prepare_commit();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].record_count, 2) << "the refused record is not in the recovery copy";
+  run.committer->commit(c);
+  run.writer->close();
+
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end(30s);
+  std::multiset<std::string> got;
+  for (const Read& r : reader.records)
+    got.insert(r.text);
+  EXPECT_EQ(got, (std::multiset<std::string>{"small-1", "small-2"}));
+  std::ifstream in(dlq);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "no dead letter";
+  Value entry = Value::from_json(line).value_or_throw();
+  EXPECT_EQ(entry.find("key")->as_string(), "big-one:");
+  EXPECT_EQ(entry.find("position")->as_string(), "pos-big-one:");
+  EXPECT_EQ(entry.find("record")->as_string(), big);
+  EXPECT_THAT(std::string(entry.find("error")->as_string()), HasSubstr("MSG_SIZE_TOO_LARGE"));
 }
 
 }  // namespace

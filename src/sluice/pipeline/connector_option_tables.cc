@@ -99,6 +99,18 @@ constexpr std::array kSinkKafka{
     OptionDef{"key", K::kExpression, false, {}, "entity", "record key, over the domain event"},
     OptionDef{
         "transactional-id-prefix", K::kString, false, {}, "sluice-{pipeline.name}-{sink}", "exactly-once delivery"},
+    OptionDef{"max-transaction-bytes",
+              K::kInt,
+              false,
+              {},
+              "536870912",
+              "exactly-once: bound of a subtask's open transaction (its in-memory copy); past it the task fails"},
+    OptionDef{"liveness-timeout",
+              K::kDuration,
+              false,
+              {},
+              "30s",
+              "fail when no broker answered for this long, also while no record flows; 0 = off"},
     OptionDef{"properties", K::kMap, false, {}, "", "librdkafka properties passed through"},
 };
 constexpr std::array kSinkOpenSearch{

@@ -1,6 +1,9 @@
 // The sinks of a pipeline, per `sink.<name>.type`, fed by the routed domain events.
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "pipeline_internal.h"
 #include "sluice/connectors/files.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
@@ -62,7 +65,23 @@ DataStream<RoutedEvent> routed_to(KeyedStream<std::string, RoutedEvent>& events,
   return out;
 }
 
-Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s) {
+// The source position of a routed event (for bad-record errors and dead letters), "" when it has none.
+std::string event_position(const RoutedEvent& r) {
+  const Value* src = r.event.find("source");
+  const Value* pos = src != nullptr ? src->find("position") : nullptr;
+  return pos != nullptr && pos->is_string() ? std::string(pos->as_string()) : std::string();
+}
+
+// The Kafka sink options shared by sinks and the dead-letter sink: liveness-timeout.
+template <class T>
+void kafka_common_options(typename KafkaSink<T>::Builder& b, const SinkSpec& s) {
+  if (s.options.find("liveness-timeout")) {
+    b.liveness_timeout(std::chrono::milliseconds(s.options.get_int("liveness-timeout", 30'000)));
+  }
+}
+
+Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
+                      const std::string& dead_letter_dir) {
   Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
   if (!servers.ok()) return servers.error();
   auto b = KafkaSink<RoutedEvent>::builder();
@@ -80,9 +99,25 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
   }
   const bool exactly_once = spec.pipeline.delivery == "exactly-once";
   b.delivery_guarantee(exactly_once ? DeliveryGuarantee::kExactlyOnce : DeliveryGuarantee::kAtLeastOnce);
+  kafka_common_options<RoutedEvent>(b, s);
+  if (s.options.find("max-transaction-bytes")) {
+    b.max_transaction_bytes(s.options.get_int("max-transaction-bytes", sluice::detail::kDefaultMaxTransactionBytes));
+  }
+  b.position(event_position);
+  if (spec.pipeline.dead_letter) {
+    // A record the producer refuses (larger than message.max.bytes) goes to the sink's dead-letter file.
+    b.on_bad_record(BadRecordPolicy::kDeadLetter, dead_letter_dir + "/sink-" + s.name + ".jsonl");
+  }
   if (exactly_once) {
     b.transactional_id_prefix(
         s.options.get_string("transactional-id-prefix", fmt::format("sluice-{}-{}", spec.pipeline.name, s.name)));
+    // Each pending checkpoint holds a pre-committed transaction until its completion is notified: the pool needs
+    // max-concurrent of them, one completed but not yet notified, and the open one.
+    int64_t max_concurrent = options::kMaxConcurrentCheckpoints.default_value;
+    for (const auto& [k, v] : spec.pipeline.config) {
+      if (k == options::kMaxConcurrentCheckpoints.key) max_concurrent = std::strtoll(v.c_str(), nullptr, 10);
+    }
+    if (max_concurrent + 2 > 5) b.producer_pool_size(static_cast<int32_t>(max_concurrent + 2));
   }
   Result<std::shared_ptr<KafkaSink<RoutedEvent>>> sink = b.try_build();
   if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
@@ -127,11 +162,7 @@ Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec
     b.version([](const RoutedEvent& r) { return r.version >= 0 ? std::optional<int64_t>(r.version) : std::nullopt; },
               opensearch::VersionType::kExternalGte);
   }
-  b.position([](const RoutedEvent& r) {
-    const Value* src = r.event.find("source");
-    const Value* pos = src != nullptr ? src->find("position") : nullptr;
-    return pos != nullptr && pos->is_string() ? std::string(pos->as_string()) : std::string();
-  });
+  b.position(event_position);
   b.batch(s.options.get_int("bulk-actions", 1000), s.options.get_int("bulk-bytes", 5 << 20));
   if (s.options.find("flush-interval")) {
     b.flush_interval(std::chrono::milliseconds(s.options.get_int("flush-interval", 1000)));
@@ -207,8 +238,13 @@ Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const
     b.bootstrap_servers(*servers).topic(s.options.get_string("topic"));
     b.value_serializer([](const Value& v) { return v.to_json(); });
     b.delivery_guarantee(DeliveryGuarantee::kAtLeastOnce);
-    for (const auto& [k, v] : s.options.get_map("properties"))
-      b.property(k, v);
+    kafka_common_options<Value>(b, s);
+    // `${VAR}` in the properties (a SASL password) is expanded as in the main Kafka sink's.
+    for (const auto& [k, v] : s.options.get_map("properties")) {
+      Result<std::string> value = expand_env(v);
+      if (!value.ok()) return sink_error(spec, s, "properties", value.error().message());
+      b.property(k, *value);
+    }
     Result<std::shared_ptr<KafkaSink<Value>>> sink = b.try_build();
     if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
     std::shared_ptr<const Sink<Value>> base = *sink;
@@ -225,7 +261,7 @@ Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpe
   const SinkSpec& s = spec.sinks[index];
   DataStream<RoutedEvent> in = routed_to(events, s, index);
   const std::string& type = s.options.type;
-  if (type == "kafka") return add_kafka_sink(in, spec, s);
+  if (type == "kafka") return add_kafka_sink(in, spec, s, dead_letter_dir);
   if (type == "opensearch" || type == "elasticsearch") return add_opensearch_sink(in, spec, s, dead_letter_dir);
   if (type == "postgres") return add_postgres_sink(in, spec, s, dead_letter_dir);
   if (type == "files" || type == "print") {

@@ -439,5 +439,39 @@ sink:
       << r.error().message();
 }
 
+// `${VAR}` in a dead-letter Kafka sink's properties is expanded as in the main Kafka sink's (it was passed to the
+// broker literally: a SASL password read "${KAFKA_PASSWORD}"). librdkafka rejects a literal "${...}" for
+// linger.ms, so the set variable only validates when expanded; the unset one must fail naming itself.
+TEST_F(PipelineRunnerTest, DeadLetterKafkaSinkPropertiesExpandEnvironmentVariables) {
+  write_input({change("c", "ch_1", "created", 1, 1)});
+  auto yaml = [&](const std::string& variable) {
+    return fmt::format(R"(pipeline:
+  dead-letter:
+    type: kafka
+    bootstrap-servers: "127.0.0.1:9"
+    topic: dlq
+    properties: {{ linger.ms: "${{{1}}}" }}
+source: {{ type: files, path: {0} }}
+sink:
+  p: {{ type: print }}
+)",
+                       (dir_ / "in").string(), variable);
+  };
+  ASSERT_EQ(::setenv("SLUICE_TEST_DLQ_LINGER_MS", "7", 1), 0);
+  Result<PipelineSpec> set = parse_pipeline(yaml("SLUICE_TEST_DLQ_LINGER_MS"), "dlq.yaml");
+  ASSERT_TRUE(set.ok()) << set.error().message();
+  Result<std::unique_ptr<PipelineRunner>> ok = PipelineRunner::create(*set);
+  EXPECT_TRUE(ok.ok()) << ok.error().message();
+  ::unsetenv("SLUICE_TEST_DLQ_LINGER_MS");
+
+  Result<PipelineSpec> unset = parse_pipeline(yaml("SLUICE_TEST_SURELY_UNSET_DLQ_PASSWORD"), "dlq.yaml");
+  ASSERT_TRUE(unset.ok()) << unset.error().message();
+  Result<std::unique_ptr<PipelineRunner>> r = PipelineRunner::create(*unset);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("dlq.yaml:"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("SLUICE_TEST_SURELY_UNSET_DLQ_PASSWORD is not set"), std::string::npos)
+      << r.error().message();
+}
+
 }  // namespace
 }  // namespace sluice::pipeline

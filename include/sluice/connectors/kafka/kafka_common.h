@@ -17,12 +17,18 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "sluice/core/error.h"
@@ -146,5 +152,52 @@ struct KafkaTopicInfo {
                                                                        const std::vector<std::string>& topics,
                                                                        std::chrono::milliseconds timeout,
                                                                        std::string_view bootstrap_servers);
+
+/// Watches whether a Kafka cluster answers, also while a connector sends nothing (an idle sink, a source on a
+/// quiet topic): a thread of its own sends a metadata request for no topic (a round trip to one broker) every
+/// interval = clamp(timeout / 4, 100 ms, 5 s), each bounded by clamp(timeout / 2, 500 ms, 5 s), on a client of
+/// its own (with the connector's properties, so security settings apply), and remembers when one was
+/// last answered. failure() is a stopped or paused broker (no answer) and an unreachable one (connection
+/// refused) alike; librdkafka's own retries never end, so a connector without this would wait silently.
+///
+/// Lifecycle: start() -> failure() ... -> destroyed (stops the thread; waits for at most one request bound).
+/// Thread-safety: failure() may be called from any thread; `on_failure` runs on the probe's thread, once when
+/// the failure starts (a source uses it to wake its task thread).
+class KafkaLivenessProbe {
+ public:
+  /// Starts probing the cluster of `properties` (bootstrap.servers required) with a client of `type`, the
+  /// connector's own (so its properties apply without warnings): a producer drops transactional.id and
+  /// idempotence, a consumer its group (it never joins one). `who` names the connector in failure(). Errors:
+  /// kConfiguration when the client cannot be created from the properties.
+  [[nodiscard]] static Result<std::unique_ptr<KafkaLivenessProbe>> start(rd_kafka_type_t type,
+                                                                         KafkaProperties properties,
+                                                                         std::chrono::milliseconds timeout,
+                                                                         std::string who,
+                                                                         std::function<void()> on_failure = nullptr);
+  ~KafkaLivenessProbe();
+  KafkaLivenessProbe(const KafkaLivenessProbe&) = delete;
+  KafkaLivenessProbe& operator=(const KafkaLivenessProbe&) = delete;
+
+  /// nullopt while a broker answered within the timeout (or since start); otherwise "<who>: no broker of
+  /// '<bootstrap.servers>' answered for <n> ms (liveness timeout <t> ms; last: <librdkafka error>)".
+  std::optional<std::string> failure() const;
+
+ private:
+  KafkaLivenessProbe(KafkaClientPtr client, std::chrono::milliseconds timeout, std::string who, std::string bootstrap,
+                     std::function<void()> on_failure);
+  void run();
+
+  KafkaClientPtr client_;
+  const std::chrono::milliseconds timeout_;
+  const std::string who_;
+  const std::string bootstrap_;
+  const std::function<void()> on_failure_;
+  std::atomic<int64_t> last_answer_ns_;  // steady clock
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;       // guarded by mu_
+  std::string last_error_;  // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace sluice::kafka

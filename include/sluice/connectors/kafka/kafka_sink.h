@@ -87,9 +87,18 @@
 //    (a duplicate, never a loss).
 //  * More than pool size - 1 pre-committed transactions waiting for their checkpoints (checkpoints that keep
 //    failing or are very slow to complete) fail the task with an error naming the pool size.
-//  * Kafka 4.4 was seen, after a broker restart, to report "unstable offsets" for a marker group forever
-//    although the transaction had completed. After 15 s of that the marker is read without require_stable (a
-//    warning is logged): if that transaction had in fact been committed, it is published twice. Never a loss.
+//  * Kafka 4.4 was seen, after a broker restart, to report "unstable offsets" for a marker group for minutes
+//    although the transaction had completed. The sink then decides only from certain evidence (resolve_marker):
+//    the token in the group's materialized offsets proves the commit; otherwise, after the operation timeout,
+//    the task fails with that reason and the restore asks again after the restart. Never a guess.
+//  * Memory: the open epoch's recovery copy is bounded by max_transaction_bytes (default 512 MiB per subtask):
+//    past it the task fails (a checkpoint barrier that never comes would otherwise grow it until the process
+//    dies; blocking instead would also hold back that barrier).
+//
+// Records too large (above the producer's message.max.bytes) fail the task naming topic, key, size and source
+// position (position()), or go to a dead-letter file (on_bad_record(kDeadLetter, path)) and stay out of the
+// transaction. Liveness: a probe thread (kafka_common.h KafkaLivenessProbe) fails the next record or checkpoint
+// when no broker answered for liveness_timeout (default 30 s), also while no record flows.
 //
 // Threading: KafkaSink and its builder are configured on one thread before the job starts; the sink is then a
 // thread-safe factory. Writers and committers belong to one subtask and run on its task thread (librdkafka's
@@ -112,6 +121,7 @@
 #include <vector>
 
 #include "sluice/api/sink.h"
+#include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/kafka/kafka_record.h"
 #include "sluice/core/config.h"
 #include "sluice/core/data_io.h"
@@ -242,8 +252,12 @@ namespace detail {
 /// The type-independent settings of a KafkaSink.
 struct KafkaSinkSettings {
   std::string bootstrap_servers;
-  std::string topic;                              ///< fixed topic ("" when chosen per record)
-  std::map<std::string, std::string> properties;  ///< librdkafka producer properties, passed through
+  BadRecordPolicy on_bad_record = BadRecordPolicy::kFail;  ///< a record the producer rejects for its size
+  std::string dead_letter_path;                            ///< kDeadLetter: the JSON-lines file
+  int64_t max_transaction_bytes = 512LL << 20;             ///< kDefaultMaxTransactionBytes
+  int64_t liveness_timeout_ms = 30'000;                    ///< no broker answered for this long: fail; 0 = off
+  std::string topic;                                       ///< fixed topic ("" when chosen per record)
+  std::map<std::string, std::string> properties;           ///< librdkafka producer properties, passed through
   DeliveryGuarantee guarantee = DeliveryGuarantee::kAtLeastOnce;
   std::string transactional_id_prefix;
   int32_t pool_size = 5;
@@ -254,6 +268,8 @@ struct KafkaSinkSettings {
 
 /// The default transaction.timeout.ms of exactly-once producers (Kafka's default transaction.max.timeout.ms).
 inline constexpr int64_t kDefaultTransactionTimeoutMs = 900'000;
+/// The default bound of an exactly-once subtask's open transaction (its recovery copy), in bytes.
+inline constexpr int64_t kDefaultMaxTransactionBytes = 512LL << 20;
 /// Name of the union list state of KafkaSinkWriterState.
 inline constexpr const char* kWriterStateName = "kafka-sink-writers";
 
@@ -271,6 +287,35 @@ std::optional<std::string> transaction_timeout_warning(const KafkaSinkSettings& 
 
 /// Checkpoint interval plus the longest restart delay of the job configuration's restart strategy (ms).
 int64_t max_commit_delay_from(const Configuration& job_config);
+
+/// One answer of the broker to "the committed offset of a marker group" (ListConsumerGroupOffsets).
+struct MarkerReading {
+  enum class Kind : uint8_t {
+    kOffset,          ///< an offset is committed; `metadata` is its token
+    kNoOffset,        ///< no offset is committed for the group
+    kUnstable,        ///< UNSTABLE_OFFSET_COMMIT: the broker still holds pending transactional offsets
+    kRetriableError,  ///< a timeout, a coordinator moving or loading: ask again (`error` says what)
+  };
+  Kind kind = Kind::kNoOffset;
+  std::string metadata;
+  std::string error;
+};
+
+/// Decides whether the transaction whose marker carries `token` was committed, from the readings of
+/// `fetch(require_stable)`, called on the task thread after init_transactions completed the transactional id's
+/// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed).
+///  * A stable reading (require_stable) is certain and returned.
+///  * While the broker answers UNSTABLE_OFFSET_COMMIT, the materialized offsets (require_stable off) are read as
+///    well: only committed transactional offsets are materialized, so when they carry `token` the transaction
+///    was committed, certainly, and `token` is returned. Anything else there is no evidence either way.
+///  * Otherwise it asks again every `retry_ms` until `timeout_ms`, then throws SluiceException (kConnector)
+///    naming `who`, the group and the last answer: re-publishing could publish the transaction twice and
+///    skipping could lose it, so the task fails (and the restore runs again after the restart) instead of
+///    guessing. (Kafka 4.4 was seen to answer UNSTABLE_OFFSET_COMMIT for a complete transaction's group for
+///    minutes after a broker restart.)
+std::optional<std::string> resolve_marker(const std::function<MarkerReading(bool require_stable)>& fetch,
+                                          std::string_view token, int64_t timeout_ms, int64_t retry_ms,
+                                          std::string_view who, std::string_view group);
 
 /// `<prefix>-<subtask>-<k>`.
 std::string transactional_id(std::string_view prefix, int subtask, int k);
@@ -336,14 +381,23 @@ std::shared_ptr<KafkaProducerPool> make_producer_pool(const KafkaSinkSettings& s
 /// The type-independent part of a KafkaSink writer (see the file comment). Task thread only.
 class KafkaSinkWriterCore {
  public:
-  KafkaSinkWriterCore(const KafkaSinkSettings& settings, RuntimeContext& ctx, std::shared_ptr<KafkaProducerPool> pool);
+  /// `dead_letter`: the file of records rejected for their size (null unless on_bad_record is kDeadLetter).
+  KafkaSinkWriterCore(const KafkaSinkSettings& settings, RuntimeContext& ctx, std::shared_ptr<KafkaProducerPool> pool,
+                      std::shared_ptr<DeadLetterFile> dead_letter = nullptr);
   ~KafkaSinkWriterCore();
   KafkaSinkWriterCore(const KafkaSinkWriterCore&) = delete;
   KafkaSinkWriterCore& operator=(const KafkaSinkWriterCore&) = delete;
 
   /// Produces `record` (topic must be set; partition may be kAnyPartition). `event_timestamp` is used when the
   /// record has no timestamp (kNoTimestamp: none). Blocks while librdkafka's queue is full (backpressure).
-  void write(const KafkaProducerRecord& record, int64_t event_timestamp);
+  /// Returns why the producer rejected the record for its content (larger than message.max.bytes), nullopt when
+  /// it was produced; pass a rejection to bad_record(). Throws when the open transaction's recovery copy would
+  /// exceed max_transaction_bytes, when no broker answered for liveness_timeout, and on librdkafka failures.
+  [[nodiscard]] std::optional<std::string> write(const KafkaProducerRecord& record, int64_t event_timestamp);
+  /// A record write() rejected: throws a kConnector error naming the sink, topic, key, size, `position` (the
+  /// record's source position, may be empty) and `reason` (BadRecordPolicy::kFail), or appends it to the
+  /// dead-letter file and goes on (kDeadLetter).
+  void bad_record(const KafkaProducerRecord& record, const std::string& reason, const std::string& position);
   /// Partition count of `topic` from the broker's metadata (cached for a minute).
   int32_t partition_count(const std::string& topic);
   /// At a checkpoint (at-least-once, exactly-once) and at the end of the input (all guarantees): waits until every
@@ -353,6 +407,8 @@ class KafkaSinkWriterCore {
   std::vector<KafkaCommittable> prepare_commit();
   /// Releases the producers (open transactions are left to abort_lingering of the next run).
   void close();
+  /// Records diverted to the dead-letter file by this writer.
+  int64_t dead_letters() const noexcept;
   /// True when this writer uses transactions (exactly-once with checkpointing).
   bool transactional() const noexcept;
 
@@ -427,7 +483,7 @@ class KafkaSink final : public TwoPhaseCommittingSink<T, KafkaCommittable> {
   class Writer final : public PrecommittingSinkWriter<T, KafkaCommittable> {
    public:
     Writer(const KafkaSink& sink, RuntimeContext& ctx, std::shared_ptr<detail::KafkaProducerPool> pool)
-        : sink_(sink), core_(sink.settings_, ctx, std::move(pool)) {}
+        : sink_(sink), core_(sink.settings_, ctx, std::move(pool), sink.dead_letter_file()) {}
     void write(const T& record, const SinkWriterContext& ctx) override {
       out_.clear();
       if (sink_.topic_selector_) {
@@ -439,7 +495,9 @@ class KafkaSink final : public TwoPhaseCommittingSink<T, KafkaCommittable> {
       if (sink_.partitioner_ && out_.partition == KafkaProducerRecord::kAnyPartition && !out_.topic.empty()) {
         out_.partition = sink_.partitioner_(record, out_, core_.partition_count(out_.topic));
       }
-      core_.write(out_, ctx.timestamp());
+      if (std::optional<std::string> rejected = core_.write(out_, ctx.timestamp())) {
+        core_.bad_record(out_, *rejected, sink_.position_ ? sink_.position_(record) : std::string());
+      }
     }
     void flush(bool end_of_input) override { core_.flush(end_of_input); }
     std::vector<KafkaCommittable> prepare_commit() override { return core_.prepare_commit(); }
@@ -451,10 +509,20 @@ class KafkaSink final : public TwoPhaseCommittingSink<T, KafkaCommittable> {
     KafkaProducerRecord out_;
   };
 
+  // The dead-letter file, opened by the first writer (shared by the subtasks).
+  std::shared_ptr<DeadLetterFile> dead_letter_file() const {
+    if (settings_.on_bad_record != BadRecordPolicy::kDeadLetter) return nullptr;
+    std::lock_guard lock(mu_);
+    if (!dead_letter_) dead_letter_ = DeadLetterFile::open(settings_.dead_letter_path).value_or_throw();
+    return dead_letter_;
+  }
+
   detail::KafkaSinkSettings settings_;
   KafkaRecordSerializer<T> serializer_;
   std::function<std::string(const T&)> topic_selector_;
   KafkaPartitioner<T> partitioner_;
+  std::function<std::string(const T&)> position_;
+  mutable std::shared_ptr<DeadLetterFile> dead_letter_;
   // Pools made by create_committer, waiting for create_precommitting_writer of the same subtask (keyed by its
   // RuntimeContext); weak, so a pool whose open() failed in between is not kept alive.
   mutable std::mutex mu_;
@@ -538,6 +606,35 @@ class KafkaSink<T>::Builder {
     settings_.operation_timeout_ms = timeout.count();
     return *this;
   }
+  /// What to do with a record the producer rejects for its content (key, value and headers larger than the
+  /// producer's message.max.bytes, 1,000,000 by default): fail the task naming it (kFail, the default), or append
+  /// {"sink":"kafka","operator","topic","partition","key","position","error","size","record"} to the JSON-lines
+  /// file `dead_letter_path` and go on (kDeadLetter; the file is fdatasync'ed before each checkpoint completes).
+  Builder& on_bad_record(BadRecordPolicy policy, std::string dead_letter_path = "") {
+    settings_.on_bad_record = policy;
+    settings_.dead_letter_path = std::move(dead_letter_path);
+    return *this;
+  }
+  /// The record's source position, named by bad-record errors and dead letters (default: none).
+  Builder& position(std::function<std::string(const T&)> position) {
+    position_ = std::move(position);
+    return *this;
+  }
+  /// Exactly-once: the most bytes the open transaction's recovery copy may hold per subtask (default 512 MiB).
+  /// The copy is freed only when a checkpoint pre-commits it, so a checkpoint that stalls would grow it without
+  /// bound; past this the task fails naming the bound (blocking instead would also block the checkpoint barrier
+  /// that frees it). Memory of a subtask is bounded by about producer_pool_size() times this.
+  Builder& max_transaction_bytes(int64_t bytes) {
+    settings_.max_transaction_bytes = bytes;
+    return *this;
+  }
+  /// Fails the task when no broker of bootstrap_servers() answered a metadata request (sent every
+  /// timeout / 4, at most every 5 s, off the task thread) for `timeout`, also while no record flows; checked at
+  /// each record and each checkpoint. Default 30 s; 0 turns it off.
+  Builder& liveness_timeout(std::chrono::milliseconds timeout) {
+    settings_.liveness_timeout_ms = timeout.count();
+    return *this;
+  }
   /// The topic whose partition 0 carries the exactly-once markers (default: the fixed topic, else the topic of
   /// each transaction's first record). Must exist.
   Builder& transaction_marker_topic(std::string topic) {
@@ -557,6 +654,7 @@ class KafkaSink<T>::Builder {
     sink->settings_ = settings_;
     sink->topic_selector_ = topic_selector_;
     sink->partitioner_ = partitioner_;
+    sink->position_ = position_;
     if (record_) {
       sink->serializer_ = record_;
     } else {
@@ -594,6 +692,7 @@ class KafkaSink<T>::Builder {
   std::function<std::string(const T&)> value_;
   KafkaRecordSerializer<T> record_;
   KafkaPartitioner<T> partitioner_;
+  std::function<std::string(const T&)> position_;
 };
 
 }  // namespace sluice

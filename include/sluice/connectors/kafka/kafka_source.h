@@ -61,8 +61,9 @@
 // (always), and by default `isolation.level=read_committed`, `auto.offset.reset=earliest` (used when a
 // checkpointed or explicit offset no longer exists) and `client.id=<client.id.prefix>-<subtask>`. Sluice's
 // own keys, accepted by property() too: `partition.discovery.interval.ms`, `commit.offsets.on.checkpoint`
-// (true/false), `client.id.prefix` (default "sluice-kafka-source") and `startup.timeout.ms` (default 30000:
-// how long the enumerator waits for the cluster at start).
+// (true/false), `client.id.prefix` (default "sluice-kafka-source"), `startup.timeout.ms` (default 30000:
+// how long the enumerator waits for the cluster at start) and `liveness.timeout.ms` (default 30000, 0 = off: see
+// Errors).
 //
 // Bad records (DESIGN.md §7): a message the deserializer rejects fails the job by default
 // (BadRecordPolicy::kFail; ErrorCode::kConnector naming topic, partition, offset and the reason). With
@@ -79,7 +80,11 @@
 // build() (kConfiguration). While reading, permanent client errors (authentication, authorization, TLS,
 // librdkafka fatal errors, a failed offset reset with `auto.offset.reset=error`) fail the task with
 // librdkafka's error text (the job then restarts under its restart strategy); transient ones (broker down,
-// leader changes, timeouts) are logged at most every 10 s per kind while librdkafka retries.
+// leader changes, timeouts) are logged at most every 10 s per kind while librdkafka retries. Liveness: each
+// reader runs a kafka::KafkaLivenessProbe (kafka_common.h; a metadata round trip every timeout / 4, at most 5 s,
+// off the task thread); when no broker answered for `liveness.timeout.ms` (a broker that is gone, paused or
+// unreachable, also on a quiet topic) it wakes the task, which fails naming the bootstrap servers, the time
+// without an answer and librdkafka's last error, and the restart strategy takes over.
 //
 // Metrics (KafkaSourceMetrics, from metrics(); Flink's KafkaSource metrics): records and bytes read, bad
 // records, records per second, and per assigned partition the current offset (next to read), the committed
@@ -273,6 +278,7 @@ struct KafkaSourceSettings {
   bool commit_offsets_on_checkpoint = true;
   std::string client_id_prefix = "sluice-kafka-source";
   int64_t startup_timeout_ms = 30'000;
+  int64_t liveness_timeout_ms = 30'000;  ///< no broker answered for this long: the reader fails; 0 = off
   BadRecordPolicy bad_record_policy = BadRecordPolicy::kFail;
   std::string dead_letter_path;
   std::string dead_letter_topic;
@@ -659,6 +665,11 @@ class KafkaSourceBuilder {
   /// How long the enumerator waits for the cluster at start before failing the job (default 30 s).
   KafkaSourceBuilder& startup_timeout(std::chrono::milliseconds timeout) {
     s_.startup_timeout_ms = timeout.count();
+    return *this;
+  }
+  /// Fails a reader when no broker answered its liveness probe for `timeout` (default 30 s; 0 turns it off).
+  KafkaSourceBuilder& liveness_timeout(std::chrono::milliseconds timeout) {
+    s_.liveness_timeout_ms = timeout.count();
     return *this;
   }
   /// How each message becomes a T (kafka_record.h). Required unless T is std::string.

@@ -163,4 +163,103 @@ Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const s
                            bootstrap_servers, timeout.count(), kafka_error_text(last)));
 }
 
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Result<std::unique_ptr<KafkaLivenessProbe>> KafkaLivenessProbe::start(rd_kafka_type_t type, KafkaProperties properties,
+                                                                      std::chrono::milliseconds timeout,
+                                                                      std::string who,
+                                                                      std::function<void()> on_failure) {
+  if (type == RD_KAFKA_PRODUCER) {
+    properties.erase("transactional.id");
+    properties.erase("transaction.timeout.ms");
+    properties["enable.idempotence"] = "false";  // no InitProducerId round trip
+  } else {
+    properties.erase("group.id");  // a client outside any group: it never joins or commits
+    properties.erase("group.instance.id");
+    properties["enable.auto.commit"] = "false";
+  }
+  properties["client.id"] = "sluice-liveness-probe";
+  const std::string bootstrap = properties.count("bootstrap.servers") ? properties["bootstrap.servers"] : "";
+  Result<KafkaConfPtr> conf = make_kafka_conf(properties, who);
+  if (!conf.ok()) return conf.error();
+  Result<KafkaClientPtr> client = make_kafka_client(type, std::move(conf).value(), who);
+  if (!client.ok()) return client.error();
+  std::unique_ptr<KafkaLivenessProbe> probe(
+      new KafkaLivenessProbe(std::move(client).value(), timeout, std::move(who), bootstrap, std::move(on_failure)));
+  probe->thread_ = std::thread([p = probe.get()] { p->run(); });
+  return probe;
+}
+
+KafkaLivenessProbe::KafkaLivenessProbe(KafkaClientPtr client, std::chrono::milliseconds timeout, std::string who,
+                                       std::string bootstrap, std::function<void()> on_failure)
+    : client_(std::move(client)),
+      timeout_(timeout),
+      who_(std::move(who)),
+      bootstrap_(std::move(bootstrap)),
+      on_failure_(std::move(on_failure)),
+      last_answer_ns_(steady_ns()) {}
+
+KafkaLivenessProbe::~KafkaLivenessProbe() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void KafkaLivenessProbe::run() {
+  const auto interval =
+      std::clamp<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(100), std::chrono::seconds(5));
+  const int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_.count() / 2, 500, 5000));
+  bool failed = false;
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    const auto sent = std::chrono::steady_clock::now();
+    const rd_kafka_metadata_t* md = nullptr;
+    // No topic: the broker answers with the cluster's brokers only (all_topics=0 and no topic handle). On a
+    // client that never used a topic the request names none.
+    const rd_kafka_resp_err_t err = rd_kafka_metadata(client_.get(), /*all_topics=*/0, nullptr, &md, request_ms);
+    if (md != nullptr) rd_kafka_metadata_destroy(md);
+    lock.lock();
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      last_answer_ns_.store(steady_ns(), std::memory_order_relaxed);
+      failed = false;
+    } else {
+      last_error_ = kafka_error_text(err);
+      const int64_t silent_ms = (steady_ns() - last_answer_ns_.load(std::memory_order_relaxed)) / 1'000'000;
+      if (!failed && silent_ms > timeout_.count()) {
+        failed = true;
+        if (on_failure_) {
+          lock.unlock();
+          on_failure_();
+          lock.lock();
+        }
+      }
+    }
+    // rd_kafka_metadata returns at once while no connection is up: wait out the interval from the send.
+    cv_.wait_until(lock, sent + interval, [this] { return stop_; });
+  }
+}
+
+std::optional<std::string> KafkaLivenessProbe::failure() const {
+  const int64_t silent_ms = (steady_ns() - last_answer_ns_.load(std::memory_order_relaxed)) / 1'000'000;
+  if (silent_ms <= timeout_.count()) return std::nullopt;
+  std::string last;
+  {
+    std::lock_guard lock(mu_);
+    last = last_error_.empty() ? std::string("no answer") : last_error_;
+  }
+  return fmt::format(
+      "{}: no broker of '{}' answered for {} ms (liveness timeout {} ms; last: {}): is the Kafka cluster down, "
+      "paused or unreachable from here?",
+      who_, bootstrap_, silent_ms, timeout_.count(), last);
+}
+
 }  // namespace sluice::kafka

@@ -19,6 +19,7 @@
 
 #include "sluice/api/functions.h"
 #include "sluice/connectors/kafka/kafka_common.h"
+#include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
 
 namespace sluice {
@@ -190,11 +191,14 @@ class Producer {
   rd_kafka_t* rk() const noexcept { return rk_.get(); }
   const std::string& transactional_id() const noexcept { return txid_; }
 
-  /// Produces one record; waits (serving delivery reports) while librdkafka's queue is full.
-  void produce(std::string_view topic, int32_t partition, std::optional<std::string_view> key,
-               std::optional<std::string_view> value,
-               const std::vector<std::pair<std::string_view, std::optional<std::string_view>>>* view_headers,
-               const std::vector<KafkaHeader>* headers, int64_t timestamp_ms) {
+  /// Produces one record; waits (serving delivery reports) while librdkafka's queue is full. Returns librdkafka's
+  /// reason when it refuses the record for its content (MSG_SIZE_TOO_LARGE: key, value and headers above
+  /// message.max.bytes; nothing was produced), nullopt when produced; throws on other errors.
+  [[nodiscard]] std::optional<std::string> produce(
+      std::string_view topic, int32_t partition, std::optional<std::string_view> key,
+      std::optional<std::string_view> value,
+      const std::vector<std::pair<std::string_view, std::optional<std::string_view>>>* view_headers,
+      const std::vector<KafkaHeader>* headers, int64_t timestamp_ms) {
     rd_kafka_topic_t* rkt = topic_handle(topic);
     Clock::time_point deadline{};
     for (bool first = true;; first = false) {
@@ -245,7 +249,11 @@ class Producer {
       if (!err) {
         hdrs.release();  // owned by the message now
         if (++since_poll_ >= 256) poll();
-        return;
+        return std::nullopt;
+      }
+      if (rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        return kafka::kafka_error_text(err.get()) + " (the record is larger than the producer's message.max.bytes, " +
+               max_message_bytes() + ")";
       }
       if (rd_kafka_error_code(err.get()) != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
         fail(who_ + ": producing to topic '" + std::string(topic) + "' partition " + partition_text(partition) +
@@ -260,6 +268,14 @@ class Producer {
       rd_kafka_poll(rk_.get(), 10);
       check_errors();
     }
+  }
+
+  /// The producer's message.max.bytes, as text.
+  std::string max_message_bytes() const {
+    char buf[64];
+    size_t size = sizeof buf;
+    if (rd_kafka_conf_get(rd_kafka_conf(rk_.get()), "message.max.bytes", buf, &size) != RD_KAFKA_CONF_OK) return "?";
+    return buf;
   }
 
   /// Serves delivery reports and throws on a failed delivery or a fatal error.
@@ -321,84 +337,80 @@ class Producer {
     in_transaction_ = false;
   }
 
-  /// The marker's metadata in the marker group of this producer's transactional id (nullopt: no offset). Call
-  /// after init_transactions, which completes the id's previous transaction. Reads with require_stable; when the
-  /// broker keeps reporting pending transactional offsets for longer than `stable_wait_ms` although the
-  /// transaction is complete (seen with Kafka 4.4 after a broker restart: the group coordinator never applies the
-  /// transaction's end marker), reads the materialized offsets instead and logs a warning (a transaction that was
-  /// in fact committed is then published again: a duplicate, never a loss).
-  std::optional<std::string> read_marker(const std::string& topic, int64_t stable_wait_ms) {
+  /// The marker's metadata in the marker group of this producer's transactional id (nullopt: no offset), for
+  /// the transaction whose token is `token`. Call after init_transactions, which completes the id's previous
+  /// transaction. Decided by resolve_marker() from certain evidence only: fails the task rather than guess.
+  std::optional<std::string> read_marker(const std::string& topic, const std::string& token) {
     const std::string group = txid_ + "-marker";
-    const Clock::time_point deadline = deadline_after(timeout_ms_);
-    const Clock::time_point stable_deadline = deadline_after(std::min(stable_wait_ms, timeout_ms_ / 2));
-    bool require_stable = true;
-    std::string last;
-    while (true) {
-      KafkaPartitionListPtr parts(rd_kafka_topic_partition_list_new(1));
-      rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), 0);
-      std::unique_ptr<rd_kafka_ListConsumerGroupOffsets_t, LocalDeleter> request(
-          rd_kafka_ListConsumerGroupOffsets_new(group.c_str(), parts.get()));
-      kafka::KafkaAdminOptionsPtr options(
-          rd_kafka_AdminOptions_new(rk_.get(), RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS));
-      char errstr[512];
-      rd_kafka_AdminOptions_set_request_timeout(options.get(), std::max(remaining_ms(deadline), 1), errstr,
-                                                sizeof errstr);
-      KafkaErrorPtr stable_error(
-          rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
-      kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
-      rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
-      rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
-      kafka::KafkaEventPtr ev(rd_kafka_queue_poll(queue.get(), remaining_ms(deadline) + 5000));
-      bool retriable = false;
-      if (!ev) {
-        last = "no answer";
-        retriable = true;
-      } else if (rd_kafka_event_error(ev.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        last = rd_kafka_event_error_string(ev.get());
-        retriable = true;  // request-level errors (timeouts, coordinator moves) are worth another try
-      } else {
-        const rd_kafka_ListConsumerGroupOffsets_result_t* result =
-            rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
-        size_t n = 0;
-        const rd_kafka_group_result_t** groups =
-            result != nullptr ? rd_kafka_ListConsumerGroupOffsets_result_groups(result, &n) : nullptr;
-        if (n != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + ") returned " + std::to_string(n) + " groups");
-        if (const rd_kafka_error_t* ge = rd_kafka_group_result_error(groups[0])) {
-          last = kafka::kafka_error_text(ge);
-          retriable = rd_kafka_error_is_retriable(ge) != 0 ||
-                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
-                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
-                      rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
-        } else {
-          const rd_kafka_topic_partition_list_t* got = rd_kafka_group_result_partitions(groups[0]);
-          if (got == nullptr || got->cnt != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + "): no partition");
-          const rd_kafka_topic_partition_t& p = got->elems[0];
-          if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            if (p.offset < 0) return std::nullopt;
-            return std::string(static_cast<const char*>(p.metadata), p.metadata == nullptr ? 0 : p.metadata_size);
-          }
-          last = rd_kafka_err2str(p.err);
-          // Pending transactional offsets: wait until the transaction's markers are written.
-          retriable = p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT ||
-                      p.err == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
-                      p.err == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
-          if (p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT && require_stable && Clock::now() >= stable_deadline) {
-            spdlog::warn(
-                "{}: the broker still reports pending transactional offsets for marker group '{}' although "
-                "transaction {} is complete; deciding from the committed offsets instead (if the "
-                "transaction was committed, its records are published twice)",
-                who_, group, txid_);
-            require_stable = false;
-            continue;
-          }
-        }
-      }
-      if (!retriable || Clock::now() >= deadline) {
-        fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
-             "' partition 0) failed: " + last);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return resolve_marker([&](bool require_stable) { return fetch_marker(group, topic, require_stable); }, token,
+                          timeout_ms_, 100, who_ + txid_suffix(), group);
+  }
+
+  /// One ListConsumerGroupOffsets of `group` for `topic` partition 0. Throws on non-retriable errors.
+  MarkerReading fetch_marker(const std::string& group, const std::string& topic, bool require_stable) {
+    KafkaPartitionListPtr parts(rd_kafka_topic_partition_list_new(1));
+    rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), 0);
+    std::unique_ptr<rd_kafka_ListConsumerGroupOffsets_t, LocalDeleter> request(
+        rd_kafka_ListConsumerGroupOffsets_new(group.c_str(), parts.get()));
+    kafka::KafkaAdminOptionsPtr options(
+        rd_kafka_AdminOptions_new(rk_.get(), RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS));
+    char errstr[512];
+    const int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_ms_, 1000, 30'000));
+    rd_kafka_AdminOptions_set_request_timeout(options.get(), request_ms, errstr, sizeof errstr);
+    KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
+    kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
+    rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
+    rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
+    kafka::KafkaEventPtr ev(rd_kafka_queue_poll(queue.get(), request_ms + 5000));
+    MarkerReading r;
+    r.kind = MarkerReading::Kind::kRetriableError;
+    if (!ev) {
+      r.error = "no answer";
+      return r;
     }
+    if (rd_kafka_event_error(ev.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      r.error = rd_kafka_event_error_string(ev.get());  // timeouts, coordinator moves: worth another try
+      return r;
+    }
+    const rd_kafka_ListConsumerGroupOffsets_result_t* result = rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
+    size_t n = 0;
+    const rd_kafka_group_result_t** groups =
+        result != nullptr ? rd_kafka_ListConsumerGroupOffsets_result_groups(result, &n) : nullptr;
+    if (n != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + ") returned " + std::to_string(n) + " groups");
+    if (const rd_kafka_error_t* ge = rd_kafka_group_result_error(groups[0])) {
+      r.error = kafka::kafka_error_text(ge);
+      const bool retriable = rd_kafka_error_is_retriable(ge) != 0 ||
+                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
+                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
+                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
+      if (rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT) {
+        r.kind = MarkerReading::Kind::kUnstable;
+      } else if (!retriable) {
+        fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
+             "' partition 0) failed: " + r.error);
+      }
+      return r;
+    }
+    const rd_kafka_topic_partition_list_t* got = rd_kafka_group_result_partitions(groups[0]);
+    if (got == nullptr || got->cnt != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + "): no partition");
+    const rd_kafka_topic_partition_t& p = got->elems[0];
+    if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (p.offset < 0) {
+        r.kind = MarkerReading::Kind::kNoOffset;
+      } else {
+        r.kind = MarkerReading::Kind::kOffset;
+        r.metadata.assign(static_cast<const char*>(p.metadata), p.metadata == nullptr ? 0 : p.metadata_size);
+      }
+      return r;
+    }
+    r.error = rd_kafka_err2str(p.err);
+    if (p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT) {
+      r.kind = MarkerReading::Kind::kUnstable;  // pending transactional offsets
+    } else if (p.err != RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS && p.err != RD_KAFKA_RESP_ERR_NOT_COORDINATOR) {
+      fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
+           "' partition 0) failed: " + r.error);
+    }
+    return r;
   }
 
   /// Partition count of `topic` (broker metadata).
@@ -469,6 +481,13 @@ class Producer {
       self->first_failure_ = "delivery to topic '" + std::string(rd_kafka_topic_name(m->rkt)) + "' partition " +
                              partition_text(m->partition) + " failed: " + rd_kafka_err2str(m->err) + " (" +
                              rd_kafka_err2name(m->err) + ")";
+      if (m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        // The broker refused what the producer let through: only records the producer refuses can go to the
+        // dead letters (a transaction with a refused record must abort as a whole).
+        self->first_failure_ +=
+            ": the topic's max.message.bytes is below the producer's message.max.bytes; set message.max.bytes no "
+            "higher than the topic's, so the sink refuses too large records itself (and dead-letters them)";
+      }
     }
   }
 
@@ -535,6 +554,11 @@ Status validate_settings(const KafkaSinkSettings& settings) {
         "do not set transactional.id: the sink manages it (set transactional_id_prefix() for exactly-once)");
   }
   if (settings.operation_timeout_ms <= 0) return config_error("operation_timeout must be positive");
+  if (settings.liveness_timeout_ms < 0) return config_error("liveness_timeout must not be negative");
+  if (settings.max_transaction_bytes <= 0) return config_error("max_transaction_bytes must be positive");
+  if (settings.on_bad_record == BadRecordPolicy::kDeadLetter && settings.dead_letter_path.empty()) {
+    return config_error("on_bad_record(kDeadLetter) needs a dead-letter path");
+  }
   if (settings.guarantee == DeliveryGuarantee::kExactlyOnce) {
     if (settings.transactional_id_prefix.empty()) {
       return config_error(
@@ -601,6 +625,50 @@ std::vector<std::string> lingering_transactional_ids(std::string_view prefix, in
     }
   }
   return ids;
+}
+
+std::optional<std::string> resolve_marker(const std::function<MarkerReading(bool require_stable)>& fetch,
+                                          std::string_view token, int64_t timeout_ms, int64_t retry_ms,
+                                          std::string_view who, std::string_view group) {
+  const auto start = Clock::now();
+  const Clock::time_point deadline = start + std::chrono::milliseconds(timeout_ms);
+  std::string last;
+  bool unstable = false;
+  while (true) {
+    MarkerReading r = fetch(true);
+    if (r.kind == MarkerReading::Kind::kOffset) return std::move(r.metadata);
+    if (r.kind == MarkerReading::Kind::kNoOffset) return std::nullopt;
+    last = r.error;
+    unstable = r.kind == MarkerReading::Kind::kUnstable;
+    if (unstable) {
+      // The broker holds pending transactional offsets for the group although init_transactions completed the
+      // transaction. The materialized offsets hold only what committed transactions wrote: our token there is
+      // proof of the commit. Another token or none proves nothing (the commit may be among the pending).
+      MarkerReading m = fetch(false);
+      if (m.kind == MarkerReading::Kind::kOffset && m.metadata == token) {
+        spdlog::info(
+            "{}: the broker reports pending transactional offsets for marker group '{}', but its committed offset "
+            "carries token {}: that transaction was committed",
+            who, group, token);
+        return std::string(token);
+      }
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(retry_ms, 1)));
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  if (unstable) {
+    fail(std::string(who) + ": cannot tell whether the transaction with token " + std::string(token) +
+         " was committed: for " + std::to_string(waited) + " ms the broker answered UNSTABLE_OFFSET_COMMIT (" + last +
+         ") for marker group '" + std::string(group) +
+         "' although init_transactions completed the transaction, and its committed offset does not carry the "
+         "token. Re-publishing could publish the transaction twice and skipping it could lose it, so the task "
+         "fails and the restore asks again after the restart. Kafka 4.4 was seen to do this after a broker "
+         "restart; if it persists, look at the group with kafka-consumer-groups.sh --describe --group '" +
+         std::string(group) + "' and at the broker's group coordinator log");
+  }
+  fail(std::string(who) + ": reading the committed offset of marker group '" + std::string(group) + "' failed for " +
+       std::to_string(waited) + " ms: " + last);
 }
 
 // --------------------------------------------------------------------------------------------------------------
@@ -762,12 +830,24 @@ void log_start_warnings(const KafkaSinkSettings& settings, RuntimeContext& ctx) 
 // writer
 
 struct KafkaSinkWriterCore::Impl {
-  Impl(const KafkaSinkSettings& s, RuntimeContext& ctx, std::shared_ptr<KafkaProducerPool> p)
-      : settings(s), pool(std::move(p)) {
+  Impl(const KafkaSinkSettings& s, RuntimeContext& ctx, std::shared_ptr<KafkaProducerPool> p,
+       std::shared_ptr<DeadLetterFile> dlq)
+      : settings(s), pool(std::move(p)), dead_letter(std::move(dlq)) {
     auto& state = ctx.operator_state().get_union_list_state<KafkaSinkWriterState>(kWriterStateName);
     state.update({KafkaSinkWriterState{ctx.subtask_index(), std::max(ctx.parallelism(), 1), settings.pool_size,
                                        settings.transactional_id_prefix}});
     if (!pool->transactional) pool->plain = std::make_unique<Producer>(settings, "", pool->who);
+    if (settings.liveness_timeout_ms > 0) {
+      liveness = kafka::KafkaLivenessProbe::start(RD_KAFKA_PRODUCER, producer_properties(settings, ""),
+                                                  std::chrono::milliseconds(settings.liveness_timeout_ms), pool->who)
+                     .value_or_throw();
+    }
+  }
+
+  // Fails the task when no broker answered for the liveness timeout (checked at records and checkpoints).
+  void check_liveness() const {
+    if (!liveness) return;
+    if (std::optional<std::string> f = liveness->failure()) fail(*f);
   }
 
   // The producer of the open transaction (opens one on the lowest idle producer when there is none).
@@ -800,8 +880,20 @@ struct KafkaSinkWriterCore::Impl {
 
   Producer& metadata_producer() { return pool->transactional ? open_transaction() : *pool->plain; }
 
+  // fdatasync()s the dead letters written so far: before a checkpoint records positions past them.
+  void sync_dead_letters() {
+    if (dead_letter && dead_letters_unsynced) {
+      dead_letter->sync().value_or_throw();
+      dead_letters_unsynced = false;
+    }
+  }
+
   KafkaSinkSettings settings;
   std::shared_ptr<KafkaProducerPool> pool;
+  std::shared_ptr<DeadLetterFile> dead_letter;
+  std::unique_ptr<kafka::KafkaLivenessProbe> liveness;
+  bool dead_letters_unsynced = false;
+  int64_t dead_letters = 0;
   int current = -1;  // slot of the open transaction
   std::string marker_topic;
   RecoveryCopyWriter copy;
@@ -813,8 +905,13 @@ struct KafkaSinkWriterCore::Impl {
 };
 
 KafkaSinkWriterCore::KafkaSinkWriterCore(const KafkaSinkSettings& settings, RuntimeContext& ctx,
-                                         std::shared_ptr<KafkaProducerPool> pool)
-    : impl_(std::make_unique<Impl>(settings, ctx, std::move(pool))) {}
+                                         std::shared_ptr<KafkaProducerPool> pool,
+                                         std::shared_ptr<DeadLetterFile> dead_letter)
+    : impl_(std::make_unique<Impl>(settings, ctx, std::move(pool), std::move(dead_letter))) {
+  if (impl_->settings.on_bad_record == BadRecordPolicy::kDeadLetter && !impl_->dead_letter) {
+    fail(impl_->pool->who + ": on_bad_record(kDeadLetter) without a dead-letter file");
+  }
+}
 
 KafkaSinkWriterCore::~KafkaSinkWriterCore() = default;
 
@@ -822,9 +919,10 @@ bool KafkaSinkWriterCore::transactional() const noexcept {
   return impl_->pool->transactional;
 }
 
-void KafkaSinkWriterCore::write(const KafkaProducerRecord& record, int64_t event_timestamp) {
+std::optional<std::string> KafkaSinkWriterCore::write(const KafkaProducerRecord& record, int64_t event_timestamp) {
   Impl& s = *impl_;
   if (record.topic.empty()) fail(s.pool->who + ": a record has no topic (the serializer or topic selector gave none)");
+  s.check_liveness();
   int64_t ts = 0;
   if (record.timestamp_ms) {
     ts = *record.timestamp_ms;
@@ -837,13 +935,63 @@ void KafkaSinkWriterCore::write(const KafkaProducerRecord& record, int64_t event
   if (record.has_value()) value = record.value();
   const std::vector<KafkaHeader>* headers = record.headers.empty() ? nullptr : &record.headers;
   if (!s.pool->transactional) {
-    s.pool->plain->produce(record.topic, record.partition, key, value, nullptr, headers, ts);
-    return;
+    return s.pool->plain->produce(record.topic, record.partition, key, value, nullptr, headers, ts);
+  }
+  // The recovery copy is freed only by the pre-commit at the next checkpoint barrier: bound it, failing (the task
+  // restarts from the last checkpoint) rather than growing until the process dies. Blocking here instead would
+  // hold back the very barrier that frees it.
+  const size_t record_bytes = record.topic.size() + record.key().size() + record.value().size() + 16;
+  if (static_cast<int64_t>(s.copy.bytes() + record_bytes) > s.settings.max_transaction_bytes) {
+    fail(s.pool->who + ": the open transaction holds " + std::to_string(s.copy.count()) + " records (" +
+         std::to_string(s.copy.bytes()) +
+         " bytes in its recovery copy) and the next record would exceed "
+         "max_transaction_bytes (" +
+         std::to_string(s.settings.max_transaction_bytes) +
+         " bytes; pipelines: max-transaction-bytes): no checkpoint barrier reached the sink to pre-commit it. Are "
+         "checkpoints stalled or their interval too long for this output rate? Raise the bound or shorten the "
+         "checkpoint interval");
   }
   Producer& p = s.open_transaction();
   if (s.marker_topic.empty()) s.marker_topic = record.topic;
-  p.produce(record.topic, record.partition, key, value, nullptr, headers, ts);
-  s.copy.append(record, record.partition, ts);
+  std::optional<std::string> rejected = p.produce(record.topic, record.partition, key, value, nullptr, headers, ts);
+  if (!rejected) s.copy.append(record, record.partition, ts);
+  return rejected;
+}
+
+void KafkaSinkWriterCore::bad_record(const KafkaProducerRecord& record, const std::string& reason,
+                                     const std::string& position) {
+  Impl& s = *impl_;
+  const size_t size = record.key().size() + record.value().size();
+  std::string key_text(record.key().substr(0, 200));
+  if (s.settings.on_bad_record == BadRecordPolicy::kFail || !s.dead_letter) {
+    fail(s.pool->who + ": cannot write a record to topic '" + record.topic + "' (key " +
+         (record.has_key() ? "'" + key_text + "'" : std::string("null")) + ", " + std::to_string(size) +
+         " bytes of key and value" + (position.empty() ? std::string() : ", source position " + position) +
+         "): " + reason +
+         ". Set a dead-letter sink (pipelines: pipeline.dead-letter) to divert such records, or "
+         "raise message.max.bytes (and the topic's max.message.bytes)");
+  }
+  Value entry = Value::object();
+  entry.set("sink", Value::string("kafka"));
+  entry.set("operator", Value::string(s.pool->who));
+  entry.set("topic", Value::string(record.topic));
+  if (record.partition != KafkaProducerRecord::kAnyPartition) entry.set("partition", Value(record.partition));
+  entry.set("key", record.has_key() ? Value::string(record.key()) : Value());
+  entry.set("position", Value::string(position));
+  entry.set("error", Value::string(reason));
+  entry.set("size", Value(static_cast<int64_t>(size)));
+  entry.set("record", record.has_value() ? Value::string(record.value()) : Value());
+  s.dead_letter->append(entry).value_or_throw();
+  s.dead_letters_unsynced = true;
+  if (s.dead_letters++ == 0) {
+    spdlog::warn("{}: a record for topic '{}' ({} bytes{}) was refused and written to the dead-letter file {}: {}",
+                 s.pool->who, record.topic, size, position.empty() ? std::string() : ", source position " + position,
+                 s.dead_letter->path(), reason);
+  }
+}
+
+int64_t KafkaSinkWriterCore::dead_letters() const noexcept {
+  return impl_->dead_letters;
 }
 
 int32_t KafkaSinkWriterCore::partition_count(const std::string& topic) {
@@ -859,6 +1007,8 @@ int32_t KafkaSinkWriterCore::partition_count(const std::string& topic) {
 
 void KafkaSinkWriterCore::flush(bool end_of_input) {
   Impl& s = *impl_;
+  s.sync_dead_letters();
+  s.check_liveness();
   if (!s.pool->transactional) {
     if (s.settings.guarantee == DeliveryGuarantee::kNone && !end_of_input) {
       s.pool->plain->poll();
@@ -872,6 +1022,8 @@ void KafkaSinkWriterCore::flush(bool end_of_input) {
 
 std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
   Impl& s = *impl_;
+  s.sync_dead_letters();
+  s.check_liveness();
   if (!s.pool->transactional || s.current < 0) return {};
   KafkaProducerPool::Slot& slot = s.pool->slots[static_cast<size_t>(s.current)];
   // Every record of this epoch is acknowledged before the next epoch's producer writes to the same partitions:
@@ -896,6 +1048,7 @@ std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
 }
 
 void KafkaSinkWriterCore::close() {
+  impl_->liveness.reset();
   impl_->current = -1;
   impl_->pool->close();
 }
@@ -905,16 +1058,13 @@ void KafkaSinkWriterCore::close() {
 
 namespace {
 
-// How long settle() waits for a marker group to become stable before it reads the materialized offsets.
-constexpr int64_t kStableMarkerWaitMs = 15'000;
-
 // Makes sure committable `c` is visible exactly once (see the file comment of kafka_sink.h): init_transactions on
 // its transactional id, then either "already committed" (the marker carries its token) or a re-publication of its
 // recovery copy. Returns the producer, initialized and without an open transaction.
 std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommittable& c) {
   std::unique_ptr<Producer> p = pool.make_producer(c.transactional_id);
   p->init_transactions();
-  std::optional<std::string> marker = p->read_marker(c.marker_topic, kStableMarkerWaitMs);
+  std::optional<std::string> marker = p->read_marker(c.marker_topic, c.token);
   if (marker && *marker == c.token) {
     spdlog::info("{}: transaction {} ({} records) was committed before the restart", pool.who, c.transactional_id,
                  c.record_count);
@@ -925,7 +1075,12 @@ std::unique_ptr<Producer> settle(const KafkaProducerPool& pool, const KafkaCommi
   RecoveryRecord r;
   int64_t n = 0;
   while (reader.next(r)) {
-    p->produce(r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr, r.timestamp_ms);
+    if (std::optional<std::string> rejected = p->produce(
+            r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr, r.timestamp_ms)) {
+      fail(pool.who + ": re-publishing transaction " + c.transactional_id + ": record " + std::to_string(n) +
+           " of its recovery copy (topic '" + std::string(r.topic) + "') was refused: " + *rejected +
+           " (was message.max.bytes lowered since it was written?)");
+    }
     ++n;
   }
   p->flush();

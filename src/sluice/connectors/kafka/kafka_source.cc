@@ -292,6 +292,15 @@ Status normalize_and_validate(KafkaSourceSettings& s) {
     if (!ms.ok()) return ms.error();
     s.startup_timeout_ms = *ms;
   }
+  if (auto v = take_property(p, "liveness.timeout.ms")) {
+    Result<int64_t> ms = parse_int("liveness.timeout.ms", *v);
+    if (!ms.ok()) return ms.error();
+    s.liveness_timeout_ms = *ms;
+  }
+  if (s.liveness_timeout_ms < 0) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("{}: the liveness timeout must not be negative, got {} ms", kRole, s.liveness_timeout_ms));
+  }
   if (s.bootstrap_servers().empty()) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("{}: no bootstrap servers: call bootstrap_servers(\"host:port,...\")", kRole));
@@ -828,6 +837,7 @@ struct KafkaReaderCore::Impl {
   KafkaClientPtr consumer;
   kafka::KafkaQueuePtr queue;
   KafkaClientPtr dead_letter_producer;
+  std::unique_ptr<kafka::KafkaLivenessProbe> liveness;  // stopped in close(), before the wakeup hook goes
   // Set by librdkafka callbacks, which run on the task thread while poll() consumes the queue.
   std::string fatal_error;
   std::string dead_letter_error;
@@ -911,6 +921,9 @@ struct KafkaReaderCore::Impl {
   }
 
   void throw_if_failed() const {
+    if (liveness) {
+      if (std::optional<std::string> f = liveness->failure()) throw SluiceException(Error(ErrorCode::kConnector, *f));
+    }
     if (!fatal_error.empty()) {
       throw SluiceException(
           Error(ErrorCode::kConnector, fmt::format("{}: the Kafka consumer failed (bootstrap servers '{}'): {}", name,
@@ -978,6 +991,17 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
   }
   impl.wakeup.ctx = &ctx;
   rd_kafka_queue_cb_event_enable(impl.queue.get(), &on_queue_event, &impl.wakeup);
+  if (settings.liveness_timeout_ms > 0) {
+    // A quiet topic calls poll() only when the consumer queue has something: the probe wakes the task itself.
+    Result<std::unique_ptr<kafka::KafkaLivenessProbe>> probe = kafka::KafkaLivenessProbe::start(
+        RD_KAFKA_CONSUMER, settings.properties, std::chrono::milliseconds(settings.liveness_timeout_ms), impl.name,
+        [hook = &impl.wakeup] {
+          std::lock_guard lock(hook->mu);
+          if (hook->ctx != nullptr) hook->ctx->wakeup();
+        });
+    if (!probe.ok()) return probe.error();
+    impl.liveness = std::move(probe).value();
+  }
   {
     // From now on metrics() reads this reader (close() takes it out before destroying the consumer).
     std::lock_guard lock(core->stats_->mu);
@@ -1331,6 +1355,7 @@ void KafkaReaderCore::close() noexcept {
   Impl& impl = *impl_;
   if (impl.closed) return;
   impl.closed = true;
+  impl.liveness.reset();
   {
     std::lock_guard lock(impl.wakeup.mu);
     impl.wakeup.ctx = nullptr;
