@@ -188,24 +188,32 @@ class FilesExactlyOnceKillTest : public ::testing::Test {
   }
 
   // Writes the pipeline file: `records` datagen charges on kEntities entities at `rate` per second, exactly once
-  // into <dir>/out, checkpoints every 200 ms, no restart inside the process (a failure ends the run loudly).
+  // into <dir>/out (part files rolled at 24 KiB or 900 ms), checkpoints every 200 ms, no restart inside the
+  // process (a failure ends the run loudly).
   fs::path write_pipeline(int64_t records, int64_t rate, uint64_t seed) {
     const fs::path file = dir_ / "pipeline.yaml";
-    std::ofstream(file) << "pipeline:\n"
-                        << "  name: files-exactly-once-chaos\n"
-                        << "  parallelism: 2\n"
-                        << "  checkpoint: { interval: 200ms, storage: \"" << (dir_ / "checkpoints").string() << "\" }\n"
-                        << "  delivery: exactly-once\n"
-                        << "  restart: { strategy: none }\n"
-                        << "source: { type: datagen, count: " << records << ", rate: " << rate
-                        << ", entities: " << kEntities << ", seed: " << (seed % 1'000'000) << " }\n"
-                        << "transform:\n"
-                        << "  - match: \"*.*.*\"\n"
-                        << "    key: after.id\n"
-                        << "    event:\n"
-                        << "      payload: \"after.id AS id, after.revision AS revision\"\n"
-                        << "sink:\n"
-                        << "  out: { type: files, path: \"" << (dir_ / "out").string() << "\" }\n";
+    std::ofstream(file)
+        << "pipeline:\n"
+        << "  name: files-exactly-once-chaos\n"
+        << "  parallelism: 2\n"
+        << "  checkpoint: { interval: 200ms, storage: \"" << (dir_ / "checkpoints").string() << "\" }\n"
+        << "  delivery: exactly-once\n"
+        << "  restart: { strategy: none }\n"
+        << "source: { type: datagen, count: " << records << ", rate: " << rate << ", entities: " << kEntities
+        << ", seed: " << (seed % 1'000'000) << " }\n"
+        << "transform:\n"
+        << "  - match: \"*.*.*\"\n"
+        << "    key: after.id\n"
+        << "    event:\n"
+        << "      payload: \"after.id AS id, after.revision AS revision\"\n"
+        << "sink:\n"
+        << "  out:\n"
+        << "    type: files\n"
+        << "    path: \"" << (dir_ / "out").string()
+        << "\"\n"
+        // Part files roll by size and time, independent of the checkpoints: kills land while
+        // in-progress files go on across checkpoints, so restores truncate and write on.
+        << "    rolling-policy: { part-size: 24kb, rollover-interval: 900ms, inactivity-interval: 400ms }\n";
     return file;
   }
 

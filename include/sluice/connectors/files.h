@@ -29,17 +29,24 @@
 // line, extension "txt") or JSON lines (to_json of each record, "jsonl") into a directory, created when
 // missing. Writes are buffered (64 KiB).
 //  * With checkpointing (RuntimeContext::is_checkpointing_enabled()) it is exactly-once by rename on commit,
-//    like Flink's FileSink: subtask i writes a hidden in-progress file `.part-<i>-<n>.inprogress.<id>` (<id>
-//    random per writer); every checkpoint rolls it (prepare_commit: write, fsync, close, fsync the directory,
-//    before the subtask acknowledges; the committable names it and its final name) and the checkpoint's
-//    completion commits it: fsync, rename to `part-<i>-<n>.<ext>`, fsync the directory (fault points
-//    "files.before-rename" and "files.after-rename" around the rename, fault_points.h). Only files whose names do not
-//    start with '.' are committed output; readers list those (FileSource skips hidden files of a directory). No empty
-//    part files are made. Sequence numbers <n> never repeat: the next one is kept in the operator state and is at least
-//    one past the highest `part-<i>-*` / `.part-<i>-*` in the directory. On restore the committables of the restored
-//    checkpoint are committed again (a no-op for those already renamed) and abort_lingering deletes in-progress files
-//    of this subtask (and, after a lower parallelism p, of old subtasks j >= p with j % p == i) that the restored
-//    checkpoint does not name. One job per directory.
+//    like Flink's FileSink with a row format: subtask i writes a hidden in-progress file `.part-<i>-<n>.inprogress`
+//    and finishes it by its RollingPolicy (at a size, an age, or a time without records; independent of
+//    checkpoints): written, fsynced, closed, pending. A checkpoint (prepare_commit) fsyncs the in-progress file
+//    and records its valid length in the operator state (the file goes on across checkpoints), fsyncs the
+//    directory, and pre-commits the files finished since the previous checkpoint (each committable names a file
+//    and its final name), all before the subtask acknowledges. The checkpoint's completion commits them: fsync,
+//    rename to `part-<i>-<n>.<ext>`, fsync the directory (fault points "files.before-rename" and
+//    "files.after-rename" around the rename, fault_points.h). The end of the input finishes the in-progress file,
+//    so the final checkpoint commits everything. Only files whose names do not start with '.' are committed
+//    output; readers list those (FileSource skips hidden files of a directory). No empty part files are made.
+//    A restore reads only the operator state, never lists the directory (a fresh start lists it once for its first
+//    sequence number, past every `part-<i>-*` there): the next sequence number <n> is in the state (a final name
+//    that exists already is skipped with one stat() per name, so a commit never replaces a file); on restore the
+//    committables of the restored checkpoint are committed again (a no-op for those already renamed), the recorded
+//    in-progress file is truncated to its valid length and written on (after a lower parallelism p, those of old
+//    subtasks j >= p with j % p == i are finished and committed with the next checkpoint), and abort_lingering deletes
+//    what failed attempts wrote after the checkpoint by probing the names `.part-<j>-<n>.inprogress` from the recorded
+//    next number on. One job per directory.
 //  * Without checkpointing, subtask i writes `<directory>/part-<i>.<ext>` directly; flush() writes the
 //    buffer and fsyncs the file (at the end of input); close() writes what is left. The first attempt of a
 //    subtask truncates its part file; a restarted attempt appends (at-least-once). Part files of subtasks
@@ -70,6 +77,7 @@
 #include "sluice/api/sink.h"
 #include "sluice/api/source.h"
 #include "sluice/connectors/bad_record.h"
+#include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/core/json_mapping.h"
 #include "sluice/core/type_serializer.h"
@@ -94,6 +102,30 @@ struct FileCommittable {
   friend bool operator==(const FileCommittable&, const FileCommittable&) = default;
 };
 SLUICE_FIELDS(FileCommittable, in_progress_path, final_path);
+
+/// When a FileSink with checkpointing finishes its in-progress part file and starts the next (Flink's
+/// DefaultRollingPolicy, with its defaults): once the file holds part_size_bytes, once it is older than
+/// rollover_interval_ms, or once no record was written to it for inactivity_interval_ms. Independent of
+/// checkpoints: a checkpoint commits the finished files and records how far the in-progress one is written.
+/// The size is checked after every record; the intervals whenever the 64 KiB write buffer is written out and
+/// at every checkpoint (so an interval ends at the first checkpoint after it is due). Values below 1 mean 1.
+struct RollingPolicy {
+  int64_t part_size_bytes = int64_t{128} << 20;  ///< 128 MiB
+  int64_t rollover_interval_ms = 60'000;         ///< 1 min
+  int64_t inactivity_interval_ms = 60'000;       ///< 1 min
+  friend bool operator==(const RollingPolicy&, const RollingPolicy&) = default;
+};
+
+/// An in-progress part file as a checkpoint records it (Flink's resumable in-progress file): the restore
+/// truncates it to valid_length and writes on.
+struct InProgressPartFile {
+  int64_t subtask = 0;           ///< the subtask that wrote it
+  std::string in_progress_path;  ///< `<directory>/.part-<i>-<n>.inprogress`
+  std::string final_path;        ///< `<directory>/part-<i>-<n>.<ext>`
+  int64_t valid_length = 0;      ///< bytes the checkpoint covers
+  friend bool operator==(const InProgressPartFile&, const InProgressPartFile&) = default;
+};
+SLUICE_FIELDS(InProgressPartFile, subtask, in_progress_path, final_path, valid_length);
 
 /// How a line becomes a record of type T.
 template <class T>
@@ -229,12 +261,16 @@ std::string part_file_path(const std::string& directory, int subtask, std::strin
 /// `<directory>/part-<subtask>-<sequence>.<extension>` (a committed file with checkpointing).
 std::string part_file_path(const std::string& directory, int subtask, int64_t sequence, std::string_view extension);
 
-/// `<directory>/.part-<subtask>-<sequence>.inprogress.<file_id>`.
+/// `<directory>/.part-<subtask>-<sequence>.inprogress`: the in-progress file of a part (its name is fixed, so a
+/// restore finds what a crashed attempt left by probing names instead of listing the directory).
+std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence);
+
+/// `<directory>/.part-<subtask>-<sequence>.inprogress.<file_id>` (the name before rolling policies; still parsed).
 std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence,
                                   std::string_view file_id);
 
 /// The parts of a FileSink file name with checkpointing: `part-<subtask>-<sequence>.<ext>` (committed) or
-/// `.part-<subtask>-<sequence>.inprogress.<id>` (in progress).
+/// `.part-<subtask>-<sequence>.inprogress[.<id>]` (in progress).
 struct PartFileName {
   bool in_progress = false;
   int subtask = 0;
@@ -246,70 +282,99 @@ struct PartFileName {
 std::optional<PartFileName> parse_part_file_name(std::string_view name) noexcept;
 
 /// One past the highest sequence number of subtask `subtask` among the part files (committed and in
-/// progress) in `directory`; 0 when there is none or the directory does not exist. Throws SluiceException
-/// (kConnector) when the directory cannot be listed.
+/// progress) in `directory`; 0 when there is none or the directory does not exist. Lists the directory: used on
+/// a fresh start only. Throws SluiceException (kConnector) when the directory cannot be listed.
 int64_t next_part_sequence_in(const std::string& directory, int subtask);
 
-/// The in-progress part file of one FileSink subtask with checkpointing, rolled at every checkpoint (see the
-/// file comment). Not thread-safe (the writer's task thread). Errors throw SluiceException (kConnector).
+/// The in-progress part file of one FileSink subtask with checkpointing and the part files it finished since
+/// the last checkpoint, rolled by a RollingPolicy (see the file comment). Not thread-safe (the writer's task
+/// thread). Errors throw SluiceException (kConnector).
 class RollingPartFile {
  public:
-  /// The name of the operator union list state of (subtask, next sequence number) pairs.
+  /// The operator union list state of (subtask, next sequence number) pairs.
   static constexpr const char* kSequenceStateName = "file-sink-next-part";
+  /// The operator union list state of the in-progress files the checkpoint covers, with their valid lengths.
+  static constexpr const char* kInProgressStateName = "file-sink-in-progress";
 
-  /// Restores the next sequence number of subtask ctx.subtask_index(): the larger of the operator state's
-  /// and next_part_sequence_in(directory). `ctx` must outlive this object.
-  RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension);
+  /// Restores from the operator state only (the directory is listed only on a fresh start, for the first
+  /// sequence number): the next sequence number of subtask ctx.subtask_index(), and the in-progress files of old
+  /// subtasks j with j % parallelism == subtask, each truncated to the length the checkpoint recorded; this subtask's
+  /// own one is written on, the others are finished and committed with the next checkpoint. Throws kConnector when a
+  /// recorded in-progress file is missing (its records would be lost). `ctx` must outlive this object.
+  RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension, RollingPolicy policy);
   RollingPartFile(const RollingPartFile&) = delete;
   RollingPartFile& operator=(const RollingPartFile&) = delete;
-  /// Discards an in-progress file not rolled yet.
+  /// Closes the in-progress file; deletes it and the finished files no checkpoint covers yet.
   ~RollingPartFile() { discard(); }
 
   /// The buffer to append whole lines to; opens the next in-progress file first when none is open. Call
-  /// write_if_full() after each line.
+  /// after_record() after each line.
   std::string& buffer() {
     if (!file_.is_open()) open_next();
     return file_.buffer();
   }
-  void write_if_full() { file_.write_if_full(); }
-  /// Writes the buffer to the in-progress file (no fsync).
-  void flush() { file_.flush(); }
-  /// Writes, fsyncs and closes the in-progress file and returns its committable; empty when nothing was
-  /// written since the previous roll. Records the next sequence number in the operator state.
-  std::vector<FileCommittable> roll();
-  /// Closes and deletes an in-progress file not rolled yet (it was never pre-committed); errors ignored.
+  /// After each line: writes the buffer when it is full (then checks the rollover and inactivity intervals)
+  /// and finishes the part file once it reached part_size_bytes.
+  void after_record();
+  /// Writes the buffer to the in-progress file (no fsync); at the end of the input also finishes it, so the
+  /// final checkpoint commits everything.
+  void flush(bool end_of_input);
+  /// At a checkpoint: finishes the in-progress file when an interval is due, syncs the in-progress file and
+  /// records its valid length in the operator state, syncs the directory, and returns the part files finished
+  /// since the previous checkpoint (their committables). Records the next sequence number.
+  std::vector<FileCommittable> snapshot();
+  /// Closes the in-progress file and deletes it (unless a checkpoint recorded it) and the finished files no
+  /// checkpoint pre-committed; errors ignored.
   void discard() noexcept;
   /// The sequence number the next in-progress file gets.
   int64_t next_sequence() const noexcept { return next_sequence_; }
 
  private:
   void open_next();
+  // Writes, syncs and closes the in-progress file; its committable joins finished_.
+  void finish_in_progress();
+  void check_intervals(TimestampMs now);
 
-  ListState<std::pair<int32_t, int64_t>>* state_;
+  const Clock& clock_;
+  ListState<std::pair<int32_t, int64_t>>* sequence_state_;
+  ListState<InProgressPartFile>* in_progress_state_;
   std::string directory_;
   std::string extension_;
-  std::string file_id_;
+  RollingPolicy policy_;
   int subtask_;
   int64_t next_sequence_ = 0;
   PartFileWriter file_;
   std::string final_path_;
+  int64_t bytes_ = 0;                      // bytes of the in-progress file written so far, buffer included
+  TimestampMs opened_ms_ = 0;              // when the in-progress file was opened (or resumed)
+  TimestampMs last_write_ms_ = 0;          // the check that last saw a new record (buffer writes, checkpoints)
+  int64_t records_since_check_ = 0;        // records written since that check
+  bool recorded_ = false;                  // a checkpoint recorded the in-progress file: keep it on discard()
+  bool directory_dirty_ = false;           // a file was created since the directory was last synced
+  std::vector<FileCommittable> finished_;  // finished since the last checkpoint, not yet pre-committed
+  std::vector<bool> finished_recorded_;    // per finished_ entry: a checkpoint recorded it while in progress
 };
 
 /// Commits FileCommittables by rename (see the file comment). Runs on one subtask's task thread. Errors
 /// throw SluiceException (kConnector).
 class FileCommitter final : public Committer<FileCommittable> {
  public:
-  explicit FileCommitter(std::string directory) : directory_(std::move(directory)) {}
+  /// Commits into `directory`; `extension` is that of the final names ("txt", "jsonl").
+  FileCommitter(std::string directory, std::string extension)
+      : directory_(std::move(directory)), extension_(std::move(extension)) {}
   /// For each committable: fsync the in-progress file, rename it to its final name; then fsync the
   /// directories. A committable whose in-progress file is gone is already committed when its final file
   /// exists; when that is gone too it throws SluiceException (kConnector) naming both: the output is lost.
   void commit(std::vector<FileCommittable>& committables) override;
-  /// Deletes the in-progress files in the directory of old subtasks j with j % parallelism == subtask that
-  /// `restored_committables` does not name.
+  /// Deletes the in-progress files that failed attempts left and the restored checkpoint does not name: for
+  /// each old subtask j with j % parallelism == subtask, `.part-<j>-<n>.inprogress` for n from j's restored
+  /// next sequence number up to the first name that does not exist. Probes names instead of listing the
+  /// directory, so it costs the same with 10 or 10 million committed files. Nothing on a fresh start.
   void abort_lingering(RuntimeContext& ctx, const std::vector<FileCommittable>& restored_committables) override;
 
  private:
   std::string directory_;
+  std::string extension_;
 };
 
 }  // namespace detail
@@ -519,6 +584,13 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
     return std::make_shared<FileSink>(std::move(directory), FileSinkFormat::kJsonLines);
   }
 
+  /// Sets when part files roll (with checkpointing; see RollingPolicy). Call before handing the sink to a job.
+  FileSink& rolling_policy(RollingPolicy policy) {
+    policy_ = policy;
+    return *this;
+  }
+  const RollingPolicy& rolling_policy() const noexcept { return policy_; }
+
   const std::string& directory() const noexcept { return directory_; }
   /// "txt" or "jsonl".
   std::string_view extension() const noexcept { return format_ == FileSinkFormat::kText ? "txt" : "jsonl"; }
@@ -530,7 +602,7 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
     detail::create_output_directory(directory_);
     if (ctx.is_checkpointing_enabled()) {
       return std::make_unique<Writer>(
-          format_, std::make_unique<detail::RollingPartFile>(ctx, directory_, std::string(extension())));
+          format_, std::make_unique<detail::RollingPartFile>(ctx, directory_, std::string(extension()), policy_));
     }
     return std::make_unique<Writer>(format_, detail::part_file_path(directory_, ctx.subtask_index(), extension()),
                                     /*truncate=*/ctx.attempt_number() == 0 && !ctx.is_restored());
@@ -539,7 +611,7 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
   /// Creates the directory and a FileCommitter for it.
   std::unique_ptr<Committer<FileCommittable>> create_committer(RuntimeContext& /*ctx*/) const override {
     detail::create_output_directory(directory_);
-    return std::make_unique<detail::FileCommitter>(directory_);
+    return std::make_unique<detail::FileCommitter>(directory_, std::string(extension()));
   }
 
  private:
@@ -562,21 +634,21 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
       }
       buf.push_back('\n');
       if (rolling_) {
-        rolling_->write_if_full();
+        rolling_->after_record();
       } else {
         direct_.write_if_full();
       }
     }
-    void flush(bool /*end_of_input*/) override {
+    void flush(bool end_of_input) override {
       if (rolling_) {
-        rolling_->flush();
+        rolling_->flush(end_of_input);
       } else {
         direct_.flush_and_sync();
       }
     }
     std::vector<FileCommittable> prepare_commit() override {
       if (!rolling_) return {};
-      return rolling_->roll();
+      return rolling_->snapshot();
     }
     void close() override {
       if (rolling_) {
@@ -594,6 +666,7 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
 
   std::string directory_;
   FileSinkFormat format_;
+  RollingPolicy policy_;
 };
 
 namespace files {

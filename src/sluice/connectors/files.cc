@@ -386,15 +386,6 @@ void PartFileWriter::discard() noexcept {
 
 namespace {
 
-// A random 128-bit id in hex: in-progress files of different writers (attempts) never share a name.
-std::string random_file_id() {
-  std::random_device rd;
-  uint64_t words[2];
-  for (uint64_t& w : words)
-    w = (uint64_t{rd()} << 32) ^ uint64_t { rd() };
-  return fmt::format("{:016x}{:016x}", words[0], words[1]);
-}
-
 // Parses a non-negative decimal integer at the start of `s` and removes it; false when there is none.
 template <class Int>
 bool consume_number(std::string_view& s, Int& out) noexcept {
@@ -458,6 +449,10 @@ std::string part_file_path(const std::string& directory, int subtask, int64_t se
   return (std::filesystem::path(directory) / fmt::format("part-{}-{}.{}", subtask, sequence, extension)).string();
 }
 
+std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence) {
+  return (std::filesystem::path(directory) / fmt::format(".part-{}-{}.inprogress", subtask, sequence)).string();
+}
+
 std::string in_progress_file_path(const std::string& directory, int subtask, int64_t sequence,
                                   std::string_view file_id) {
   return (std::filesystem::path(directory) / fmt::format(".part-{}-{}.inprogress.{}", subtask, sequence, file_id))
@@ -475,7 +470,8 @@ std::optional<PartFileName> parse_part_file_name(std::string_view name) noexcept
   if (!consume_number(name, parsed.sequence) || !name.starts_with('.')) return std::nullopt;
   name.remove_prefix(1);
   if (parsed.in_progress) {
-    if (!name.starts_with("inprogress.") || name.size() == 11) return std::nullopt;
+    // `.inprogress` (fixed names), or `.inprogress.<id>` (names of earlier versions, still in old checkpoints).
+    if (name != "inprogress" && (!name.starts_with("inprogress.") || name.size() == 11)) return std::nullopt;
   } else if (name.empty()) {
     return std::nullopt;
   }
@@ -493,42 +489,183 @@ int64_t next_part_sequence_in(const std::string& directory, int subtask) {
   return next;
 }
 
-RollingPartFile::RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension)
-    : state_(&ctx.operator_state().get_union_list_state<std::pair<int32_t, int64_t>>(kSequenceStateName)),
+namespace {
+
+// Truncates the in-progress file of `f` to its recorded valid length and syncs it. Throws kConnector when it is
+// missing: the records the checkpoint covers would be lost.
+void truncate_to_valid_length(const InProgressPartFile& f) {
+  const int fd = ::open(f.in_progress_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) throw_io("file sink", "opening", f.in_progress_path, errno);
+    struct stat st {};
+    const bool committed = ::stat(f.final_path.c_str(), &st) == 0;
+    throw SluiceException(Error(
+        ErrorCode::kConnector,
+        fmt::format("file sink: the in-progress part file '{}' that the restored checkpoint recorded ({} bytes) is "
+                    "missing{}; restore the latest checkpoint, or start the job without its state",
+                    f.in_progress_path, f.valid_length,
+                    committed ? fmt::format(": it was finished and committed as '{}' after that checkpoint, so the "
+                                            "checkpoint is older than the output",
+                                            f.final_path)
+                              : " and was never committed: its records are lost")));
+  }
+  if (::ftruncate(fd, static_cast<off_t>(f.valid_length)) != 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_io("file sink", fmt::format("truncating to {} bytes", f.valid_length), f.in_progress_path, err);
+  }
+  ::close(fd);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+RollingPartFile::RollingPartFile(RuntimeContext& ctx, std::string directory, std::string extension,
+                                 RollingPolicy policy)
+    : clock_(ctx.clock()),
+      sequence_state_(&ctx.operator_state().get_union_list_state<std::pair<int32_t, int64_t>>(kSequenceStateName)),
+      in_progress_state_(&ctx.operator_state().get_union_list_state<InProgressPartFile>(kInProgressStateName)),
       directory_(std::move(directory)),
       extension_(std::move(extension)),
-      file_id_(random_file_id()),
+      policy_(policy),
       subtask_(ctx.subtask_index()) {
+  policy_.part_size_bytes = std::max<int64_t>(policy_.part_size_bytes, 1);
+  policy_.rollover_interval_ms = std::max<int64_t>(policy_.rollover_interval_ms, 1);
+  policy_.inactivity_interval_ms = std::max<int64_t>(policy_.inactivity_interval_ms, 1);
   // The directory may have just been created: make its own entry durable before any checkpoint names a file in it.
   sync_directory(parent_directory(directory_));
-  next_sequence_ = next_part_sequence_in(directory_, subtask_);
-  for (const auto& [subtask, next] : state_->get()) {
-    if (subtask == subtask_) next_sequence_ = std::max(next_sequence_, next);
+  bool restored = false;
+  for (const auto& [subtask, next] : sequence_state_->get()) {
+    if (subtask != subtask_) continue;
+    next_sequence_ = std::max(next_sequence_, next);
+    restored = true;
   }
-  state_->update({{subtask_, next_sequence_}});
+  // A fresh start (no state for this subtask) lists the directory once, so its numbers follow those of earlier
+  // jobs' files there; a restore (every restart) does not: its numbers come from the state.
+  if (!restored) next_sequence_ = next_part_sequence_in(directory_, subtask_);
+  const int parallelism = std::max(ctx.parallelism(), 1);
+  const TimestampMs now = clock_.now_ms();
+  for (const InProgressPartFile& f : in_progress_state_->get()) {
+    if (f.subtask % parallelism != subtask_) continue;
+    truncate_to_valid_length(f);
+    if (f.subtask == subtask_ && !file_.is_open()) {
+      // Flink's FileSink resumes the in-progress file of a row format: write on after the valid length.
+      file_.open(f.in_progress_path, /*truncate=*/false);
+      final_path_ = f.final_path;
+      bytes_ = f.valid_length;
+      opened_ms_ = last_write_ms_ = now;
+      recorded_ = true;
+    } else {
+      // An old subtask's file after a change of parallelism: finished now, committed with the next checkpoint.
+      finished_.push_back(FileCommittable{f.in_progress_path, f.final_path});
+      finished_recorded_.push_back(true);
+    }
+  }
+  sequence_state_->update({{subtask_, next_sequence_}});
+  in_progress_state_->clear();
 }
 
 void RollingPartFile::open_next() {
+  // Names come from the state, not from listing the directory: skip a final name that exists already (a rerun
+  // into the same directory, or a restore of an older checkpoint), so a commit never replaces a committed file.
+  while (exists(part_file_path(directory_, subtask_, next_sequence_, extension_)))
+    ++next_sequence_;
   const int64_t sequence = next_sequence_++;
   final_path_ = part_file_path(directory_, subtask_, sequence, extension_);
-  file_.open(in_progress_file_path(directory_, subtask_, sequence, file_id_), /*truncate=*/true);
+  file_.open(in_progress_file_path(directory_, subtask_, sequence), /*truncate=*/true);
+  bytes_ = 0;
+  opened_ms_ = last_write_ms_ = clock_.now_ms();
+  recorded_ = false;
+  directory_dirty_ = true;
 }
 
-std::vector<FileCommittable> RollingPartFile::roll() {
-  if (!file_.is_open()) return {};
+void RollingPartFile::after_record() {
+  ++records_since_check_;
+  const int64_t buffered = static_cast<int64_t>(file_.buffer().size());
+  if (bytes_ + buffered >= policy_.part_size_bytes) {
+    finish_in_progress();
+    return;
+  }
+  if (buffered >= static_cast<int64_t>(PartFileWriter::kBufferBytes)) {
+    file_.flush();
+    bytes_ += buffered;
+    // The clock is read here and at checkpoints, not per record.
+    check_intervals(clock_.now_ms());
+  }
+}
+
+void RollingPartFile::flush(bool end_of_input) {
+  if (!file_.is_open()) return;
+  const int64_t buffered = static_cast<int64_t>(file_.buffer().size());
+  if (buffered > 0) {
+    file_.flush();
+    bytes_ += buffered;
+  }
+  if (end_of_input) finish_in_progress();
+}
+
+void RollingPartFile::check_intervals(TimestampMs now) {
+  if (!file_.is_open()) return;
+  // A record since the previous check counts as written now: the inactivity interval is measured from the check
+  // that saw the last record.
+  if (records_since_check_ > 0) {
+    last_write_ms_ = now;
+    records_since_check_ = 0;
+  }
+  if (now - opened_ms_ >= policy_.rollover_interval_ms || now - last_write_ms_ >= policy_.inactivity_interval_ms) {
+    finish_in_progress();
+  }
+}
+
+void RollingPartFile::finish_in_progress() {
+  if (!file_.is_open()) return;
+  records_since_check_ = 0;
   file_.flush_and_sync();
   file_.close();
-  // The file's data is durable; its name must be too before the checkpoint that names it is acknowledged, or a
-  // machine crash could lose the directory entry of a file the completed checkpoint commits.
-  sync_directory(directory_);
-  state_->update({{subtask_, next_sequence_}});
-  return {FileCommittable{file_.path(), final_path_}};
+  finished_.push_back(FileCommittable{file_.path(), final_path_});
+  finished_recorded_.push_back(recorded_);
+  bytes_ = 0;
+  recorded_ = false;
+}
+
+std::vector<FileCommittable> RollingPartFile::snapshot() {
+  flush(/*end_of_input=*/false);
+  check_intervals(clock_.now_ms());
+  std::vector<InProgressPartFile> in_progress;
+  if (file_.is_open()) {
+    file_.flush_and_sync();  // Flink's persist(): the recorded length is durable
+    in_progress.push_back(InProgressPartFile{subtask_, file_.path(), final_path_, bytes_});
+    recorded_ = true;
+  }
+  // The files' data is durable; their names must be too before the checkpoint that names them is acknowledged,
+  // or a machine crash could lose the directory entry of a file the completed checkpoint commits or resumes.
+  if (directory_dirty_) {
+    sync_directory(directory_);
+    directory_dirty_ = false;
+  }
+  sequence_state_->update({{subtask_, next_sequence_}});
+  in_progress_state_->update(std::move(in_progress));
+  std::vector<FileCommittable> out = std::move(finished_);
+  finished_.clear();
+  finished_recorded_.clear();
+  return out;
 }
 
 void RollingPartFile::discard() noexcept {
-  if (!file_.is_open()) return;
-  file_.discard();
-  ::unlink(file_.path().c_str());
+  if (file_.is_open()) {
+    file_.discard();
+    // A file a checkpoint recorded is resumed by the restore: keep it.
+    if (!recorded_) ::unlink(file_.path().c_str());
+  }
+  for (size_t i = 0; i < finished_.size(); ++i) {
+    if (!finished_recorded_[i]) ::unlink(finished_[i].in_progress_path.c_str());
+  }
+  finished_.clear();
+  finished_recorded_.clear();
 }
 
 void FileCommitter::commit(std::vector<FileCommittable>& committables) {
@@ -565,23 +702,28 @@ void FileCommitter::commit(std::vector<FileCommittable>& committables) {
 void FileCommitter::abort_lingering(RuntimeContext& ctx, const std::vector<FileCommittable>& restored_committables) {
   std::unordered_set<std::string> keep;
   for (const FileCommittable& c : restored_committables)
-    keep.insert(std::filesystem::path(c.in_progress_path).filename().string());
+    keep.insert(c.in_progress_path);
   const int parallelism = std::max(ctx.parallelism(), 1);
   const int subtask = ctx.subtask_index();
-  std::vector<std::string> lingering;
-  for_each_name_in(directory_, [&](const std::string& name) {
-    std::optional<PartFileName> p = parse_part_file_name(name);
-    if (p && p->in_progress && p->subtask % parallelism == subtask && !keep.contains(name)) {
-      lingering.push_back(name);
+  auto& sequences =
+      ctx.operator_state().get_union_list_state<std::pair<int32_t, int64_t>>(RollingPartFile::kSequenceStateName);
+  int64_t deleted = 0;
+  for (const auto& [old_subtask, next] : sequences.get()) {
+    if (old_subtask % parallelism != subtask) continue;
+    // A failed attempt numbered its files on from the restored next sequence number, skipping names whose final
+    // file existed: probe those names until neither exists.
+    for (int64_t n = next;; ++n) {
+      const std::string in_progress = in_progress_file_path(directory_, old_subtask, n);
+      const bool present = exists(in_progress);
+      if (!present && !exists(part_file_path(directory_, old_subtask, n, extension_))) break;
+      if (!present || keep.contains(in_progress)) continue;
+      if (::unlink(in_progress.c_str()) != 0 && errno != ENOENT) throw_io("file sink", "deleting", in_progress, errno);
+      ++deleted;
     }
-  });
-  for (const std::string& name : lingering) {
-    const std::string path = (std::filesystem::path(directory_) / name).string();
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_io("file sink", "deleting", path, errno);
   }
-  if (!lingering.empty()) {
-    spdlog::info("file sink: subtask {} deleted {} in-progress file(s) of a previous run in '{}'", subtask,
-                 lingering.size(), directory_);
+  if (deleted > 0) {
+    spdlog::info("file sink: subtask {} deleted {} in-progress file(s) of a failed attempt in '{}'", subtask, deleted,
+                 directory_);
   }
 }
 

@@ -143,6 +143,12 @@ constexpr std::array kSinkPostgres{
 };
 constexpr std::array kSinkFiles{
     OptionDef{"path", K::kString, true, {}, "", "output directory (JSON lines part files)"},
+    OptionDef{"rolling-policy",
+              K::kMap,
+              false,
+              {},
+              "{ part-size: 128mb, rollover-interval: 1min, inactivity-interval: 1min }",
+              "when a part file is finished (with checkpointing): at this size, age, or time without a record"},
 };
 constexpr std::array kSinkPrint{
     OptionDef{"prefix", K::kString, false, {}, "", "text printed before each record"},

@@ -10,6 +10,7 @@
 #include "sluice/connectors/opensearch/opensearch_sink.h"
 #include "sluice/connectors/postgres/postgres_upsert_sink.h"
 #include "sluice/connectors/print.h"
+#include "sluice/core/config.h"
 
 namespace sluice::pipeline::detail {
 namespace {
@@ -218,12 +219,41 @@ Status add_postgres_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, 
   return ok_status();
 }
 
+// The files sink's `rolling-policy: { part-size, rollover-interval, inactivity-interval }` (Flink's names); absent
+// keys keep those of `policy`.
+Result<RollingPolicy> rolling_policy(const PipelineSpec& spec, const SinkSpec& s, RollingPolicy policy) {
+  for (const auto& [k, v] : s.options.get_map("rolling-policy")) {
+    const bool size = k == "part-size";
+    if (!size && k != "rollover-interval" && k != "inactivity-interval") {
+      return sink_error(
+          spec, s, "rolling-policy",
+          fmt::format("unknown key '{}'; the keys are part-size, rollover-interval, inactivity-interval", k));
+    }
+    Result<int64_t> n = size ? parse_memory_size(v) : parse_duration_ms(v);
+    if (!n.ok() || *n < 1) {
+      return sink_error(spec, s, "rolling-policy",
+                        fmt::format("{} '{}' is not {} greater than 0", k, v,
+                                    size ? "a size (e.g. 128mb, 1gb)" : "a duration (e.g. 30s, 15min)"));
+    }
+    (size                       ? policy.part_size_bytes
+     : k == "rollover-interval" ? policy.rollover_interval_ms
+                                : policy.inactivity_interval_ms) = *n;
+  }
+  return policy;
+}
+
 // Sinks of plain values (the events themselves): files and print.
 Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const SinkSpec& s, const std::string& uid) {
   if (s.options.type == "files") {
     Result<std::string> path = sink_string(spec, s, "path");
     if (!path.ok()) return path.error();
-    events.sink_to(FileSink<Value>::json_lines(*path), "Sink: " + s.name).uid(uid);
+    // Dead letters are rare and wanted soon: that file is finished at the first checkpoint without a new one.
+    const RollingPolicy defaults = uid == "dead-letter" ? RollingPolicy{.inactivity_interval_ms = 1} : RollingPolicy{};
+    Result<RollingPolicy> policy = rolling_policy(spec, s, defaults);
+    if (!policy.ok()) return policy.error();
+    auto sink = FileSink<Value>::json_lines(*path);
+    sink->rolling_policy(*policy);
+    events.sink_to(sink, "Sink: " + s.name).uid(uid);
     return ok_status();
   }
   if (s.options.type == "print") {

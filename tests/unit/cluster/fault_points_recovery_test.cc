@@ -37,6 +37,12 @@ class FaultPointsRecoveryTest : public ::testing::TestWithParam<Case> {
 
 TEST_P(FaultPointsRecoveryTest, RecoversWithExactlyOnceOutput) {
   ASSERT_TRUE(fault::compiled_in());
+  // Part files of 4 KiB: most checkpoints then commit some, so "sink.after-precommit" is hit mid-job.
+  auto small_parts_sink = [](std::string dir) {
+    auto sink = FileSink<std::string>::text(std::move(dir));
+    sink->rolling_policy({.part_size_bytes = 4096});
+    return sink;
+  };
   const Case c = GetParam();
   fs::path root = fs::temp_directory_path() / ("sluice-faults-" + std::to_string(::getpid()) + "-" +
                                                std::to_string(std::hash<std::string>{}(c.point)));
@@ -56,7 +62,7 @@ TEST_P(FaultPointsRecoveryTest, RecoversWithExactlyOnceOutput) {
       .process(testing::CountPerKey(kKeys))
       .name("count")
       .uid("count")
-      .sink_to(FileSink<std::string>::text((root / "out").string()))
+      .sink_to(small_parts_sink((root / "out").string()))
       .name("sink")
       .uid("sink");
   fault::arm(c.point, c.skip, 1);

@@ -554,6 +554,7 @@ class SinkTestContext final : public RuntimeContext {
   const Clock& clock() const override { return clock_; }
   OperatorStateStore& operator_state() override { return store_; }
   bool is_checkpointing_enabled() const override { return checkpointing_; }
+  ManualClock& manual_clock() { return clock_; }
 
  private:
   std::string name_ = "Sink: files";
@@ -566,15 +567,22 @@ class SinkTestContext final : public RuntimeContext {
 /// One run of one subtask of a text FileSink's operator.
 class FileSinkRun {
  public:
+  /// Rolls the part file at every checkpoint (snapshot() advances the clock past the rollover interval), so a
+  /// test sees one file per checkpoint, unless `policy` is set.
+  static constexpr RollingPolicy kRollEveryCheckpoint{int64_t{1} << 40, 1, int64_t{1} << 40};
+
   struct Options {
     int subtask = 0;
     int parallelism = 1;
     int attempt = 0;
     bool checkpointing = true;
-    std::string restored_state;  // the subtask's (redistributed) operator state snapshot; empty: fresh start
+    std::string restored_state;           // the subtask's (redistributed) operator state snapshot; empty: fresh start
+    std::optional<RollingPolicy> policy;  // default: kRollEveryCheckpoint
   };
   FileSinkRun(const std::string& directory, Options o)
-      : ctx_(o.subtask, o.parallelism, o.attempt, o.checkpointing), op_(FileSink<std::string>::text(directory)) {
+      : ctx_(o.subtask, o.parallelism, o.attempt, o.checkpointing),
+        roll_every_checkpoint_(!o.policy),
+        op_(make_sink(directory, o.policy.value_or(kRollEveryCheckpoint))) {
     if (!o.restored_state.empty()) {
       DataInput in(o.restored_state);
       Status st = ctx_.operator_state().restore(in);
@@ -585,8 +593,10 @@ class FileSinkRun {
   }
   ~FileSinkRun() { op_.close(); }
   TwoPhaseCommitSinkOperator<std::string, FileCommittable>& op() { return op_; }
+  ManualClock& clock() { return ctx_.manual_clock(); }
   void write(std::string r) { op_.process_element(std::move(r), kNoTimestamp); }
   std::string snapshot(int64_t id) {
+    if (roll_every_checkpoint_) clock().advance(1);
     op_.snapshot_state(id);
     DataOutput out;
     ctx_.operator_state().snapshot(out);
@@ -595,7 +605,14 @@ class FileSinkRun {
   void complete(int64_t id) { op_.notify_checkpoint_complete(id); }
 
  private:
+  static std::shared_ptr<FileSink<std::string>> make_sink(const std::string& directory, RollingPolicy policy) {
+    auto sink = FileSink<std::string>::text(directory);
+    sink->rolling_policy(policy);
+    return sink;
+  }
+
   SinkTestContext ctx_;
+  bool roll_every_checkpoint_;
   TwoPhaseCommitSinkOperator<std::string, FileCommittable> op_;
 };
 
@@ -618,7 +635,7 @@ TEST(FileSinkExactlyOnceTest, PartFilesBecomeVisibleOnlyWhenTheirCheckpointCompl
   EXPECT_TRUE(names_in(out, false).empty());
   std::vector<std::string> in_progress = names_in(out, true);
   ASSERT_EQ(in_progress.size(), 1U);
-  EXPECT_TRUE(in_progress[0].starts_with(".part-0-0.inprogress.")) << in_progress[0];
+  EXPECT_TRUE(in_progress[0].starts_with(".part-0-0.inprogress")) << in_progress[0];
   run.snapshot(1);
   EXPECT_TRUE(names_in(out, false).empty());
   EXPECT_EQ(read_file(out + "/" + in_progress[0]), "a\nb\n");  // synced by the pre-commit
@@ -654,8 +671,9 @@ TEST(FileSinkExactlyOnceTest, ARestoreCommitsPreCommittedFilesAndDeletesLingerin
     run.write("c");
     run.snapshot(3);  // pre-committed by a checkpoint that never completes
   }
-  // What a crashed process leaves: an unfinished in-progress file of this subtask, and one of subtask 1.
-  write_file(out + "/.part-0-7.inprogress.0123abcd", "x\n");
+  // What a crashed process leaves: the unfinished in-progress files of this subtask after the restored
+  // checkpoint (.part-0-2 above and one more), and one of subtask 1 (not this subtask's to delete).
+  write_file(out + "/.part-0-3.inprogress", "x\n");
   write_file(out + "/.part-1-0.inprogress.0123abcd", "y\n");
   EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
 
@@ -763,7 +781,7 @@ TEST(FileSinkExactlyOnceTest, ALowerParallelismCommitsTheFilesOfEveryOldSubtask)
     run.write("r" + std::to_string(s));
     old.push_back(run.snapshot(1));  // checkpoint 1 completes; the job fails before the notification
   }
-  write_file(out + "/.part-2-9.inprogress.0123abcd", "lingering\n");
+  write_file(out + "/.part-2-1.inprogress", "lingering\n");  // old subtask 2's file after checkpoint 1
   for (int s = 0; s < 2; ++s) {
     std::vector<std::string_view> views(old.begin(), old.end());
     DataOutput state;
@@ -800,7 +818,7 @@ TEST(FileSinkExactlyOnceTest, AFailedRunDeletesItsUnfinishedInProgressFileOnClos
   // The pre-committed file stays for the restore to commit; the unfinished one is gone.
   const std::vector<std::string> left = names_in(out, true);
   ASSERT_EQ(left.size(), 1U);
-  EXPECT_TRUE(left[0].starts_with(".part-0-0.inprogress.")) << left[0];
+  EXPECT_TRUE(left[0].starts_with(".part-0-0.inprogress")) << left[0];
 }
 
 TEST(FileSinkExactlyOnceTest, WithoutCheckpointingASubtaskWritesOnePartFileCommittedAtTheEnd) {
@@ -833,7 +851,9 @@ TEST(FileSinkExactlyOnceTest, AJobWithCheckpointingCommitsEveryRecordOnce) {
   env.set_parallelism(3);
   env.config().set_string("execution.checkpointing.interval", "10ms");
   env.config().set_string("execution.checkpointing.dir", dir / "checkpoints");
-  env.from_source(datagen::sequence(0, 9999, /*rate=*/200'000), "numbers").sink_to(FileSink<int64_t>::text(out));
+  auto sink = FileSink<int64_t>::text(out);
+  sink->rolling_policy({.part_size_bytes = 4096, .rollover_interval_ms = 60'000, .inactivity_interval_ms = 60'000});
+  env.from_source(datagen::sequence(0, 9999, /*rate=*/200'000), "numbers").sink_to(sink);
   JobResult r = env.execute("file sink exactly-once");
   ASSERT_TRUE(r.ok()) << error_text(r);
   std::vector<std::string> expected;
@@ -857,9 +877,9 @@ TEST(FileSinkExactlyOnceTest, AFailureBetweenPreCommitAndCommitNeitherLosesNorRe
   env.config().set_string("restart-strategy.type", "fixed-delay");
   env.config().set_string("restart-strategy.fixed-delay.attempts", "3");
   env.config().set_string("restart-strategy.fixed-delay.delay", "0ms");
-  env.from_source(datagen::sequence(0, 9999, /*rate=*/100'000), "numbers")
-      .sink_to(FileSink<int64_t>::text(out))
-      .name("files");
+  auto sink = FileSink<int64_t>::text(out);
+  sink->rolling_policy({.part_size_bytes = 4096, .rollover_interval_ms = 60'000, .inactivity_interval_ms = 60'000});
+  env.from_source(datagen::sequence(0, 9999, /*rate=*/100'000), "numbers").sink_to(sink).name("files");
   fault::arm("sink.after-precommit:files", /*skip_hits=*/1);
   JobResult r = env.execute("file sink exactly-once with a failure");
   const int64_t fired = fault::fired("sink.after-precommit:files");
@@ -889,6 +909,155 @@ TEST(FileSinkExactlyOnceTest, PartFileNamesParse) {
   }
   EXPECT_EQ(detail::part_file_path("/d", 2, 9, "txt"), "/d/part-2-9.txt");
   EXPECT_EQ(detail::in_progress_file_path("/d", 2, 9, "ab"), "/d/.part-2-9.inprogress.ab");
+  EXPECT_EQ(detail::in_progress_file_path("/d", 2, 9), "/d/.part-2-9.inprogress");
+  parsed = detail::parse_part_file_name(".part-2-9.inprogress");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_TRUE(parsed->in_progress);
+  EXPECT_EQ(parsed->sequence, 9);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Rolling policy: part files roll by size and time, independent of checkpoints.
+
+constexpr int64_t kNever = int64_t{1} << 40;
+
+TEST(FileSinkRollingPolicyTest, AnInProgressFileGoesOnAcrossCheckpointsAndRollsBySize) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  FileSinkRun run(out, {.policy = RollingPolicy{10, kNever, kNever}});
+  run.write("aaaa");  // 5 bytes
+  run.snapshot(1);
+  run.complete(1);
+  EXPECT_TRUE(names_in(out, false).empty());  // still in progress: a checkpoint does not finish it
+  EXPECT_EQ(names_in(out, true), (std::vector<std::string>{".part-0-0.inprogress"}));
+  EXPECT_EQ(read_file(out + "/.part-0-0.inprogress"), "aaaa\n");  // synced by the checkpoint
+  run.write("bbbb");                                              // 10 bytes: finished
+  run.write("c");                                                 // the next part file
+  EXPECT_TRUE(names_in(out, false).empty());                      // finished, committed only by the next checkpoint
+  run.snapshot(2);
+  run.complete(2);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-0.txt"), "aaaa\nbbbb\n");
+  EXPECT_EQ(names_in(out, true), (std::vector<std::string>{".part-0-1.inprogress"}));
+  // The end of the input finishes the in-progress file; the final checkpoint commits it.
+  run.op().end_input();
+  run.op().finish();
+  run.snapshot(3);
+  run.complete(3);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-1.txt"), "c\n");
+  EXPECT_TRUE(names_in(out, true).empty());
+}
+
+TEST(FileSinkRollingPolicyTest, RollsByRolloverAndInactivityIntervals) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  FileSinkRun run(out, {.policy = RollingPolicy{kNever, 1000, 300}});
+  run.write("a");
+  run.snapshot(1);
+  run.clock().advance(299);
+  run.snapshot(2);  // inactive for 299 ms: goes on
+  run.complete(2);
+  EXPECT_TRUE(names_in(out, false).empty());
+  run.clock().advance(1);
+  run.snapshot(3);  // inactive for 300 ms: finished
+  run.complete(3);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+  // Written to every 400 ms, a file is never inactive; it rolls once it is 1000 ms old.
+  int64_t id = 4;
+  for (const char* r : {"b", "c", "d"}) {
+    run.write(r);
+    run.snapshot(id);
+    run.complete(id++);
+    EXPECT_EQ(names_in(out, false).size(), 1U) << r;
+    run.clock().advance(400);
+  }
+  run.write("e");  // 1200 ms after "b" opened the file
+  run.snapshot(id);
+  run.complete(id);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-0-1.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-1.txt"), "b\nc\nd\ne\n");
+}
+
+TEST(FileSinkRollingPolicyTest, ARestoreTruncatesTheInProgressFileToItsCheckpointedLengthAndWritesOn) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  const RollingPolicy policy{kNever, kNever, kNever};
+  std::string chk1;
+  {
+    FileSinkRun run(out, {.policy = policy});
+    run.write("a");
+    run.write("b");
+    chk1 = run.snapshot(1);  // records the in-progress file at 4 bytes
+    run.complete(1);
+    run.write("c");
+    run.snapshot(2);  // never completes
+  }                   // the task fails: the recorded in-progress file stays
+  // What the failed attempt wrote after checkpoint 1, and a torn line of a crash.
+  write_file(out + "/.part-0-0.inprogress", "a\nb\nc\nhalf a li");
+  FileSinkRun run(out, {.attempt = 1, .restored_state = chk1, .policy = policy});
+  EXPECT_EQ(read_file(out + "/.part-0-0.inprogress"), "a\nb\n");
+  run.write("d");
+  run.op().end_input();
+  run.op().finish();
+  run.snapshot(2);
+  run.complete(2);
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-0.txt"), "a\nb\nd\n");
+  EXPECT_TRUE(names_in(out, true).empty());
+}
+
+TEST(FileSinkRollingPolicyTest, ARecordedInProgressFileMissingAtRestoreFailsNamingIt) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  const RollingPolicy policy{kNever, kNever, kNever};
+  std::string chk1;
+  {
+    FileSinkRun run(out, {.policy = policy});
+    run.write("a");
+    chk1 = run.snapshot(1);
+    run.complete(1);
+  }
+  std::filesystem::remove(out + "/.part-0-0.inprogress");
+  try {
+    FileSinkRun run(out, {.attempt = 1, .restored_state = chk1, .policy = policy});
+    FAIL() << "a lost in-progress file was not noticed";
+  } catch (const OperatorException& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(".part-0-0.inprogress"), std::string::npos) << what;
+    EXPECT_NE(what.find("lost"), std::string::npos) << what;
+  }
+}
+
+TEST(FileSinkRollingPolicyTest, ALowerParallelismFinishesTheOldSubtasksInProgressFiles) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  const RollingPolicy policy{kNever, kNever, kNever};
+  std::vector<std::string> old;
+  for (int s = 0; s < 3; ++s) {
+    FileSinkRun run(out, {.subtask = s, .parallelism = 3, .policy = policy});
+    run.write("r" + std::to_string(s));
+    old.push_back(run.snapshot(1));
+  }
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::string_view> views(old.begin(), old.end());
+    DataOutput state;
+    ASSERT_TRUE(OperatorStateStore::redistribute(views, 2, s, state).ok());
+    FileSinkRun run(
+        out,
+        {.subtask = s, .parallelism = 2, .attempt = 1, .restored_state = std::string(state.view()), .policy = policy});
+    run.write("n" + std::to_string(s));
+    run.op().end_input();
+    run.op().finish();
+    run.snapshot(2);
+    run.complete(2);
+  }
+  // Subtask 0 wrote on in its own file and finished old subtask 2's; subtask 1 wrote on in its own.
+  EXPECT_EQ(names_in(out, false), (std::vector<std::string>{"part-0-0.txt", "part-1-0.txt", "part-2-0.txt"}));
+  EXPECT_EQ(read_file(out + "/part-0-0.txt"), "r0\nn0\n");
+  EXPECT_EQ(read_file(out + "/part-1-0.txt"), "r1\nn1\n");
+  EXPECT_EQ(read_file(out + "/part-2-0.txt"), "r2\n");
+  EXPECT_TRUE(names_in(out, true).empty());
 }
 
 // ---------------------------------------------------------------------------------------------------------

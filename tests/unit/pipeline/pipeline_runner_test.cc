@@ -415,6 +415,52 @@ sink:
   EXPECT_FALSE(job_dirs().contains(other_job));
 }
 
+TEST_F(PipelineRunnerTest, TheFilesSinksRollingPolicyRollsIndependentlyOfCheckpoints) {
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: rolling
+  checkpoint: {{ interval: 20ms, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 3000, rate: 3000, entities: 10 }}
+sink:
+  events:
+    type: files
+    path: "{0}/out"
+    rolling-policy: {{ part-size: 1gb, rollover-interval: 1h, inactivity-interval: 1h }}
+)",
+                                       dir_.string());
+  auto runner = runner_for(yaml);
+  ASSERT_TRUE(runner->start().ok());
+  const JobResult r = runner->wait();
+  ASSERT_EQ(r.status, JobStatus::kFinished);
+  // About 50 checkpoints, one file: nothing rolled before the end of the input.
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(dir_ / "out"))
+    names.push_back(f.path().filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"part-0-0.jsonl"}));
+  EXPECT_EQ(read_events(dir_ / "out").size(), 3000U);
+}
+
+TEST_F(PipelineRunnerTest, ABadRollingPolicyNamesTheKey) {
+  for (const auto& [policy, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{ part-size: 0 }", "part-size '0' is not a size"},
+           {"{ rollover-interval: soon }", "rollover-interval 'soon' is not a duration"},
+           {"{ max-size: 1mb }", "unknown key 'max-size'"}}) {
+    const std::string yaml = fmt::format(R"(pipeline:
+  name: rolling
+  checkpoint: {{ interval: 1s, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 10 }}
+sink:
+  events: {{ type: files, path: "{0}/out", rolling-policy: {1} }}
+)",
+                                         dir_.string(), policy);
+    Result<PipelineSpec> spec = parse_pipeline(yaml, "test.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.error().message();
+    Result<std::unique_ptr<PipelineRunner>> r = PipelineRunner::create(*spec);
+    ASSERT_FALSE(r.ok()) << policy;
+    EXPECT_NE(r.error().message().find(expected), std::string::npos) << r.error().message();
+    EXPECT_NE(r.error().message().find("rolling-policy"), std::string::npos) << r.error().message();
+  }
+}
+
 TEST_F(PipelineRunnerTest, MissingInputsAndConnectionSettingsNameTheFileLocation) {
   Result<PipelineSpec> missing =
       parse_pipeline("source: { type: files, path: /nonexistent }\nsink: { p: { type: print } }\n", "m.yaml");
