@@ -225,14 +225,15 @@ Result<RollingPolicy> rolling_policy(const PipelineSpec& spec, const SinkSpec& s
   for (const auto& [k, v] : s.options.get_map("rolling-policy")) {
     const bool size = k == "part-size";
     if (!size && k != "rollover-interval" && k != "inactivity-interval") {
-      return sink_error(
-          spec, s, "rolling-policy",
-          fmt::format("unknown key '{}'; the keys are part-size, rollover-interval, inactivity-interval", k));
+      return sink_error(spec, s, "rolling-policy",
+                        fmt::format("rolling-policy: unknown key '{}'; the keys are part-size, rollover-interval, "
+                                    "inactivity-interval",
+                                    k));
     }
     Result<int64_t> n = size ? parse_memory_size(v) : parse_duration_ms(v);
     if (!n.ok() || *n < 1) {
       return sink_error(spec, s, "rolling-policy",
-                        fmt::format("{} '{}' is not {} greater than 0", k, v,
+                        fmt::format("rolling-policy.{} '{}' is not {} greater than 0", k, v,
                                     size ? "a size (e.g. 128mb, 1gb)" : "a duration (e.g. 30s, 15min)"));
     }
     (size                       ? policy.part_size_bytes
