@@ -244,7 +244,25 @@ int list_jobs(sluice::cli::RestClient& rest) {
       }
       const std::string status = string_at(j, "status");
       std::string line = fmt::format("{} : {} : {} ({})", when, string_at(j, "id"), string_at(j, "name"), status);
-      (status == "RUNNING" || status == "CREATED" ? running : ended).push_back(std::move(line));
+      // A job in trouble says so on its line: its restarts and its latest failure (cause and time).
+      const Value* restarts = j.find("restarts");
+      const Value* failure = j.find("last-failure");
+      if (restarts != nullptr && restarts->is_int64() && restarts->as_int64() > 0) {
+        line += fmt::format(" restarts: {}", restarts->as_int64());
+      }
+      if (status != "RUNNING" && failure != nullptr && failure->is_object()) {
+        const Value* ts = failure->find("timestamp");
+        std::string at;
+        if (ts != nullptr && ts->is_int64()) {
+          const std::time_t t = static_cast<std::time_t>(ts->as_int64() / 1000);
+          std::tm tm{};
+          localtime_r(&t, &tm);
+          at = fmt::format(" at {:%d.%m.%Y %H:%M:%S}", tm);
+        }
+        line += fmt::format(" last failure{}: {}", at, string_at(*failure, "message"));
+      }
+      const bool live = status == "RUNNING" || status == "CREATED" || status == "RESTARTING" || status == "FAILING";
+      (live ? running : ended).push_back(std::move(line));
     }
   }
   if (running.empty()) {
@@ -288,7 +306,8 @@ int await_savepoint(sluice::cli::RestClient& rest, const std::string& job_id, co
       return 0;
     }
     auto job = rest.call("GET", "/jobs/" + job_id);
-    if (job.ok() && string_at(*job, "state") != "RUNNING") {
+    const std::string state = job.ok() ? string_at(*job, "state") : "";
+    if (state == "FINISHED" || state == "FAILED" || state == "CANCELED") {
       if (++job_gone >= 2) {
         fmt::print(stderr, "error: job {} is {} and its savepoint did not complete\n", job_id,
                    string_at(*job, "state"));

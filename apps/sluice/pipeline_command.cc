@@ -145,7 +145,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   bool signalled = false;
   while (true) {
     const JobStatus s = runner.status();
-    if (s != JobStatus::kRunning && s != JobStatus::kCreated) break;
+    if (job_status_terminal(s)) break;  // RESTARTING and FAILING jobs are still live
     runner.remove_superseded_checkpoints();
     if (g_signal.load() != 0 && !signalled) {
       signalled = true;

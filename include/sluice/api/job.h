@@ -15,9 +15,27 @@
 
 namespace sluice {
 
-/// Flink's job states, reduced to those a local job goes through.
-enum class JobStatus { kCreated, kRunning, kFinished, kFailed, kCanceled };
+/// Flink's job states, reduced to those a local job goes through. RESTARTING: a failover region failed and
+/// waits for its restart under the restart strategy (or is being redeployed); the job turns RUNNING again once
+/// every region runs. FAILING: the restart strategy gave up (or the job cannot restart) and the job's tasks are
+/// being cancelled; FAILED follows.
+enum class JobStatus { kCreated, kRunning, kRestarting, kFailing, kFinished, kFailed, kCanceled };
+/// Flink's name of the status ("RUNNING", "RESTARTING", ...).
 const char* job_status_name(JobStatus s);
+/// FINISHED, FAILED or CANCELED: the job ended and its status will not change (Flink's isGloballyTerminalState).
+inline bool job_status_terminal(JobStatus s) {
+  return s == JobStatus::kFinished || s == JobStatus::kFailed || s == JobStatus::kCanceled;
+}
+
+/// One failure of a job: an entry of Flink's exception history (GET /jobs/:id/exceptions).
+struct JobExceptionInfo {
+  std::string exception_name;    ///< the error's class (error_code_name: "runtime", "connector", ...)
+  std::string message;           ///< the error's message
+  std::string stacktrace;        ///< the message with its causes (Error::to_string)
+  TimestampMs timestamp_ms = 0;  ///< when the job learned of it (the job's Clock, ms since the epoch)
+  std::string task_name;         ///< "Map -> Sink (2/4)"; "" for a failure of no single task (a checkpoint)
+  bool restarted = false;        ///< the restart strategy allowed a restart after it
+};
 
 /// Counters of one operator summed over its subtasks.
 struct OperatorStats {
@@ -86,6 +104,7 @@ class JobClient {
     virtual std::vector<CheckpointStats> checkpoint_stats() const = 0;
     virtual int restarts() const = 0;
     virtual std::vector<OperatorStats> operator_stats() const { return {}; }
+    virtual std::vector<JobExceptionInfo> exceptions() const { return {}; }
   };
   explicit JobClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -115,6 +134,10 @@ class JobClient {
   /// Per-operator counters while the job runs, in graph order, summed over subtasks and attempts. Never
   /// decrease between calls (fit for Prometheus counters); the final JobResult::operators may be larger.
   std::vector<OperatorStats> operator_stats() const { return impl_->operator_stats(); }
+  /// The job's recent failures, newest first: at most kMaxExceptionHistory (Flink's web.exception-history-size
+  /// default), each also logged at error level when it happened.
+  std::vector<JobExceptionInfo> exceptions() const { return impl_->exceptions(); }
+  static constexpr size_t kMaxExceptionHistory = 16;
 
  private:
   std::shared_ptr<Impl> impl_;

@@ -33,8 +33,12 @@ struct HealthReport {
   std::string reason;              ///< why unhealthy ("" when healthy)
   int64_t checkpoint_age_ms = -1;  ///< since the last completed checkpoint (or since the start), -1 unknown
   int64_t source_lag_ms = -1;      ///< -1 unknown
+  int restarts = 0;                ///< failover restarts so far
+  std::string last_failure;        ///< the latest failure's message ("" when none)
+  int64_t last_failure_ms = -1;    ///< when it happened (ms since the epoch), -1 when none
 
-  /// {"healthy":..,"status":..,"reason":..,"checkpoint_age_ms":..,"source_lag_ms":..}
+  /// {"healthy":..,"status":..,"reason":..,"checkpoint_age_ms":..,"source_lag_ms":..,"restarts":..,
+  /// "last_failure":..,"last_failure_ms":..}
   std::string to_json() const;
 };
 
@@ -61,8 +65,9 @@ class PipelineRunner {
   /// last duration and size, age of the last completed), restarts, job status, pipeline counters and the
   /// source's lag and position gauges.
   std::string metrics_text() const;
-  /// Healthy when the job is RUNNING, the last completed checkpoint (or the start, before the first) is at
-  /// most max-checkpoint-age old, and the source lag is within max-source-lag when set.
+  /// Unhealthy while the job is RESTARTING (the reason names the restart count and the latest failure's time
+  /// and cause) or in any state but RUNNING. Healthy when the job is RUNNING, the last completed checkpoint (or the
+  /// start, before the first) is at most max-checkpoint-age old, and the source lag is within max-source-lag when set.
   HealthReport health() const;
 
   /// Once this job has completed a checkpoint of its own, deletes the job directories of earlier runs under the

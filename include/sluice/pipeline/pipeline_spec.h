@@ -97,9 +97,11 @@ struct RouteSpec {
 /// How the job restarts after a failure (Flink's restart strategies).
 struct RestartSpec {
   std::string strategy = "exponential-delay";  ///< none | fixed-delay | exponential-delay
-  int attempts = 10;                           ///< fixed-delay: attempts before the job fails
-  int64_t delay_ms = 1000;                     ///< fixed-delay: delay; exponential-delay: initial backoff
-  int64_t max_delay_ms = 60'000;               ///< exponential-delay: max backoff
+  /// fixed-delay: restarts before the job fails (unset: 10); exponential-delay: restarts in a row (without
+  /// running reset-backoff-threshold, 1 h) before the job fails (unset: no limit, as Flink's default).
+  std::optional<int> attempts;
+  int64_t delay_ms = 1000;        ///< fixed-delay: delay; exponential-delay: initial backoff
+  int64_t max_delay_ms = 60'000;  ///< exponential-delay: max backoff
 };
 
 /// The `pipeline:` section.

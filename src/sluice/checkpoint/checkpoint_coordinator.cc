@@ -160,19 +160,33 @@ void CheckpointCoordinator::run() {
                       id, options_.timeout_ms, options::kCheckpointTimeout.key),
           true, true);
     }
-    // Savepoints asked for: triggered at once (they ignore the interval, as in Flink).
-    while (!requests_.empty() && hooks_.ready_for_checkpoint()) {
+    int64_t next_ns = now + 100'000'000;  // re-check at least every 100 ms
+    // A free concurrent slot: fewer than max-concurrent checkpoints and savepoints pending, and none with a
+    // minimum pause (which counts from the end of the previous one).
+    const auto slot_free = [&] {
+      return static_cast<int>(pending_.size()) < options_.max_concurrent &&
+             (options_.min_pause_ms == 0 || pending_.empty());
+    };
+    const int64_t pause_end = last_end_ns_ > 0 ? last_end_ns_ + options_.min_pause_ms * 1'000'000 : 0;
+    // Savepoints asked for, in order: each ignores the interval (as in Flink) but waits for a free slot and the
+    // minimum pause like a periodic checkpoint. Triggered at once, back-to-back requests opened more snapshots
+    // than max-concurrent allows, and each holds sink resources until it completes (an exactly-once Kafka
+    // sink's transactional producer, from a bounded pool): the task failed.
+    while (!requests_.empty() && slot_free()) {
+      if (pause_end > now) {
+        next_ns = std::min(next_ns, pause_end);
+        break;
+      }
+      if (!hooks_.ready_for_checkpoint()) break;
       Request r = std::move(requests_.front());
       requests_.pop_front();
       trigger_locked(r.type, r.target_dir, r.promise);
     }
-    int64_t next_ns = now + 100'000'000;  // re-check at least every 100 ms
-    if (options_.interval_ms > 0 || urgent_) {
+    // Periodic checkpoints wait behind queued savepoints, and count pending savepoints against the slots.
+    if ((options_.interval_ms > 0 || urgent_) && requests_.empty()) {
       int64_t due = urgent_ ? now : last_trigger_ns_ + options_.interval_ms * 1'000'000;
-      if (last_end_ns_ > 0) due = std::max(due, last_end_ns_ + options_.min_pause_ms * 1'000'000);
-      const bool slot = static_cast<int>(pending_.size()) < options_.max_concurrent &&
-                        (options_.min_pause_ms == 0 || pending_.empty());
-      if (due <= now && slot && hooks_.ready_for_checkpoint()) {
+      due = std::max(due, pause_end);
+      if (due <= now && slot_free() && hooks_.ready_for_checkpoint()) {
         urgent_ = false;
         trigger_locked(SnapshotType::kCheckpoint, "", nullptr);
       } else if (due > now) {

@@ -21,6 +21,7 @@
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/failover_regions.h"
 #include "sluice/cluster/restart_strategy.h"
+#include "sluice/core/redact.h"
 #include "sluice/graph/job_graph.h"
 #include "sluice/runtime/buffer_pool.h"
 #include "sluice/runtime/channel.h"
@@ -34,6 +35,10 @@ const char* job_status_name(JobStatus s) {
       return "CREATED";
     case JobStatus::kRunning:
       return "RUNNING";
+    case JobStatus::kRestarting:
+      return "RESTARTING";
+    case JobStatus::kFailing:
+      return "FAILING";
     case JobStatus::kFinished:
       return "FINISHED";
     case JobStatus::kFailed:
@@ -145,7 +150,7 @@ struct Region {
   std::unique_ptr<RegionAttempt> attempt;
   int attempts = 0;
   std::optional<Error> failure;
-  std::chrono::steady_clock::time_point restart_at;
+  TimestampMs restart_at_ms = 0;  // when a restarting region redeploys (the job's Clock)
 };
 
 struct JobEvent {
@@ -173,7 +178,13 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   const std::string& job_id() const override { return id_; }
   JobStatus status() const override {
     std::lock_guard lock(mu_);
-    return status_;
+    if (status_ != JobStatus::kRunning) return status_;
+    if (failing_) return JobStatus::kFailing;
+    for (const auto& r : regions_) {
+      // From the failure on (its tasks being cancelled, the backoff, the redeployment) until it runs again.
+      if (r.state == RegionState::kFailing || r.state == RegionState::kRestarting) return JobStatus::kRestarting;
+    }
+    return JobStatus::kRunning;
   }
   void cancel() override {
     {
@@ -217,6 +228,10 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   int restarts() const override {
     std::lock_guard lock(mu_);
     return restarts_;
+  }
+  std::vector<JobExceptionInfo> exceptions() const override {
+    std::lock_guard lock(mu_);
+    return {exceptions_.begin(), exceptions_.end()};
   }
   std::vector<OperatorStats> operator_stats() const override {
     std::lock_guard lock(mu_);
@@ -360,6 +375,11 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   Result<RestorePoint> pick_restore_point();
   void run_master();
   void handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock);
+  /// Region `ri` has just started failing with r.failure (of task `task_name`, "" for none): records the
+  /// failure and asks the restart strategy at once, as Flink's ExecutionFailureHandler does, so the status,
+  /// the restart count and the time of the restart are known from the failure on.
+  void region_failed_locked(size_t ri, const std::string& task_name);
+  void record_exception_locked(const Error& error, const std::string& task_name, bool restarted, TimestampMs when);
   void teardown_locked(Region& r, std::unique_lock<std::mutex>& lock);
   /// The job fails for good with `error`: no more restarts; every region still deployed is cancelled.
   void fail_job_locked(Error error);
@@ -399,6 +419,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   bool failing_ = false;  // the job is failing for good: no more restarts
   bool terminal_ = false;
   int restarts_ = 0;
+  std::deque<JobExceptionInfo> exceptions_;  // newest first, at most JobClient::kMaxExceptionHistory
   std::optional<Error> job_error_;
   std::vector<OperatorStats> stats_;                   // per stream node, summed over finished attempts
   mutable std::vector<OperatorStats> reported_stats_;  // the last operator_stats(), so counters never go down
@@ -799,13 +820,14 @@ void LocalJob::run_master() {
       handle_event(e, lock);
     }
     if (terminal_) break;
-    // Restarts that are due.
+    // Restarts that are due, by the job's Clock. The wait is at most 100 ms of real time, so a ManualClock
+    // advanced by a test is noticed within that.
     auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     for (size_t i = 0; i < regions_.size(); ++i) {
       Region& r = regions_[i];
       if (r.state != RegionState::kRestarting) continue;
-      if (std::chrono::steady_clock::now() < r.restart_at) {
-        next = std::min(next, r.restart_at);
+      if (const int64_t wait_ms = r.restart_at_ms - clock_.now_ms(); wait_ms > 0) {
+        next = std::min(next, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
         continue;
       }
       Result<RestorePoint> point = Error(ErrorCode::kState, "no checkpoint");
@@ -827,6 +849,7 @@ void LocalJob::run_master() {
       }
       if (!st.ok()) {
         spdlog::error("job '{}': region {} cannot restart: {}", name_, i, st.error().to_string());
+        record_exception_locked(st.error(), "", false, clock_.now_ms());
         r.state = RegionState::kFailed;
         if (r.attempt) teardown_locked(r, lock);
         fail_job_locked(st.error());
@@ -846,13 +869,15 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
     // region restarts from the latest checkpoint under the restart strategy), not for good.
     spdlog::error("job '{}' ({}) fails over: {}", name_, id_, e.error->to_string());
     bool any = false;
-    for (auto& r : regions_) {
+    for (size_t ri = 0; ri < regions_.size(); ++ri) {
+      Region& r = regions_[ri];
       if (r.state != RegionState::kRunning || !r.attempt) continue;
       r.state = RegionState::kFailing;
       r.failure = e.error;
       for (auto& t : r.attempt->tasks)
         t->cancel();
       any = true;
+      region_failed_locked(ri, "");
     }
     if (any && coordinator_) {
       lock.unlock();
@@ -873,6 +898,7 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
     spdlog::error("job '{}' ({}): {}", name_, id_, r.failure->to_string());
     for (auto& t : a.tasks)
       t->cancel();
+    region_failed_locked(ri, task.display_name());
     if (coordinator_) {
       lock.unlock();
       coordinator_->abort_pending("a task failed: " + r.failure->message());
@@ -896,33 +922,55 @@ void LocalJob::handle_event(JobEvent& e, std::unique_lock<std::mutex>& lock) {
     } else if (cancel_requested_) {
       r.state = RegionState::kCanceled;
     } else {
-      const TimestampMs now = clock_.now_ms();
-      restart_strategy_->notify_failure(now);
-      if (restart_strategy_->can_restart()) {
-        const int64_t delay = restart_strategy_->backoff_time_ms();
-        ++restarts_;
-        r.state = RegionState::kRestarting;
-        r.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay);
-        spdlog::warn("job '{}': region {} failed ({}); restart {} in {} ms ({})", name_, ri, r.failure->message(),
-                     restarts_, delay, restart_strategy_->describe());
-        if (coordinator_) {
-          std::vector<CheckpointTaskKey> keys;
-          for (int vid : r.vertices) {
-            for (int s = 0; s < jg_.vertices[static_cast<size_t>(vid)].parallelism; ++s)
-              keys.push_back({vid, s});
-          }
-          lock.unlock();
-          coordinator_->on_tasks_reset(keys);
-          lock.lock();
+      // region_failed_locked() allowed the restart (else failing_ would be set) and chose its time.
+      r.state = RegionState::kRestarting;
+      if (coordinator_) {
+        std::vector<CheckpointTaskKey> keys;
+        for (int vid : r.vertices) {
+          for (int s = 0; s < jg_.vertices[static_cast<size_t>(vid)].parallelism; ++s)
+            keys.push_back({vid, s});
         }
-      } else {
-        r.state = RegionState::kFailed;
-        fail_job_locked(r.failure->with_context(
-            fmt::format("no more restarts allowed by the restart strategy, {}", restart_strategy_->describe())));
+        lock.unlock();
+        coordinator_->on_tasks_reset(keys);
+        lock.lock();
       }
     }
   }
   maybe_finalize_locked(lock);
+}
+
+void LocalJob::region_failed_locked(size_t ri, const std::string& task_name) {
+  Region& r = regions_[ri];
+  const TimestampMs now = clock_.now_ms();
+  if (failing_ || cancel_requested_) {
+    record_exception_locked(*r.failure, task_name, false, now);
+    return;
+  }
+  restart_strategy_->notify_failure(now);
+  if (restart_strategy_->can_restart()) {
+    const int64_t delay = restart_strategy_->backoff_time_ms();
+    ++restarts_;
+    r.restart_at_ms = now + delay;
+    record_exception_locked(*r.failure, task_name, true, now);
+    spdlog::warn("job '{}' ({}) RESTARTING: region {} failed ({}); restart {} in {} ms ({})", name_, id_, ri,
+                 r.failure->message(), restarts_, delay, restart_strategy_->describe());
+  } else {
+    record_exception_locked(*r.failure, task_name, false, now);
+    fail_job_locked(r.failure->with_context(
+        fmt::format("no more restarts allowed by the restart strategy, {}", restart_strategy_->describe())));
+    spdlog::error("job '{}' ({}) FAILING: no more restarts allowed by the restart strategy, {}", name_, id_,
+                  restart_strategy_->describe());
+  }
+}
+
+void LocalJob::record_exception_locked(const Error& error, const std::string& task_name, bool restarted,
+                                       TimestampMs when) {
+  // Redacted: the history is shown on /health and the REST API, and a connector's message may quote a
+  // connection string.
+  exceptions_.push_front(JobExceptionInfo{std::string(error_code_name(error.code())), redact_secrets(error.message()),
+                                          redact_secrets(error.to_string()), when, task_name, restarted});
+  while (exceptions_.size() > JobClient::kMaxExceptionHistory)
+    exceptions_.pop_back();
 }
 
 void LocalJob::fail_job_locked(Error error) {

@@ -95,7 +95,10 @@ std::string HealthReport::to_json() const {
                         {"status", Value(status)},
                         {"reason", Value(reason)},
                         {"checkpoint_age_ms", Value(checkpoint_age_ms)},
-                        {"source_lag_ms", Value(source_lag_ms)}})
+                        {"source_lag_ms", Value(source_lag_ms)},
+                        {"restarts", Value(restarts)},
+                        {"last_failure", last_failure_ms >= 0 ? Value(last_failure) : Value()},
+                        {"last_failure_ms", Value(last_failure_ms)}})
       .to_json();
 }
 
@@ -148,19 +151,35 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   }
   c.set(options::kRestartStrategy, p.restart.strategy);
   if (p.restart.strategy == "fixed-delay") {
-    c.set(options::kFixedDelayAttempts, p.restart.attempts);
+    c.set(options::kFixedDelayAttempts, p.restart.attempts.value_or(10));
     c.set(options::kFixedDelayDelay, p.restart.delay_ms);
   } else if (p.restart.strategy == "exponential-delay") {
     c.set(options::kExpDelayInitialBackoff, p.restart.delay_ms);
     c.set(options::kExpDelayMaxBackoff, p.restart.max_delay_ms);
-    // Bounded, unlike Flink's default: a deterministic failure (a bad record without a dead-letter sink, a
-    // read-only output) must end `sluice run` with an error instead of restarting forever.
-    c.set(options::kExpDelayAttempts, p.restart.attempts);
+    // Unset, it is Flink's default (no limit): a CDC job outlives a database outage of any length, loudly
+    // unhealthy (RESTARTING on /health, /metrics and the REST API) while it waits.
+    if (p.restart.attempts) c.set(options::kExpDelayAttempts, *p.restart.attempts);
   }
   for (const auto& [k, v] : p.config)
     c.set_string(k, v);
   for (const auto& [k, v] : engine_overrides.entries())
     c.set_string(k, v);
+  if (p.delivery == "exactly-once") {
+    // Exactly-once sinks commit on completed checkpoints: without them they would silently run at-least-once
+    // (or never commit). The file's own interval is checked by the parser; this catches `config:` and -D.
+    int64_t interval = 0;
+    try {
+      interval = c.get(options::kCheckpointInterval);
+    } catch (const SluiceException& e) {
+      return e.error();
+    }
+    if (interval <= 0) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("pipeline '{}': 'pipeline.delivery: exactly-once' needs checkpoints, but {} is {} "
+                               "(disabled); enable checkpointing or use 'delivery: at-least-once'",
+                               p.name, options::kCheckpointInterval.key, interval));
+    }
+  }
 
   s->env = std::make_unique<StreamEnvironment>(c);
   std::string dead_letter_dir = "./.sluice/dead-letter";
@@ -348,6 +367,12 @@ std::string PipelineRunner::metrics_text() const {
     }
     family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
     out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", job, c->restarts());
+    family("sluice_job_restarting", "gauge", "1 while the job is RESTARTING (a failure, its backoff, the restart).");
+    out += fmt::format("sluice_job_restarting{{job=\"{}\"}} {}\n", job, st == JobStatus::kRestarting ? 1 : 0);
+    const std::vector<JobExceptionInfo> failures = c->exceptions();
+    family("sluice_job_last_failure_timestamp_ms", "gauge", "When the job's latest failure happened (-1 none).");
+    out += fmt::format("sluice_job_last_failure_timestamp_ms{{job=\"{}\"}} {}\n", job,
+                       failures.empty() ? -1 : failures[0].timestamp_ms);
     const std::vector<CheckpointStats> cps = c->checkpoint_stats();
     int64_t completed = 0, failed = 0, last_duration = -1, last_completed_ms = -1;
     uint64_t last_size = 0;
@@ -416,8 +441,19 @@ HealthReport PipelineRunner::health() const {
     }
     h.checkpoint_age_ms = now - last;
   }
+  if (c) {
+    h.restarts = c->restarts();
+    if (const std::vector<JobExceptionInfo> failures = c->exceptions(); !failures.empty()) {
+      h.last_failure = failures[0].message;
+      h.last_failure_ms = failures[0].timestamp_ms;
+    }
+  }
   if (st != JobStatus::kRunning) {
     h.reason = fmt::format("the job is {}", h.status);
+    if ((st == JobStatus::kRestarting || st == JobStatus::kFailing) && h.last_failure_ms >= 0) {
+      h.reason += fmt::format(" (restart {}) after a failure {} ms ago: {}", h.restarts, now - h.last_failure_ms,
+                              h.last_failure);
+    }
     return h;
   }
   const int64_t max_age =

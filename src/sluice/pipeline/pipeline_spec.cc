@@ -301,6 +301,14 @@ class Parser {
     if (!has_source) fail(mark_of(root), "missing required section 'source'");
     if (!has_sink) fail(mark_of(root), "missing required section 'sink'");
     check_routes(spec, route_marks);
+    if (spec.pipeline.delivery == "exactly-once" && spec.pipeline.checkpoint_interval_ms <= 0) {
+      // Exactly-once sinks commit on completed checkpoints: without checkpoints the run would be at-least-once
+      // at best, silently.
+      fail(delivery_mark_,
+           "'delivery: exactly-once' needs checkpoints, but 'pipeline.checkpoint.interval' is 0 (disabled) at "
+           "line " +
+               std::to_string(interval_mark_.line) + "; set an interval (e.g. 1s) or use 'delivery: at-least-once'");
+    }
     return spec;
   }
 
@@ -461,6 +469,7 @@ class Parser {
         for (const Entry& c : mapping(e)) {
           if (c.key == "interval") {
             out.checkpoint_interval_ms = duration(c);
+            interval_mark_ = c.value_mark;
           } else if (c.key == "storage") {
             out.checkpoint_storage = scalar(c);
           } else {
@@ -469,6 +478,7 @@ class Parser {
         }
       } else if (e.key == "delivery") {
         out.delivery = one_of(e, kDeliveries);
+        delivery_mark_ = e.value_mark;
       } else if (e.key == "restart") {
         for (const Entry& r : mapping(e)) {
           if (r.key == "strategy") {
@@ -771,6 +781,8 @@ class Parser {
   }
 
   std::string_view text_;
+  Mark delivery_mark_;  ///< where `pipeline.delivery` was given
+  Mark interval_mark_;  ///< where `pipeline.checkpoint.interval` was given
 };
 
 Error located_error(const std::string& file, Mark mark, const std::string& reason) {

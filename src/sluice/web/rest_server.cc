@@ -54,6 +54,29 @@ Value checkpoint_json(const CheckpointStats& s) {
                         {"tasks", std::move(tasks)}});
 }
 
+/// One entry of Flink's exception history (JobExceptionsInfoWithHistory.ExceptionInfo), plus the message alone;
+/// redacted as failure causes are.
+Value exception_json(const JobExceptionInfo& e) {
+  return Value::object({{"exceptionName", e.exception_name},
+                        {"message", redact_secrets(e.message)},
+                        {"stacktrace", redact_secrets(e.stacktrace)},
+                        {"timestamp", e.timestamp_ms},
+                        {"taskName", e.task_name.empty() ? Value() : Value(e.task_name)},
+                        {"restarted", e.restarted},
+                        {"concurrentExceptions", Value::array()}});
+}
+
+/// The latest failure and the restart count, for the job list and details ("last-failure" is null when none).
+void add_failure_summary(Value& v, const JobClient& client) {
+  const std::vector<JobExceptionInfo> ex = client.exceptions();
+  v.set("last-failure",
+        ex.empty() ? Value()
+                   : Value::object({{"exceptionName", ex[0].exception_name},
+                                    {"message", redact_secrets(ex[0].message)},
+                                    {"timestamp", ex[0].timestamp_ms},
+                                    {"taskName", ex[0].task_name.empty() ? Value() : Value(ex[0].task_name)}}));
+}
+
 // Redacted once more here: a failure cause is shown to every client of the API, and a connector's message may
 // quote a connection string.
 Value error_json(const Error& e) {
@@ -337,10 +360,13 @@ class RestServer::Impl {
       }
       Value list = Value::array();
       for (const auto& j : jobs) {
-        list.push_back(Value::object({{"id", j->client.job_id()},
-                                      {"name", j->name},
-                                      {"status", job_status_name(j->client.status())},
-                                      {"start-time", j->start_time_ms}}));
+        Value entry = Value::object({{"id", j->client.job_id()},
+                                     {"name", j->name},
+                                     {"status", job_status_name(j->client.status())},
+                                     {"start-time", j->start_time_ms},
+                                     {"restarts", j->client.restarts()}});
+        add_failure_summary(entry, j->client);
+        list.push_back(std::move(entry));
       }
       reply(res, 200, Value::object({{"jobs", std::move(list)}}));
     });
@@ -366,6 +392,25 @@ class RestServer::Impl {
           job->client.cancel();  // a no-op for a job that already ended (Flink also answers 202)
           reply(res, 202, Value::object());
         }));
+
+    // Flink's GET /jobs/:jobid/exceptions (JobExceptionsInfoWithHistory): the newest failure as the root
+    // exception, and the recent failures newest first.
+    server_.Get(R"(/jobs/([^/]+)/exceptions)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const std::vector<JobExceptionInfo> ex = job->client.exceptions();
+      Value entries = Value::array();
+      for (const auto& e : ex)
+        entries.push_back(exception_json(e));
+      const bool truncated = ex.size() >= JobClient::kMaxExceptionHistory;
+      reply(res, 200,
+            Value::object(
+                {{"root-exception", ex.empty() ? Value() : Value(ex[0].stacktrace)},
+                 {"timestamp", ex.empty() ? Value() : Value(ex[0].timestamp_ms)},
+                 {"all-exceptions", Value::array()},
+                 {"truncated", truncated},
+                 {"exceptionHistory", Value::object({{"entries", std::move(entries)}, {"truncated", truncated}})}}));
+    });
 
     server_.Get(R"(/jobs/([^/]+)/checkpoints)", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
@@ -396,7 +441,7 @@ class RestServer::Impl {
                        // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
                        // thread's client would prevent.
                        while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-                         if (stopping_.load() || client.status() != JobStatus::kRunning) return;
+                         if (stopping_.load() || job_status_terminal(client.status())) return;
                        }
                        if (await(f).ok()) client.cancel();
                      });
@@ -472,7 +517,7 @@ class RestServer::Impl {
 
   static Value job_details(JobEntry& job) {
     const JobStatus status = job.client.status();
-    const bool ended = status == JobStatus::kFinished || status == JobStatus::kFailed || status == JobStatus::kCanceled;
+    const bool ended = job_status_terminal(status);
     Value v = Value::object({{"jid", job.client.job_id()},
                              {"name", job.name},
                              {"state", job_status_name(status)},
@@ -490,6 +535,7 @@ class RestServer::Impl {
       v.set("duration", now_ms() - job.start_time_ms);
       v.set("restarts", job.client.restarts());
     }
+    add_failure_summary(v, job.client);
     Value vertices = Value::array();
     for (const auto& op : operators) {
       Value vertex = Value::object({{"name", op.name}, {"uid", op.uid}, {"parallelism", op.parallelism}});

@@ -7,11 +7,13 @@
 // sanitizer builds, where they are compiled in).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -187,6 +189,53 @@ TEST(CheckpointingTest, RescaleThroughSavepointsTwoThreeOne) {
     savepoint = *sp;
   }
   EXPECT_TRUE(testing::read_committed(job.out) == expected_counts(records));
+  fs::remove_all(job.root);
+}
+
+// Back-to-back savepoint requests queue behind each other and behind periodic checkpoints: with
+// max-concurrent 1 and a minimum pause, no two snapshots overlap and each starts at least the pause after the
+// previous one ended (issue 14: savepoints opened at once exhausted the exactly-once Kafka sink's producers).
+TEST(CheckpointingTest, BackToBackSavepointsRespectMaxConcurrentAndTheMinimumPause) {
+  constexpr int64_t kPauseMs = 150;
+  CountingJob job;
+  job.root = fresh_dir("savepoint-queue");
+  job.out = job.root / "out";
+  Configuration c = checkpointing_config(job.root / "checkpoints", 50);
+  c.set(options::kSavepointDir, (job.root / "savepoints").string());
+  c.set(options::kCheckpointMinPause, kPauseMs);
+  c.set(options::kMaxConcurrentCheckpoints, 1);
+  StreamEnvironment env(c);
+  build_counting_job(env, job, /*records=*/10'000'000, std::make_shared<const std::vector<int64_t>>(),
+                     /*rate=*/20'000);
+  JobClient client = env.execute_async("savepoint queue");
+  ASSERT_TRUE(testing::wait_until([&] { return !client.checkpoint_stats().empty(); }));
+  std::vector<std::future<Result<std::string>>> savepoints;
+  for (int i = 0; i < 4; ++i)
+    savepoints.push_back(client.trigger_savepoint());
+  std::set<std::string> paths;
+  for (auto& f : savepoints) {
+    Result<std::string> sp = f.get();
+    ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+    paths.insert(*sp);
+  }
+  EXPECT_EQ(paths.size(), 4u);
+  client.cancel();
+  client.wait();
+  std::vector<CheckpointStats> stats = client.checkpoint_stats();
+  std::sort(stats.begin(), stats.end(),
+            [](const CheckpointStats& a, const CheckpointStats& b) { return a.checkpoint_id < b.checkpoint_id; });
+  int savepoint_count = 0;
+  for (size_t i = 0; i < stats.size(); ++i) {
+    savepoint_count += stats[i].type == "savepoint" ? 1 : 0;
+    if (i == 0 || stats[i].trigger_time_ms == 0) continue;
+    const CheckpointStats& prev = stats[i - 1];
+    // Trigger times are wall-clock ms and durations steady-clock ms: allow 2 ms of rounding.
+    EXPECT_GE(stats[i].trigger_time_ms, prev.trigger_time_ms + prev.duration_ms + kPauseMs - 2)
+        << stats[i].type << " " << stats[i].checkpoint_id << " started "
+        << stats[i].trigger_time_ms - prev.trigger_time_ms << " ms after " << prev.type << " " << prev.checkpoint_id
+        << " (which took " << prev.duration_ms << " ms)";
+  }
+  EXPECT_EQ(savepoint_count, 4);
   fs::remove_all(job.root);
 }
 

@@ -182,6 +182,91 @@ TEST(FailureTest, ExceptionInMapFailsTheJobNamingOperatorAndSubtask) {
   EXPECT_NE(msg.find("bad record 4242"), std::string::npos) << msg;
 }
 
+// A restart loop is never RUNNING: from the failure on the job is RESTARTING, with each failure (cause, time,
+// task) in its exception history and the restart count, within 5 s (issue 14, "no silent failure"). The restart
+// waits on the job's Clock: a ManualClock that does not move holds it back, and advancing it restarts the job.
+TEST(RestartTest, ARestartLoopIsRestartingWithItsFailuresAndTheInjectedClockDrivesTheRestarts) {
+  constexpr TimestampMs kStart = 1'790'000'000'000;
+  ManualClock clock(kStart);
+  Configuration c;
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 5);
+  c.set(options::kFixedDelayDelay, int64_t{60'000});
+  StreamEnvironment env(c);
+  env.set_clock(clock);
+  env.set_parallelism(1);
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  // Rate-limited on the ManualClock: one record per attempt until the clock moves.
+  auto source = std::make_shared<DataGeneratorSource<int64_t>>([](int64_t i) { return i; },
+                                                               DataGeneratorSource<int64_t>::kUnbounded, 1.0);
+  env.from_source(source, "numbers")
+      .map([failures](int64_t v) -> int64_t {
+        if (failures->load() < 2) {
+          failures->fetch_add(1);
+          throw std::runtime_error("database unreachable");
+        }
+        return v;
+      })
+      .name("Connect")
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobClient client = env.execute_async("restart loop");
+  auto within_5s = [](auto pred) { return testing::wait_until(pred, std::chrono::seconds(5)); };
+
+  ASSERT_TRUE(within_5s([&] { return client.status() == JobStatus::kRestarting; })) << job_status_name(client.status());
+  ASSERT_TRUE(within_5s([&] { return client.exceptions().size() == 1; }));
+  std::vector<JobExceptionInfo> ex = client.exceptions();
+  EXPECT_EQ(ex[0].exception_name, "runtime");
+  EXPECT_NE(ex[0].message.find("database unreachable"), std::string::npos) << ex[0].message;
+  EXPECT_NE(ex[0].stacktrace.find("operator 'Connect'"), std::string::npos) << ex[0].stacktrace;
+  EXPECT_NE(ex[0].task_name.find("Connect"), std::string::npos) << ex[0].task_name;
+  EXPECT_EQ(ex[0].timestamp_ms, kStart);  // the job's Clock, not the system's
+  EXPECT_TRUE(ex[0].restarted);
+  EXPECT_EQ(client.restarts(), 1);
+
+  // The 60 s backoff is on the ManualClock: without it moving the job keeps waiting (checked for a while).
+  EXPECT_FALSE(testing::wait_until([&] { return failures->load() > 1; }, std::chrono::milliseconds(500)));
+  EXPECT_EQ(client.status(), JobStatus::kRestarting);
+
+  clock.advance(60'000);  // the second attempt starts and fails at once
+  ASSERT_TRUE(within_5s([&] { return client.exceptions().size() == 2; }));
+  EXPECT_EQ(client.exceptions()[0].timestamp_ms, kStart + 60'000);  // newest first
+  EXPECT_EQ(client.restarts(), 2);
+  EXPECT_EQ(client.status(), JobStatus::kRestarting);
+
+  clock.advance(60'000);  // the third attempt runs
+  ASSERT_TRUE(within_5s([&] { return client.status() == JobStatus::kRunning; })) << job_status_name(client.status());
+  ASSERT_TRUE(within_5s([&] { return out->size() >= 1; }));
+  client.cancel();
+  JobResult r = client.wait();
+  EXPECT_EQ(r.status, JobStatus::kCanceled);
+  EXPECT_EQ(r.restarts, 2);
+}
+
+TEST(RestartTest, WhenTheStrategyGivesUpTheJobFailsWithTheLastFailure) {
+  Configuration c;
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 2);
+  c.set(options::kFixedDelayDelay, int64_t{0});
+  StreamEnvironment env(c);
+  env.set_parallelism(1);
+  env.from_source(datagen::sequence(0, 10), "numbers")
+      .map([](int64_t) -> int64_t { throw std::runtime_error("always"); })
+      .name("Always")
+      .sink_to(std::make_shared<CollectSink<int64_t>>(std::make_shared<CollectedRecords<int64_t>>()));
+  JobClient client = env.execute_async("gives up");
+  JobResult r = client.wait();
+  EXPECT_EQ(r.status, JobStatus::kFailed);
+  EXPECT_EQ(r.restarts, 2);
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_NE(r.error->to_string().find("no more restarts allowed"), std::string::npos) << r.error->to_string();
+  std::vector<JobExceptionInfo> ex = client.exceptions();
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_FALSE(ex[0].restarted);  // the third failure ended the job
+  EXPECT_TRUE(ex[1].restarted);
+  EXPECT_TRUE(ex[2].restarted);
+}
+
 TEST(CancelTest, CancelStopsAnUnboundedJobAndLeavesNoThread) {
   const int before = thread_count();
   {

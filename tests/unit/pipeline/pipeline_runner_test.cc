@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -258,6 +261,82 @@ TEST_F(PipelineRunnerTest, WithoutDeadLetterSinkABadChangeFailsTheJobNamingItAnd
   EXPECT_NE(metrics->body.find("sluice_job_running{job=\"test\",status=\"FAILED\"} 0"), std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("# TYPE sluice_operator_records_in_total counter"), std::string::npos);
+}
+
+// A job in a restart loop (here under the default restart strategy, which never gives up) is RESTARTING on
+// /health (503, with the restart count and the failure's cause), on /metrics and in the logs within 5 s of
+// the failure, never RUNNING (issue 14, "no silent failure").
+TEST_F(PipelineRunnerTest, ARestartLoopIsUnhealthyRestartingOnHealthMetricsAndLogsWithin5Seconds) {
+  write_input(
+      {R"({"op":"c","key":{"id":"x"},"before":null,"after":{"status":"created"},"source":{"connector":"postgres","db":"payments","collection":"public.charges","position":"0/2A","ts_ms":1,"snapshot":false,"sequence":42}})"});
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  spdlog::default_logger()->sinks().push_back(log);
+  struct RemoveSink {
+    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink;
+    ~RemoveSink() {
+      auto& sinks = spdlog::default_logger()->sinks();
+      sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    }
+  } remove_sink{log};
+  auto runner = runner_for(pipeline());  // the default restart strategy
+  auto http = MetricsServer::start(
+      "127.0.0.1", 0, [&] { return runner->metrics_text(); },
+      [&] {
+        HealthReport h = runner->health();
+        return HealthResponse{h.healthy, h.to_json()};
+      });
+  ASSERT_TRUE(http.ok()) << http.error().message();
+  ASSERT_TRUE(runner->start().ok());
+  const auto start = std::chrono::steady_clock::now();
+  // The first record fails the job at once, so the failure is within a few ms of the start.
+  const auto deadline = start + std::chrono::seconds(5);
+  httplib::Client client("127.0.0.1", (*http)->port());
+  int status = 0;
+  std::string body;
+  std::string metrics;
+  bool logged = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto res = client.Get("/health");
+    ASSERT_TRUE(res) << "no answer from /health";
+    status = res->status;
+    body = res->body;
+    auto m = client.Get("/metrics");
+    ASSERT_TRUE(m);
+    metrics = m->body;
+    for (const std::string& line : log->last_formatted()) {
+      logged = logged ||
+               (line.find("RESTARTING") != std::string::npos && line.find("entity id is NULL") != std::string::npos);
+    }
+    if (status == 503 && body.find("RESTARTING") != std::string::npos &&
+        metrics.find("sluice_job_restarting{job=\"test\"} 1") != std::string::npos && logged) {
+      break;
+    }
+  }
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_NE(body.find("\"status\":\"RESTARTING\""), std::string::npos) << body;
+  EXPECT_NE(body.find("the job is RESTARTING (restart "), std::string::npos) << body;
+  EXPECT_NE(body.find("entity id is NULL"), std::string::npos) << body;
+  EXPECT_NE(metrics.find("sluice_job_running{job=\"test\",status=\"RESTARTING\"} 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sluice_job_restarting{job=\"test\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("sluice_job_last_failure_timestamp_ms{job=\"test\"} -1"), std::string::npos) << metrics;
+  EXPECT_TRUE(logged) << "no RESTARTING line with the cause in the log";
+  EXPECT_EQ(runner->status(), JobStatus::kRestarting);
+  runner->cancel();
+  EXPECT_EQ(runner->wait().status, JobStatus::kCanceled);
+}
+
+TEST_F(PipelineRunnerTest, ExactlyOnceWithCheckpointingDisabledByAnOverrideIsRefusedNamingTheKey) {
+  Result<PipelineSpec> spec = parse_pipeline(pipeline("  delivery: exactly-once"), "test.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Configuration overrides;
+  overrides.set_string("execution.checkpointing.interval", "0");
+  Result<std::unique_ptr<PipelineRunner>> r = PipelineRunner::create(*spec, overrides);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kConfiguration);
+  EXPECT_NE(r.error().message().find("'pipeline.delivery: exactly-once' needs checkpoints, but "
+                                     "execution.checkpointing.interval is 0"),
+            std::string::npos)
+      << r.error().message();
 }
 
 TEST_F(PipelineRunnerTest, ARunningPipelineIsHealthyAndARestartResumesFromItsLatestCheckpoint) {

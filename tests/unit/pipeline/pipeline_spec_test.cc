@@ -123,7 +123,7 @@ TEST(PipelineSpecTest, MinimalFileGetsDefaults) {
   EXPECT_EQ(spec.pipeline.checkpoint_storage, defaults.checkpoint_storage);
   EXPECT_EQ(spec.pipeline.delivery, "at-least-once");
   EXPECT_EQ(spec.pipeline.restart.strategy, "exponential-delay");
-  EXPECT_EQ(spec.pipeline.restart.attempts, 10);
+  EXPECT_FALSE(spec.pipeline.restart.attempts.has_value());  // exponential-delay: no limit, as Flink
   EXPECT_FALSE(spec.pipeline.dead_letter.has_value());
   EXPECT_EQ(spec.pipeline.http_port, -1);
   EXPECT_TRUE(spec.pipeline.config.empty());
@@ -140,7 +140,7 @@ TEST(PipelineSpecTest, PipelineSectionEveryKey) {
   const PipelineSpec spec = parse_ok(R"yaml(pipeline:
   name: p1
   parallelism: 1024
-  checkpoint: { interval: 0, storage: "file:///tmp/cp" }
+  checkpoint: { interval: 250ms, storage: "file:///tmp/cp" }
   delivery: exactly-once
   restart: { strategy: fixed-delay, attempts: 0, delay: 250ms, max-delay: 2d }
   dead-letter: { type: files, path: /tmp/dlq }
@@ -155,7 +155,7 @@ sink: { out: { type: print, prefix: "> " } }
   const PipelineSettings& p = spec.pipeline;
   EXPECT_EQ(p.name, "p1");
   EXPECT_EQ(p.parallelism, 1024);
-  EXPECT_EQ(p.checkpoint_interval_ms, 0);
+  EXPECT_EQ(p.checkpoint_interval_ms, 250);
   EXPECT_EQ(p.checkpoint_storage, "file:///tmp/cp");
   EXPECT_EQ(p.delivery, "exactly-once");
   EXPECT_EQ(p.restart.strategy, "fixed-delay");
@@ -307,6 +307,20 @@ TEST(PipelineSpecErrorTest, BadEnum) {
   EXPECT_EQ(error_of("source:\n  type: mongodb\n  uri: m\n  database: d\n  collections: [a]\n  start: now\n"
                      "sink: { out: { type: print } }\n"),
             "p.yaml:6:10: 'start' must be one of initial, latest, timestamp, got 'now'");
+}
+
+TEST(PipelineSpecErrorTest, ExactlyOnceWithoutCheckpointsIsRefusedNamingTheKey) {
+  // Exactly-once sinks commit on completed checkpoints: without them the run would silently be at-least-once.
+  EXPECT_EQ(error_of("pipeline:\n  checkpoint: { interval: 0 }\n  delivery: exactly-once\n" + std::string(kMinimal)),
+            "p.yaml:3:13: 'delivery: exactly-once' needs checkpoints, but 'pipeline.checkpoint.interval' is 0 "
+            "(disabled) at line 2; set an interval (e.g. 1s) or use 'delivery: at-least-once'");
+  // The order of the keys does not matter, and at-least-once without checkpoints stays valid.
+  EXPECT_EQ(error_of("pipeline:\n  delivery: exactly-once\n  checkpoint:\n    interval: 0ms\n" + std::string(kMinimal)),
+            "p.yaml:2:13: 'delivery: exactly-once' needs checkpoints, but 'pipeline.checkpoint.interval' is 0 "
+            "(disabled) at line 4; set an interval (e.g. 1s) or use 'delivery: at-least-once'");
+  EXPECT_EQ(parse_ok("pipeline:\n  checkpoint: { interval: 0 }\n  delivery: at-least-once\n" + std::string(kMinimal))
+                .pipeline.checkpoint_interval_ms,
+            0);
 }
 
 TEST(PipelineSpecErrorTest, UnknownConnectorType) {

@@ -214,6 +214,68 @@ TEST(RestServerTest, ListsJobsTakesASavepointAndStopsWithOne) {
   server->stop();
 }
 
+// A job in a restart loop is RESTARTING in the job list and details, with its restart count and latest
+// failure, and GET /jobs/:id/exceptions lists its failures in Flink's shape, within 5 s of the failure.
+TEST(RestServerTest, ARestartingJobShowsItsFailuresAndExceptionHistory) {
+  Configuration c;
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 1000);
+  c.set(options::kFixedDelayDelay, int64_t{60'000});  // stays RESTARTING for the test
+  StreamEnvironment env(c);
+  env.set_parallelism(1);
+  env.from_source(datagen::sequence(0, 100), "numbers")
+      .map([](const int64_t&) -> int64_t { throw std::runtime_error("broker unreachable"); })
+      .name("Produce")
+      .sink_to(std::make_shared<testing::CollectSink<int64_t>>(std::make_shared<testing::CollectedRecords<int64_t>>()));
+  std::vector<OperatorStats> operators = operators_of(env.stream_graph());
+  JobClient client = env.execute_async("failing");
+  const auto started = std::chrono::steady_clock::now();
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  server->register_job("failing", client, operators);
+  httplib::Client http(server->address(), server->port());
+  const std::string id = client.job_id();
+
+  Answer jobs;
+  Answer details;
+  Answer exceptions;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        jobs = call(http, "GET", "/jobs");
+        details = call(http, "GET", "/jobs/" + id);
+        exceptions = call(http, "GET", "/jobs/" + id + "/exceptions");
+        const Value* entries = exceptions.body.at_path("exceptionHistory.entries");
+        return str(jobs.body, "jobs[0].status") == "RESTARTING" && str(details.body, "state") == "RESTARTING" &&
+               entries != nullptr && entries->size() == 1;
+      },
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::seconds(5) -
+                                                            (std::chrono::steady_clock::now() - started))))
+      << jobs.body.to_json() << "\n"
+      << details.body.to_json() << "\n"
+      << exceptions.body.to_json();
+  EXPECT_EQ(jobs.body.at_path("jobs[0].restarts")->as_int64(), 1);
+  EXPECT_NE(str(jobs.body, "jobs[0].last-failure.message").find("broker unreachable"), std::string::npos);
+  EXPECT_EQ(details.body.at_path("restarts")->as_int64(), 1);
+  EXPECT_NE(str(details.body, "last-failure.message").find("broker unreachable"), std::string::npos);
+  EXPECT_GT(details.body.at_path("last-failure.timestamp")->as_int64(), 0);
+
+  ASSERT_EQ(exceptions.status, 200);
+  EXPECT_NE(str(exceptions.body, "root-exception").find("broker unreachable"), std::string::npos);
+  EXPECT_EQ(exceptions.body.at_path("timestamp")->as_int64(),
+            exceptions.body.at_path("exceptionHistory.entries[0].timestamp")->as_int64());
+  EXPECT_EQ(str(exceptions.body, "exceptionHistory.entries[0].exceptionName"), "runtime");
+  EXPECT_NE(str(exceptions.body, "exceptionHistory.entries[0].stacktrace").find("operator 'Produce'"),
+            std::string::npos);
+  EXPECT_NE(str(exceptions.body, "exceptionHistory.entries[0].taskName").find("Produce"), std::string::npos);
+  EXPECT_TRUE(exceptions.body.at_path("exceptionHistory.entries[0].restarted")->as_bool());
+  EXPECT_FALSE(exceptions.body.at_path("exceptionHistory.truncated")->as_bool());
+
+  Answer unknown = call(http, "GET", "/jobs/ffffffffffffffffffffffffffffffff/exceptions");
+  EXPECT_EQ(unknown.status, 404);
+  client.cancel();
+  EXPECT_EQ(client.wait().status, JobStatus::kCanceled);
+}
+
 TEST(RestServerTest, UnknownJobsRequestsAndPathsAre404) {
   auto server = start_server();
   ASSERT_NE(server, nullptr);
