@@ -14,6 +14,7 @@
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/metrics_server.h"
+#include "sluice/web/rest_server.h"
 
 namespace sluice::cli {
 namespace {
@@ -81,6 +82,11 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
                   "Keep /metrics and /health serving this long after the job ended (e.g. 10s), so the final "
                   "state can be scraped")
       ->capture_default_str();
+  run->add_option("--rest-port", f.rest_port,
+                  "Serve the job's REST API on 127.0.0.1:PORT, for sluice list/savepoint/stop/cancel (0 = any free "
+                  "port, -1 = none)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
   run->add_flag("-q,--quiet", f.quiet, "Do not print the summary at the end");
   run->fallthrough();  // `sluice run FILE --log-level debug` works as well as `sluice --log-level debug run FILE`
   auto* validate = app.add_subcommand("validate", "Check a pipeline file without running it");
@@ -141,6 +147,22 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     return 1;
   }
   spdlog::info("pipeline '{}' started: {}", spec->pipeline.name, describe(*spec));
+  std::unique_ptr<RestServer> rest;
+  if (f.rest_port >= 0) {
+    RestServerOptions options;
+    options.port = f.rest_port;
+    auto server = RestServer::start(options);
+    if (!server.ok()) {
+      fmt::print(stderr, "error: {}\n", server.error().message());
+      runner.cancel();
+      runner.wait();
+      return 1;
+    }
+    rest = std::move(*server);
+    if (std::optional<JobClient> client = runner.client()) rest->register_job(spec->pipeline.name, *client, {});
+    // On a line of its own, as the metrics port: scripts and tests find an ephemeral port there.
+    spdlog::info("pipeline '{}': REST API at {}", spec->pipeline.name, rest->url());
+  }
   // The job runs on its own threads; this thread waits for it or for a signal.
   bool signalled = false;
   while (true) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <concepts>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -51,6 +52,18 @@ class SinkWriter {
   virtual void flush(bool end_of_input) = 0;
   /// Releases resources; called on success, failure and cancellation.
   virtual void close() {}
+
+  /// No timer wanted (next_timer_ms()).
+  static constexpr TimestampMs kNoTimer = std::numeric_limits<TimestampMs>::max();
+  /// The processing time (ms since the epoch, on the job's Clock) at which the writer wants
+  /// on_processing_time() called, or kNoTimer (Flink gives a sink writer its ProcessingTimeService for this).
+  /// The sink operator asks after every write() and on_processing_time(), and registers a timer on the task
+  /// thread, so a writer that buffers can write an idle stream's records after a delay instead of waiting for
+  /// the next record. Called on the task thread; must be cheap (it is asked once per record).
+  virtual TimestampMs next_timer_ms() const { return kNoTimer; }
+  /// Called on the task thread once the time next_timer_ms() asked for has come (`now_ms` on the job's Clock).
+  /// May throw to fail the task.
+  virtual void on_processing_time(TimestampMs /*now_ms*/) {}
 };
 
 /// A factory of writers. Thread-safe.

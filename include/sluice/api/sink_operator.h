@@ -40,6 +40,7 @@ class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
   void process_element(T&& record, TimestampMs ts) override {
     ts_ = ts;
     call_user_function(this->name(), [&] { writer_->write(record, *this); });
+    arm_timer();
   }
   /// Flush on snapshot: what was written before the barrier is durable once the checkpoint completes.
   void snapshot_state(int64_t /*checkpoint_id*/) override {
@@ -49,15 +50,35 @@ class SinkOperator final : public OneInputOperator<T>, SinkWriterContext {
     call_user_function(this->name(), [&] { writer_->flush(true); });
   }
   void close() override {
+    closed_ = true;
     if (writer_) writer_->close();
   }
 
  private:
+  /// Registers a processing-time timer for the writer's next_timer_ms() unless one at that time or earlier is
+  /// registered already (timers cannot be deleted: a later one left behind finds nothing due and re-arms).
+  void arm_timer() {
+    const TimestampMs at = writer_->next_timer_ms();
+    if (at == SinkWriter<T>::kNoTimer || at >= armed_ms_) return;
+    armed_ms_ = at;
+    this->services_->register_processing_timer(at, [this](TimestampMs time) {
+      if (time == armed_ms_) armed_ms_ = SinkWriter<T>::kNoTimer;
+      if (closed_ || !writer_) return;
+      const TimestampMs now = this->services_->processing_clock().now_ms();
+      if (writer_->next_timer_ms() <= now) {
+        call_user_function(this->name(), [&] { writer_->on_processing_time(now); });
+      }
+      arm_timer();
+    });
+  }
+
   TimestampMs timestamp() const override { return ts_; }
   TimestampMs current_watermark() const override { return this->current_watermark_; }
   std::shared_ptr<const Sink<T>> sink_;
   std::unique_ptr<SinkWriter<T>> writer_;
   TimestampMs ts_ = kNoTimestamp;
+  TimestampMs armed_ms_ = SinkWriter<T>::kNoTimer;  ///< the earliest timer registered and not yet fired
+  bool closed_ = false;
 };
 
 /// Runs a TwoPhaseCommittingSink (Flink's SinkWriterOperator and CommitterOperator in one operator).

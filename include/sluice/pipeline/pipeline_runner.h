@@ -60,6 +60,8 @@ class PipelineRunner {
   void cancel();
   /// The job's status (kCreated before start()).
   JobStatus status() const;
+  /// The running job's handle, for the REST API (nullopt before start()).
+  std::optional<JobClient> client() const;
 
   /// Prometheus text exposition format 0.0.4: per operator records in/out, checkpoints (count, failed,
   /// last duration and size, age of the last completed), restarts, job status, pipeline counters and the

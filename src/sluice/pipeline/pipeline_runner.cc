@@ -334,6 +334,11 @@ JobStatus PipelineRunner::status() const {
   return s_->client ? s_->client->status() : JobStatus::kCreated;
 }
 
+std::optional<JobClient> PipelineRunner::client() const {
+  std::lock_guard lock(s_->mu);
+  return s_->client;
+}
+
 const std::string& PipelineRunner::restored_from() const {
   return s_->restored_from;
 }
@@ -473,8 +478,8 @@ HealthReport PipelineRunner::health() const {
 std::string PipelineRunner::summary(const JobResult& result) const {
   const PipelineCounters& k = *s_->counters;
   std::string out = fmt::format(
-      "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events out ({} filtered, {} unrouted, {} to the "
-      "dead-letter sink), {} checkpoints, {} restarts",
+      "pipeline '{}' {} after {:.1f} s: {} changes in, {} domain events from the transform ({} filtered, {} "
+      "unrouted, {} to the dead-letter sink), {} checkpoints, {} restarts",
       s_->spec.pipeline.name, job_status_name(result.status), static_cast<double>(result.duration.count()) / 1000.0,
       k.changes_in.load(), k.events_out.load(), k.filtered.load(), k.unrouted.load(), k.dead_letters.load(),
       result.completed_checkpoints, result.restarts);
@@ -483,6 +488,25 @@ std::string PipelineRunner::summary(const JobResult& result) const {
   }
   if (result.restarts > 0) out += " (counts include the records replayed after restarts)";
   if (result.error) out += fmt::format("; error: {}", result.error->to_string());
+  // What the sinks delivered: only a FINISHED job flushed and committed everything its sinks received. Otherwise
+  // what they received is not counted as delivered: what the last completed checkpoint covers was delivered
+  // (flushed or committed with it), the rest is delivered by the next run, which resumes from that checkpoint.
+  std::string sinks;
+  for (const OperatorStats& o : result.operators) {
+    if (!o.uid.starts_with("sink-") && o.uid != "dead-letter") continue;
+    sinks += fmt::format("{}'{}' {}", sinks.empty() ? "" : ", ",
+                         o.uid == "dead-letter" ? std::string("dead-letter") : o.uid.substr(5), o.records_in);
+  }
+  if (!sinks.empty()) {
+    if (result.status == JobStatus::kFinished) {
+      out += fmt::format("\ndelivered by the sinks: {}", sinks);
+    } else {
+      out += fmt::format(
+          "\nreceived by the sinks (not all delivered: the job is {}; delivered is what the last completed "
+          "checkpoint covers, the next run resumes from it): {}",
+          job_status_name(result.status), sinks);
+    }
+  }
   const auto types = k.type_counts();
   if (!types.empty()) {
     out += "\nevents by type:";

@@ -119,6 +119,10 @@ TEST_F(PipelineRunnerTest, ChangesBecomeDomainEventsWithStableIdsInEntityOrder) 
     ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
     runs[run] = read_events(dir_ / fmt::format("out{}", run));
     EXPECT_NE(runner->summary(r).find("charge.paid"), std::string::npos) << runner->summary(r);
+    // A FINISHED job delivered what its sinks received.
+    EXPECT_NE(runner->summary(r).find(fmt::format("delivered by the sinks: 'events' {}", lines.size())),
+              std::string::npos)
+        << runner->summary(r);
   }
   ASSERT_EQ(runs[0].size(), lines.size());
   std::map<std::string, Value> by_id[2];
@@ -322,7 +326,14 @@ TEST_F(PipelineRunnerTest, ARestartLoopIsUnhealthyRestartingOnHealthMetricsAndLo
   EXPECT_TRUE(logged) << "no RESTARTING line with the cause in the log";
   EXPECT_EQ(runner->status(), JobStatus::kRestarting);
   runner->cancel();
-  EXPECT_EQ(runner->wait().status, JobStatus::kCanceled);
+  JobResult r = runner->wait();
+  EXPECT_EQ(r.status, JobStatus::kCanceled);
+  // Nothing was delivered: the summary does not call anything "out" or "delivered".
+  const std::string summary = runner->summary(r);
+  EXPECT_EQ(summary.find(" out "), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("delivered by the sinks"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("received by the sinks (not all delivered: the job is CANCELED"), std::string::npos)
+      << summary;
 }
 
 TEST_F(PipelineRunnerTest, ExactlyOnceWithCheckpointingDisabledByAnOverrideIsRefusedNamingTheKey) {

@@ -20,11 +20,12 @@
 // objects as JSON (json/jsonb columns), null as SQL NULL.
 //
 // Batches. Records are buffered and written when batch_size records are buffered, when the first buffered record
-// is flush_interval old at the next write, and at every checkpoint (SinkWriter::flush). A batch is collapsed by key:
-// per key the later upserts' columns override the earlier ones', a delete drops what came before it, and a delete
-// followed by upserts is written as a delete then an upsert. So the table ends in the same state as after writing
-// the records one by one, with one statement per ≤ 65535 parameters instead of one per record. A batch is one
-// transaction: the deletes (`DELETE FROM t WHERE (k1, k2) IN (($1, $2), ...)`), then per distinct column set one
+// is flush_interval old (on a processing-time timer of its task, so an idle stream is written too), and at every
+// checkpoint (SinkWriter::flush). A batch is collapsed by key: per key the later upserts' columns override the
+// earlier ones', a delete drops what came before it, and a delete followed by upserts is written as a delete then
+// an upsert. So the table ends in the same state as after writing the records one by one, with one statement per
+// ≤ 65535 parameters instead of one per record. A batch is one transaction: the deletes
+// (`DELETE FROM t WHERE (k1, k2) IN (($1, $2), ...)`), then per distinct column set one
 // `INSERT INTO t (c...) VALUES (...), ... ON CONFLICT (keys) DO UPDATE SET c = EXCLUDED.c, ...` (DO NOTHING when
 // the row has only key columns), then COMMIT.
 //
@@ -89,7 +90,8 @@ struct PostgresUpsertSinkOptions {
   std::vector<std::string> key_columns;
   /// Write when this many records are buffered (>= 1).
   size_t batch_size = 1000;
-  /// ... or when the first buffered record is this old at the next write; 0: only by size and at checkpoints.
+  /// ... or when the first buffered record is this old (a processing-time timer of the task, so also on an idle
+  /// stream); 0: only by size and at checkpoints.
   std::chrono::milliseconds flush_interval{1000};
   /// True for a record that deletes its key. Empty: no record deletes.
   std::function<bool(const Value&)> is_delete;
@@ -189,7 +191,7 @@ class PostgresUpsertSink::Builder {
     options_.batch_size = records;
     return *this;
   }
-  /// Write a batch once its first record is `interval` old, checked at the next write (default 1 s; 0: off).
+  /// Write a batch once its first record is `interval` old, on a processing-time timer (default 1 s; 0: off).
   Builder& flush_interval(std::chrono::milliseconds interval) {
     options_.flush_interval = interval;
     return *this;

@@ -272,7 +272,7 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
 
   void write(const Value& record, const SinkWriterContext& /*ctx*/) override {
     if (!pending_.empty() && o_.flush_interval.count() > 0 &&
-        clock_.monotonic_ns() - first_ns_ >= o_.flush_interval.count() * 1'000'000) {
+        clock_.now_ms() - first_ms_ >= o_.flush_interval.count()) {
       write_batch();
     }
     const bool is_delete = o_.is_delete && o_.is_delete(record);
@@ -288,6 +288,18 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
     if (dead_letter_ && dead_letters_unsynced_) {
       dead_letter_->sync().value_or_throw();
       dead_letters_unsynced_ = false;
+    }
+  }
+
+  /// flush-interval on a processing-time timer: an idle stream's rows are written flush-interval after the
+  /// first of them was buffered, not only at the next write or checkpoint.
+  TimestampMs next_timer_ms() const override {
+    if (pending_.empty() || o_.flush_interval.count() <= 0) return kNoTimer;
+    return first_ms_ + o_.flush_interval.count();
+  }
+  void on_processing_time(TimestampMs now_ms) override {
+    if (!pending_.empty() && o_.flush_interval.count() > 0 && now_ms - first_ms_ >= o_.flush_interval.count()) {
+      write_batch();
     }
   }
 
@@ -478,7 +490,7 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
         upsert_cols_.emplace_back(it->second, std::move(text));
       }
     }
-    if (pending_.empty()) first_ns_ = clock_.monotonic_ns();
+    if (pending_.empty()) first_ms_ = clock_.now_ms();
     auto [it, inserted] = index_.try_emplace(key_text_, pending_.size());
     if (inserted) {
       pending_.emplace_back();
@@ -773,7 +785,7 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
   std::vector<Pending> pending_;
   std::unordered_map<std::string, size_t> index_;  // encoded key -> pending_ index
   size_t buffered_records_ = 0;
-  int64_t first_ns_ = 0;
+  TimestampMs first_ms_ = 0;  // when the oldest pending row was buffered (the job's Clock)
   bool dead_letters_unsynced_ = false;
   // Scratch of add(), kept for their capacity.
   std::vector<std::optional<std::string>> key_params_;
