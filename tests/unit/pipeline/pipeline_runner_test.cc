@@ -1,5 +1,6 @@
 // PipelineRunner end to end on the local mini-cluster, with files in and out (no external service): domain
 // events and their ids, dead letters, failures, health, metrics, resuming from a checkpoint.
+#include "sluice/core/logging.h"
 #include "sluice/pipeline/pipeline_runner.h"
 
 #include <fmt/format.h>
@@ -273,6 +274,9 @@ TEST_F(PipelineRunnerTest, WithoutDeadLetterSinkABadChangeFailsTheJobNamingItAnd
 TEST_F(PipelineRunnerTest, ARestartLoopIsUnhealthyRestartingOnHealthMetricsAndLogsWithin5Seconds) {
   write_input(
       {R"({"op":"c","key":{"id":"x"},"before":null,"after":{"status":"created"},"source":{"connector":"postgres","db":"payments","collection":"public.charges","position":"0/2A","ts_ms":1,"snapshot":false,"sequence":42}})"});
+  // Sluice installs its logger on first use: install it now, so the sink is added to the logger the job uses
+  // (alone in a process, as ctest runs it, the runner would replace the default logger after the sink was added).
+  init_logging();
   auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
   spdlog::default_logger()->sinks().push_back(log);
   struct RemoveSink {
