@@ -1414,14 +1414,18 @@ bool nonzero_mantissa(std::string_view literal) {
 // matters for text: its shortest round-trip form has the same value as the literal. Any literal of at most
 // 15 significant digits in the normal range is (DBL_DIG); longer ones are checked.
 bool double_holds_literal(std::string_view literal, double d) {
+  // Trailing zeros of the mantissa carry no digit of the value (1.010000000000000000e179 is 1.01e179): counting
+  // them sent such a literal down the exact path, whose decimal text then read back as a double (a fuzz finding).
   int significant = 0;
+  int digits = 0;
   bool leading = true;
   for (const char c : literal) {
     if (c == 'e' || c == 'E') break;
     if (c < '0' || c > '9') continue;
     if (leading && c == '0') continue;
     leading = false;
-    ++significant;
+    ++digits;
+    if (c != '0') significant = digits;
   }
   if (significant <= 15 && std::fabs(d) >= std::numeric_limits<double>::min()) return true;
   char buf[32];
@@ -1600,6 +1604,19 @@ class JsonReader {
     }
     // simdjson refuses integers beyond 64 bits and numbers beyond the double range (and rounds those below it
     // to zero); keep them exactly.
+    // A literal with a fraction or an exponent that simdjson refuses (a 19-digit mantissa with an exponent,
+    // -1010000000000000000E+161) but that a double holds is the double, as read_number gives for the same number
+    // written otherwise: else its text would change kind on a round trip (a fuzz finding).
+    if (raw.find_first_of(".eE") != std::string_view::npos) {
+      const std::string text(raw);
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() + text.size() && std::isfinite(d) && !(d == 0 && nonzero_mantissa(raw)) &&
+          Decimal::parse(raw).ok() && double_holds_literal(raw, d)) {
+        out = Value(d);
+        return true;
+      }
+    }
     int128_t unscaled = 0;
     int32_t scale = 0;
     std::string reason;

@@ -934,3 +934,20 @@ TEST(HashTest, IsXxh3OfTheCanonicalEncodingAndStable) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+// A fuzz finding: trailing zeros of a mantissa made a double-sized literal an exact decimal whose text then read
+// back as a double (the JSON round trip changed its text).
+TEST(ValueJsonTest, TrailingZerosOfAMantissaDoNotMakeADecimal) {
+  for (const char* literal : {"-1.010000000000000000e179", "-1010000000000000000E+161"}) {
+    Result<Value> v = Value::from_json(literal);
+    ASSERT_TRUE(v.ok()) << literal;
+    const std::string json = v->to_json();
+    Result<Value> again = Value::from_json(json);
+    ASSERT_TRUE(again.ok()) << json;
+    EXPECT_EQ(again->to_json(), json) << literal;
+  }
+}
+}  // namespace
+}  // namespace sluice
