@@ -14,9 +14,10 @@ namespace {
 // change_event_fuzz: a negative txn_id read back as "unknown" (-1) after to_value() (which omits -1).
 TEST(FuzzFindingsTest, ChangeEventNegativeTransactionIdIsAnErrorNotSilentlyUnknown) {
   auto envelope = [](const std::string& txn) {
-    return Value::from_json(R"({"op":"c","key":{"id":1},"before":null,"after":{"id":1},"source":{"connector":"postgres",)"
-                            R"("db":"d","collection":"public.t","position":"0/1","ts_ms":1,"snapshot":false)" +
-                            txn + "}}")
+    return Value::from_json(
+               R"({"op":"c","key":{"id":1},"before":null,"after":{"id":1},"source":{"connector":"postgres",)"
+               R"("db":"d","collection":"public.t","position":"0/1","ts_ms":1,"snapshot":false)" +
+               txn + "}}")
         .value_or_throw();
   };
   Result<cdc::ChangeEvent> bad = cdc::ChangeEvent::from_value(envelope(R"(,"txn_id":-42)"));

@@ -1,6 +1,5 @@
 // PipelineRunner end to end on the local mini-cluster, with files in and out (no external service): domain
 // events and their ids, dead letters, failures, health, metrics, resuming from a checkpoint.
-#include "sluice/core/logging.h"
 #include "sluice/pipeline/pipeline_runner.h"
 
 #include <fmt/format.h>
@@ -17,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "sluice/core/logging.h"
 #include "sluice/web/metrics_server.h"
 
 namespace sluice::pipeline {
