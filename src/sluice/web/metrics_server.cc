@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <thread>
 
 namespace sluice {
@@ -13,6 +14,7 @@ namespace sluice {
 struct MetricsServer::Impl {
   httplib::Server server;
   std::thread listener;
+  std::atomic<bool> listener_done{false};
   int port = 0;
   std::function<std::string()> metrics;
   std::function<HealthResponse()> health;
@@ -67,7 +69,18 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::string address,
   impl->listener = std::thread([self] {
     pthread_setname_np(pthread_self(), "sluice-metrics");
     if (!self->server.listen_after_bind()) spdlog::error("the metrics/health endpoint stopped serving");
+    self->listener_done.store(true);
   });
+  // httplib's stop() does nothing until the listener runs: a stop() right after start() (a second `sluice run`
+  // that finds the job locked) was lost, and the join then waited in accept() for ever. Wait until it serves.
+  while (!impl->server.is_running() && !impl->listener_done.load()) {
+    std::this_thread::yield();
+  }
+  if (!impl->server.is_running()) {
+    impl->listener.join();
+    return Error(ErrorCode::kNetwork,
+                 fmt::format("the metrics/health endpoint at {}:{} could not start serving", address, impl->port));
+  }
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
