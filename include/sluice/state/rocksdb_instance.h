@@ -1,0 +1,82 @@
+// RocksDBInstance: one RocksDB database on local disk, the storage of one operator subtask's keyed state in
+// the rocksdb state backend (Flink's RocksDBKeyedStateBackend keeps one instance per subtask, too). This is
+// the only place that includes RocksDB's headers; the typed states (rocksdb_keyed_state_backend.h) see
+// column families as opaque handles and keys and values as bytes.
+//
+// Layout: one column family per state; keys are compared bytewise, so the backend's 2-byte big-endian key
+// group prefix keeps each key group contiguous (snapshots and rescaling scan one key group). The write-ahead
+// log is off, as in Flink: state survives a crash through checkpoints, never through the local files, and
+// the working directory is deleted when the instance is destroyed.
+//
+// Thread-safety: writes and column-family creation happen on the task thread only. Reads through a
+// Snapshot (scan) may run on any thread concurrently with the task's writes (RocksDB is thread-safe). An
+// instance lives as long as the longest of its backend and its snapshots (shared_ptr).
+// Errors: RocksDB failures throw SluiceException (kState) naming the directory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+/// One RocksDB database in a private working directory.
+class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
+ public:
+  /// A column family (one per state); owned by the instance, valid as long as it.
+  struct ColumnFamily;
+  /// A consistent point-in-time view for reads (RocksDB's snapshot); keeps the instance alive.
+  class Snapshot;
+
+  /// Opens a new, empty database in `dir`: anything already at `dir` (a leftover of a crashed process) is
+  /// removed first, and `dir` is removed again when the instance is destroyed. Throws SluiceException
+  /// (kState) when the directory cannot be created or RocksDB cannot open it.
+  static std::shared_ptr<RocksDBInstance> open(const std::filesystem::path& dir);
+  ~RocksDBInstance();
+  RocksDBInstance(const RocksDBInstance&) = delete;
+  RocksDBInstance& operator=(const RocksDBInstance&) = delete;
+
+  const std::filesystem::path& directory() const noexcept { return dir_; }
+
+  /// The column family `name`, created on first use. List states append with merge(): their column family
+  /// gets a merge operator that concatenates values. Task thread only.
+  ColumnFamily* column_family(std::string_view name);
+
+  /// Reads `key`; returns false when it is absent. `value` is overwritten when found.
+  bool get(ColumnFamily* cf, std::string_view key, std::string& value) const;
+  void put(ColumnFamily* cf, std::string_view key, std::string_view value);
+  /// Appends `bytes` to the value of `key` (creating it): the list states' add without a read.
+  void merge(ColumnFamily* cf, std::string_view key, std::string_view bytes);
+  void remove(ColumnFamily* cf, std::string_view key);
+
+  /// From begin_batch() to commit_batch(), put/merge/remove go into one write batch (a restore writes its
+  /// entries this way). get() does not see batched writes. Task thread only.
+  void begin_batch();
+  void commit_batch();
+
+  /// A consistent view of the database as of now; reads through it see no later write.
+  std::shared_ptr<const Snapshot> snapshot();
+
+  /// Calls fn(key, value) for every key of `cf` starting with `prefix`, in bytewise key order, until fn
+  /// returns false. Reads `snapshot` when given, else the live database. Any thread with a snapshot; the
+  /// task thread without one. fn must not write to the instance.
+  void scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
+            const std::function<bool(std::string_view key, std::string_view value)>& fn) const;
+
+  /// Removes every key of `cf` starting with `prefix` (task thread).
+  void remove_prefix(ColumnFamily* cf, std::string_view prefix);
+
+  /// Bytes RocksDB estimates the live data of all column families takes (for tests and metrics).
+  uint64_t estimated_live_bytes() const;
+
+ private:
+  struct Impl;
+  explicit RocksDBInstance(std::filesystem::path dir);
+  std::filesystem::path dir_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,996 @@
+// RocksDBKeyedStateBackend<K>: the keyed state of one operator subtask in a RocksDB database on local disk
+// (Flink's RocksDBKeyedStateBackend), for state larger than memory.
+//
+// Layout (DESIGN.md §6): one RocksDBInstance per subtask under its own working directory, one column family
+// per state, and RocksDB keys made of
+//     [key group: 2 bytes big-endian][TypeSerializer<K> bytes of the key][TypeSerializer<N> bytes of the namespace]
+// followed, for map state, by the TypeSerializer bytes of the user key. Keys compare bytewise, so one key
+// group is one contiguous key range. Values are TypeSerializer bytes: the value (value state), the reduced
+// value (reducing), the accumulator (aggregating), the user value (map), and for list state the elements
+// one after the other (add() appends with a RocksDB merge, without reading the list). TypeSerializer
+// encodings are self-delimiting, so key, namespace and user key can be told apart again.
+//
+// Snapshots are the canonical key-group blobs of docs/state-format.md, byte-compatible with
+// HeapKeyedStateBackend: a checkpoint or savepoint written by one backend restores into the other, and key
+// groups move between subtasks on rescaling exactly as with the heap backend. capture() takes a RocksDB
+// snapshot (a sequence number: no data is copied); the checkpoint writer thread then scans each key group
+// through it while the task keeps writing. (Incremental checkpoints of SST files are not built yet.)
+//
+// Not supported yet, refused with a kConfiguration error rather than run differently: state TTL.
+//
+// Threading: everything runs on the owning task thread, except the RocksDBKeyedStateSnapshot that capture()
+// returns, which any thread may write and destroy. Errors: misuse throws SluiceException (kState), RocksDB
+// failures kState too; restore returns a Status.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/clock.h"
+#include "sluice/core/data_io.h"
+#include "sluice/core/error.h"
+#include "sluice/core/key_group.h"
+#include "sluice/core/type_serializer.h"
+#include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_snapshot.h"
+#include "sluice/state/rocksdb_instance.h"
+#include "sluice/state/state.h"
+
+namespace sluice {
+
+namespace detail {
+
+/// Appends the 2-byte big-endian key-group prefix of every RocksDB key.
+inline void append_key_group_prefix(std::string& out, int32_t kg) {
+  out.push_back(static_cast<char>((kg >> 8) & 0xff));
+  out.push_back(static_cast<char>(kg & 0xff));
+}
+inline std::string key_group_prefix(int32_t kg) {
+  std::string s;
+  append_key_group_prefix(s, kg);
+  return s;
+}
+
+/// Serializes `v` into `buf` (cleared first) and returns its bytes.
+template <class T>
+std::string_view encode_into(DataOutput& buf, const T& v) {
+  buf.clear();
+  TypeSerializer<T>::serialize(v, buf);
+  return buf.view();
+}
+
+/// Deserializes a whole value; throws kSerialization on trailing bytes (a corrupt database value).
+template <class T>
+void decode_from(std::string_view bytes, T& v) {
+  DataInput in(bytes);
+  TypeSerializer<T>::deserialize(v, in);
+  if (!in.at_end()) in.fail("trailing bytes after a value read from RocksDB");
+}
+
+inline std::string_view bytes_between(const uint8_t* a, const uint8_t* b) {
+  return {reinterpret_cast<const char*>(a), static_cast<size_t>(b - a)};
+}
+
+/// Reads the key of a canonical entry and checks that it belongs to key group `kg`.
+template <class K>
+void read_entry_key(DataInput& in, K& scratch, KeyGroup kg, int max_parallelism, std::string_view state_name) {
+  const uint8_t* start = in.current();
+  TypeSerializer<K>::deserialize(scratch, in);
+  KeyGroup found = key_group_for_hash(key_hash({start, static_cast<size_t>(in.current() - start)}), max_parallelism);
+  if (found != kg) {
+    throw_entry_in_wrong_key_group("an entry of state '" + std::string(state_name) + "'", found, kg, max_parallelism);
+  }
+}
+
+/// Converts one state's RocksDB layout to and from the canonical entries of docs/state-format.md.
+/// Immutable and stateless: a capture shares it with the live state and uses it on the writer thread.
+class RocksStateCodec {
+ public:
+  virtual ~RocksStateCodec() = default;
+  /// Appends the canonical entries of key group `kg` as `snapshot` (or the live database) sees them and
+  /// returns their count. Any thread with a snapshot.
+  virtual uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
+                               const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const = 0;
+  /// Writes `count` canonical entries of key group `kg` read from `in` into the database; an entry replaces
+  /// the one with the same key and namespace. Throws kState (wrong key group) or kSerialization.
+  virtual void read_group(RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf, KeyGroup kg, int max_parallelism,
+                          uint64_t count, DataInput& in, std::string_view state_name) const = 0;
+};
+
+/// Value, reducing and aggregating state: one RocksDB entry per key and namespace; its value bytes are
+/// the canonical value bytes (no TTL).
+template <class K, class N, class V>
+class RocksValueCodec final : public RocksStateCodec {
+ public:
+  uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
+                       const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
+    uint64_t n = 0;
+    db.scan(cf, key_group_prefix(kg.value), snapshot, [&](std::string_view k, std::string_view v) {
+      out.write_bytes(k.data() + 2, k.size() - 2);
+      out.write_bytes(v.data(), v.size());
+      ++n;
+      return true;
+    });
+    return n;
+  }
+  void read_group(RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf, KeyGroup kg, int max_parallelism,
+                  uint64_t count, DataInput& in, std::string_view state_name) const override {
+    K key{};
+    N ns{};
+    V value{};
+    std::string db_key;
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint8_t* start = in.current();
+      read_entry_key(in, key, kg, max_parallelism, state_name);
+      TypeSerializer<N>::deserialize(ns, in);
+      const uint8_t* key_end = in.current();
+      TypeSerializer<V>::deserialize(value, in);
+      db_key.clear();
+      append_key_group_prefix(db_key, kg.value);
+      db_key.append(bytes_between(start, key_end));
+      db.put(cf, db_key, bytes_between(key_end, in.current()));
+    }
+  }
+};
+
+/// List state: one RocksDB entry per key and namespace whose value is the elements back to back; the
+/// canonical entry adds the element count.
+template <class K, class N, class T>
+class RocksListCodec final : public RocksStateCodec {
+ public:
+  uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
+                       const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
+    uint64_t n = 0;
+    T element{};
+    db.scan(cf, key_group_prefix(kg.value), snapshot, [&](std::string_view k, std::string_view v) {
+      uint64_t elements = 0;
+      DataInput vin(v);
+      while (!vin.at_end()) {
+        TypeSerializer<T>::deserialize(element, vin);
+        ++elements;
+      }
+      if (elements == 0) return true;  // never stored, but an empty list is no entry
+      out.write_bytes(k.data() + 2, k.size() - 2);
+      out.write_varint(elements);
+      out.write_bytes(v.data(), v.size());
+      ++n;
+      return true;
+    });
+    return n;
+  }
+  void read_group(RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf, KeyGroup kg, int max_parallelism,
+                  uint64_t count, DataInput& in, std::string_view state_name) const override {
+    K key{};
+    N ns{};
+    T element{};
+    std::string db_key;
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint8_t* start = in.current();
+      read_entry_key(in, key, kg, max_parallelism, state_name);
+      TypeSerializer<N>::deserialize(ns, in);
+      const uint8_t* key_end = in.current();
+      uint64_t elements = in.read_varint();
+      if (elements == 0) in.fail("a list entry of state '" + std::string(state_name) + "' without elements");
+      const uint8_t* elements_start = in.current();
+      for (uint64_t e = 0; e < elements; ++e)
+        TypeSerializer<T>::deserialize(element, in);
+      db_key.clear();
+      append_key_group_prefix(db_key, kg.value);
+      db_key.append(bytes_between(start, key_end));
+      db.put(cf, db_key, bytes_between(elements_start, in.current()));
+    }
+  }
+};
+
+/// Map state: one RocksDB entry per key, namespace and user key; the canonical entry groups the user
+/// entries of one key and namespace under a count.
+template <class K, class N, class UK, class UV>
+class RocksMapCodec final : public RocksStateCodec {
+ public:
+  uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
+                       const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
+    uint64_t n = 0;
+    K key{};
+    N ns{};
+    std::string current;  // key and namespace bytes of the entry being gathered
+    DataOutput user_entries;
+    uint64_t user_count = 0;
+    auto flush = [&] {
+      if (user_count == 0) return;
+      out.write_bytes(current.data(), current.size());
+      out.write_varint(user_count);
+      out.write_bytes(user_entries.data(), user_entries.size());
+      user_entries.clear();
+      user_count = 0;
+      ++n;
+    };
+    db.scan(cf, key_group_prefix(kg.value), snapshot, [&](std::string_view k, std::string_view v) {
+      std::string_view rest = k.substr(2);
+      DataInput kin(rest);
+      TypeSerializer<K>::deserialize(key, kin);
+      TypeSerializer<N>::deserialize(ns, kin);
+      std::string_view prefix = rest.substr(0, kin.position());
+      if (user_count == 0 || prefix != current) {
+        flush();
+        current.assign(prefix);
+      }
+      std::string_view user_key = rest.substr(kin.position());
+      user_entries.write_bytes(user_key.data(), user_key.size());
+      user_entries.write_bytes(v.data(), v.size());
+      ++user_count;
+      return true;
+    });
+    flush();
+    return n;
+  }
+  void read_group(RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf, KeyGroup kg, int max_parallelism,
+                  uint64_t count, DataInput& in, std::string_view state_name) const override {
+    K key{};
+    N ns{};
+    UK user_key{};
+    UV user_value{};
+    std::string db_key;
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint8_t* start = in.current();
+      read_entry_key(in, key, kg, max_parallelism, state_name);
+      TypeSerializer<N>::deserialize(ns, in);
+      const uint8_t* key_end = in.current();
+      uint64_t entries = in.read_varint();
+      if (entries == 0) in.fail("a map entry of state '" + std::string(state_name) + "' without user entries");
+      for (uint64_t e = 0; e < entries; ++e) {
+        const uint8_t* uk_start = in.current();
+        TypeSerializer<UK>::deserialize(user_key, in);
+        const uint8_t* uk_end = in.current();
+        TypeSerializer<UV>::deserialize(user_value, in);
+        db_key.clear();
+        append_key_group_prefix(db_key, kg.value);
+        db_key.append(bytes_between(start, key_end));
+        db_key.append(bytes_between(uk_start, uk_end));
+        db.put(cf, db_key, bytes_between(uk_end, in.current()));
+      }
+    }
+  }
+};
+
+/// The backend's current key: its key-group prefixed bytes are the start of every RocksDB key.
+template <class K>
+struct RocksKeyContext {
+  K key{};
+  std::string key_bytes;  ///< 2-byte key group + TypeSerializer<K> bytes
+  KeyGroup key_group{};
+  int32_t group = -1;  ///< key group - range start; -1 while no key is set
+  uint64_t epoch = 1;  ///< changes whenever the key does
+};
+
+/// What every RocksDB state has, independent of its namespace and value types.
+template <class K>
+class RocksStateBase {
+ public:
+  RocksStateBase(std::string name, StateKind kind, RocksDBInstance& db, const RocksKeyContext<K>& ctx,
+                 std::shared_ptr<const RocksStateCodec> codec)
+      : name_(std::move(name)),
+        kind_(kind),
+        db_(db),
+        cf_(db.column_family(name_)),
+        ctx_(ctx),
+        codec_(std::move(codec)) {}
+  virtual ~RocksStateBase() = default;
+  const std::string& name() const noexcept { return name_; }
+  StateKind kind() const noexcept { return kind_; }
+  /// The canonical format flags: 0 (no TTL timestamps).
+  uint8_t format_flags() const noexcept { return 0; }
+  RocksDBInstance::ColumnFamily* column_family() const noexcept { return cf_; }
+  const std::shared_ptr<const RocksStateCodec>& codec() const noexcept { return codec_; }
+
+ protected:
+  std::string name_;
+  StateKind kind_;
+  RocksDBInstance& db_;
+  RocksDBInstance::ColumnFamily* cf_;
+  const RocksKeyContext<K>& ctx_;
+  std::shared_ptr<const RocksStateCodec> codec_;
+};
+
+/// A state with a namespace of type N: builds the RocksDB key of the current key and namespace once per
+/// change of either.
+template <class K, class N>
+class RocksKvState : public RocksStateBase<K> {
+ public:
+  using Namespace = N;
+  RocksKvState(std::string name, StateKind kind, RocksDBInstance& db, const RocksKeyContext<K>& ctx,
+               std::shared_ptr<const RocksStateCodec> codec)
+      : RocksStateBase<K>(std::move(name), kind, db, ctx, std::move(codec)) {
+    TypeSerializer<N>::serialize(ns_, ns_bytes_);
+  }
+  /// Sets the namespace the next accesses read and write (Flink's InternalKvState::setCurrentNamespace).
+  void set_current_namespace(const N& ns) {
+    if (ns == ns_) return;
+    ns_ = ns;
+    ns_bytes_.clear();
+    TypeSerializer<N>::serialize(ns_, ns_bytes_);
+    key_epoch_ = 0;
+  }
+  const N& current_namespace() const noexcept { return ns_; }
+
+ protected:
+  /// The RocksDB key of the current key and namespace; throws kState when no key is set.
+  const std::string& current_db_key() {
+    if (this->ctx_.group < 0) [[unlikely]]
+      throw_no_current_key(this->name_);
+    if (key_epoch_ != this->ctx_.epoch) {
+      db_key_ = this->ctx_.key_bytes;
+      db_key_.append(ns_bytes_.view());
+      key_epoch_ = this->ctx_.epoch;
+    }
+    return db_key_;
+  }
+  /// The RocksDB key of the current key in namespace `ns`.
+  std::string db_key_in(const N& ns) {
+    if (this->ctx_.group < 0) [[unlikely]]
+      throw_no_current_key(this->name_);
+    std::string k = this->ctx_.key_bytes;
+    scratch_.clear();
+    TypeSerializer<N>::serialize(ns, scratch_);
+    k.append(scratch_.view());
+    return k;
+  }
+
+  std::string value_buf_;  // the last value read
+  DataOutput out_;         // serialization scratch
+
+ private:
+  N ns_{};
+  DataOutput ns_bytes_;
+  DataOutput scratch_;
+  std::string db_key_;
+  uint64_t key_epoch_ = 0;  // ctx_.epoch when db_key_ was built; 0: stale
+};
+
+}  // namespace detail
+
+/// ValueState in RocksDB: value() reads and decodes, update() encodes and writes.
+template <class K, class N, class T>
+class RocksDBValueState final : public detail::RocksKvState<K, N>, public ValueState<T> {
+ public:
+  RocksDBValueState(const ValueStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kValue, db, ctx,
+                                   std::make_shared<detail::RocksValueCodec<K, N, T>>()),
+        default_(d.default_value) {}
+  const T& value() override {
+    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return default_;
+    detail::decode_from(this->value_buf_, value_);
+    return value_;
+  }
+  bool has_value() override { return this->db_.get(this->cf_, this->current_db_key(), this->value_buf_); }
+  void update(const T& value) override {
+    const std::string& k = this->current_db_key();
+    this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+  }
+  void update(T&& value) override { update(std::as_const(value)); }
+  void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
+
+ private:
+  T default_;
+  T value_{};
+};
+
+/// ListState in RocksDB: add() appends the encoded element with a merge (no read); get() decodes them all.
+template <class K, class N, class T>
+class RocksDBListState final : public detail::RocksKvState<K, N>, public ListState<T> {
+ public:
+  RocksDBListState(const ListStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kList, db, ctx,
+                                   std::make_shared<detail::RocksListCodec<K, N, T>>()) {}
+  const std::vector<T>& get() override {
+    list_.clear();
+    if (this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) decode_elements(this->value_buf_);
+    return list_;
+  }
+  void add(const T& value) override {
+    const std::string& k = this->current_db_key();
+    this->db_.merge(this->cf_, k, detail::encode_into(this->out_, value));
+  }
+  void add(T&& value) override { add(std::as_const(value)); }
+  void add_all(const std::vector<T>& values) override {
+    if (values.empty()) return;
+    const std::string& k = this->current_db_key();
+    this->db_.merge(this->cf_, k, encode_all(values));
+  }
+  void update(std::vector<T> values) override {
+    const std::string& k = this->current_db_key();
+    if (values.empty()) {
+      this->db_.remove(this->cf_, k);
+      return;
+    }
+    this->db_.put(this->cf_, k, encode_all(values));
+  }
+  void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
+
+  /// Appends the lists of namespaces `sources` to `target` for the current key and removes the sources
+  /// (merging windows).
+  void merge_namespaces(const N& target, std::span<const N> sources) {
+    std::string merged;
+    for (const N& ns : sources) {
+      std::string k = this->db_key_in(ns);
+      if (this->db_.get(this->cf_, k, this->value_buf_)) {
+        merged.append(this->value_buf_);
+        this->db_.remove(this->cf_, k);
+      }
+    }
+    if (!merged.empty()) this->db_.merge(this->cf_, this->db_key_in(target), merged);
+  }
+
+ private:
+  std::string_view encode_all(const std::vector<T>& values) {
+    this->out_.clear();
+    for (const T& v : values)
+      TypeSerializer<T>::serialize(v, this->out_);
+    return this->out_.view();
+  }
+  void decode_elements(std::string_view bytes) {
+    DataInput in(bytes);
+    while (!in.at_end()) {
+      list_.emplace_back();
+      TypeSerializer<T>::deserialize(list_.back(), in);
+    }
+  }
+  std::vector<T> list_;
+};
+
+/// MapState in RocksDB: one RocksDB entry per user key; iteration scans the key and namespace's prefix.
+template <class K, class N, class UK, class UV>
+class RocksDBMapState final : public detail::RocksKvState<K, N>, public MapState<UK, UV> {
+ public:
+  RocksDBMapState(const MapStateDescriptor<UK, UV>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kMap, db, ctx,
+                                   std::make_shared<detail::RocksMapCodec<K, N, UK, UV>>()) {}
+  std::optional<UV> get(const UK& key) override {
+    const UV* v = find(key);
+    return v == nullptr ? std::nullopt : std::optional<UV>(*v);
+  }
+  const UV* find(const UK& key) override {
+    if (!this->db_.get(this->cf_, user_db_key(key), this->value_buf_)) return nullptr;
+    detail::decode_from(this->value_buf_, value_);
+    return &value_;
+  }
+  bool contains(const UK& key) override { return this->db_.get(this->cf_, user_db_key(key), this->value_buf_); }
+  void put(const UK& key, UV value) override {
+    const std::string& k = user_db_key(key);
+    this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+  }
+  void put_all(const std::vector<std::pair<UK, UV>>& entries) override {
+    for (const auto& [k, v] : entries)
+      put(k, v);
+  }
+  void remove(const UK& key) override { this->db_.remove(this->cf_, user_db_key(key)); }
+  bool is_empty() override {
+    bool empty = true;
+    this->db_.scan(this->cf_, this->current_db_key(), nullptr, [&](std::string_view, std::string_view) {
+      empty = false;
+      return false;
+    });
+    return empty;
+  }
+  std::vector<std::pair<UK, UV>> entries() override {
+    std::vector<std::pair<UK, UV>> out;
+    visit([&out](UK&& k, UV&& v) { out.emplace_back(std::move(k), std::move(v)); });
+    return out;
+  }
+  std::vector<UK> keys() override {
+    std::vector<UK> out;
+    visit([&out](UK&& k, UV&&) { out.push_back(std::move(k)); });
+    return out;
+  }
+  std::vector<UV> values() override {
+    std::vector<UV> out;
+    visit([&out](UK&&, UV&& v) { out.push_back(std::move(v)); });
+    return out;
+  }
+  void for_each(const std::function<void(const UK&, const UV&)>& fn) override {
+    // Entries are collected first: fn may read other states of the backend.
+    for (auto& [k, v] : entries())
+      fn(k, v);
+  }
+  void clear() override { this->db_.remove_prefix(this->cf_, this->current_db_key()); }
+
+ private:
+  const std::string& user_db_key(const UK& key) {
+    user_key_ = this->current_db_key();
+    user_key_.append(detail::encode_into(this->out_, key));
+    return user_key_;
+  }
+  template <class Fn>
+  void visit(Fn&& fn) {
+    const std::string& prefix = this->current_db_key();
+    this->db_.scan(this->cf_, prefix, nullptr, [&](std::string_view k, std::string_view v) {
+      UK uk{};
+      UV uv{};
+      detail::decode_from(k.substr(prefix.size()), uk);
+      detail::decode_from(v, uv);
+      fn(std::move(uk), std::move(uv));
+      return true;
+    });
+  }
+  std::string user_key_;
+  UV value_{};
+};
+
+/// ReducingState in RocksDB: add() reads, reduces and writes the reduced value.
+template <class K, class N, class T>
+class RocksDBReducingState final : public detail::RocksKvState<K, N>, public ReducingState<T> {
+ public:
+  RocksDBReducingState(const ReducingStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kReducing, db, ctx,
+                                   std::make_shared<detail::RocksValueCodec<K, N, T>>()),
+        reduce_(d.reduce) {}
+  std::optional<T> get() override {
+    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return std::nullopt;
+    T v{};
+    detail::decode_from(this->value_buf_, v);
+    return v;
+  }
+  void add(const T& value) override {
+    const std::string& k = this->current_db_key();
+    if (!this->db_.get(this->cf_, k, this->value_buf_)) {
+      this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+      return;
+    }
+    T acc{};
+    detail::decode_from(this->value_buf_, acc);
+    this->db_.put(this->cf_, k, detail::encode_into(this->out_, reduce_(acc, value)));
+  }
+  void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
+
+  /// Reduces the values of namespaces `sources` into `target` for the current key and removes the sources.
+  void merge_namespaces(const N& target, std::span<const N> sources) {
+    std::optional<T> acc;
+    auto take = [&](const std::string& k) {
+      if (!this->db_.get(this->cf_, k, this->value_buf_)) return;
+      T v{};
+      detail::decode_from(this->value_buf_, v);
+      acc = acc ? reduce_(*acc, v) : std::move(v);
+    };
+    std::string target_key = this->db_key_in(target);
+    take(target_key);
+    for (const N& ns : sources) {
+      std::string k = this->db_key_in(ns);
+      if (k == target_key) continue;
+      take(k);
+      this->db_.remove(this->cf_, k);
+    }
+    if (acc) this->db_.put(this->cf_, target_key, detail::encode_into(this->out_, *acc));
+  }
+
+ private:
+  std::function<T(const T&, const T&)> reduce_;
+};
+
+/// AggregatingState in RocksDB: the accumulator is stored; add() reads, adds and writes it.
+template <class K, class N, class In, class Acc, class Out>
+class RocksDBAggregatingState final : public detail::RocksKvState<K, N>, public AggregatingState<In, Out> {
+ public:
+  RocksDBAggregatingState(const AggregatingStateDescriptor<In, Acc, Out>& d, RocksDBInstance& db,
+                          const detail::RocksKeyContext<K>& ctx)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kAggregating, db, ctx,
+                                   std::make_shared<detail::RocksValueCodec<K, N, Acc>>()),
+        aggregate_(d.aggregate) {}
+  std::optional<Out> get() override {
+    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return std::nullopt;
+    Acc acc{};
+    detail::decode_from(this->value_buf_, acc);
+    return aggregate_->get_result(acc);
+  }
+  void add(const In& value) override {
+    const std::string& k = this->current_db_key();
+    Acc acc{};
+    if (this->db_.get(this->cf_, k, this->value_buf_)) {
+      detail::decode_from(this->value_buf_, acc);
+    } else {
+      acc = aggregate_->create_accumulator();
+    }
+    aggregate_->add(value, acc);
+    this->db_.put(this->cf_, k, detail::encode_into(this->out_, acc));
+  }
+  void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
+
+  /// Merges the accumulators of namespaces `sources` into `target` for the current key; removes the sources.
+  void merge_namespaces(const N& target, std::span<const N> sources) {
+    std::optional<Acc> acc;
+    auto take = [&](const std::string& k) {
+      if (!this->db_.get(this->cf_, k, this->value_buf_)) return;
+      Acc v{};
+      detail::decode_from(this->value_buf_, v);
+      acc = acc ? aggregate_->merge(std::move(*acc), v) : std::move(v);
+    };
+    std::string target_key = this->db_key_in(target);
+    take(target_key);
+    for (const N& ns : sources) {
+      std::string k = this->db_key_in(ns);
+      if (k == target_key) continue;
+      take(k);
+      this->db_.remove(this->cf_, k);
+    }
+    if (acc) this->db_.put(this->cf_, target_key, detail::encode_into(this->out_, *acc));
+  }
+
+ private:
+  std::shared_ptr<AggregateFunction<In, Acc, Out>> aggregate_;
+};
+
+/// The capture of a RocksDBKeyedStateBackend (RocksDBKeyedStateBackend::capture()): a RocksDB snapshot,
+/// the registered states' column families and codecs, and the restored-but-unregistered states' bytes.
+/// Holds the database open, so it may outlive the backend.
+///
+/// Thread-safety: immutable; write_key_group() may run on any thread, also while the task writes.
+class RocksDBKeyedStateSnapshot final : public KeyedStateSnapshot {
+ public:
+  struct CapturedState {
+    std::string name;
+    StateKind kind;
+    uint8_t flags;
+    RocksDBInstance::ColumnFamily* cf;
+    std::shared_ptr<const detail::RocksStateCodec> codec;
+  };
+  using CapturedPending = std::vector<std::pair<std::string, detail::PendingHandle>>;
+
+  RocksDBKeyedStateSnapshot(KeyGroupRange range, int max_parallelism, std::shared_ptr<RocksDBInstance> db,
+                            std::vector<CapturedState> states, CapturedPending pending)
+      : range_(range),
+        max_parallelism_(max_parallelism),
+        db_(std::move(db)),
+        snapshot_(db_->snapshot()),
+        states_(std::move(states)),
+        pending_(std::move(pending)) {}
+
+  KeyGroupRange key_group_range() const override { return range_; }
+  int max_parallelism() const override { return max_parallelism_; }
+
+  /// Appends the canonical key-group blob of `kg` (docs/state-format.md) as of capture time: the same
+  /// bytes a HeapKeyedStateBackend with equal contents writes, up to entry order. Throws kState when `kg`
+  /// is outside the range.
+  void write_key_group(KeyGroup kg, DataOutput& out) const override {
+    if (!range_.contains(kg)) {
+      detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside the captured range " +
+                                range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
+    }
+    const int32_t g = kg.value - range_.start();
+    std::vector<std::pair<uint64_t, DataOutput>> entries(states_.size());
+    uint64_t sections = 0;
+    for (size_t i = 0; i < states_.size(); ++i) {
+      entries[i].first = states_[i].codec->write_group(*db_, states_[i].cf, snapshot_.get(), kg, entries[i].second);
+      sections += entries[i].first > 0 ? 1 : 0;
+    }
+    for (const auto& [name, p] : pending_)
+      sections += p->groups[g].count > 0 ? 1 : 0;
+    out.write_varint(detail::kStateFormatVersion);
+    out.write_varint(static_cast<uint64_t>(kg.value));
+    out.write_varint(sections);
+    for (size_t i = 0; i < states_.size(); ++i) {
+      if (entries[i].first == 0) continue;
+      size_t length_at =
+          detail::begin_state_section(out, states_[i].name, states_[i].kind, states_[i].flags, entries[i].first);
+      out.write_bytes(entries[i].second.data(), entries[i].second.size());
+      detail::end_length_prefixed(out, length_at);
+    }
+    for (const auto& [name, p] : pending_) {
+      const auto& pg = p->groups[g];
+      if (pg.count == 0) continue;
+      size_t length_at = detail::begin_state_section(out, name, p->kind, p->flags, pg.count);
+      const std::string_view bytes = pg.bytes();
+      out.write_bytes(bytes.data(), bytes.size());
+      detail::end_length_prefixed(out, length_at);
+    }
+  }
+
+ private:
+  KeyGroupRange range_;
+  int max_parallelism_;
+  std::shared_ptr<RocksDBInstance> db_;
+  std::shared_ptr<const RocksDBInstance::Snapshot> snapshot_;
+  std::vector<CapturedState> states_;  // in name order
+  CapturedPending pending_;            // in name order
+};
+
+/// The RocksDB keyed state backend for key type K (requires TypeSerializer<K> and operator==). Its API
+/// mirrors HeapKeyedStateBackend's: current key, get_state / get_partitioned_state, key-group snapshot and
+/// restore; the state objects are the RocksDB* classes above.
+template <class K>
+class RocksDBKeyedStateBackend {
+ public:
+  /// A backend for the key groups `range` of `max_parallelism`, with its database in `working_dir` (created;
+  /// anything there before is removed, and the directory is removed with the backend). `clock` must
+  /// outlive the backend. Throws SluiceException: kConfiguration for a bad range, kState when the database
+  /// cannot be created.
+  RocksDBKeyedStateBackend(KeyGroupRange range, int max_parallelism, const Clock& clock,
+                           const std::filesystem::path& working_dir)
+      : range_(range), max_parallelism_(max_parallelism), clock_(clock) {
+    detail::check_backend_range(range, max_parallelism);
+    db_ = RocksDBInstance::open(working_dir);
+  }
+  RocksDBKeyedStateBackend(const RocksDBKeyedStateBackend&) = delete;
+  RocksDBKeyedStateBackend& operator=(const RocksDBKeyedStateBackend&) = delete;
+  ~RocksDBKeyedStateBackend() {
+    states_.clear();  // the states refer to the database; a capture may keep it open longer
+  }
+
+  const KeyGroupRange& key_group_range() const noexcept { return range_; }
+  int max_parallelism() const noexcept { return max_parallelism_; }
+  const Clock& clock() const noexcept { return clock_; }
+  /// The database's working directory.
+  const std::filesystem::path& directory() const noexcept { return db_->directory(); }
+  RocksDBInstance& instance() noexcept { return *db_; }
+
+  /// Makes `key` current; throws kState when the key belongs to another subtask's key groups.
+  void set_current_key(const K& key) {
+    if (ctx_.group >= 0 && ctx_.key == key) return;
+    key_buf_.clear();
+    TypeSerializer<K>::serialize(key, key_buf_);
+    KeyGroup kg = key_group_for_hash(key_hash(key_buf_.bytes()), max_parallelism_);
+    if (!range_.contains(kg)) [[unlikely]]
+      detail::throw_key_outside_range(kg, range_, max_parallelism_);
+    ctx_.key = key;
+    ctx_.key_bytes.clear();
+    detail::append_key_group_prefix(ctx_.key_bytes, kg.value);
+    ctx_.key_bytes.append(key_buf_.view());
+    ctx_.key_group = kg;
+    ctx_.group = kg.value - range_.start();
+    ++ctx_.epoch;
+  }
+  bool has_current_key() const noexcept { return ctx_.group >= 0; }
+  const K& current_key() const noexcept { return ctx_.key; }
+  KeyGroup current_key_group() const noexcept { return ctx_.key_group; }
+  KeyGroup key_group_of(const K& key) {
+    key_buf_.clear();
+    TypeSerializer<K>::serialize(key, key_buf_);
+    return key_group_for_hash(key_hash(key_buf_.bytes()), max_parallelism_);
+  }
+
+  // States: as HeapKeyedStateBackend (same name -> same object; another kind or type -> kState). A
+  // descriptor with TTL throws kConfiguration: TTL is not supported by this backend yet.
+
+  template <class T>
+  RocksDBValueState<K, VoidNamespace, T>& get_state(const ValueStateDescriptor<T>& d) {
+    return get_partitioned_state<VoidNamespace>(d);
+  }
+  template <class T>
+  RocksDBListState<K, VoidNamespace, T>& get_state(const ListStateDescriptor<T>& d) {
+    return get_partitioned_state<VoidNamespace>(d);
+  }
+  template <class UK, class UV>
+  RocksDBMapState<K, VoidNamespace, UK, UV>& get_state(const MapStateDescriptor<UK, UV>& d) {
+    return get_partitioned_state<VoidNamespace>(d);
+  }
+  template <class T>
+  RocksDBReducingState<K, VoidNamespace, T>& get_state(const ReducingStateDescriptor<T>& d) {
+    return get_partitioned_state<VoidNamespace>(d);
+  }
+  template <class In, class Acc, class Out>
+  RocksDBAggregatingState<K, VoidNamespace, In, Acc, Out>& get_state(
+      const AggregatingStateDescriptor<In, Acc, Out>& d) {
+    return get_partitioned_state<VoidNamespace>(d);
+  }
+
+  template <class N, class T>
+  RocksDBValueState<K, N, T>& get_partitioned_state(const ValueStateDescriptor<T>& d) {
+    check(d.name, d.ttl, true);
+    return register_state<RocksDBValueState<K, N, T>>(d, StateKind::kValue);
+  }
+  template <class N, class T>
+  RocksDBListState<K, N, T>& get_partitioned_state(const ListStateDescriptor<T>& d) {
+    check(d.name, d.ttl, true);
+    return register_state<RocksDBListState<K, N, T>>(d, StateKind::kList);
+  }
+  template <class N, class UK, class UV>
+  RocksDBMapState<K, N, UK, UV>& get_partitioned_state(const MapStateDescriptor<UK, UV>& d) {
+    check(d.name, d.ttl, true);
+    return register_state<RocksDBMapState<K, N, UK, UV>>(d, StateKind::kMap);
+  }
+  template <class N, class T>
+  RocksDBReducingState<K, N, T>& get_partitioned_state(const ReducingStateDescriptor<T>& d) {
+    check(d.name, d.ttl, static_cast<bool>(d.reduce));
+    return register_state<RocksDBReducingState<K, N, T>>(d, StateKind::kReducing);
+  }
+  template <class N, class In, class Acc, class Out>
+  RocksDBAggregatingState<K, N, In, Acc, Out>& get_partitioned_state(
+      const AggregatingStateDescriptor<In, Acc, Out>& d) {
+    check(d.name, d.ttl, d.aggregate != nullptr);
+    return register_state<RocksDBAggregatingState<K, N, In, Acc, Out>>(d, StateKind::kAggregating);
+  }
+
+  /// Names of the registered states and of restored states not registered yet, sorted.
+  std::vector<std::string> state_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, s] : states_)
+      names.push_back(name);
+    for (const auto& [name, p] : pending_)
+      names.push_back(name);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  /// Entries of state `name` (one per key and namespace), counted by scanning the database; for tests.
+  size_t num_entries(std::string_view name) const {
+    size_t n = 0;
+    if (auto it = states_.find(name); it != states_.end()) {
+      DataOutput scratch;
+      for (int32_t kg = range_.start(); kg <= range_.end(); ++kg) {
+        scratch.clear();
+        n += it->second->codec()->write_group(*db_, it->second->column_family(), nullptr, KeyGroup{kg}, scratch);
+      }
+    }
+    if (auto it = pending_.find(name); it != pending_.end()) {
+      for (const auto& g : it->second->groups)
+        n += g.count;
+    }
+    return n;
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Snapshot and restore (docs/state-format.md): the same key-group blobs as HeapKeyedStateBackend
+  // -------------------------------------------------------------------------------------------------------
+
+  /// A consistent capture of every key group as of now (a RocksDB snapshot: no data copied); its
+  /// write_key_group() may run on another thread while the task goes on. Task thread only.
+  std::unique_ptr<RocksDBKeyedStateSnapshot> capture() const {
+    std::vector<RocksDBKeyedStateSnapshot::CapturedState> states;
+    states.reserve(states_.size());
+    for (const auto& [name, s] : states_)
+      states.push_back({name, s->kind(), s->format_flags(), s->column_family(), s->codec()});
+    RocksDBKeyedStateSnapshot::CapturedPending pending(pending_.begin(), pending_.end());
+    return std::make_unique<RocksDBKeyedStateSnapshot>(range_, max_parallelism_, db_, std::move(states),
+                                                       std::move(pending));
+  }
+
+  /// Appends the key-group blob of `kg` (as snapshot_key_group of the heap backend). Throws kState when
+  /// `kg` is outside the range.
+  void snapshot_key_group(KeyGroup kg, DataOutput& out) const { capture()->write_key_group(kg, out); }
+
+  /// Restores one key-group blob written by either backend with the same max parallelism (any old
+  /// parallelism). Errors as HeapKeyedStateBackend::restore_key_group. `owners` is accepted for the same
+  /// signature; states not registered yet are kept as a copy of their bytes until they are registered.
+  [[nodiscard]] Status restore_key_group(KeyGroup kg, DataInput& in,
+                                         const std::vector<std::shared_ptr<const void>>* owners = nullptr) {
+    (void)owners;
+    try {
+      restore_group(kg, in);
+      return ok_status();
+    } catch (const SluiceException& e) {
+      db_->commit_batch();
+      return e.error().with_context("restoring keyed state of key group " + std::to_string(kg.value));
+    }
+  }
+
+ private:
+  void check(std::string_view name, const StateTtlConfig& ttl, bool has_function) {
+    detail::check_descriptor(name, ttl, has_function);
+    if (ttl.enabled()) {
+      throw SluiceException(
+          Error(ErrorCode::kConfiguration, "state '" + std::string(name) +
+                                               "': state TTL is not supported by the rocksdb state backend yet; use "
+                                               "state.backend.type: hashmap for state with a TTL"));
+    }
+  }
+
+  template <class S, class D>
+  S& register_state(const D& d, StateKind kind) {
+    if (auto it = states_.find(d.name); it != states_.end()) {
+      detail::RocksStateBase<K>& existing = *it->second;
+      auto* typed = existing.kind() == kind ? dynamic_cast<S*>(&existing) : nullptr;
+      if (typed == nullptr) detail::throw_state_type_mismatch(d.name, existing.kind(), kind, existing.kind() == kind);
+      return *typed;
+    }
+    auto state = std::make_unique<S>(d, *db_, ctx_);
+    S& ref = *state;
+    if (auto p = pending_.find(d.name); p != pending_.end()) {
+      const detail::PendingKeyedState& pending = *p->second;
+      detail::check_restored_state(d.name, pending.kind, pending.flags, kind, ref.format_flags()).value_or_throw();
+      db_->begin_batch();
+      try {
+        for (int32_t g = 0; g < range_.size(); ++g) {
+          const auto& pg = pending.groups[g];
+          if (pg.count == 0) continue;
+          DataInput in(pg.bytes());
+          ref.codec()->read_group(*db_, ref.column_family(), KeyGroup{range_.start() + g}, max_parallelism_, pg.count,
+                                  in, d.name);
+          if (!in.at_end()) in.fail("trailing bytes after the entries of state '" + d.name + "'");
+        }
+      } catch (...) {
+        db_->commit_batch();
+        throw;
+      }
+      db_->commit_batch();
+      pending_.erase(p);
+    }
+    states_.emplace(d.name, std::move(state));
+    return ref;
+  }
+
+  Status check_against_registered(const std::string& name, StateKind kind, uint8_t flags) const {
+    if (auto it = states_.find(name); it != states_.end()) {
+      return detail::check_restored_state(name, kind, flags, it->second->kind(), it->second->format_flags());
+    }
+    if (auto it = pending_.find(name); it != pending_.end()) {
+      return detail::check_restored_state(name, kind, flags, it->second->kind, it->second->flags);
+    }
+    return ok_status();
+  }
+
+  static void check_version(uint64_t version, DataInput& in) {
+    if (version != detail::kStateFormatVersion) {
+      in.fail("unsupported keyed state format version " + std::to_string(version) + " (this build reads version " +
+              std::to_string(detail::kStateFormatVersion) + ")");
+    }
+  }
+
+  // Parses one key-group blob into the database (registered states, one write batch) or into pending
+  // bytes (states not registered yet); throws SluiceException on any error.
+  void restore_group(KeyGroup kg, DataInput& in) {
+    if (!range_.contains(kg)) {
+      detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside this backend's range " +
+                                range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
+    }
+    const int32_t g = kg.value - range_.start();
+    check_version(in.read_varint(), in);
+    uint64_t written_kg = in.read_varint();
+    if (written_kg != static_cast<uint64_t>(kg.value)) {
+      detail::throw_state_error("the bytes given for key group " + std::to_string(kg.value) + " hold key group " +
+                                std::to_string(written_kg));
+    }
+    uint64_t sections = in.read_varint();
+    db_->begin_batch();
+    for (uint64_t i = 0; i < sections; ++i) {
+      std::string name;
+      in.read_string(name);
+      StateKind kind = detail::read_state_kind(in);
+      uint8_t flags = in.read_u8();
+      uint64_t count = in.read_varint();
+      uint64_t length = in.read_fixed<uint64_t>();
+      if (length > in.remaining()) in.fail("section length exceeds the remaining bytes");
+      std::string_view bytes = in.read_view(static_cast<size_t>(length));
+      check_against_registered(name, kind, flags).value_or_throw();
+      if (auto it = states_.find(name); it != states_.end()) {
+        DataInput section(bytes);
+        it->second->codec()->read_group(*db_, it->second->column_family(), kg, max_parallelism_, count, section, name);
+        if (!section.at_end()) section.fail("trailing bytes after the entries of state '" + name + "'");
+        continue;
+      }
+      auto [pit, inserted] = pending_.try_emplace(name);
+      if (inserted) {
+        pit->second = detail::PendingHandle::make();
+      } else if (pit->second.shared()) {
+        pit->second = pit->second.clone();  // a capture holds it: copy on write
+      }
+      detail::PendingKeyedState& pending = pit->second.mutable_value();
+      if (pending.groups.empty()) {
+        pending.kind = kind;
+        pending.flags = flags;
+        pending.groups.resize(static_cast<size_t>(range_.size()));
+      }
+      pending.groups[g].count += count;
+      pending.groups[g].append(bytes, false);
+    }
+    db_->commit_batch();
+    if (!in.at_end()) in.fail("trailing bytes after the last state of key group " + std::to_string(kg.value));
+  }
+
+  KeyGroupRange range_;
+  int max_parallelism_;
+  const Clock& clock_;
+  std::shared_ptr<RocksDBInstance> db_;
+  detail::RocksKeyContext<K> ctx_;
+  DataOutput key_buf_;
+  std::map<std::string, std::unique_ptr<detail::RocksStateBase<K>>, std::less<>> states_;
+  std::map<std::string, detail::PendingHandle, std::less<>> pending_;
+};
+
+}  // namespace sluice
