@@ -23,6 +23,19 @@
 
 namespace sluice {
 
+/// How much memory one RocksDB instance may use (Flink's state.backend.rocksdb.memory.managed: the block
+/// cache and the memtables share one budget). With `managed_bytes` = 0 RocksDB's own defaults apply, which
+/// do not bound memory as the state grows.
+struct RocksDBMemoryOptions {
+  /// The budget in bytes for block cache plus memtables (write buffers); 0: unbounded (RocksDB defaults).
+  uint64_t managed_bytes = 0;
+  /// Share of the budget for memtables (Flink's state.backend.rocksdb.memory.write-buffer-ratio), in (0, 1).
+  double write_buffer_ratio = 0.5;
+  /// Share of the block cache reserved for index and filter blocks (Flink's
+  /// state.backend.rocksdb.memory.high-prio-pool-ratio), in [0, 1).
+  double high_priority_pool_ratio = 0.1;
+};
+
 /// One RocksDB database in a private working directory.
 class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
  public:
@@ -34,7 +47,15 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// Opens a new, empty database in `dir`: anything already at `dir` (a leftover of a crashed process) is
   /// removed first, and `dir` is removed again when the instance is destroyed. Throws SluiceException
   /// (kState) when the directory cannot be created or RocksDB cannot open it.
-  static std::shared_ptr<RocksDBInstance> open(const std::filesystem::path& dir);
+  ///
+  /// Memory: with a budget, as Flink's RocksDBMemoryControllerUtils, the block cache gets
+  /// (3 - write_buffer_ratio) / 3 of it and a write buffer manager, charging memtables to that same cache,
+  /// flushes them when they exceed 2 * write_buffer_ratio / 3 of it; index and filter blocks live in the
+  /// cache too. So blocks, indexes, filters and memtables together stay near the budget whatever the state
+  /// size (iterators pinning blocks and RocksDB's own structures come on top). Throws kConfiguration for
+  /// ratios outside their ranges.
+  static std::shared_ptr<RocksDBInstance> open(const std::filesystem::path& dir,
+                                               const RocksDBMemoryOptions& memory = {});
   ~RocksDBInstance();
   RocksDBInstance(const RocksDBInstance&) = delete;
   RocksDBInstance& operator=(const RocksDBInstance&) = delete;
@@ -71,6 +92,13 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
 
   /// Bytes RocksDB estimates the live data of all column families takes (for tests and metrics).
   uint64_t estimated_live_bytes() const;
+
+  /// Memory RocksDB accounts for now: memtables, block cache usage (index and filter blocks included when
+  /// a budget is set) and table readers; for tests and metrics.
+  uint64_t memory_usage() const;
+
+  /// Flushes the memtables and compacts every column family completely (for tests and tools).
+  void compact();
 
  private:
   struct Impl;

@@ -711,11 +711,12 @@ class RocksDBKeyedStateBackend {
   /// anything there before is removed, and the directory is removed with the backend). `clock` must
   /// outlive the backend. Throws SluiceException: kConfiguration for a bad range, kState when the database
   /// cannot be created.
+  /// `memory` bounds the database's block cache and memtables (RocksDBMemoryOptions).
   RocksDBKeyedStateBackend(KeyGroupRange range, int max_parallelism, const Clock& clock,
-                           const std::filesystem::path& working_dir)
+                           const std::filesystem::path& working_dir, const RocksDBMemoryOptions& memory = {})
       : range_(range), max_parallelism_(max_parallelism), clock_(clock) {
     detail::check_backend_range(range, max_parallelism);
-    db_ = RocksDBInstance::open(working_dir);
+    db_ = RocksDBInstance::open(working_dir, memory);
   }
   RocksDBKeyedStateBackend(const RocksDBKeyedStateBackend&) = delete;
   RocksDBKeyedStateBackend& operator=(const RocksDBKeyedStateBackend&) = delete;

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -597,6 +599,52 @@ TEST(RocksDBBackendTest, RestoreErrorsNameTheProblem) {
     DataInput in(std::string_view(full).substr(0, cut));
     EXPECT_FALSE(fresh->restore_key_group(KeyGroup{kg}, in).ok()) << "cut at " << cut;
   }
+}
+
+// Memory: with a managed-memory budget, memtables and block cache together stay near the budget while the
+// state grows past it; without one, the memtable alone grows past it (so the check can fail).
+uint64_t peak_memory_writing(const RocksDBMemoryOptions& memory, uint64_t state_bytes) {
+  ManualClock clock;
+  RocksDB::Backend<int64_t> b(full_range(), kDefaultMaxParallelism, clock, fresh_dir(), memory);
+  auto& value = b.get_state(ValueStateDescriptor<std::string>{"payload"});
+  const std::string payload(1024, 'p');
+  const int64_t keys = static_cast<int64_t>(state_bytes / payload.size());
+  uint64_t peak = 0;
+  for (int64_t k = 0; k < keys; ++k) {
+    b.set_current_key(k);
+    value.update(payload);
+    if (k % 512 == 0) peak = std::max(peak, b.instance().memory_usage());
+  }
+  // Everything is still there, larger than the budget.
+  for (int64_t k = 0; k < keys; k += 997) {
+    b.set_current_key(k);
+    EXPECT_EQ(value.value(), payload) << "key " << k;
+  }
+  return peak;
+}
+
+TEST(RocksDBBackendTest, ManagedMemoryBoundsMemtablesAndCache) {
+  constexpr uint64_t kBudget = 4ULL << 20;
+  constexpr uint64_t kState = 24ULL << 20;
+  RocksDBMemoryOptions bounded;
+  bounded.managed_bytes = kBudget;
+  uint64_t with_budget = peak_memory_writing(bounded, kState);
+  uint64_t without = peak_memory_writing(RocksDBMemoryOptions{}, kState);
+  std::printf("peak RocksDB memory writing %llu MiB of state: %llu KiB with a %llu KiB budget, %llu KiB without\n",
+              static_cast<unsigned long long>(kState >> 20), static_cast<unsigned long long>(with_budget >> 10),
+              static_cast<unsigned long long>(kBudget >> 10), static_cast<unsigned long long>(without >> 10));
+  EXPECT_LE(with_budget, kBudget + kBudget / 4);
+  EXPECT_GT(without, kBudget * 2);
+}
+
+TEST(RocksDBBackendTest, BadMemoryRatiosAreConfigurationErrors) {
+  RocksDBMemoryOptions bad;
+  bad.managed_bytes = 1 << 20;
+  bad.write_buffer_ratio = 1.5;
+  EXPECT_THAT(message_of([&] { RocksDBInstance::open(fresh_dir(), bad); }), HasSubstr("write-buffer-ratio"));
+  bad.write_buffer_ratio = 0.5;
+  bad.high_priority_pool_ratio = -0.1;
+  EXPECT_EQ(code_of([&] { RocksDBInstance::open(fresh_dir(), bad); }), ErrorCode::kConfiguration);
 }
 
 }  // namespace

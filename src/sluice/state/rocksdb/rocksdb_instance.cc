@@ -1,11 +1,14 @@
 #include "sluice/state/rocksdb_instance.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/merge_operator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/snapshot.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <map>
 #include <mutex>
@@ -87,11 +90,23 @@ struct RocksDBInstance::Impl {
   std::mutex mutex;
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> families;
   std::unique_ptr<rocksdb::WriteBatch> batch;
+  std::shared_ptr<rocksdb::Cache> cache;  // with a memory budget: blocks, indexes, filters and memtables
 };
 
 RocksDBInstance::RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)), impl_(std::make_unique<Impl>()) {}
 
-std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::path& dir) {
+std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::path& dir,
+                                                       const RocksDBMemoryOptions& memory) {
+  if (!(memory.write_buffer_ratio > 0 && memory.write_buffer_ratio < 1)) {
+    throw SluiceException(
+        Error(ErrorCode::kConfiguration, "state.backend.rocksdb.memory.write-buffer-ratio must be in (0, 1), got " +
+                                             std::to_string(memory.write_buffer_ratio)));
+  }
+  if (!(memory.high_priority_pool_ratio >= 0 && memory.high_priority_pool_ratio < 1)) {
+    throw SluiceException(
+        Error(ErrorCode::kConfiguration, "state.backend.rocksdb.memory.high-prio-pool-ratio must be in [0, 1), got " +
+                                             std::to_string(memory.high_priority_pool_ratio)));
+  }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (ec) {
@@ -113,6 +128,23 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::pa
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   // The files are thrown away on close: nothing to persist first.
   options.avoid_flush_during_shutdown = true;
+  if (memory.managed_bytes > 0) {
+    // Flink's split (RocksDBMemoryControllerUtils): memtables are charged to the block cache, so one
+    // cache bounds both; index and filter blocks are cached (high priority) instead of held per file.
+    const double total = static_cast<double>(memory.managed_bytes);
+    const auto cache_bytes = static_cast<size_t>((3.0 - memory.write_buffer_ratio) * total / 3.0);
+    const auto write_buffer_bytes = static_cast<size_t>(2.0 * total * memory.write_buffer_ratio / 3.0);
+    impl.cache = rocksdb::NewLRUCache(cache_bytes, -1, false, memory.high_priority_pool_ratio);
+    options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(write_buffer_bytes, impl.cache);
+    // A memtable is at most half the write buffer budget, so a flush is due before the budget is reached.
+    options.write_buffer_size = std::max<size_t>(write_buffer_bytes / 2, 64 * 1024);
+    rocksdb::BlockBasedTableOptions table;
+    table.block_cache = impl.cache;
+    table.cache_index_and_filter_blocks = true;
+    table.cache_index_and_filter_blocks_with_high_priority = true;
+    table.pin_top_level_index_and_filter = true;
+    options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  }
   impl.cf_options = rocksdb::ColumnFamilyOptions(options);
   impl.cf_options.merge_operator = std::make_shared<ConcatMergeOperator>();
   // Local state is recovered from checkpoints, never from the local files (Flink disables the WAL too).
@@ -223,6 +255,30 @@ uint64_t RocksDBInstance::estimated_live_bytes() const {
     if (impl_->db->GetIntProperty(cf->handle, "rocksdb.cur-size-all-mem-tables", &v)) total += v;
   }
   return total;
+}
+
+uint64_t RocksDBInstance::memory_usage() const {
+  uint64_t total = 0;
+  for (const auto& [name, cf] : impl_->families) {
+    uint64_t v = 0;
+    if (impl_->db->GetIntProperty(cf->handle, "rocksdb.cur-size-all-mem-tables", &v)) total += v;
+    if (!impl_->cache && impl_->db->GetIntProperty(cf->handle, "rocksdb.block-cache-usage", &v)) total += v;
+    if (impl_->db->GetIntProperty(cf->handle, "rocksdb.estimate-table-readers-mem", &v)) total += v;
+  }
+  // With a budget the cache is shared and already holds the memtables' reservations: count it once.
+  if (impl_->cache) total = std::max<uint64_t>(total, impl_->cache->GetUsage());
+  return total;
+}
+
+void RocksDBInstance::compact() {
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  for (const auto& [name, cf] : impl_->families) {
+    rocksdb::Status s = impl_->db->Flush(flush, cf->handle);
+    if (!s.ok()) throw_rocksdb(dir_, "a flush", s);
+    s = impl_->db->CompactRange(rocksdb::CompactRangeOptions(), cf->handle, nullptr, nullptr);
+    if (!s.ok()) throw_rocksdb(dir_, "a compaction", s);
+  }
 }
 
 }  // namespace sluice
