@@ -34,6 +34,7 @@ Result<Configuration> overrides(const PipelineFlags& f) {
     }
     c.set_string(p.substr(0, eq), p.substr(eq + 1));
   }
+  if (!f.from_savepoint.empty()) c.set_string(std::string(options::kStateRecoveryPath.key), f.from_savepoint);
   return c;
 }
 
@@ -75,6 +76,9 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
   auto* run = app.add_subcommand("run", "Run a pipeline file (CDC to domain events; docs/pipelines.md)");
   run->add_option("PIPELINE", f.file, "The pipeline YAML file")->required();
   run->add_option("-D", f.props, "Engine option key=value (repeatable), over the file's pipeline.config");
+  run->add_option("-s,--from-savepoint", f.from_savepoint,
+                  "Start from this savepoint or retained checkpoint (execution.state-recovery.path; by default "
+                  "a run resumes from the latest checkpoint, or from the savepoint of `sluice stop`)");
   run->add_option("--http-port", f.http_port,
                   "Port of /metrics and /health (overrides pipeline.http.port; 0 = any free port, -1 = off)")
       ->check(CLI::Range(-1, 65535));

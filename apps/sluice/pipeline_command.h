@@ -11,6 +11,7 @@ namespace sluice::cli {
 struct PipelineFlags {
   std::string file;
   std::vector<std::string> props;  ///< -D key=value engine options, over the file's pipeline.config
+  std::string from_savepoint;      ///< -s: execution.state-recovery.path
   int http_port = -2;              ///< -2: as the file says
   int rest_port = -1;              ///< the job's REST API (sluice list/savepoint/stop/cancel); -1 off, 0 any
   std::string linger = "0";        ///< keep /metrics and /health up this long after the job ended

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -35,6 +36,9 @@ int64_t wall_ms() {
 
 // Written into a job's checkpoint directory when the job FINISHED (find_latest_checkpoint skips it).
 constexpr const char* kFinishedMarker = "_finished";
+// Written instead when the job FINISHED through `sluice stop` (stop-with-savepoint); holds the savepoint's path,
+// which the next run resumes from: a stop is a pause, not the end of a CDC job's stream.
+constexpr const char* kStoppedMarker = "_stopped";
 
 std::string storage_path(const std::string& storage) {
   return storage.starts_with("file://") ? storage.substr(7) : storage;
@@ -73,6 +77,22 @@ std::string find_latest_checkpoint(const std::string& storage) {
   fs::file_time_type best_time{};
   for (const auto& job : fs::directory_iterator(root, ec)) {
     if (!job.is_directory(ec) || fs::exists(job.path() / kFinishedMarker, ec)) continue;
+    if (const fs::path stopped = job.path() / kStoppedMarker; fs::exists(stopped, ec)) {
+      // A stopped job resumes from its savepoint (taken after its last checkpoint), wherever it was written.
+      std::ifstream in(stopped);
+      std::string savepoint;
+      std::getline(in, savepoint);
+      const auto t = fs::last_write_time(stopped, ec);
+      if (ec || savepoint.empty()) {
+        ec.clear();
+        continue;
+      }
+      if (best.empty() || t > best_time) {
+        best = savepoint;
+        best_time = t;
+      }
+      continue;
+    }
     for (const auto& chk : fs::directory_iterator(job.path(), ec)) {
       if (!chk.path().filename().string().starts_with("chk-")) continue;
       const fs::path meta = chk.path() / "_metadata";
@@ -240,6 +260,16 @@ Status PipelineRunner::start() {
   }
   if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
     const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
+    std::error_code ec;
+    if (!latest.empty() && !fs::exists(fs::path(latest) / "_metadata", ec)) {
+      // Only a stopped job's savepoint can be gone (a checkpoint is found by its _metadata): starting over
+      // instead would re-read a CDC source's snapshot and repeat every row.
+      return Error(ErrorCode::kCheckpoint,
+                   fmt::format("pipeline '{}' was stopped with a savepoint at {} (sluice stop), which is gone: "
+                               "resume from another savepoint or checkpoint with -s PATH, or delete the job "
+                               "directory holding its {} marker under {} to start over",
+                               p.name, latest, kStoppedMarker, storage_path(s_->config.get(options::kCheckpointDir))));
+    }
     if (!latest.empty()) {
       s_->restored_from = latest;
       s_->env->config().set(options::kStateRecoveryPath, latest);
@@ -266,12 +296,28 @@ JobResult PipelineRunner::wait() {
   if (!c) return JobResult{};
   JobResult r = c->wait();
   if (r.status == JobStatus::kFinished && s_->spec.pipeline.checkpoint_interval_ms > 0) {
-    // A finished job is done: the next run is a new job and must not resume from its final checkpoint.
-    const fs::path marker =
-        fs::path(storage_path(s_->config.get(options::kCheckpointDir))) / r.job_id / kFinishedMarker;
+    // A job that ended with its input is done: the next run is a new job and must not resume from its final
+    // checkpoint. A job ended by `sluice stop` is paused: the next run resumes from the stop's savepoint.
+    std::string stop_savepoint;
+    for (const CheckpointStats& st : c->checkpoint_stats()) {
+      if (st.completed && st.type == "stop-with-savepoint") stop_savepoint = st.path;
+    }
+    const fs::path job_dir = fs::path(storage_path(s_->config.get(options::kCheckpointDir))) / r.job_id;
     std::error_code ec;
-    fs::create_directories(marker.parent_path(), ec);
-    if (FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
+    fs::create_directories(job_dir, ec);
+    const fs::path marker = job_dir / (stop_savepoint.empty() ? kFinishedMarker : kStoppedMarker);
+    if (FILE* f = std::fopen(marker.c_str(), "w")) {
+      if (!stop_savepoint.empty()) std::fputs(stop_savepoint.c_str(), f);
+      if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
+        spdlog::warn("pipeline '{}': cannot write {}: {}", s_->spec.pipeline.name, marker.string(),
+                     std::strerror(errno));
+      }
+      std::fclose(f);
+    }
+    if (!stop_savepoint.empty()) {
+      spdlog::info("pipeline '{}': stopped with the savepoint {}; the next `sluice run` resumes from it",
+                   s_->spec.pipeline.name, stop_savepoint);
+    }
   }
   return r;
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -392,6 +393,78 @@ sink:
   EXPECT_EQ(again->restored_from(), latest);
   again->cancel();
   EXPECT_EQ(again->wait().status, JobStatus::kCanceled);
+}
+
+// `sluice stop` ends the job FINISHED with a savepoint: a pause, not the end. A plain next run resumes from that
+// savepoint (before, it started over: a CDC source took a new snapshot and every row came out again), and a run
+// whose savepoint is gone fails naming it instead of starting over.
+TEST_F(PipelineRunnerTest, AStoppedPipelineResumesFromItsSavepointAndAMissingOneFailsLoudly) {
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: paused
+  checkpoint: {{ interval: 50ms, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 0, rate: 2000, entities: 100 }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir_.string());
+  const fs::path savepoints = dir_ / "savepoints";
+  std::string savepoint;
+  {
+    auto runner = runner_for(yaml);
+    ASSERT_TRUE(runner->start().ok());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (find_latest_checkpoint(dir_.string() + "/checkpoints").empty()) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no checkpoint completed";
+      std::this_thread::yield();
+    }
+    std::optional<JobClient> client = runner->client();
+    ASSERT_TRUE(client.has_value());
+    auto stopped = client->stop_with_savepoint(savepoints.string());
+    ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    Result<std::string> path = stopped.get();
+    ASSERT_TRUE(path.ok()) << path.error().message();
+    savepoint = *path;
+    ASSERT_EQ(runner->wait().status, JobStatus::kFinished);
+  }
+  EXPECT_EQ(find_latest_checkpoint(dir_.string() + "/checkpoints"), savepoint);
+  {
+    auto again = runner_for(yaml);
+    ASSERT_TRUE(again->start().ok());
+    EXPECT_EQ(again->restored_from(), savepoint);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (find_latest_checkpoint(dir_.string() + "/checkpoints") == savepoint) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the resumed run completed no checkpoint";
+      std::this_thread::yield();
+    }
+    again->cancel();
+    EXPECT_EQ(again->wait().status, JobStatus::kCanceled);
+  }
+  // The canceled run left checkpoints of its own, newer than the stop: the next run resumes from those.
+  const std::string latest = find_latest_checkpoint(dir_.string() + "/checkpoints");
+  EXPECT_NE(latest, savepoint);
+  EXPECT_TRUE(fs::exists(fs::path(latest) / "_metadata")) << latest;
+
+  // A stop whose savepoint was deleted: refused, naming it.
+  fs::remove_all(dir_ / "checkpoints");
+  {
+    auto runner = runner_for(yaml);
+    ASSERT_TRUE(runner->start().ok());
+    std::optional<JobClient> client = runner->client();
+    ASSERT_TRUE(client.has_value());
+    auto stopped = client->stop_with_savepoint(savepoints.string());
+    ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    Result<std::string> path = stopped.get();
+    ASSERT_TRUE(path.ok()) << path.error().message();
+    savepoint = *path;
+    ASSERT_EQ(runner->wait().status, JobStatus::kFinished);
+  }
+  fs::remove_all(savepoint);
+  auto refused = runner_for(yaml);
+  Status st = refused->start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message().find("was stopped with a savepoint at " + savepoint + " (sluice stop), which is gone"),
+            std::string::npos)
+      << st.error().message();
 }
 
 TEST_F(PipelineRunnerTest, AFinishedPipelineIsNotResumedByTheNextRun) {
