@@ -33,7 +33,8 @@ function(sluice_add_test name)
   # gtest_discover_tests flattens list-valued properties, so several labels become one ("unit-runtime");
   # ctest -L takes a regular expression, so `ctest -L runtime` and `ctest -L unit` both select it.
   string(REPLACE ";" "-" labels "${ARG_LABELS}")
-  # Integration tests share the services of one run (a test may restart the Kafka broker): never in parallel.
+  # Integration tests share the services of one run (and load the machine): never in parallel. A test that pauses,
+  # bounces or stops a broker uses a private one (tests/integration/test_util/private_kafka.h).
   set(lock "")
   if(labels MATCHES "integration")
     set(lock RESOURCE_LOCK services)

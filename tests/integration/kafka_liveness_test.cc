@@ -1,5 +1,6 @@
-// Liveness of the Kafka connectors against a private broker this test starts (scripts/services/kafka with its own
-// SLUICE_SERVICES_DIR, so the shared broker other tests use is never paused or stopped):
+// Liveness of the Kafka connectors against a private broker this test starts (test_util/private_kafka.h:
+// scripts/services/kafka with its own SLUICE_SERVICES_DIR, so the shared broker other tests use is never paused or
+// stopped):
 //  * a Kafka sink while no record flows, its broker paused (SIGSTOP: connections stay open, nothing answers): the
 //    job fails within the liveness timeout plus a checkpoint interval, naming the bootstrap servers;
 //  * a Kafka source on a quiet topic, its broker gone (stopped): the same.
@@ -10,16 +11,15 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/polling.h"
+#include "integration/test_util/private_kafka.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
@@ -35,70 +35,7 @@ using ::testing::HasSubstr;
 
 constexpr auto kLiveness = 3s;
 
-// Runs `cmd` and returns its stdout ("" and a test failure when it exits non-zero).
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    ADD_FAILURE() << "popen " << cmd;
-    return out;
-  }
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0)
-    out.append(buf.data(), n);
-  const int rc = ::pclose(p);
-  EXPECT_EQ(rc, 0) << cmd << " failed:\n" << out;
-  return rc == 0 ? out : std::string();
-}
-
-/// A Kafka broker of this test's own (the shared one is used by other tests at the same time).
-class PrivateKafka {
- public:
-  PrivateKafka() {
-    char tmpl[] = "/tmp/sluice-liveness-kafka-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    const std::string out = script("start");
-    const std::string key = "KAFKA_BOOTSTRAP_SERVERS=";
-    const size_t at = out.find(key);
-    if (at != std::string::npos) bootstrap_ = out.substr(at + key.size(), out.find('\n', at) - at - key.size());
-  }
-  ~PrivateKafka() {
-    resume();
-    stop();
-    fs::remove_all(dir_);
-  }
-  const std::string& bootstrap() const { return bootstrap_; }
-
-  /// SIGSTOP: the broker's connections stay open and nothing answers (a hung broker, a network partition).
-  void pause() {
-    const pid_t p = pid();
-    ASSERT_GT(p, 0) << "the private broker is not running";
-    ASSERT_EQ(::kill(p, SIGSTOP), 0);
-  }
-  void resume() {
-    if (pid() > 0) ::kill(pid(), SIGCONT);
-  }
-  void stop() {
-    if (pid() > 0) script("stop");
-  }
-
- private:
-  std::string script(const std::string& verb) {
-    return run("SLUICE_SERVICES_DIR='" + dir_ + "' '" + std::string(SLUICE_SOURCE_DIR) + "/scripts/services/kafka' " +
-               verb + " 2>/dev/null");
-  }
-  // The broker's pid while it runs (the script's pid file), else -1.
-  pid_t pid() const {
-    std::ifstream f(dir_ + "/kafka/pid");
-    long p = -1;
-    if (!(f >> p)) return -1;
-    return ::kill(static_cast<pid_t>(p), 0) == 0 ? static_cast<pid_t>(p) : -1;
-  }
-
-  std::string dir_;
-  std::string bootstrap_;
-};
+using sluice::testing::PrivateKafka;
 
 class KafkaLivenessTest : public ::testing::Test {
  protected:
