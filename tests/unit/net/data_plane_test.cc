@@ -542,6 +542,57 @@ TEST(DataPlaneTest, UnreachablePeerFailsChannels) {
   EXPECT_NE(error.find("refused"), std::string::npos) << error;
 }
 
+// A sender destroyed right after finish() (a task that ended) still has its queued buffers written, end of
+// partition included, once the receiver grants credit; a consumer that releases its channel fails the sender
+// (Flink's cancel of a partition request) instead of leaving it blocked.
+TEST(DataPlaneTest, ReleasedSenderDrainsAndReleasedReceiverFailsSender) {
+  TaskManagerPair tms(4096);
+  ChannelId id{9, 0, 0, 0};
+  auto in = tms.b->create_input_channel(tms.loc_a(), id, tms.pool_b, 1, nullptr).value_or_throw();
+  {
+    auto out = tms.a->create_output_channel(tms.loc_b(), id, tms.pool_a, 4).value_or_throw();
+    TestWaiter waiter;
+    out->set_sender_wakeup(&waiter.wakeup);
+    RecordWriter writer({out.get()}, waiter);
+    for (uint64_t i = 0; i < 6; ++i)  // 3 buffers of 2 records; with 1 credit, 2 stay queued
+      writer.write_record(0, make_record(0, i, 1500), kNoTimestamp);
+    writer.finish();
+    out->set_sender_wakeup(nullptr);
+  }  // the sender is gone with buffers still queued
+  CheckingInput input(1);
+  WakeupSignal wakeup;
+  in->set_receiver_wakeup(&wakeup);
+  {
+    StreamInputProcessor proc({in.get()}, input);
+    EXPECT_EQ(consume(proc, wakeup), "");
+  }
+  in->set_receiver_wakeup(nullptr);
+  EXPECT_EQ(input.records, 6);
+  EXPECT_TRUE(input.errors.empty()) << input.errors.front();
+
+  ChannelId id2{9, 0, 1, 0};
+  auto in2 = tms.b->create_input_channel(tms.loc_a(), id2, tms.pool_b, 1, nullptr).value_or_throw();
+  auto out2 = tms.a->create_output_channel(tms.loc_b(), id2, tms.pool_a, 2).value_or_throw();
+  TestWaiter waiter;
+  out2->set_sender_wakeup(&waiter.wakeup);
+  std::string producer_error;
+  std::thread producer([&] {
+    RecordWriter writer({out2.get()}, waiter);
+    try {
+      for (uint64_t i = 0;; ++i)
+        writer.write_record(0, make_record(0, i, 1500), kNoTimestamp);
+    } catch (const std::exception& e) {
+      producer_error = e.what();
+    }
+  });
+  ASSERT_TRUE(wait_for([&] { return waiter.waiting.load() && in2->stats().buffers_received == 1; }));
+  in2.reset();  // the consumer releases the channel without reading it
+  producer.join();
+  EXPECT_NE(producer_error.find("released"), std::string::npos) << producer_error;
+  EXPECT_NE(producer_error.find("tm-b"), std::string::npos) << producer_error;
+  out2->set_sender_wakeup(nullptr);
+}
+
 /// A hand-written peer: speaks the wire format over a raw socket.
 class RawPeer {
  public:
