@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -591,6 +593,60 @@ TEST(DataPlaneTest, ReleasedSenderDrainsAndReleasedReceiverFailsSender) {
   EXPECT_NE(producer_error.find("released"), std::string::npos) << producer_error;
   EXPECT_NE(producer_error.find("tm-b"), std::string::npos) << producer_error;
   out2->set_sender_wakeup(nullptr);
+}
+
+// A peer TaskManager process killed with SIGKILL: the kernel closes its socket, and the producer blocked on
+// credit towards it wakes up and fails naming it (no hang).
+TEST(DataPlaneTest, KilledPeerProcessFailsChannels) {
+  int ports[2];
+  ASSERT_EQ(::pipe(ports), 0);
+  pid_t child = ::fork();  // before this process starts any thread of its own in this test
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ports[0]);
+    NetworkBufferPool pool(4096, 16);
+    auto b = ConnectionManager::start({"tm-b", Endpoint{"127.0.0.1", 0}, &SystemClock::instance(), 10'000});
+    if (!b.ok()) ::_exit(2);
+    auto in = (*b)->create_input_channel({"tm-a", Endpoint{}}, ChannelId{4, 0, 0, 0}, pool, 2, nullptr);
+    if (!in.ok()) ::_exit(3);
+    uint16_t port = (*b)->endpoint().port;
+    if (::write(ports[1], &port, sizeof port) != sizeof port) ::_exit(4);
+    for (;;)
+      ::pause();  // never reads: the producer runs out of credit; killed by the parent
+  }
+  ::close(ports[1]);
+  uint16_t port = 0;
+  ASSERT_EQ(::read(ports[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ::close(ports[0]);
+  std::printf("child pid %d, data plane on port %u\n", static_cast<int>(child), port);
+
+  NetworkBufferPool pool(4096, 16);
+  auto a =
+      ConnectionManager::start({"tm-a", Endpoint{"127.0.0.1", 0}, &SystemClock::instance(), 10'000}).value_or_throw();
+  auto out =
+      a->create_output_channel({"tm-b", Endpoint{"127.0.0.1", port}}, ChannelId{4, 0, 0, 0}, pool, 2).value_or_throw();
+  TestWaiter waiter;
+  out->set_sender_wakeup(&waiter.wakeup);
+  std::string producer_error;
+  std::thread producer([&] {
+    RecordWriter writer({out.get()}, waiter);
+    try {
+      for (uint64_t i = 0;; ++i)
+        writer.write_record(0, make_record(0, i, 1000), kNoTimestamp);
+    } catch (const std::exception& e) {
+      producer_error = e.what();
+    }
+  });
+  EXPECT_TRUE(wait_for([&] { return waiter.waiting.load() && out->stats().buffers_sent == 2; }));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  producer.join();
+  std::printf("producer: %s\n", producer_error.c_str());
+  EXPECT_NE(producer_error.find("tm-b"), std::string::npos) << producer_error;
+  EXPECT_NE(producer_error.find("network"), std::string::npos) << producer_error;
+  out->set_sender_wakeup(nullptr);
 }
 
 /// A hand-written peer: speaks the wire format over a raw socket.
