@@ -75,12 +75,30 @@ struct EventSpec {
   std::optional<Expression> occurred_at;  ///< default: the source timestamp
 };
 
+/// A transform's `function:`: an exported function of a TypeScript or JavaScript module, run on out-of-process
+/// workers (one per subtask) after the filter and projection (docs/functions.md).
+struct FunctionSpec {
+  std::string runtime = "node";    ///< node (python is refused until it exists)
+  std::string module;              ///< as written; relative paths are relative to the pipeline file's folder
+  std::string export_name;         ///< the exported function
+  int64_t batch_size = 256;        ///< records per batch sent to the worker
+  int64_t batch_max_delay_ms = 2;  ///< a batch is sent at the latest this long after its first record
+  int64_t max_in_flight = 2;       ///< batches sent and not yet answered, per subtask (backpressure beyond)
+  int64_t timeout_ms = 30'000;     ///< a batch not answered within this fails the task (a hung worker)
+  int64_t memory_mb = 512;         ///< the worker's heap limit (Node's --max-old-space-size)
+  Mark mark;                       ///< of the `function` key
+  Mark module_mark;                ///< of the `module` value
+};
+
 /// One `transform:` item. Applies to the change events whose "database.collection" matches `match`.
 struct TransformSpec {
   std::string match;                 ///< a glob: `*` any run of characters except '.', `**` any run, `?` one character
   std::optional<Expression> filter;  ///< keep the event only when TRUE
   std::optional<Projection> projection;  ///< replaces the row image (after, and before when known)
   std::optional<Expression> key;         ///< the entity id
+  /// Called with the change event after filter and projection; its result is `result` in key and event
+  /// expressions and the default payload.
+  std::optional<FunctionSpec> function;
   EventSpec event;
   Mark mark;
 };

@@ -75,10 +75,11 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
                                                 const std::string& dead_letter_dir, SourceProbe& probe);
 
 /// The transform: change events -> routed domain events; bad records to `dead_letters` (a side output) when
-/// the pipeline has a dead-letter sink, else the job fails naming the record.
-DataStream<RoutedEvent> add_transform(DataStream<cdc::ChangeEvent>& changes, const PipelineSpec& spec,
-                                      std::shared_ptr<PipelineCounters> counters,
-                                      std::optional<DataStream<Value>>* dead_letters);
+/// the pipeline has a dead-letter sink, else the job fails naming the record. Prepares the modules of the
+/// transforms' functions (npm ci, esbuild): kConfiguration naming the module when that fails.
+Result<DataStream<RoutedEvent>> add_transform(DataStream<cdc::ChangeEvent>& changes, const PipelineSpec& spec,
+                                              std::shared_ptr<PipelineCounters> counters,
+                                              std::optional<DataStream<Value>>* dead_letters);
 
 /// Adds sink `index` of spec.sinks, fed by the events whose mask has bit `index`. Errors: kConfiguration.
 Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,

@@ -220,7 +220,9 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
     };
   }
   std::optional<DataStream<Value>> dead_letters;
-  DataStream<RoutedEvent> events = detail::add_transform(*changes, spec, s->counters, &dead_letters);
+  Result<DataStream<RoutedEvent>> transformed = detail::add_transform(*changes, spec, s->counters, &dead_letters);
+  if (!transformed.ok()) return transformed.error();
+  DataStream<RoutedEvent> events = std::move(*transformed);
   events.name("Transform").uid("transform");
   auto keyed = events.key_by([](const RoutedEvent& r) { return r.entity_key; });
   for (size_t i = 0; i < spec.sinks.size(); ++i) {

@@ -252,7 +252,10 @@ constexpr std::array<std::string_view, 4> kRestartKeys{"strategy", "attempts", "
 constexpr std::array<std::string_view, 3> kRestartStrategies{"none", "fixed-delay", "exponential-delay"};
 constexpr std::array<std::string_view, 2> kHttpKeys{"address", "port"};
 constexpr std::array<std::string_view, 2> kHealthKeys{"max-checkpoint-age", "max-source-lag"};
-constexpr std::array<std::string_view, 5> kTransformKeys{"match", "filter", "projection", "key", "event"};
+constexpr std::array<std::string_view, 6> kTransformKeys{"match", "filter", "projection", "key", "function", "event"};
+constexpr std::array<std::string_view, 8> kFunctionKeys{"runtime",         "module",        "export",  "batch-size",
+                                                        "batch-max-delay", "max-in-flight", "timeout", "memory"};
+constexpr std::array<std::string_view, 2> kFunctionRuntimes{"node", "python"};
 constexpr std::array<std::string_view, 4> kEventKeys{"type", "entity", "payload", "occurred-at"};
 constexpr std::array<std::string_view, 4> kRouteKeys{"match", "sink", "topic", "index"};
 
@@ -668,6 +671,8 @@ class Parser {
         out.projection = compile<Projection>(e, "projection");
       } else if (e.key == "key") {
         out.key = compile<Expression>(e, "expression");
+      } else if (e.key == "function") {
+        out.function = parse_function(e);
       } else if (e.key == "event") {
         for (const Entry& v : mapping(e)) {
           if (v.key == "type") {
@@ -687,6 +692,44 @@ class Parser {
       }
     }
     if (!has_match) fail(out.mark, "a transform is missing required key 'match'");
+    return out;
+  }
+
+  FunctionSpec parse_function(const Entry& e) {
+    FunctionSpec out;
+    out.mark = e.key_mark;
+    bool has_module = false;
+    bool has_export = false;
+    for (const Entry& f : mapping(e)) {
+      if (f.key == "runtime") {
+        out.runtime = one_of(f, kFunctionRuntimes);
+        if (out.runtime == "python") {
+          fail(f.value_mark, "'runtime: python' is not supported yet (only 'node': TypeScript and JavaScript)");
+        }
+      } else if (f.key == "module") {
+        out.module = scalar(f);
+        out.module_mark = f.value_mark;
+        has_module = !out.module.empty();
+      } else if (f.key == "export") {
+        out.export_name = scalar(f);
+        has_export = !out.export_name.empty();
+      } else if (f.key == "batch-size") {
+        out.batch_size = integer(f, 1, 100'000);
+      } else if (f.key == "batch-max-delay") {
+        out.batch_max_delay_ms = duration(f);
+      } else if (f.key == "max-in-flight") {
+        out.max_in_flight = integer(f, 1, 1024);
+      } else if (f.key == "timeout") {
+        out.timeout_ms = duration(f);
+        if (out.timeout_ms <= 0) fail(f.value_mark, "'timeout' must be positive");
+      } else if (f.key == "memory") {
+        out.memory_mb = integer(f, 16, 1 << 20);
+      } else {
+        fail(f.key_mark, unknown_key("key", f.key, "'function'", kFunctionKeys));
+      }
+    }
+    if (!has_module) fail(out.mark, "'function' is missing required key 'module' (a .ts, .js or .mjs file)");
+    if (!has_export) fail(out.mark, "'function' is missing required key 'export' (the exported function's name)");
     return out;
   }
 
