@@ -361,10 +361,10 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
             if (posted->exchange(true)) return;
             services->post_mail([this, alive, posted] {
               posted->store(false);
-              if (alive->load()) poll_all();
+              if (alive->load()) call_user_function(this->name(), [&] { poll_all(); });
             });
           });
-      if (!w.ok()) throw SluiceException(w.error());
+      if (!w.ok()) throw OperatorException(this->name(), w.error().message(), w.error().code());
       spdlog::info("pipeline '{}': function {} runs in worker pid {} (node {})", logic_.spec().pipeline.name,
                    functions_[i].display, (*w)->pid(), (*w)->runtime_version());
       states_[i].worker = std::move(*w);
@@ -373,7 +373,23 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
       by_transform_[functions_[i].transform] = i;
   }
 
+  // Every entry point names this operator in a failure (the source it is chained to would be named otherwise).
   void process_element(cdc::ChangeEvent&& change, TimestampMs ts) override {
+    call_user_function(this->name(), [&] { process_change(std::move(change), ts); });
+  }
+  void process_watermark(TimestampMs watermark) override {
+    call_user_function(this->name(), [&] { hold_watermark(watermark); });
+  }
+  void snapshot_state(int64_t /*checkpoint_id*/) override { guarded_flush(); }
+  void end_input() override { guarded_flush(); }
+  void finish() override { guarded_flush(); }
+
+ private:
+  void guarded_flush() {
+    call_user_function(this->name(), [&] { flush_all(); });
+  }
+
+  void process_change(cdc::ChangeEvent&& change, TimestampMs ts) {
     const CollectionPlan& plan = logic_.begin(change);
     Result<std::optional<Value>> input = logic_.prepare_guarded(change, plan);
     if (!input.ok()) {
@@ -418,7 +434,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     if (pending_.size() > max_pending_) flush_all();
   }
 
-  void process_watermark(TimestampMs watermark) override {
+  void hold_watermark(TimestampMs watermark) {
     if (pending_.empty()) {
       StreamOperatorBase::process_watermark(watermark);
       return;
@@ -430,10 +446,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     pending_.push_back(std::move(p));
   }
 
-  void snapshot_state(int64_t /*checkpoint_id*/) override { flush_all(); }
-  void end_input() override { flush_all(); }
-  void finish() override { flush_all(); }
-
+ public:
   void close() override {
     if (alive_) alive_->store(false);
     for (size_t i = 0; i < states_.size() && i < functions_.size(); ++i) {
@@ -493,7 +506,9 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
                                          [this, alive, f, id](TimestampMs) {
                                            if (!alive->load()) return;
                                            FunctionState& s = states_[f];
-                                           if (s.next_id == id && s.open_count > 0) send_batch(f);
+                                           if (s.next_id == id && s.open_count > 0) {
+                                             call_user_function(this->name(), [&] { send_batch(f); });
+                                           }
                                          });
   }
 
@@ -520,11 +535,13 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     services_->register_processing_timer(services_->processing_clock().now_ms() + spec.timeout_ms + 1,
                                          [this, alive, f, id](TimestampMs) {
                                            if (!alive->load()) return;
-                                           poll_all();
-                                           FunctionState& s = states_[f];
-                                           if (!s.in_flight.empty() && s.in_flight.front().id <= id) {
-                                             await_reply(f);  // past its deadline already: fails now
-                                           }
+                                           call_user_function(this->name(), [&] {
+                                             poll_all();
+                                             FunctionState& s = states_[f];
+                                             if (!s.in_flight.empty() && s.in_flight.front().id <= id) {
+                                               await_reply(f);  // past its deadline already: fails now
+                                             }
+                                           });
                                          });
   }
 
