@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/change_events.h"
 #include "integration/test_util/failures.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
@@ -84,57 +85,11 @@ class TempDir {
   fs::path path_;
 };
 
-/// Envelopes a sink received, with a condition variable to wait on. Thread-safe.
-class Received {
- public:
-  void add(const ChangeEvent& e) {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-    cv_.notify_all();
-  }
-  /// Waits until `pred(events)` holds or `timeout` passed; true when it held.
-  template <class Pred>
-  bool wait_until(Pred pred, std::chrono::milliseconds timeout = kDeadline) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return pred(events_); });
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds timeout = kDeadline) {
-    return wait_until([n](const std::vector<ChangeEvent>& e) { return e.size() >= n; }, timeout);
-  }
-  std::vector<ChangeEvent> all() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return events_.size();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ChangeEvent> events_;
+/// Envelopes a sink received, waited on for up to kDeadline (the emulator is slow under load). Thread-safe.
+struct Received : sluice::testing::ReceivedEvents {
+  Received() : ReceivedEvents(kDeadline) {}
 };
-
-class ReceivingSink final : public Sink<ChangeEvent> {
- public:
-  explicit ReceivingSink(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-  std::unique_ptr<SinkWriter<ChangeEvent>> create_writer(RuntimeContext&) const override {
-    return std::make_unique<Writer>(out_);
-  }
-
- private:
-  class Writer final : public SinkWriter<ChangeEvent> {
-   public:
-    explicit Writer(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-    void write(const ChangeEvent& e, const SinkWriterContext&) override { out_->add(e); }
-    void flush(bool) override {}
-
-   private:
-    std::shared_ptr<Received> out_;
-  };
-  std::shared_ptr<Received> out_;
-};
+using sluice::testing::receiving_sink;
 
 /// A plain libmongoc client for the test's writes and checks (one per thread).
 class Client {
@@ -327,7 +282,7 @@ TEST_F(MongoCdcIntegrationTest, GoldenEnvelopesForInsertUpdateReplaceDelete) {
   env.from_source(source(coll).start_mode(MongoStartMode::kTimestamp).start_timestamp_ms(start_ms(start)).build(),
                   "mongo")
       .uid("mongo")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   JobClient job = env.execute_async("golden");
   // One write at a time, each waited for: updateLookup reads the document when the change is read.
@@ -381,7 +336,7 @@ TEST_F(MongoCdcIntegrationTest, ObjectIdDecimal128AndOtherTypesRoundTripThroughT
                       .build(),
                   "mongo")
       .uid("mongo")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   JobClient job = env.execute_async("types");
   std::vector<std::string> inserted;
@@ -447,7 +402,7 @@ TEST_F(MongoCdcIntegrationTest, ResumesFromTheStoredTokenAfterARestart) {
   auto first = std::make_shared<Received>();
   {
     StreamEnvironment env(checkpointing(1, dir.path() / "checkpoints", "3600s"));
-    env.from_source(build(), "mongo").uid("mongo").sink_to(std::make_shared<ReceivingSink>(first)).uid("sink");
+    env.from_source(build(), "mongo").uid("mongo").sink_to(receiving_sink(first)).uid("sink");
     JobClient job = env.execute_async("before the restart");
     insert_range(0, 300);
     ASSERT_TRUE(first->wait_for(300)) << "got " << first->size();
@@ -462,7 +417,7 @@ TEST_F(MongoCdcIntegrationTest, ResumesFromTheStoredTokenAfterARestart) {
   c.set(options::kStateRecoveryPath, savepoint);
   StreamEnvironment env(c);
   auto second = std::make_shared<Received>();
-  env.from_source(build(), "mongo").uid("mongo").sink_to(std::make_shared<ReceivingSink>(second)).uid("sink");
+  env.from_source(build(), "mongo").uid("mongo").sink_to(receiving_sink(second)).uid("sink");
   JobClient job = env.execute_async("after the restart");
   insert_range(500, 600);  // while the restored job runs
   ASSERT_TRUE(second->wait_for(300)) << "got " << second->size();
@@ -490,7 +445,7 @@ TEST_F(MongoCdcIntegrationTest, SnapshotWithConcurrentWritesEndsInTheCollections
   auto out = std::make_shared<Received>();
   env.from_source(source(coll).start_mode(MongoStartMode::kInitial).batch_size(256).build(), "mongo")
       .uid("mongo")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   JobClient job = env.execute_async("snapshot");
   // Concurrent writes from the start of the job until the snapshot is well under way and a while after.
@@ -569,7 +524,7 @@ TEST_F(MongoCdcIntegrationTest, DropFailsTheJobNamingTheCollection) {
   env.from_source(source(coll).start_mode(MongoStartMode::kTimestamp).start_timestamp_ms(start_ms(start)).build(),
                   "mongo")
       .uid("mongo")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   JobClient job = env.execute_async("drop");
   bson_t* d = BCON_NEW("_id", BCON_INT64(1));
@@ -607,7 +562,7 @@ TEST_F(MongoCdcIntegrationTest, CollectionsByPatternAreSpreadAndDiscoveredWhileR
       .start_mode(MongoStartMode::kInitial)
       .discovery_interval(200ms)
       .poll_interval(5ms);
-  env.from_source(b.build(), "mongo").uid("mongo").sink_to(std::make_shared<ReceivingSink>(out)).uid("sink");
+  env.from_source(b.build(), "mongo").uid("mongo").sink_to(receiving_sink(out)).uid("sink");
   JobClient job = env.execute_async("pattern");
   ASSERT_TRUE(out->wait_for(100)) << "got " << out->size();
   insert(prefix + "_a", 50, 60);   // streamed
@@ -696,7 +651,7 @@ TEST_F(MongoCdcIntegrationTest, ChangesUnderTenSeededFailuresAreAllSeenInPerKeyO
       .uid("mongo")
       .map(FailingMap{fired, thresholds})
       .uid("failing-map")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   const auto t1 = std::chrono::steady_clock::now();
   JobClient job = env.execute_async("failures");

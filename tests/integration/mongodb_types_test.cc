@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/test_util/change_events.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/mongodb/bson_value.h"
@@ -37,58 +38,17 @@ using sluice::testing::unique_name;
 
 constexpr auto kDeadline = 90s;
 
-class Received {
- public:
-  void add(const ChangeEvent& e) {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-    cv_.notify_all();
-  }
-  /// Waits until events for `n` distinct _ids arrived (a document written while the snapshot starts may come
-  /// twice: from the snapshot and from the stream).
-  bool wait_for(size_t n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, kDeadline, [&] {
-      std::set<std::string> ids;
-      for (const ChangeEvent& e : events_)
-        ids.insert(e.key.to_json());
-      return ids.size() >= n;
-    });
-  }
-  std::vector<ChangeEvent> all() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return events_.size();
-  }
+using sluice::testing::ReceivedEvents;
+using sluice::testing::receiving_sink;
 
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ChangeEvent> events_;
-};
-
-class ReceivingSink final : public Sink<ChangeEvent> {
- public:
-  explicit ReceivingSink(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-  std::unique_ptr<SinkWriter<ChangeEvent>> create_writer(RuntimeContext&) const override {
-    return std::make_unique<Writer>(out_);
-  }
-
- private:
-  class Writer final : public SinkWriter<ChangeEvent> {
-   public:
-    explicit Writer(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-    void write(const ChangeEvent& e, const SinkWriterContext&) override { out_->add(e); }
-    void flush(bool) override {}
-
-   private:
-    std::shared_ptr<Received> out_;
-  };
-  std::shared_ptr<Received> out_;
-};
+/// Whether events for `n` distinct _ids arrived (a document written while the snapshot starts may come twice:
+/// from the snapshot and from the stream).
+bool distinct_ids(const std::vector<ChangeEvent>& events, size_t n) {
+  std::set<std::string> ids;
+  for (const ChangeEvent& e : events)
+    ids.insert(e.key.to_json());
+  return ids.size() >= n;
+}
 
 /// The test documents: _id = id, then the typed fields. Returns a new bson_t (the caller destroys it).
 bson_t* document(int64_t id, int kind) {
@@ -243,7 +203,7 @@ TEST_F(MongoTypesTest, EveryBsonTypeWithItsExtremesRoundTripsThroughSnapshotAndS
     c.set(options::kRestartStrategy, std::string("none"));
     return c;
   }());
-  auto out = std::make_shared<Received>();
+  auto out = std::make_shared<ReceivedEvents>(kDeadline);
   env.from_source(MongoCdcSource::builder()
                       .uri(uri_)
                       .database(db_)
@@ -254,17 +214,19 @@ TEST_F(MongoTypesTest, EveryBsonTypeWithItsExtremesRoundTripsThroughSnapshotAndS
                       .build(),
                   "mongo")
       .uid("mongo")
-      .sink_to(std::make_shared<ReceivingSink>(out))
+      .sink_to(receiving_sink(out))
       .uid("sink");
   JobClient job = env.execute_async("types");
-  ASSERT_TRUE(out->wait_for(kKinds)) << "snapshot: got " << out->size();
+  ASSERT_TRUE(out->wait_until([](const std::vector<ChangeEvent>& e) { return distinct_ids(e, kKinds); }))
+      << "snapshot: got " << out->size();
   for (int k = 0; k < kKinds; ++k) {
     bson_t* doc = document(100 + k, k);
     inserted[100 + k] = mongodb::bson_to_canonical_json(*doc);
     insert(coll, *doc);
     bson_destroy(doc);
   }
-  ASSERT_TRUE(out->wait_for(2 * kKinds)) << "stream: got " << out->size();
+  ASSERT_TRUE(out->wait_until([](const std::vector<ChangeEvent>& e) { return distinct_ids(e, 2 * kKinds); }))
+      << "stream: got " << out->size();
   job.cancel();
   job.wait();
 

@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "integration/test_util/change_events.h"
 #include "integration/test_util/failures.h"
 #include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
@@ -79,68 +80,9 @@ Lsn lsn_of(const std::string& text) {
   return l.ok() ? *l : 0;
 }
 
-/// Events received by the sink, shared with the test thread.
-class Received {
- public:
-  void add(const ChangeEvent& e) {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-    cv_.notify_all();
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds deadline = kDeadline) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, deadline, [&] { return events_.size() >= n; });
-  }
-  /// Waits until `pred(events)` holds (checked on every new event and at least every 100 ms).
-  bool wait_until(const std::function<bool(const std::vector<ChangeEvent>&)>& pred,
-                  std::chrono::milliseconds deadline = kDeadline) {
-    std::unique_lock lock(mu_);
-    const auto end = std::chrono::steady_clock::now() + deadline;
-    while (!pred(events_)) {
-      if (cv_.wait_until(lock, std::min(end, std::chrono::steady_clock::now() + 100ms)) == std::cv_status::timeout &&
-          std::chrono::steady_clock::now() >= end) {
-        return pred(events_);
-      }
-    }
-    return true;
-  }
-  std::vector<ChangeEvent> all() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return events_.size();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ChangeEvent> events_;
-};
-
-template <class T>
-class CallbackSink final : public Sink<T> {
- public:
-  explicit CallbackSink(std::function<void(const T&)> f) : f_(std::move(f)) {}
-  std::unique_ptr<SinkWriter<T>> create_writer(RuntimeContext&) const override { return std::make_unique<Writer>(f_); }
-
- private:
-  class Writer final : public SinkWriter<T> {
-   public:
-    explicit Writer(std::function<void(const T&)> f) : f_(std::move(f)) {}
-    void write(const T& r, const SinkWriterContext&) override { f_(r); }
-    void flush(bool) override {}
-
-   private:
-    std::function<void(const T&)> f_;
-  };
-  std::function<void(const T&)> f_;
-};
-
-std::shared_ptr<Sink<ChangeEvent>> receiving_sink(std::shared_ptr<Received> out) {
-  return std::make_shared<CallbackSink<ChangeEvent>>([out](const ChangeEvent& e) { out->add(e); });
-}
+using Received = sluice::testing::ReceivedEvents;
+using sluice::testing::CallbackSink;
+using sluice::testing::receiving_sink;
 
 std::string error_of(const JobResult& r) {
   return r.error ? r.error->to_string() : std::string("(no error)");
@@ -151,26 +93,14 @@ class PostgresCdcTest : public ::testing::Test {
   void SetUp() override {
     url_ = sluice::testing::require_service("postgres").get("POSTGRES_URL");
     if (url_.empty()) return;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string n = info->name();
-    std::transform(n.begin(), n.end(), n.begin(),
-                   [](unsigned char c) { return std::isalnum(c) ? std::tolower(c) : '_'; });
-    static int run = 0;  // unique names also under --gtest_repeat
-    name_ = "t" + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, 36);
+    name_ = sluice::testing::test_object_name("t", 36);
     dir_ = fs::temp_directory_path() / ("sluice-pg-" + name_ + "-" + std::to_string(wall_ms()));
     fs::create_directories(dir_);
     pg_ = std::make_unique<sluice::testing::PgClient>(url_);
   }
   void TearDown() override {
     if (!pg_) return;
-    // The job's connections are closed when it ends; the server may need a moment to release the slot.
-    eventually([&] {
-      return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
-             "0";
-    });
-    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + slot() +
-              "'");
-    pg_->exec("DROP PUBLICATION IF EXISTS " + slot());
+    sluice::testing::drop_slot_and_publication(*pg_, slot(), kDeadline);
     pg_->exec(
         "DO $$DECLARE r record; BEGIN FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND "
         "starts_with(tablename, '" +

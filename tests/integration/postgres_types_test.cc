@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/test_util/change_events.h"
 #include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/services.h"
@@ -44,52 +45,8 @@ using cdc::ChangeOp;
 
 constexpr auto kDeadline = 60s;
 
-/// Events received by the sink, shared with the test thread.
-class Received {
- public:
-  void add(const ChangeEvent& e) {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-    cv_.notify_all();
-  }
-  bool wait_for(size_t n, std::chrono::milliseconds deadline = kDeadline) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, deadline, [&] { return events_.size() >= n; });
-  }
-  std::vector<ChangeEvent> all() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return events_.size();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ChangeEvent> events_;
-};
-
-class ReceivingSink final : public Sink<ChangeEvent> {
- public:
-  explicit ReceivingSink(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-  std::unique_ptr<SinkWriter<ChangeEvent>> create_writer(RuntimeContext&) const override {
-    return std::make_unique<Writer>(out_);
-  }
-
- private:
-  class Writer final : public SinkWriter<ChangeEvent> {
-   public:
-    explicit Writer(std::shared_ptr<Received> out) : out_(std::move(out)) {}
-    void write(const ChangeEvent& e, const SinkWriterContext&) override { out_->add(e); }
-    void flush(bool) override {}
-
-   private:
-    std::shared_ptr<Received> out_;
-  };
-  std::shared_ptr<Received> out_;
-};
+using Received = sluice::testing::ReceivedEvents;
+using sluice::testing::receiving_sink;
 
 /// A column: its name, its SQL type (as declared, also used to cast the written-back text) and whether the
 /// type is an array (the upsert sink writes Value arrays as array literals then).
@@ -104,12 +61,7 @@ class PostgresTypesTest : public ::testing::Test {
   void SetUp() override {
     url_ = sluice::testing::require_service("postgres").get("POSTGRES_URL");
     if (url_.empty()) return;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string n = info->name();
-    std::transform(n.begin(), n.end(), n.begin(),
-                   [](unsigned char c) { return std::isalnum(c) ? std::tolower(c) : '_'; });
-    static int run = 0;  // unique names also under --gtest_repeat
-    name_ = "ty" + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, 30);
+    name_ = sluice::testing::test_object_name("ty", 30);
     dir_ = fs::temp_directory_path() / ("sluice-pgtypes-" + name_);
     fs::create_directories(dir_);
     pg_ = std::make_unique<sluice::testing::PgClient>(url_);
@@ -121,14 +73,7 @@ class PostgresTypesTest : public ::testing::Test {
   void TearDown() override {
     if (conn_ != nullptr) PQfinish(conn_);
     if (!pg_) return;
-    sluice::testing::poll_until(
-        [&] {
-          return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + name_ +
-                             "'") == "0";
-        },
-        kDeadline);
-    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + name_ + "'");
-    pg_->exec("DROP PUBLICATION IF EXISTS " + name_);
+    sluice::testing::drop_slot_and_publication(*pg_, name_, kDeadline);
     pg_->exec("DROP TABLE IF EXISTS " + name_ + "_t");
     pg_->exec("DROP TYPE IF EXISTS " + name_ + "_mood");
     std::error_code ec;
@@ -395,7 +340,7 @@ TEST_F(PostgresTypesTest, EveryMappedTypeRoundTripsWithItsExtremesThroughSnapsho
   auto out = std::make_shared<Received>();
   auto src = source().build();
   StreamEnvironment env(config());
-  env.from_source(src, "pg").uid("pg").sink_to(std::make_shared<ReceivingSink>(out)).uid("sink");
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out)).uid("sink");
   JobClient job = env.execute_async("types");
   ASSERT_TRUE(out->wait_for(rows.size())) << out->size();
   ASSERT_TRUE(slot_active());
@@ -471,7 +416,7 @@ TEST_F(PostgresTypesTest, DatesAndTimestampsBeyondTheRangeAreDeadLettersNotWrapp
   auto out = std::make_shared<Received>();
   auto src = source().on_bad_record(BadRecordPolicy::kDeadLetter, dlq.string()).build();
   StreamEnvironment env(config());
-  env.from_source(src, "pg").uid("pg").sink_to(std::make_shared<ReceivingSink>(out)).uid("sink");
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out)).uid("sink");
   JobClient job = env.execute_async("beyond");
   ASSERT_TRUE(out->wait_for(1));
   ASSERT_TRUE(slot_active());

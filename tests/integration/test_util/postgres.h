@@ -4,9 +4,16 @@
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
 #include <string>
 #include <vector>
+
+#include "integration/test_util/polling.h"
 
 namespace sluice::testing {
 
@@ -70,5 +77,29 @@ class PgClient {
  private:
   PGconn* c_;
 };
+
+/// A name for the current test's own Postgres objects (slot, publication, tables, types), unique per process and
+/// per run (also under --gtest_repeat): <prefix><pid>_<n>_<the test's name in lower case, at most `max_chars`>.
+inline std::string test_object_name(const std::string& prefix, size_t max_chars) {
+  static std::atomic<int> run{0};
+  std::string n = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::transform(n.begin(), n.end(), n.begin(),
+                 [](unsigned char c) { return std::isalnum(c) ? static_cast<char>(std::tolower(c)) : '_'; });
+  return prefix + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, max_chars);
+}
+
+/// Drops the replication slot and the publication named `name` once no walsender holds the slot any more (a
+/// job's connections close when it ends, and the server may need a moment to release the slot).
+inline void drop_slot_and_publication(PgClient& pg, const std::string& name,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  poll_until(
+      [&] {
+        return pg.scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + name + "'") ==
+               "0";
+      },
+      deadline);
+  pg.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + name + "'");
+  pg.exec("DROP PUBLICATION IF EXISTS " + name);
+}
 
 }  // namespace sluice::testing
