@@ -62,9 +62,17 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
 
   const std::filesystem::path& directory() const noexcept { return dir_; }
 
-  /// The column family `name`, created on first use. List states append with merge(): their column family
-  /// gets a merge operator that concatenates values. Task thread only.
-  ColumnFamily* column_family(std::string_view name);
+  /// What a compaction filter decides for one stored value.
+  enum class FilterDecision : uint8_t { kKeep, kRemove, kChange };
+  /// Decides, during RocksDB's compactions (on its background threads, so it must be thread-safe), whether
+  /// a value stays, goes, or is replaced by `new_value`: how state TTL drops expired entries that are never
+  /// read again (Flink's TTL compaction filter).
+  using ValueFilter = std::function<FilterDecision(std::string_view value, std::string& new_value)>;
+
+  /// The column family `name`, created on first use with `filter` as its compaction filter (ignored when it
+  /// exists already). Every column family has a merge operator that concatenates values (list states append
+  /// with merge()). Task thread only.
+  ColumnFamily* column_family(std::string_view name, ValueFilter filter = nullptr);
 
   /// Reads `key`; returns false when it is absent. `value` is overwritten when found.
   bool get(ColumnFamily* cf, std::string_view key, std::string& value) const;

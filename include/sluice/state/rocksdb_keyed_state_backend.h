@@ -16,7 +16,12 @@
 // snapshot (a sequence number: no data is copied); the checkpoint writer thread then scans each key group
 // through it while the task keeps writing. (Incremental checkpoints of SST files are not built yet.)
 //
-// Not supported yet, refused with a kConfiguration error rather than run differently: state TTL.
+// TTL (Flink's StateTtlConfig on RocksDB): values carry their i64 last-access timestamp as in the canonical
+// format (list elements and map entries each their own); a read never returns an expired value (it deletes
+// it), and a compaction filter per column family drops expired values nobody reads (for lists: expired
+// elements). Incremental cleanup settings are not needed and ignored: compaction does that work. Not
+// supported yet, refused with a kConfiguration error rather than run differently: TTL visibility
+// ReturnExpiredIfNotCleanedUp. The Clock must outlive the backend and its captures (compactions read it).
 //
 // Threading: everything runs on the owning task thread, except the RocksDBKeyedStateSnapshot that capture()
 // returns, which any thread may write and destroy. Errors: misuse throws SluiceException (kState), RocksDB
@@ -25,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -112,6 +118,8 @@ class RocksStateCodec {
 template <class K, class N, class V>
 class RocksValueCodec final : public RocksStateCodec {
  public:
+  /// `ttl`: values end with their i64 last-access timestamp (the canonical TTL layout).
+  explicit RocksValueCodec(bool ttl) : ttl_(ttl) {}
   uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
                        const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
     uint64_t n = 0;
@@ -135,12 +143,16 @@ class RocksValueCodec final : public RocksStateCodec {
       TypeSerializer<N>::deserialize(ns, in);
       const uint8_t* key_end = in.current();
       TypeSerializer<V>::deserialize(value, in);
+      if (ttl_) in.read_fixed<int64_t>();
       db_key.clear();
       append_key_group_prefix(db_key, kg.value);
       db_key.append(bytes_between(start, key_end));
       db.put(cf, db_key, bytes_between(key_end, in.current()));
     }
   }
+
+ private:
+  bool ttl_;
 };
 
 /// List state: one RocksDB entry per key and namespace whose value is the elements back to back; the
@@ -148,6 +160,8 @@ class RocksValueCodec final : public RocksStateCodec {
 template <class K, class N, class T>
 class RocksListCodec final : public RocksStateCodec {
  public:
+  /// `ttl`: every element is followed by its i64 timestamp.
+  explicit RocksListCodec(bool ttl) : ttl_(ttl) {}
   uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
                        const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
     uint64_t n = 0;
@@ -157,6 +171,7 @@ class RocksListCodec final : public RocksStateCodec {
       DataInput vin(v);
       while (!vin.at_end()) {
         TypeSerializer<T>::deserialize(element, vin);
+        if (ttl_) vin.read_fixed<int64_t>();
         ++elements;
       }
       if (elements == 0) return true;  // never stored, but an empty list is no entry
@@ -182,14 +197,19 @@ class RocksListCodec final : public RocksStateCodec {
       uint64_t elements = in.read_varint();
       if (elements == 0) in.fail("a list entry of state '" + std::string(state_name) + "' without elements");
       const uint8_t* elements_start = in.current();
-      for (uint64_t e = 0; e < elements; ++e)
+      for (uint64_t e = 0; e < elements; ++e) {
         TypeSerializer<T>::deserialize(element, in);
+        if (ttl_) in.read_fixed<int64_t>();
+      }
       db_key.clear();
       append_key_group_prefix(db_key, kg.value);
       db_key.append(bytes_between(start, key_end));
       db.put(cf, db_key, bytes_between(elements_start, in.current()));
     }
   }
+
+ private:
+  bool ttl_;
 };
 
 /// Map state: one RocksDB entry per key, namespace and user key; the canonical entry groups the user
@@ -197,6 +217,8 @@ class RocksListCodec final : public RocksStateCodec {
 template <class K, class N, class UK, class UV>
 class RocksMapCodec final : public RocksStateCodec {
  public:
+  /// `ttl`: every user value is followed by its i64 timestamp.
+  explicit RocksMapCodec(bool ttl) : ttl_(ttl) {}
   uint64_t write_group(const RocksDBInstance& db, RocksDBInstance::ColumnFamily* cf,
                        const RocksDBInstance::Snapshot* snapshot, KeyGroup kg, DataOutput& out) const override {
     uint64_t n = 0;
@@ -252,6 +274,7 @@ class RocksMapCodec final : public RocksStateCodec {
         TypeSerializer<UK>::deserialize(user_key, in);
         const uint8_t* uk_end = in.current();
         TypeSerializer<UV>::deserialize(user_value, in);
+        if (ttl_) in.read_fixed<int64_t>();
         db_key.clear();
         append_key_group_prefix(db_key, kg.value);
         db_key.append(bytes_between(start, key_end));
@@ -260,6 +283,9 @@ class RocksMapCodec final : public RocksStateCodec {
       }
     }
   }
+
+ private:
+  bool ttl_;
 };
 
 /// The backend's current key: its key-group prefixed bytes are the start of every RocksDB key.
@@ -272,44 +298,90 @@ struct RocksKeyContext {
   uint64_t epoch = 1;  ///< changes whenever the key does
 };
 
+/// The i64 timestamp at the end of a TTL value (value, reducing, aggregating and map state).
+inline TimestampMs trailing_timestamp(std::string_view value) {
+  int64_t ts = 0;
+  if (value.size() >= sizeof(ts)) std::memcpy(&ts, value.data() + value.size() - sizeof(ts), sizeof(ts));
+  return ts;
+}
+
+/// The compaction filter of a state whose values end with their timestamp: drops expired values.
+inline RocksDBInstance::ValueFilter trailing_timestamp_filter(int64_t ttl_ms, const Clock& clock) {
+  return [ttl_ms, &clock](std::string_view value, std::string&) {
+    return ttl_expired(trailing_timestamp(value), ttl_ms, clock.now_ms()) ? RocksDBInstance::FilterDecision::kRemove
+                                                                          : RocksDBInstance::FilterDecision::kKeep;
+  };
+}
+
+/// The compaction filter of a list state with TTL: drops expired elements, and the list when none is left.
+template <class T>
+RocksDBInstance::ValueFilter list_element_filter(int64_t ttl_ms, const Clock& clock) {
+  return [ttl_ms, &clock](std::string_view value, std::string& new_value) {
+    const TimestampMs now = clock.now_ms();
+    DataInput in(value);
+    T element{};
+    bool any_expired = false;
+    new_value.clear();
+    while (!in.at_end()) {
+      const uint8_t* start = in.current();
+      TypeSerializer<T>::deserialize(element, in);
+      TimestampMs ts = in.read_fixed<int64_t>();
+      if (ttl_expired(ts, ttl_ms, now)) {
+        any_expired = true;
+      } else {
+        new_value.append(bytes_between(start, in.current()));
+      }
+    }
+    if (!any_expired) return RocksDBInstance::FilterDecision::kKeep;
+    return new_value.empty() ? RocksDBInstance::FilterDecision::kRemove : RocksDBInstance::FilterDecision::kChange;
+  };
+}
+
 /// What every RocksDB state has, independent of its namespace and value types.
 template <class K>
 class RocksStateBase {
  public:
-  RocksStateBase(std::string name, StateKind kind, RocksDBInstance& db, const RocksKeyContext<K>& ctx,
-                 std::shared_ptr<const RocksStateCodec> codec)
+  /// `filter`: the compaction filter of the state's column family (TTL), or null.
+  RocksStateBase(std::string name, StateKind kind, const StateTtlConfig& ttl, RocksDBInstance& db,
+                 const RocksKeyContext<K>& ctx, const Clock& clock, std::shared_ptr<const RocksStateCodec> codec,
+                 RocksDBInstance::ValueFilter filter)
       : name_(std::move(name)),
         kind_(kind),
+        ttl_(ttl),
         db_(db),
-        cf_(db.column_family(name_)),
+        cf_(db.column_family(name_, std::move(filter))),
         ctx_(ctx),
+        clock_(clock),
         codec_(std::move(codec)) {}
   virtual ~RocksStateBase() = default;
   const std::string& name() const noexcept { return name_; }
   StateKind kind() const noexcept { return kind_; }
-  /// The canonical format flags: 0 (no TTL timestamps).
-  uint8_t format_flags() const noexcept { return 0; }
+  /// The canonical format flags: bit 0 when entries carry TTL timestamps.
+  uint8_t format_flags() const noexcept { return ttl_.enabled() ? 1 : 0; }
   RocksDBInstance::ColumnFamily* column_family() const noexcept { return cf_; }
   const std::shared_ptr<const RocksStateCodec>& codec() const noexcept { return codec_; }
 
  protected:
   std::string name_;
   StateKind kind_;
+  StateTtlConfig ttl_;
   RocksDBInstance& db_;
   RocksDBInstance::ColumnFamily* cf_;
   const RocksKeyContext<K>& ctx_;
+  const Clock& clock_;
   std::shared_ptr<const RocksStateCodec> codec_;
 };
 
 /// A state with a namespace of type N: builds the RocksDB key of the current key and namespace once per
-/// change of either.
+/// change of either, and implements TTL reads (never-return-expired; refresh on read when configured).
 template <class K, class N>
 class RocksKvState : public RocksStateBase<K> {
  public:
   using Namespace = N;
-  RocksKvState(std::string name, StateKind kind, RocksDBInstance& db, const RocksKeyContext<K>& ctx,
-               std::shared_ptr<const RocksStateCodec> codec)
-      : RocksStateBase<K>(std::move(name), kind, db, ctx, std::move(codec)) {
+  RocksKvState(std::string name, StateKind kind, const StateTtlConfig& ttl, RocksDBInstance& db,
+               const RocksKeyContext<K>& ctx, const Clock& clock, std::shared_ptr<const RocksStateCodec> codec,
+               RocksDBInstance::ValueFilter filter)
+      : RocksStateBase<K>(std::move(name), kind, ttl, db, ctx, clock, std::move(codec), std::move(filter)) {
     TypeSerializer<N>::serialize(ns_, ns_bytes_);
   }
   /// Sets the namespace the next accesses read and write (Flink's InternalKvState::setCurrentNamespace).
@@ -345,6 +417,56 @@ class RocksKvState : public RocksStateBase<K> {
     return k;
   }
 
+  bool ttl_on() const noexcept { return this->ttl_.enabled(); }
+  TimestampMs now() const { return this->clock_.now_ms(); }
+  bool expired(TimestampMs ts, TimestampMs at) const noexcept { return ttl_expired(ts, this->ttl_.ttl_ms, at); }
+  bool refresh_on_read() const noexcept {
+    return this->ttl_.update_type == StateTtlConfig::UpdateType::kOnReadAndWrite;
+  }
+
+  /// Encodes `v` followed, with TTL, by the current time.
+  template <class V>
+  std::string_view encode_value(const V& v) {
+    out_.clear();
+    TypeSerializer<V>::serialize(v, out_);
+    if (ttl_on()) out_.write_fixed<int64_t>(now());
+    return out_.view();
+  }
+
+  /// Reads the value at `key` into `v`: false when absent or expired (an expired value is deleted:
+  /// never-return-expired); with OnReadAndWrite the read refreshes the timestamp.
+  template <class V>
+  bool read_live(const std::string& key, V& v) {
+    if (!this->db_.get(this->cf_, key, value_buf_)) return false;
+    std::string_view bytes = value_buf_;
+    if (ttl_on()) {
+      const TimestampMs t = now();
+      if (bytes.size() < sizeof(int64_t) || expired(trailing_timestamp(bytes), t)) {
+        this->db_.remove(this->cf_, key);
+        return false;
+      }
+      bytes.remove_suffix(sizeof(int64_t));
+      decode_from(bytes, v);
+      if (refresh_on_read()) {
+        std::memcpy(value_buf_.data() + value_buf_.size() - sizeof(t), &t, sizeof(t));
+        this->db_.put(this->cf_, key, value_buf_);
+      }
+      return true;
+    }
+    decode_from(bytes, v);
+    return true;
+  }
+
+  /// True when a live (unexpired) value is stored at `key`; deletes an expired one; never refreshes.
+  bool has_live(const std::string& key) {
+    if (!this->db_.get(this->cf_, key, value_buf_)) return false;
+    if (ttl_on() && expired(trailing_timestamp(value_buf_), now())) {
+      this->db_.remove(this->cf_, key);
+      return false;
+    }
+    return true;
+  }
+
   std::string value_buf_;  // the last value read
   DataOutput out_;         // serialization scratch
 
@@ -362,19 +484,17 @@ class RocksKvState : public RocksStateBase<K> {
 template <class K, class N, class T>
 class RocksDBValueState final : public detail::RocksKvState<K, N>, public ValueState<T> {
  public:
-  RocksDBValueState(const ValueStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
-      : detail::RocksKvState<K, N>(d.name, StateKind::kValue, db, ctx,
-                                   std::make_shared<detail::RocksValueCodec<K, N, T>>()),
+  RocksDBValueState(const ValueStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx,
+                    const Clock& clock)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kValue, d.ttl, db, ctx, clock,
+                                   std::make_shared<detail::RocksValueCodec<K, N, T>>(d.ttl.enabled()),
+                                   d.ttl.enabled() ? detail::trailing_timestamp_filter(d.ttl.ttl_ms, clock) : nullptr),
         default_(d.default_value) {}
-  const T& value() override {
-    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return default_;
-    detail::decode_from(this->value_buf_, value_);
-    return value_;
-  }
-  bool has_value() override { return this->db_.get(this->cf_, this->current_db_key(), this->value_buf_); }
+  const T& value() override { return this->read_live(this->current_db_key(), value_) ? value_ : default_; }
+  bool has_value() override { return this->has_live(this->current_db_key()); }
   void update(const T& value) override {
     const std::string& k = this->current_db_key();
-    this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+    this->db_.put(this->cf_, k, this->encode_value(value));
   }
   void update(T&& value) override { update(std::as_const(value)); }
   void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
@@ -385,20 +505,62 @@ class RocksDBValueState final : public detail::RocksKvState<K, N>, public ValueS
 };
 
 /// ListState in RocksDB: add() appends the encoded element with a merge (no read); get() decodes them all.
+/// With TTL every element carries its timestamp and expires on its own, as in Flink.
 template <class K, class N, class T>
 class RocksDBListState final : public detail::RocksKvState<K, N>, public ListState<T> {
  public:
-  RocksDBListState(const ListStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
-      : detail::RocksKvState<K, N>(d.name, StateKind::kList, db, ctx,
-                                   std::make_shared<detail::RocksListCodec<K, N, T>>()) {}
+  RocksDBListState(const ListStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx,
+                   const Clock& clock)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kList, d.ttl, db, ctx, clock,
+                                   std::make_shared<detail::RocksListCodec<K, N, T>>(d.ttl.enabled()),
+                                   d.ttl.enabled() ? detail::list_element_filter<T>(d.ttl.ttl_ms, clock) : nullptr) {}
   const std::vector<T>& get() override {
     list_.clear();
-    if (this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) decode_elements(this->value_buf_);
+    const std::string& k = this->current_db_key();
+    if (!this->db_.get(this->cf_, k, this->value_buf_)) return list_;
+    if (!this->ttl_on()) {
+      DataInput in(this->value_buf_);
+      while (!in.at_end()) {
+        list_.emplace_back();
+        TypeSerializer<T>::deserialize(list_.back(), in);
+      }
+      return list_;
+    }
+    // Drop expired elements (and write the rest back); with OnReadAndWrite the rest gets the read's time.
+    const TimestampMs now = this->now();
+    const bool refresh = this->refresh_on_read();
+    std::string kept;
+    bool changed = false;
+    DataInput in(this->value_buf_);
+    while (!in.at_end()) {
+      const uint8_t* start = in.current();
+      T element{};
+      TypeSerializer<T>::deserialize(element, in);
+      const uint8_t* element_end = in.current();
+      TimestampMs ts = in.read_fixed<int64_t>();
+      if (this->expired(ts, now)) {
+        changed = true;
+        continue;
+      }
+      kept.append(detail::bytes_between(start, refresh ? element_end : in.current()));
+      if (refresh) {
+        kept.append(reinterpret_cast<const char*>(&now), sizeof(now));
+        changed = true;
+      }
+      list_.push_back(std::move(element));
+    }
+    if (changed) {
+      if (kept.empty()) {
+        this->db_.remove(this->cf_, k);
+      } else {
+        this->db_.put(this->cf_, k, kept);
+      }
+    }
     return list_;
   }
   void add(const T& value) override {
     const std::string& k = this->current_db_key();
-    this->db_.merge(this->cf_, k, detail::encode_into(this->out_, value));
+    this->db_.merge(this->cf_, k, this->encode_value(value));
   }
   void add(T&& value) override { add(std::as_const(value)); }
   void add_all(const std::vector<T>& values) override {
@@ -417,7 +579,7 @@ class RocksDBListState final : public detail::RocksKvState<K, N>, public ListSta
   void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
 
   /// Appends the lists of namespaces `sources` to `target` for the current key and removes the sources
-  /// (merging windows).
+  /// (merging windows). Elements keep their timestamps.
   void merge_namespaces(const N& target, std::span<const N> sources) {
     std::string merged;
     for (const N& ns : sources) {
@@ -433,40 +595,36 @@ class RocksDBListState final : public detail::RocksKvState<K, N>, public ListSta
  private:
   std::string_view encode_all(const std::vector<T>& values) {
     this->out_.clear();
-    for (const T& v : values)
+    const TimestampMs now = this->ttl_on() ? this->now() : 0;
+    for (const T& v : values) {
       TypeSerializer<T>::serialize(v, this->out_);
-    return this->out_.view();
-  }
-  void decode_elements(std::string_view bytes) {
-    DataInput in(bytes);
-    while (!in.at_end()) {
-      list_.emplace_back();
-      TypeSerializer<T>::deserialize(list_.back(), in);
+      if (this->ttl_on()) this->out_.template write_fixed<int64_t>(now);
     }
+    return this->out_.view();
   }
   std::vector<T> list_;
 };
 
 /// MapState in RocksDB: one RocksDB entry per user key; iteration scans the key and namespace's prefix.
+/// With TTL every user entry carries its timestamp and expires on its own, as in Flink.
 template <class K, class N, class UK, class UV>
 class RocksDBMapState final : public detail::RocksKvState<K, N>, public MapState<UK, UV> {
  public:
-  RocksDBMapState(const MapStateDescriptor<UK, UV>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
-      : detail::RocksKvState<K, N>(d.name, StateKind::kMap, db, ctx,
-                                   std::make_shared<detail::RocksMapCodec<K, N, UK, UV>>()) {}
+  RocksDBMapState(const MapStateDescriptor<UK, UV>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx,
+                  const Clock& clock)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kMap, d.ttl, db, ctx, clock,
+                                   std::make_shared<detail::RocksMapCodec<K, N, UK, UV>>(d.ttl.enabled()),
+                                   d.ttl.enabled() ? detail::trailing_timestamp_filter(d.ttl.ttl_ms, clock) : nullptr) {
+  }
   std::optional<UV> get(const UK& key) override {
     const UV* v = find(key);
     return v == nullptr ? std::nullopt : std::optional<UV>(*v);
   }
-  const UV* find(const UK& key) override {
-    if (!this->db_.get(this->cf_, user_db_key(key), this->value_buf_)) return nullptr;
-    detail::decode_from(this->value_buf_, value_);
-    return &value_;
-  }
-  bool contains(const UK& key) override { return this->db_.get(this->cf_, user_db_key(key), this->value_buf_); }
+  const UV* find(const UK& key) override { return this->read_live(user_db_key(key), value_) ? &value_ : nullptr; }
+  bool contains(const UK& key) override { return find(key) != nullptr; }
   void put(const UK& key, UV value) override {
     const std::string& k = user_db_key(key);
-    this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+    this->db_.put(this->cf_, k, this->encode_value(value));
   }
   void put_all(const std::vector<std::pair<UK, UV>>& entries) override {
     for (const auto& [k, v] : entries)
@@ -475,10 +633,7 @@ class RocksDBMapState final : public detail::RocksKvState<K, N>, public MapState
   void remove(const UK& key) override { this->db_.remove(this->cf_, user_db_key(key)); }
   bool is_empty() override {
     bool empty = true;
-    this->db_.scan(this->cf_, this->current_db_key(), nullptr, [&](std::string_view, std::string_view) {
-      empty = false;
-      return false;
-    });
+    visit([&empty](UK&&, UV&&) { empty = false; }, /*decode=*/false);
     return empty;
   }
   std::vector<std::pair<UK, UV>> entries() override {
@@ -509,17 +664,41 @@ class RocksDBMapState final : public detail::RocksKvState<K, N>, public MapState
     user_key_.append(detail::encode_into(this->out_, key));
     return user_key_;
   }
+  // Calls fn(user key, user value) for every live entry of the current key and namespace; with TTL,
+  // expired entries are deleted and, with OnReadAndWrite, the visited ones refreshed.
   template <class Fn>
-  void visit(Fn&& fn) {
+  void visit(Fn&& fn, bool decode = true) {
     const std::string& prefix = this->current_db_key();
+    const bool ttl = this->ttl_on();
+    const TimestampMs now = ttl ? this->now() : 0;
+    std::vector<std::string> expired_keys;
+    std::vector<std::pair<std::string, std::string>> refreshed;
     this->db_.scan(this->cf_, prefix, nullptr, [&](std::string_view k, std::string_view v) {
+      if (ttl) {
+        if (this->expired(detail::trailing_timestamp(v), now)) {
+          expired_keys.emplace_back(k);
+          return true;
+        }
+        if (this->refresh_on_read()) {
+          std::string fresh(v);
+          std::memcpy(fresh.data() + fresh.size() - sizeof(now), &now, sizeof(now));
+          refreshed.emplace_back(std::string(k), std::move(fresh));
+        }
+        v.remove_suffix(sizeof(int64_t));
+      }
       UK uk{};
       UV uv{};
-      detail::decode_from(k.substr(prefix.size()), uk);
-      detail::decode_from(v, uv);
+      if (decode) {
+        detail::decode_from(k.substr(prefix.size()), uk);
+        detail::decode_from(v, uv);
+      }
       fn(std::move(uk), std::move(uv));
       return true;
     });
+    for (const auto& k : expired_keys)
+      this->db_.remove(this->cf_, k);
+    for (const auto& [k, v] : refreshed)
+      this->db_.put(this->cf_, k, v);
   }
   std::string user_key_;
   UV value_{};
@@ -529,25 +708,25 @@ class RocksDBMapState final : public detail::RocksKvState<K, N>, public MapState
 template <class K, class N, class T>
 class RocksDBReducingState final : public detail::RocksKvState<K, N>, public ReducingState<T> {
  public:
-  RocksDBReducingState(const ReducingStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx)
-      : detail::RocksKvState<K, N>(d.name, StateKind::kReducing, db, ctx,
-                                   std::make_shared<detail::RocksValueCodec<K, N, T>>()),
+  RocksDBReducingState(const ReducingStateDescriptor<T>& d, RocksDBInstance& db, const detail::RocksKeyContext<K>& ctx,
+                       const Clock& clock)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kReducing, d.ttl, db, ctx, clock,
+                                   std::make_shared<detail::RocksValueCodec<K, N, T>>(d.ttl.enabled()),
+                                   d.ttl.enabled() ? detail::trailing_timestamp_filter(d.ttl.ttl_ms, clock) : nullptr),
         reduce_(d.reduce) {}
   std::optional<T> get() override {
-    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return std::nullopt;
     T v{};
-    detail::decode_from(this->value_buf_, v);
+    if (!this->read_live(this->current_db_key(), v)) return std::nullopt;
     return v;
   }
   void add(const T& value) override {
     const std::string& k = this->current_db_key();
-    if (!this->db_.get(this->cf_, k, this->value_buf_)) {
-      this->db_.put(this->cf_, k, detail::encode_into(this->out_, value));
+    T acc{};
+    if (!this->read_live(k, acc)) {
+      this->db_.put(this->cf_, k, this->encode_value(value));
       return;
     }
-    T acc{};
-    detail::decode_from(this->value_buf_, acc);
-    this->db_.put(this->cf_, k, detail::encode_into(this->out_, reduce_(acc, value)));
+    this->db_.put(this->cf_, k, this->encode_value(reduce_(acc, value)));
   }
   void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
 
@@ -555,9 +734,8 @@ class RocksDBReducingState final : public detail::RocksKvState<K, N>, public Red
   void merge_namespaces(const N& target, std::span<const N> sources) {
     std::optional<T> acc;
     auto take = [&](const std::string& k) {
-      if (!this->db_.get(this->cf_, k, this->value_buf_)) return;
       T v{};
-      detail::decode_from(this->value_buf_, v);
+      if (!this->read_live(k, v)) return;
       acc = acc ? reduce_(*acc, v) : std::move(v);
     };
     std::string target_key = this->db_key_in(target);
@@ -568,7 +746,7 @@ class RocksDBReducingState final : public detail::RocksKvState<K, N>, public Red
       take(k);
       this->db_.remove(this->cf_, k);
     }
-    if (acc) this->db_.put(this->cf_, target_key, detail::encode_into(this->out_, *acc));
+    if (acc) this->db_.put(this->cf_, target_key, this->encode_value(*acc));
   }
 
  private:
@@ -580,26 +758,22 @@ template <class K, class N, class In, class Acc, class Out>
 class RocksDBAggregatingState final : public detail::RocksKvState<K, N>, public AggregatingState<In, Out> {
  public:
   RocksDBAggregatingState(const AggregatingStateDescriptor<In, Acc, Out>& d, RocksDBInstance& db,
-                          const detail::RocksKeyContext<K>& ctx)
-      : detail::RocksKvState<K, N>(d.name, StateKind::kAggregating, db, ctx,
-                                   std::make_shared<detail::RocksValueCodec<K, N, Acc>>()),
+                          const detail::RocksKeyContext<K>& ctx, const Clock& clock)
+      : detail::RocksKvState<K, N>(d.name, StateKind::kAggregating, d.ttl, db, ctx, clock,
+                                   std::make_shared<detail::RocksValueCodec<K, N, Acc>>(d.ttl.enabled()),
+                                   d.ttl.enabled() ? detail::trailing_timestamp_filter(d.ttl.ttl_ms, clock) : nullptr),
         aggregate_(d.aggregate) {}
   std::optional<Out> get() override {
-    if (!this->db_.get(this->cf_, this->current_db_key(), this->value_buf_)) return std::nullopt;
     Acc acc{};
-    detail::decode_from(this->value_buf_, acc);
+    if (!this->read_live(this->current_db_key(), acc)) return std::nullopt;
     return aggregate_->get_result(acc);
   }
   void add(const In& value) override {
     const std::string& k = this->current_db_key();
     Acc acc{};
-    if (this->db_.get(this->cf_, k, this->value_buf_)) {
-      detail::decode_from(this->value_buf_, acc);
-    } else {
-      acc = aggregate_->create_accumulator();
-    }
+    if (!this->read_live(k, acc)) acc = aggregate_->create_accumulator();
     aggregate_->add(value, acc);
-    this->db_.put(this->cf_, k, detail::encode_into(this->out_, acc));
+    this->db_.put(this->cf_, k, this->encode_value(acc));
   }
   void clear() override { this->db_.remove(this->cf_, this->current_db_key()); }
 
@@ -607,9 +781,8 @@ class RocksDBAggregatingState final : public detail::RocksKvState<K, N>, public 
   void merge_namespaces(const N& target, std::span<const N> sources) {
     std::optional<Acc> acc;
     auto take = [&](const std::string& k) {
-      if (!this->db_.get(this->cf_, k, this->value_buf_)) return;
       Acc v{};
-      detail::decode_from(this->value_buf_, v);
+      if (!this->read_live(k, v)) return;
       acc = acc ? aggregate_->merge(std::move(*acc), v) : std::move(v);
     };
     std::string target_key = this->db_key_in(target);
@@ -620,7 +793,7 @@ class RocksDBAggregatingState final : public detail::RocksKvState<K, N>, public 
       take(k);
       this->db_.remove(this->cf_, k);
     }
-    if (acc) this->db_.put(this->cf_, target_key, detail::encode_into(this->out_, *acc));
+    if (acc) this->db_.put(this->cf_, target_key, this->encode_value(*acc));
   }
 
  private:
@@ -757,7 +930,7 @@ class RocksDBKeyedStateBackend {
   }
 
   // States: as HeapKeyedStateBackend (same name -> same object; another kind or type -> kState). A
-  // descriptor with TTL throws kConfiguration: TTL is not supported by this backend yet.
+  // descriptor with TTL visibility ReturnExpiredIfNotCleanedUp throws kConfiguration (not supported yet).
 
   template <class T>
   RocksDBValueState<K, VoidNamespace, T>& get_state(const ValueStateDescriptor<T>& d) {
@@ -874,11 +1047,12 @@ class RocksDBKeyedStateBackend {
  private:
   void check(std::string_view name, const StateTtlConfig& ttl, bool has_function) {
     detail::check_descriptor(name, ttl, has_function);
-    if (ttl.enabled()) {
-      throw SluiceException(
-          Error(ErrorCode::kConfiguration, "state '" + std::string(name) +
-                                               "': state TTL is not supported by the rocksdb state backend yet; use "
-                                               "state.backend.type: hashmap for state with a TTL"));
+    if (ttl.enabled() && ttl.visibility == StateTtlConfig::Visibility::kReturnExpiredIfNotCleanedUp) {
+      throw SluiceException(Error(ErrorCode::kConfiguration,
+                                  "state '" + std::string(name) +
+                                      "': TTL visibility ReturnExpiredIfNotCleanedUp is not supported by the rocksdb "
+                                      "state backend yet; use NeverReturnExpired (the default) or the hashmap "
+                                      "backend"));
     }
   }
 
@@ -890,7 +1064,7 @@ class RocksDBKeyedStateBackend {
       if (typed == nullptr) detail::throw_state_type_mismatch(d.name, existing.kind(), kind, existing.kind() == kind);
       return *typed;
     }
-    auto state = std::make_unique<S>(d, *db_, ctx_);
+    auto state = std::make_unique<S>(d, *db_, ctx_, clock_);
     S& ref = *state;
     if (auto p = pending_.find(d.name); p != pending_.end()) {
       const detail::PendingKeyedState& pending = *p->second;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sluice/core/clock.h"
+#include "sluice/core/config.h"
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
@@ -559,16 +560,140 @@ TEST(RocksDBBackendTest, CaptureIsConsistentWhileTheTaskWritesAndOutlivesTheBack
   EXPECT_FALSE(std::filesystem::exists(dir));  // the working directory goes with the last user
 }
 
-TEST(RocksDBBackendTest, TtlIsRefusedWithAClearError) {
+TEST(RocksDBBackendTest, TtlReturnExpiredIfNotCleanedUpIsRefusedWithAClearError) {
   ManualClock clock;
   auto b = RocksDB::make<std::string>(full_range(), kDefaultMaxParallelism, clock);
-  std::string msg = message_of([&] { b->get_state(ValueStateDescriptor<int>{"t", 0, StateTtlConfig::of(1000)}); });
+  auto ttl = StateTtlConfig::of(1000).with_visibility(StateTtlConfig::Visibility::kReturnExpiredIfNotCleanedUp);
+  std::string msg = message_of([&] { b->get_state(ValueStateDescriptor<int>{"t", 0, ttl}); });
   EXPECT_THAT(msg, HasSubstr("'t'"));
-  EXPECT_THAT(msg, HasSubstr("TTL is not supported by the rocksdb state backend"));
-  EXPECT_EQ(code_of([&] {
-              b->get_state(MapStateDescriptor<int, int>{"m", StateTtlConfig::of(5)});
-            }),
-            ErrorCode::kConfiguration);
+  EXPECT_THAT(msg, HasSubstr("ReturnExpiredIfNotCleanedUp is not supported by the rocksdb state backend"));
+  EXPECT_EQ(code_of([&] { b->get_state(MapStateDescriptor<int, int>{"m", ttl}); }), ErrorCode::kConfiguration);
+}
+
+// TTL on both backends: never return expired, per element for lists and maps, refresh on read.
+TYPED_TEST(KeyedStateBackendTest, TtlNeverReturnsExpiredValues) {
+  auto& b = *this->backend_;
+  auto& clock = this->clock_;
+  const auto ttl = StateTtlConfig::of(100);
+  auto& value = b.get_state(ValueStateDescriptor<int>{"value", -1, ttl});
+  auto& list = b.get_state(ListStateDescriptor<int>{"list", ttl});
+  auto& map = b.get_state(MapStateDescriptor<std::string, int>{"map", ttl});
+  auto& sum = b.get_state(ReducingStateDescriptor<int>{"sum", [](const int& x, const int& y) { return x + y; }, ttl});
+  auto& avg = b.get_state(AggregatingStateDescriptor<int, Acc, double>{"avg", std::make_shared<Average>(), ttl});
+  b.set_current_key("k");
+  value.update(1);
+  list.add(1);
+  map.put("a", 1);
+  sum.add(1);
+  avg.add(1);
+  clock.set(1050);
+  list.add(2);
+  map.put("b", 2);
+  EXPECT_EQ(value.value(), 1);
+  clock.set(1100);  // written at 1000: expired now (last access + ttl <= now)
+  EXPECT_FALSE(value.has_value());
+  EXPECT_EQ(value.value(), -1);
+  EXPECT_THAT(list.get(), ElementsAre(2));
+  EXPECT_EQ(map.get("a"), std::nullopt);
+  EXPECT_THAT(map.keys(), ElementsAre("b"));
+  EXPECT_EQ(sum.get(), std::nullopt);
+  EXPECT_EQ(avg.get(), std::nullopt);
+  sum.add(5);  // an expired value is absent for add too
+  EXPECT_EQ(sum.get(), 5);
+  clock.set(1150);
+  EXPECT_THAT(list.get(), IsEmpty());
+  EXPECT_TRUE(map.is_empty());
+  EXPECT_EQ(b.num_entries("list") + b.num_entries("map") + b.num_entries("value"), 0u);
+
+  // OnReadAndWrite: a read refreshes.
+  auto& touched = b.get_state(ValueStateDescriptor<int>{
+      "touched", 0, StateTtlConfig::of(100).with_update_type(StateTtlConfig::UpdateType::kOnReadAndWrite)});
+  touched.update(7);
+  clock.set(1240);
+  EXPECT_EQ(touched.value(), 7);
+  clock.set(1300);
+  EXPECT_EQ(touched.value(), 7);  // 1240 + 100 > 1300
+  clock.set(1400);
+  EXPECT_FALSE(touched.has_value());
+}
+
+// TTL timestamps travel in snapshots in both directions: an entry expires at the same time after a
+// heap -> rocksdb -> heap round trip.
+TEST(CrossBackendTest, TtlTimestampsSurviveBackendChanges) {
+  ManualClock clock(1000);
+  const auto ttl = StateTtlConfig::of(100);
+  Heap::Backend<int64_t> heap(full_range(), kDefaultMaxParallelism, clock);
+  auto& hv = heap.get_state(ValueStateDescriptor<int64_t>{"v", -1, ttl});
+  auto& hl = heap.get_state(ListStateDescriptor<int64_t>{"l", ttl});
+  auto& hm = heap.get_state(MapStateDescriptor<int64_t, int64_t>{"m", ttl});
+  for (int64_t k = 0; k < 100; ++k) {
+    clock.set(1000 + k);  // key k written at 1000 + k: expires at 1100 + k
+    heap.set_current_key(k);
+    hv.update(k);
+    hl.add(k);
+    hm.put(k, k);
+  }
+  auto rocks = RocksDB::make<int64_t>(full_range(), kDefaultMaxParallelism, clock);
+  restore_groups(*rocks, snapshot_groups(heap));
+  auto& rv = rocks->get_state(ValueStateDescriptor<int64_t>{"v", -1, ttl});
+  auto& rl = rocks->get_state(ListStateDescriptor<int64_t>{"l", ttl});
+  auto& rm = rocks->get_state(MapStateDescriptor<int64_t, int64_t>{"m", ttl});
+  Heap::Backend<int64_t> back(full_range(), kDefaultMaxParallelism, clock);
+  restore_groups(back, snapshot_groups(*rocks));
+  auto& bv = back.get_state(ValueStateDescriptor<int64_t>{"v", -1, ttl});
+  clock.set(1150);  // keys <= 50 expired
+  for (int64_t k = 0; k < 100; ++k) {
+    rocks->set_current_key(k);
+    back.set_current_key(k);
+    const bool live = k > 50;  // key k expires at 1100 + k (last access + ttl <= now)
+    EXPECT_EQ(rv.value(), live ? k : -1) << k;
+    EXPECT_EQ(rl.get().size(), live ? 1u : 0u) << k;
+    EXPECT_EQ(rm.contains(k), live) << k;
+    EXPECT_EQ(bv.value(), live ? k : -1) << k;
+  }
+}
+
+// Expired entries nobody reads are dropped by compaction (the TTL compaction filter); list elements one by one.
+TEST(RocksDBBackendTest, CompactionDropsExpiredEntries) {
+  ManualClock clock(1000);
+  auto b = RocksDB::make<int64_t>(full_range(), kDefaultMaxParallelism, clock);
+  const auto ttl = StateTtlConfig::of(100);
+  auto& value = b->get_state(ValueStateDescriptor<int64_t>{"value", 0, ttl});
+  auto& list = b->get_state(ListStateDescriptor<int64_t>{"list", ttl});
+  auto& map = b->get_state(MapStateDescriptor<int64_t, int64_t>{"map", ttl});
+  for (int64_t k = 0; k < 200; ++k) {
+    b->set_current_key(k);
+    value.update(k);
+    list.add(k);
+    map.put(k, k);
+  }
+  clock.set(1060);
+  for (int64_t k = 0; k < 200; k += 2) {  // even keys get a later list element and a later value
+    b->set_current_key(k);
+    list.add(k + 1000);
+    value.update(k);
+  }
+  b->instance().compact();
+  EXPECT_EQ(b->num_entries("value"), 200u);  // nothing expired yet
+  clock.set(1100);                           // the writes at 1000 expire
+  b->instance().compact();
+  EXPECT_EQ(b->num_entries("value"), 100u);
+  EXPECT_EQ(b->num_entries("map"), 0u);
+  EXPECT_EQ(b->num_entries("list"), 100u);
+  // The compaction rewrote the even keys' lists to their live element: what is stored (restored into a
+  // heap backend whose clock says nothing has expired) no longer holds the expired elements.
+  ManualClock before(1000);
+  Heap::Backend<int64_t> stored(full_range(), kDefaultMaxParallelism, before);
+  restore_groups(stored, snapshot_groups(*b));
+  auto& stored_list = stored.get_state(ListStateDescriptor<int64_t>{"list", ttl});
+  for (int64_t k = 0; k < 200; ++k) {
+    stored.set_current_key(k);
+    if (k % 2 == 0) {
+      EXPECT_THAT(stored_list.get(), ElementsAre(k + 1000)) << k;
+    } else {
+      EXPECT_THAT(stored_list.get(), IsEmpty()) << k;
+    }
+  }
 }
 
 TEST(RocksDBBackendTest, RestoreErrorsNameTheProblem) {
@@ -645,6 +770,27 @@ TEST(RocksDBBackendTest, BadMemoryRatiosAreConfigurationErrors) {
   bad.write_buffer_ratio = 0.5;
   bad.high_priority_pool_ratio = -0.1;
   EXPECT_EQ(code_of([&] { RocksDBInstance::open(fresh_dir(), bad); }), ErrorCode::kConfiguration);
+}
+
+// Until operators create RocksDB backends, asking a job for one is an error, not a silent heap run.
+TEST(StateBackendConfigTest, RocksDBAndIncrementalAreRefusedUntilJobsCanUseThem) {
+  Configuration config;
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  config.set_string("state.backend.type", "hashmap");
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  config.set_string("state.backend.type", "RocksDB");
+  Status st = validate_engine_options(config);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kConfiguration);
+  EXPECT_THAT(st.error().message(), HasSubstr("not selectable for jobs yet"));
+  config.set_string("state.backend.type", "heap");
+  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected hashmap"));
+  config.set_string("state.backend.type", "hashmap");
+  config.set_string("state.backend.incremental", "true");
+  EXPECT_THAT(validate_engine_options(config).error().message(),
+              HasSubstr("incremental checkpoints are not supported"));
+  config.set_string("state.backend.incremental", "false");
+  EXPECT_TRUE(validate_engine_options(config).ok());
 }
 
 }  // namespace

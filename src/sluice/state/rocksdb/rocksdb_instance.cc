@@ -1,6 +1,7 @@
 #include "sluice/state/rocksdb_instance.h"
 
 #include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/merge_operator.h>
 #include <rocksdb/options.h>
@@ -36,6 +37,30 @@ class ConcatMergeOperator final : public rocksdb::AssociativeMergeOperator {
   const char* Name() const override { return "SluiceConcat"; }
 };
 
+// Runs a state's ValueFilter on every plain value a compaction sees (merge operands are kept: the next
+// compaction after they are merged filters the result).
+class ValueCompactionFilter final : public rocksdb::CompactionFilter {
+ public:
+  explicit ValueCompactionFilter(RocksDBInstance::ValueFilter filter) : filter_(std::move(filter)) {}
+  Decision FilterV2(int, const rocksdb::Slice&, ValueType type, const rocksdb::Slice& value, std::string* new_value,
+                    std::string*) const override {
+    if (type != ValueType::kValue) return Decision::kKeep;
+    switch (filter_(std::string_view(value.data(), value.size()), *new_value)) {
+      case RocksDBInstance::FilterDecision::kRemove:
+        return Decision::kRemove;
+      case RocksDBInstance::FilterDecision::kChange:
+        return Decision::kChangeValue;
+      case RocksDBInstance::FilterDecision::kKeep:
+        break;
+    }
+    return Decision::kKeep;
+  }
+  const char* Name() const override { return "SluiceTtlCompactionFilter"; }
+
+ private:
+  RocksDBInstance::ValueFilter filter_;
+};
+
 rocksdb::Slice slice(std::string_view s) {
   return rocksdb::Slice(s.data(), s.size());
 }
@@ -64,6 +89,7 @@ std::string prefix_successor(std::string_view prefix) {
 
 struct RocksDBInstance::ColumnFamily {
   rocksdb::ColumnFamilyHandle* handle = nullptr;
+  std::unique_ptr<rocksdb::CompactionFilter> filter;  // outlives the handle (destroyed after it)
 };
 
 class RocksDBInstance::Snapshot {
@@ -165,11 +191,16 @@ RocksDBInstance::~RocksDBInstance() {
   std::filesystem::remove_all(dir_, ec);  // best effort: a leftover is removed by the next open()
 }
 
-RocksDBInstance::ColumnFamily* RocksDBInstance::column_family(std::string_view name) {
+RocksDBInstance::ColumnFamily* RocksDBInstance::column_family(std::string_view name, ValueFilter filter) {
   std::lock_guard lock(impl_->mutex);
   if (auto it = impl_->families.find(name); it != impl_->families.end()) return it->second.get();
   auto cf = std::make_unique<ColumnFamily>();
-  rocksdb::Status s = impl_->db->CreateColumnFamily(impl_->cf_options, "state/" + std::string(name), &cf->handle);
+  rocksdb::ColumnFamilyOptions cf_options = impl_->cf_options;
+  if (filter) {
+    cf->filter = std::make_unique<ValueCompactionFilter>(std::move(filter));
+    cf_options.compaction_filter = cf->filter.get();
+  }
+  rocksdb::Status s = impl_->db->CreateColumnFamily(cf_options, "state/" + std::string(name), &cf->handle);
   if (!s.ok()) throw_rocksdb(dir_, "creating the column family of state '" + std::string(name) + "'", s);
   ColumnFamily* raw = cf.get();
   impl_->families.emplace(std::string(name), std::move(cf));
