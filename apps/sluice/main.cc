@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster_command.h"
 #include "pipeline_command.h"
 #include "rest_client.h"
 #include "sluice/api/stream_environment.h"
@@ -366,6 +367,8 @@ int main(int argc, char** argv) {
 
   sluice::cli::PipelineFlags pipeline_flags;
   auto [run_cmd, validate_cmd] = sluice::cli::add_pipeline_commands(app, pipeline_flags);
+  sluice::cli::ClusterFlags cluster_flags;
+  auto [jobmanager_cmd, taskmanager_cmd] = sluice::cli::add_cluster_commands(app, cluster_flags);
 
   auto* example = app.add_subcommand("example", "Run a bundled example job on the local mini-cluster");
   example->require_subcommand(1);
@@ -440,6 +443,12 @@ int main(int argc, char** argv) {
     const int rc = sluice::cli::run_pipeline(pipeline_flags, app.count("--log-level") > 0);
     curl_global_cleanup();
     return rc;
+  }
+  if (jobmanager_cmd->parsed()) {
+    return sluice::cli::run_jobmanager(cluster_flags, SLUICE_VERSION, app.count("--log-level") > 0);
+  }
+  if (taskmanager_cmd->parsed()) {
+    return sluice::cli::run_taskmanager(cluster_flags, SLUICE_VERSION, app.count("--log-level") > 0);
   }
   if (list_examples->parsed()) {
     fmt::print("wordcount     count words in text files (bundled: {}/hamlet.txt)\n", SLUICE_EXAMPLES_DATA_DIR);

@@ -24,6 +24,10 @@
 #include "sluice/core/error.h"
 #include "sluice/pipeline/pipeline_spec.h"
 
+namespace sluice {
+class StreamGraph;
+}
+
 namespace sluice::pipeline {
 
 /// The verdict of /health.
@@ -80,6 +84,10 @@ class PipelineRunner {
   /// (a failure to delete one is logged, not fatal); returns 0 without looking before the first completed
   /// checkpoint and after it ran once. `sluice run` calls it while it waits for the job. From one thread.
   int remove_superseded_checkpoints();
+
+  /// The job's stream graph as built from the file (cluster mode fingerprints it: every process builds the same
+  /// graph). Valid until start(), which hands the graph to the job.
+  const StreamGraph& stream_graph() const;
 
   /// The completed checkpoint the job resumed from ("" on a fresh start).
   const std::string& restored_from() const;

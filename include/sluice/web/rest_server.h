@@ -8,6 +8,8 @@
 //   GET   /jobs/:id/savepoints/:request-id    {"status": {"id": IN_PROGRESS|COMPLETED}, "operation": ...}
 //   POST  /jobs/:id/stop                      {"targetDirectory", "drain"} -> 202 {"request-id"}
 //   PATCH /jobs/:id?mode=cancel               202 {}
+//   GET   /taskmanagers                       {"taskmanagers": [{"id", "path", "slotsNumber", "freeSlots",
+//                                             "timeSinceLastHeartbeat", ...}]} (a cluster's JobManager only)
 //
 // Errors are JSON `{"errors": ["..."]}`: 404 for an unknown job, request id or path, 400 for a malformed
 // body or parameter, 409 for an action on a job that is no longer running.
@@ -21,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +40,20 @@ struct RestServerOptions {
   std::string address = "127.0.0.1";  ///< an IP address or host name to bind to (rest.address)
   int port = 0;                       ///< 0 = an ephemeral port chosen by the kernel (see RestServer::port())
   int threads = 4;                    ///< HTTP worker threads (each serves one connection at a time)
+};
+
+/// One registered TaskManager as GET /taskmanagers shows it.
+struct RestTaskManagerInfo {
+  std::string id;               ///< the TaskManager's resource id
+  std::string registration_id;  ///< its current registration (new after every re-registration)
+  std::string address;          ///< host:port of its RPC service
+  std::string data_address;     ///< host:port of its data plane ("" until wired)
+  std::string hostname;
+  int64_t pid = 0;
+  int slots_total = 0;
+  int slots_free = 0;
+  int64_t registered_ms = 0;      ///< ms since the epoch
+  int64_t last_heartbeat_ms = 0;  ///< ms since the epoch
 };
 
 /// The REST API of the jobs of one process. Thread-safe (see the file comment).
@@ -66,6 +83,14 @@ class RestServer {
   /// JobResult are served instead. Registering the same job id again replaces the entry. The server keeps
   /// the client (and so the job's resources) until it is destroyed.
   void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators = {});
+  /// As register_job(), with a line that says what the job waits for ("needs 8 slots, 6 registered"),
+  /// served as "status-message" in GET /jobs and GET /jobs/:id. `status_message` is called on HTTP threads.
+  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
+                    std::function<std::string()> status_message);
+
+  /// Serves GET /taskmanagers from `provider` (called on HTTP threads, so thread-safe). Without a provider
+  /// (local mode) GET /taskmanagers answers 404 saying the process is not a cluster's JobManager.
+  void serve_task_managers(std::function<std::vector<RestTaskManagerInfo>()> provider);
 
   /// Waits until a client has fetched the result of every savepoint or stop operation that has completed,
   /// or `timeout` passes; true when nothing is left unfetched. A process that serves a job calls it after

@@ -387,6 +387,10 @@ std::optional<JobClient> PipelineRunner::client() const {
   return s_->client;
 }
 
+const StreamGraph& PipelineRunner::stream_graph() const {
+  return s_->env->stream_graph();
+}
+
 const std::string& PipelineRunner::restored_from() const {
   return s_->restored_from;
 }

@@ -97,6 +97,7 @@ struct JobEntry {
   std::vector<OperatorStats> operators;
   int64_t start_time_ms = 0;
   std::map<std::string, Operation> operations;  // by request id
+  std::function<std::string()> status_message;  // what the job waits for; empty when nothing
 };
 
 void reply(httplib::Response& res, int status, const Value& body) {
@@ -199,12 +200,13 @@ class RestServer::Impl {
 
   std::string url() const { return fmt::format("http://{}:{}", options_.address, port_); }
 
-  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators) {
+  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
+                    std::function<std::string()> status_message) {
     std::string id = client.job_id();
     std::lock_guard lock(mu_);
     auto [it, inserted] = jobs_.insert_or_assign(
-        id,
-        std::make_shared<JobEntry>(JobEntry{std::move(name), std::move(client), std::move(operators), now_ms(), {}}));
+        id, std::make_shared<JobEntry>(JobEntry{
+                std::move(name), std::move(client), std::move(operators), now_ms(), {}, std::move(status_message)}));
     (void)it;
     if (inserted) order_.push_back(id);
   }
@@ -227,6 +229,11 @@ class RestServer::Impl {
       fetched_cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
     }
     return true;
+  }
+
+  void serve_task_managers(std::function<std::vector<RestTaskManagerInfo>()> provider) {
+    std::lock_guard lock(mu_);
+    task_managers_ = std::move(provider);
   }
 
   const RestServerOptions& options() const { return options_; }
@@ -366,9 +373,43 @@ class RestServer::Impl {
                                      {"start-time", j->start_time_ms},
                                      {"restarts", j->client.restarts()}});
         add_failure_summary(entry, j->client);
+        if (j->status_message) entry.set("status-message", j->status_message());
         list.push_back(std::move(entry));
       }
       reply(res, 200, Value::object({{"jobs", std::move(list)}}));
+    });
+
+    // Flink's GET /taskmanagers, plus the registration id, pid and times in ms since the epoch.
+    // "timeSinceLastHeartbeat" keeps Flink's name and meaning: the time OF the last heartbeat (ms since the
+    // epoch), not a duration; "ms-since-last-heartbeat" is the duration.
+    server_.Get("/taskmanagers", [this](const httplib::Request&, httplib::Response& res) {
+      std::function<std::vector<RestTaskManagerInfo>()> provider;
+      {
+        std::lock_guard lock(mu_);
+        provider = task_managers_;
+      }
+      if (!provider) {
+        reply_error(res, 404,
+                    "this process runs its job on the local mini-cluster and has no TaskManagers to list; "
+                    "GET /taskmanagers is served by a cluster's JobManager (sluice jobmanager, docs/cluster.md)");
+        return;
+      }
+      const int64_t now = now_ms();
+      Value list = Value::array();
+      for (const auto& t : provider()) {
+        list.push_back(Value::object({{"id", t.id},
+                                      {"registration-id", t.registration_id},
+                                      {"path", t.address},
+                                      {"data-address", t.data_address},
+                                      {"hostname", t.hostname},
+                                      {"pid", t.pid},
+                                      {"slotsNumber", t.slots_total},
+                                      {"freeSlots", t.slots_free},
+                                      {"registered", t.registered_ms},
+                                      {"timeSinceLastHeartbeat", t.last_heartbeat_ms},
+                                      {"ms-since-last-heartbeat", now - t.last_heartbeat_ms}}));
+      }
+      reply(res, 200, Value::object({{"taskmanagers", std::move(list)}}));
     });
 
     server_.Get(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -536,6 +577,7 @@ class RestServer::Impl {
       v.set("restarts", job.client.restarts());
     }
     add_failure_summary(v, job.client);
+    if (job.status_message) v.set("status-message", job.status_message());
     Value vertices = Value::array();
     for (const auto& op : operators) {
       Value vertex = Value::object({{"name", op.name}, {"uid", op.uid}, {"parallelism", op.parallelism}});
@@ -593,6 +635,7 @@ class RestServer::Impl {
   std::map<std::string, std::shared_ptr<JobEntry>> jobs_;
   std::vector<std::string> order_;  // job ids in registration order
   std::vector<std::thread> cancellers_;
+  std::function<std::vector<RestTaskManagerInfo>()> task_managers_;  // guarded by mu_
 };
 
 Result<std::unique_ptr<RestServer>> RestServer::start(RestServerOptions options) {
@@ -639,7 +682,14 @@ std::string RestServer::url() const {
   return impl_->url();
 }
 void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators) {
-  impl_->register_job(std::move(name), std::move(client), std::move(operators));
+  impl_->register_job(std::move(name), std::move(client), std::move(operators), {});
+}
+void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
+                              std::function<std::string()> status_message) {
+  impl_->register_job(std::move(name), std::move(client), std::move(operators), std::move(status_message));
+}
+void RestServer::serve_task_managers(std::function<std::vector<RestTaskManagerInfo>()> provider) {
+  impl_->serve_task_managers(std::move(provider));
 }
 bool RestServer::wait_for_fetched_operations(std::chrono::milliseconds timeout) {
   return impl_->wait_for_fetched_operations(timeout);

@@ -410,3 +410,45 @@ TEST(RestServerTest, ConfigurationAndBindErrors) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(RestServerTest, TaskManagersAndAJobsStatusMessageOfAClustersJobManager) {
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  httplib::Client http(server->address(), server->port());
+  Answer local = call(http, "GET", "/taskmanagers");
+  EXPECT_EQ(local.status, 404);
+  EXPECT_NE(str(local.body, "errors[0]").find("local mini-cluster"), std::string::npos) << local.body.to_json();
+
+  const int64_t beat = 1'700'000'000'000;
+  server->serve_task_managers([&] {
+    return std::vector<RestTaskManagerInfo>{
+        {"127.0.0.1:4000-abc", "jm-1", "127.0.0.1:4000", "", "host", 42, 4, 3, beat - 10, beat}};
+  });
+  Answer a = call(http, "GET", "/taskmanagers");
+  ASSERT_EQ(a.status, 200);
+  const Value* list = a.body.find("taskmanagers");
+  ASSERT_TRUE(list != nullptr && list->is_array() && list->size() == 1) << a.body.to_json();
+  const Value& t = list->as_array()[0];
+  EXPECT_EQ(str(t, "id"), "127.0.0.1:4000-abc");
+  EXPECT_EQ(str(t, "registration-id"), "jm-1");
+  EXPECT_EQ(str(t, "path"), "127.0.0.1:4000");
+  EXPECT_EQ(t.find("slotsNumber")->as_int64(), 4);
+  EXPECT_EQ(t.find("freeSlots")->as_int64(), 3);
+  EXPECT_EQ(t.find("pid")->as_int64(), 42);
+  EXPECT_EQ(t.find("timeSinceLastHeartbeat")->as_int64(), beat);
+  EXPECT_GT(t.find("ms-since-last-heartbeat")->as_int64(), 0);
+
+  RunningJob job;
+  job.start(Configuration{});
+  server->register_job("running sums", *job.client, {}, [] { return std::string("needs 8 slots, 6 registered"); });
+  Answer details = call(http, "GET", "/jobs/" + job.client->job_id());
+  EXPECT_EQ(str(details.body, "status-message"), "needs 8 slots, 6 registered") << details.body.to_json();
+  Answer jobs = call(http, "GET", "/jobs");
+  EXPECT_EQ(str(jobs.body, "jobs[0].status-message"), "needs 8 slots, 6 registered") << jobs.body.to_json();
+}
+
+}  // namespace
+}  // namespace sluice

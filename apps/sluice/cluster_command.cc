@@ -1,0 +1,327 @@
+#include "cluster_command.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "sluice/api/job.h"
+#include "sluice/cluster/cluster_options.h"
+#include "sluice/cluster/job_graph_fingerprint.h"
+#include "sluice/cluster/jobmanager/jobmanager_server.h"
+#include "sluice/cluster/taskmanager/task_executor.h"
+#include "sluice/core/config.h"
+#include "sluice/pipeline/pipeline_runner.h"
+#include "sluice/pipeline/pipeline_spec.h"
+#include "sluice/web/rest_server.h"
+
+namespace sluice::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_cluster_signal(int sig) {
+  g_signal.store(sig);
+}
+
+/// The pipeline loaded, its graph fingerprinted, and the options split into cluster and engine options.
+struct Prepared {
+  pipeline::PipelineSpec spec;
+  std::unique_ptr<pipeline::PipelineRunner> runner;
+  JobGraphFingerprint fingerprint;
+  Configuration cluster;  // heartbeat.*, jobmanager.rpc.*, taskmanager.* (never handed to the job)
+};
+
+std::optional<Prepared> prepare(const ClusterFlags& f) {
+  Configuration engine;
+  Prepared p;
+  for (const auto& prop : f.props) {
+    const auto eq = prop.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      fmt::print(stderr, "error: -D {} is not of the form key=value\n", prop);
+      return std::nullopt;
+    }
+    std::string key = prop.substr(0, eq);
+    std::string value = prop.substr(eq + 1);
+    if (is_cluster_option(key) || key == options::kTaskSlots.key) {
+      p.cluster.set_string(std::move(key), std::move(value));
+    } else {
+      engine.set_string(std::move(key), std::move(value));
+    }
+  }
+  Result<pipeline::PipelineSpec> spec = pipeline::load_pipeline(f.file);
+  if (!spec.ok()) {
+    fmt::print(stderr, "{}\n", spec.error().message());
+    return std::nullopt;
+  }
+  Result<std::unique_ptr<pipeline::PipelineRunner>> runner = pipeline::PipelineRunner::create(*spec, engine);
+  if (!runner.ok()) {
+    fmt::print(stderr, "{}\n", runner.error().message());
+    return std::nullopt;
+  }
+  Result<JobGraphFingerprint> fp = fingerprint_job_graph((*runner)->stream_graph());
+  if (!fp.ok()) {
+    fmt::print(stderr, "error: {}\n", fp.error().to_string());
+    return std::nullopt;
+  }
+  p.spec = std::move(*spec);
+  p.runner = std::move(*runner);
+  p.fingerprint = std::move(*fp);
+  spdlog::debug("job graph of '{}' (fingerprint {}):\n{}", p.spec.pipeline.name, p.fingerprint.hex,
+                p.fingerprint.canonical);
+  return p;
+}
+
+template <class T>
+std::optional<T> option(const Configuration& c, const ConfigOption<T>& o) {
+  try {
+    return c.get(o);
+  } catch (const SluiceException& e) {
+    fmt::print(stderr, "error: {}\n", e.error().message());
+    return std::nullopt;
+  }
+}
+
+/// The job of a JobManager that cannot run it yet: CREATED until cancelled (CANCELED). Its status message
+/// says what it waits for.
+class WaitingJob final : public JobClient::Impl {
+ public:
+  WaitingJob(std::string id, std::string name) : id_(std::move(id)), name_(std::move(name)) {
+    start_ = std::chrono::steady_clock::now();
+  }
+  const std::string& job_id() const override { return id_; }
+  JobStatus status() const override {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+  void cancel() override {
+    {
+      std::lock_guard lock(mu_);
+      if (status_ != JobStatus::kCreated) return;
+      status_ = JobStatus::kCanceled;
+    }
+    cv_.notify_all();
+  }
+  JobResult wait() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return status_ != JobStatus::kCreated; });
+    return result_locked();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return status_ != JobStatus::kCreated; });
+  }
+  std::future<Result<std::string>> trigger_savepoint(std::string, bool) override {
+    std::promise<Result<std::string>> p;
+    p.set_value(Error(ErrorCode::kCheckpoint,
+                      fmt::format("job '{}' does not run: the JobManager waits for cluster task deployment, which is "
+                                  "not implemented yet; there is no state to take a savepoint of",
+                                  name_)));
+    return p.get_future();
+  }
+  std::vector<CheckpointStats> checkpoint_stats() const override { return {}; }
+  int restarts() const override { return 0; }
+
+ private:
+  JobResult result_locked() const {
+    JobResult r;
+    r.job_id = id_;
+    r.job_name = name_;
+    r.status = status_;
+    r.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+    return r;
+  }
+
+  const std::string id_;
+  const std::string name_;
+  std::chrono::steady_clock::time_point start_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  JobStatus status_ = JobStatus::kCreated;
+};
+
+std::string waiting_message(const SlotSummary& s, int needed) {
+  if (s.slots_total < needed) {
+    return fmt::format("waiting for TaskManagers: needs {} slots, {} registered (on {} TaskManager(s))", needed,
+                       s.slots_total, s.task_managers);
+  }
+  return fmt::format(
+      "has the {} slots it needs ({} registered on {} TaskManager(s)) but waits for cluster task deployment, which "
+      "is not implemented yet (issue 21): the job does not run",
+      needed, s.slots_total, s.task_managers);
+}
+
+void install_signals() {
+  std::signal(SIGINT, on_cluster_signal);
+  std::signal(SIGTERM, on_cluster_signal);
+}
+
+}  // namespace
+
+std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags& f) {
+  auto* jm = app.add_subcommand("jobmanager",
+                                "Run a cluster's JobManager for a pipeline file (control plane only in this build: "
+                                "registration, heartbeats, slots; docs/cluster.md)");
+  jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
+      ->required();
+  jm->add_option("--rpc-port", f.rpc_port,
+                 "Port of the RPC service TaskManagers register with (jobmanager.rpc.port, default 6123; 0 = any "
+                 "free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  jm->add_option("--rest-port", f.rest_port, "Port of the REST API (jobs, /taskmanagers); 0 = any free port, -1 = none")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  jm->add_option("-D", f.props,
+                 "Option key=value (repeatable): heartbeat.interval, heartbeat.timeout, jobmanager.rpc.address, "
+                 "... and the job's engine options");
+  jm->fallthrough();
+
+  auto* tm = app.add_subcommand(
+      "taskmanager", "Run a cluster's TaskManager: registers its slots with the JobManager (docs/cluster.md)");
+  tm->add_option("PIPELINE", f.file, "The same pipeline YAML file as the JobManager's")->required();
+  tm->add_option("--jobmanager", f.jobmanager, "HOST:PORT of the JobManager's RPC service")->required();
+  tm->add_option("--slots", f.slots, "Task slots it offers (taskmanager.numberOfTaskSlots; default 1)")
+      ->check(CLI::Range(1, 1024));
+  tm->add_option("--rpc-port", f.rpc_port, "Port of its own RPC service (taskmanager.rpc.port; default 0 = any)")
+      ->check(CLI::Range(0, 65535));
+  tm->add_option("-D", f.props,
+                 "Option key=value (repeatable): heartbeat.interval, heartbeat.timeout, taskmanager.host, "
+                 "cluster.registration.*, ... and the job's engine options (the same as the JobManager's)");
+  tm->fallthrough();
+  return {jm, tm};
+}
+
+int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_level_given) {
+  if (!log_level_given) spdlog::set_level(spdlog::level::info);
+  std::optional<Prepared> p = prepare(f);
+  if (!p) return 2;
+  Result<HeartbeatOptions> hb = heartbeat_options(p->cluster);
+  if (!hb.ok()) {
+    fmt::print(stderr, "error: {}\n", hb.error().message());
+    return 2;
+  }
+  std::optional<std::string> address = option(p->cluster, options::kJobManagerRpcAddress);
+  std::optional<int32_t> port = option(p->cluster, options::kJobManagerRpcPort);
+  if (!address || !port) return 2;
+  const std::string& name = p->spec.pipeline.name;
+  const int needed = p->fingerprint.required_slots;
+
+  JobManagerServerOptions o;
+  o.address = *address;
+  o.port = f.rpc_port != -2 ? f.rpc_port : *port;
+  o.heartbeat = *hb;
+  o.job = JobGraphIdentity{p->fingerprint.hex, name, version};
+  auto server = JobManagerServer::start(o, SystemClock::instance());
+  if (!server.ok()) {
+    fmt::print(stderr, "error: {}\n", server.error().message());
+    return 1;
+  }
+  JobManagerServer& jm = **server;
+  spdlog::info("JobManager of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}", name, p->fingerprint.hex,
+               version, jm.target());
+
+  std::random_device rd;  // a job id, not data
+  auto job = std::make_shared<WaitingJob>(fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd()), name);
+  JobClient client(job);
+  std::unique_ptr<RestServer> rest;
+  if (f.rest_port >= 0) {
+    RestServerOptions ro;
+    ro.port = f.rest_port;
+    ro.address = *address;
+    auto r = RestServer::start(ro);
+    if (!r.ok()) {
+      fmt::print(stderr, "error: {}\n", r.error().message());
+      return 1;
+    }
+    rest = std::move(*r);
+    rest->register_job(name, client, operators_of(p->runner->stream_graph()),
+                       [&jm, needed] { return waiting_message(jm.slots(), needed); });
+    rest->serve_task_managers([&jm] {
+      std::vector<RestTaskManagerInfo> out;
+      for (const auto& t : jm.task_managers()) {
+        out.push_back(RestTaskManagerInfo{t.resource_id, t.registration_id, t.rpc_address, t.data_address, t.hostname,
+                                          t.pid, t.slots_total, t.slots_free, t.registered_ms, t.last_heartbeat_ms});
+      }
+      return out;
+    });
+    // On a line of its own: scripts and tests find an ephemeral port there.
+    spdlog::info("JobManager REST API at {}, job id {}", rest->url(), client.job_id());
+  }
+  // Says what the job waits for at the start and after every change of the registered TaskManagers.
+  std::mutex log_mu;
+  std::string last_logged;
+  auto log_state = [&] {
+    const std::string m = waiting_message(jm.slots(), needed);
+    std::lock_guard lock(log_mu);
+    if (m == last_logged) return;
+    last_logged = m;
+    spdlog::warn("job '{}' {}", name, m);
+  };
+  jm.set_listener([&](const SlotSummary&) { log_state(); });
+  log_state();
+
+  install_signals();
+  while (g_signal.load() == 0 && !job_status_terminal(client.status())) {
+    client.wait_for(std::chrono::milliseconds(100));
+  }
+  if (g_signal.load() != 0) spdlog::info("JobManager: signal {} received, shutting down", g_signal.load());
+  if (client.status() == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
+  jm.set_listener({});
+  if (rest) rest->stop();
+  jm.stop();
+  return 0;
+}
+
+int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_level_given) {
+  if (!log_level_given) spdlog::set_level(spdlog::level::info);
+  std::optional<Prepared> p = prepare(f);
+  if (!p) return 2;
+  Result<HeartbeatOptions> hb = heartbeat_options(p->cluster);
+  Result<RegistrationBackoff> backoff = registration_backoff(p->cluster);
+  if (!hb.ok() || !backoff.ok()) {
+    fmt::print(stderr, "error: {}\n", (!hb.ok() ? hb.error() : backoff.error()).message());
+    return 2;
+  }
+  std::optional<std::string> address = option(p->cluster, options::kTaskManagerRpcAddress);
+  std::optional<int32_t> port = option(p->cluster, options::kTaskManagerRpcPort);
+  std::optional<int32_t> slots = option(p->cluster, options::kTaskSlots);
+  if (!address || !port || !slots) return 2;
+
+  TaskExecutorOptions o;
+  o.jobmanager = f.jobmanager;
+  o.address = *address;
+  o.port = f.rpc_port != -2 ? f.rpc_port : *port;
+  o.slots = f.slots > 0 ? f.slots : (*slots > 0 ? *slots : 1);
+  o.job = JobGraphIdentity{p->fingerprint.hex, p->spec.pipeline.name, version};
+  o.heartbeat = *hb;
+  o.backoff = *backoff;
+  auto executor = TaskExecutor::start(o, SystemClock::instance());
+  if (!executor.ok()) {
+    fmt::print(stderr, "error: {}\n", executor.error().message());
+    return executor.error().code() == ErrorCode::kConfiguration ? 2 : 1;
+  }
+  spdlog::info("TaskManager {} of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}",
+               (*executor)->resource_id(), p->spec.pipeline.name, p->fingerprint.hex, version,
+               (*executor)->rpc_address());
+  install_signals();
+  while (g_signal.load() == 0 && !(*executor)->done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a process waiting for a signal
+  }
+  if (g_signal.load() != 0) spdlog::info("TaskManager: signal {} received, shutting down", g_signal.load());
+  (*executor)->stop();
+  Status st = (*executor)->wait();
+  if (!st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.error().message());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sluice::cli

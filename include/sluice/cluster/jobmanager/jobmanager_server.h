@@ -1,0 +1,71 @@
+// JobManagerServer: the JobManager's control plane — the gRPC JobManagerService that TaskManagers register
+// with and send heartbeats to (proto/sluice/cluster/v1/jobmanager.proto), over a TaskManagerRegistry, and a
+// heartbeat monitor that declares a TaskManager lost once heartbeat.timeout has passed without a heartbeat.
+//
+// What it does not do yet (issue 21, next step): deploy tasks. OfferSlots, UpdateTaskExecutionState,
+// AcknowledgeCheckpoint and DeclineCheckpoint answer UNIMPLEMENTED with a message saying so.
+//
+// Lifecycle: start() binds and serves (gRPC's threads) and starts the monitor thread; stop() (or the
+// destructor) stops both and waits for calls in flight. Threading: every member function is thread-safe; the
+// registry is guarded by one mutex, held only for registry calls (never during I/O). Time comes from the
+// injected Clock; check_heartbeats() lets a test with a ManualClock run the monitor's check itself.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/cluster/cluster_options.h"
+#include "sluice/cluster/jobmanager/task_manager_registry.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/error.h"
+
+namespace sluice {
+
+struct JobManagerServerOptions {
+  std::string address = "127.0.0.1";  ///< jobmanager.rpc.address
+  int port = 0;                       ///< jobmanager.rpc.port; 0 = a free port (see port())
+  HeartbeatOptions heartbeat;
+  JobGraphIdentity job;
+  /// Runs the heartbeat monitor thread (a test driving a ManualClock turns it off and calls
+  /// check_heartbeats()).
+  bool monitor_thread = true;
+};
+
+class JobManagerServer {
+ public:
+  /// Called (without the server's lock held, on a gRPC or the monitor thread) after every change of the
+  /// registered TaskManagers: registered, lost, replaced, disconnected.
+  using Listener = std::function<void(const SlotSummary&)>;
+
+  /// Binds address:port and starts serving. Errors: kNetwork when the port cannot be bound (naming it).
+  [[nodiscard]] static Result<std::unique_ptr<JobManagerServer>> start(JobManagerServerOptions options,
+                                                                       const Clock& clock);
+  ~JobManagerServer();
+  JobManagerServer(const JobManagerServer&) = delete;
+  JobManagerServer& operator=(const JobManagerServer&) = delete;
+
+  /// "host:port" TaskManagers connect to (the real port when started with 0).
+  std::string target() const;
+  int port() const;
+  /// This run's identity (random per process start; registration ids start with it).
+  const std::string& jobmanager_id() const;
+
+  std::vector<TaskManagerRegistration> task_managers() const;
+  SlotSummary slots() const;
+  /// Declares lost every TaskManager whose heartbeat is overdue at the clock's now; returns them.
+  std::vector<ClosedRegistration> check_heartbeats();
+  void set_listener(Listener listener);
+
+  /// Stops serving; idempotent.
+  void stop();
+
+  class Impl;
+
+ private:
+  explicit JobManagerServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,78 @@
+// TaskExecutor: a TaskManager process's control plane (Flink's TaskExecutor, as far as cluster mode goes in
+// this build): serves the gRPC TaskManagerService (proto/sluice/cluster/v1/taskmanager.proto), registers with
+// the JobManager with retries and backoff, sends heartbeats with its slot report, declares the JobManager lost
+// when heartbeat.timeout passes without a reply and registers again (a new registration), and stops for good
+// when the JobManager refuses its job graph.
+//
+// Not yet (issue 21, next step): running tasks. Every TaskManagerService call (SubmitTask, CancelTask,
+// TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted, FreeSlot) answers UNIMPLEMENTED with a
+// message saying so; all slots stay free.
+//
+// Lifecycle: start() serves and starts the connection thread; wait() blocks until it stops (refused, or
+// stop()); stop() disconnects from the JobManager when registered (its slots go at once) and stops.
+// Threading: thread-safe. One thread runs the JobManagerConnection state machine and makes the blocking RPCs
+// with deadlines; time comes from the injected Clock (real waits in between).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "sluice/cluster/cluster_options.h"
+#include "sluice/cluster/job_graph_fingerprint.h"
+#include "sluice/core/clock.h"
+#include "sluice/core/error.h"
+
+namespace sluice {
+
+struct TaskExecutorOptions {
+  std::string jobmanager;             ///< host:port of the JobManager's RPC service
+  std::string address = "127.0.0.1";  ///< taskmanager.host: where this TaskManager's RPC service binds
+  int port = 0;                       ///< taskmanager.rpc.port; 0 = a free port
+  int32_t slots = 1;                  ///< taskmanager.numberOfTaskSlots
+  JobGraphIdentity job;
+  HeartbeatOptions heartbeat;
+  RegistrationBackoff backoff;
+};
+
+/// What the TaskExecutor has seen (for tests and logs).
+struct TaskExecutorStatus {
+  bool registered = false;
+  std::string registration_id;
+  std::string jobmanager_id;
+  int registrations = 0;      ///< successful registrations so far
+  int jobmanager_losses = 0;  ///< times the JobManager was declared lost
+  int failed_attempts = 0;    ///< failed registration attempts since the last success
+};
+
+class TaskExecutor {
+ public:
+  /// Binds its RPC service and starts connecting. Errors: kNetwork when the port cannot be bound;
+  /// kConfiguration for slots < 1 or an empty JobManager address.
+  [[nodiscard]] static Result<std::unique_ptr<TaskExecutor>> start(TaskExecutorOptions options, const Clock& clock);
+  ~TaskExecutor();
+  TaskExecutor(const TaskExecutor&) = delete;
+  TaskExecutor& operator=(const TaskExecutor&) = delete;
+
+  /// "host:port-<random>": this process's identity towards the JobManager (Flink's ResourceID).
+  const std::string& resource_id() const;
+  /// host:port of its TaskManagerService.
+  std::string rpc_address() const;
+
+  /// Blocks until the executor stopped: returns the refusal when the JobManager refused this TaskManager
+  /// (its job graph or build differs), or ok after stop().
+  Status wait();
+  /// Whether the executor has stopped (refused, or stop()); wait() then returns at once.
+  bool done() const;
+  /// Disconnects (when registered) and stops; idempotent.
+  void stop();
+  TaskExecutorStatus status() const;
+
+  class Impl;
+
+ private:
+  explicit TaskExecutor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,297 @@
+#include "sluice/cluster/jobmanager/jobmanager_server.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "sluice/cluster/rpc/rpc_status.h"
+#include "sluice/cluster/v1/jobmanager.grpc.pb.h"
+
+namespace sluice {
+namespace v1 = ::sluice::cluster::v1;
+
+namespace {
+
+std::string describe(const TaskManagerRegistration& r) {
+  return fmt::format("{} (registration {}, {}, pid {})", r.resource_id, r.registration_id, r.rpc_address, r.pid);
+}
+
+grpc::Status unimplemented(const char* call) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      fmt::format("{} is part of the control-plane contract but this build does not deploy tasks to "
+                                  "TaskManagers yet (cluster mode, issue 21: see docs/cluster.md)",
+                                  call));
+}
+
+}  // namespace
+
+class JobManagerServer::Impl final : public v1::JobManagerService::Service {
+ public:
+  Impl(JobManagerServerOptions options, const Clock& clock, std::string id)
+      : options_(std::move(options)),
+        clock_(clock),
+        id_(std::move(id)),
+        registry_(options_.heartbeat, options_.job, id_) {}
+
+  ~Impl() override { stop(); }
+
+  Status start() {
+    grpc::ServerBuilder builder;
+    rpc::configure_server(builder);
+    builder.AddListeningPort(fmt::format("{}:{}", options_.address, options_.port), grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      server_.reset();
+      return Error(ErrorCode::kNetwork,
+                   fmt::format("cannot serve the JobManager's RPC service on {}:{} (the port is in use or the address "
+                               "is not local); pick another with --rpc-port / {} (0 = any free port)",
+                               options_.address, options_.port, options::kJobManagerRpcPort.key));
+    }
+    if (options_.monitor_thread) {
+      monitor_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "sluice-jm-hb");
+        monitor();
+      });
+    }
+    spdlog::info("JobManager RPC at {}:{} (jobmanager id {}, heartbeat.interval {} ms, heartbeat.timeout {} ms)",
+                 options_.address, port_, id_, options_.heartbeat.interval_ms, options_.heartbeat.timeout_ms);
+    return ok_status();
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (monitor_.joinable()) monitor_.join();
+    if (server_) {
+      server_->Shutdown(rpc::deadline_in(1000));
+      server_->Wait();
+    }
+  }
+
+  // --- the service (gRPC threads) ---
+
+  grpc::Status RegisterTaskManager(grpc::ServerContext*, const v1::RegisterTaskManagerRequest* req,
+                                   v1::RegisterTaskManagerResponse* resp) override {
+    TaskManagerRegistrationRequest r;
+    r.resource_id = req->resource_id();
+    r.rpc_address = req->rpc_address();
+    r.data_address = req->data_address();
+    r.hostname = req->hostname();
+    r.pid = req->pid();
+    r.slots = req->slots();
+    r.job = JobGraphIdentity{req->job().fingerprint(), req->job().job_name(), req->job().build_version()};
+    std::optional<ClosedRegistration> replaced;
+    Result<TaskManagerRegistration> reg = [&] {
+      std::lock_guard lock(mu_);
+      return registry_.register_task_manager(r, clock_.now_ms(), &replaced);
+    }();
+    if (!reg.ok()) {
+      spdlog::error("refused the registration of TaskManager {} ({}): {}", r.resource_id, r.rpc_address,
+                    reg.error().message());
+      return grpc::Status(reg.error().code() == ErrorCode::kGraph ? grpc::StatusCode::FAILED_PRECONDITION
+                                                                  : grpc::StatusCode::INVALID_ARGUMENT,
+                          reg.error().message());
+    }
+    if (replaced) {
+      spdlog::info("TaskManager {}: its earlier registration {} is closed ({})", r.resource_id,
+                   replaced->registration.registration_id, replaced->reason);
+    }
+    resp->set_registration_id(reg->registration_id);
+    resp->set_jobmanager_id(id_);
+    resp->set_heartbeat_interval_ms(options_.heartbeat.interval_ms);
+    resp->set_heartbeat_timeout_ms(options_.heartbeat.timeout_ms);
+    resp->mutable_job()->set_fingerprint(options_.job.fingerprint);
+    resp->mutable_job()->set_job_name(options_.job.job_name);
+    resp->mutable_job()->set_build_version(options_.job.build_version);
+    const SlotSummary s = slots();
+    spdlog::info("registered TaskManager {} with {} slots; {} TaskManager(s), {} slots ({} free)", describe(*reg),
+                 reg->slots_total, s.task_managers, s.slots_total, s.slots_free);
+    notify(s);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::TaskManagerHeartbeat* req,
+                         v1::JobManagerHeartbeat* resp) override {
+    if (!req->has_slot_report()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a heartbeat must carry the TaskManager's slot report");
+    }
+    std::string message;
+    HeartbeatVerdict v;
+    {
+      std::lock_guard lock(mu_);
+      v = registry_.heartbeat(req->registration_id(), req->slot_report().slots_free(), clock_.now_ms(), &message);
+    }
+    switch (v) {
+      case HeartbeatVerdict::kAccepted:
+        resp->set_jobmanager_id(id_);
+        resp->set_timestamp_ms(clock_.now_ms());
+        return grpc::Status::OK;
+      case HeartbeatVerdict::kUnknownRegistration:
+        spdlog::warn("refused a heartbeat of TaskManager {}: {}", req->resource_id(), message);
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, message);
+      case HeartbeatVerdict::kInvalid:
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+    }
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unreachable");
+  }
+
+  grpc::Status DisconnectTaskManager(grpc::ServerContext*, const v1::DisconnectTaskManagerRequest* req,
+                                     v1::Acknowledgement*) override {
+    bool known;
+    {
+      std::lock_guard lock(mu_);
+      known = registry_.disconnect(req->registration_id(), req->reason(), clock_.now_ms());
+    }
+    if (!known) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          fmt::format("registration '{}' is not known to this JobManager", req->registration_id()));
+    }
+    const SlotSummary s = slots();
+    spdlog::info("TaskManager registration {} disconnected ({}); {} TaskManager(s), {} slots ({} free)",
+                 req->registration_id(), req->reason(), s.task_managers, s.slots_total, s.slots_free);
+    notify(s);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status OfferSlots(grpc::ServerContext*, const v1::OfferSlotsRequest*, v1::OfferSlotsResponse*) override {
+    return unimplemented("OfferSlots");
+  }
+  grpc::Status UpdateTaskExecutionState(grpc::ServerContext*, const v1::TaskExecutionStateUpdate*,
+                                        v1::Acknowledgement*) override {
+    return unimplemented("UpdateTaskExecutionState");
+  }
+  grpc::Status AcknowledgeCheckpoint(grpc::ServerContext*, const v1::AcknowledgeCheckpointRequest*,
+                                     v1::Acknowledgement*) override {
+    return unimplemented("AcknowledgeCheckpoint");
+  }
+  grpc::Status DeclineCheckpoint(grpc::ServerContext*, const v1::DeclineCheckpointRequest*,
+                                 v1::Acknowledgement*) override {
+    return unimplemented("DeclineCheckpoint");
+  }
+
+  // --- queries ---
+
+  std::vector<TaskManagerRegistration> task_managers() const {
+    std::lock_guard lock(mu_);
+    return registry_.task_managers();
+  }
+  SlotSummary slots() const {
+    std::lock_guard lock(mu_);
+    return registry_.slots();
+  }
+
+  std::vector<ClosedRegistration> check_heartbeats() {
+    std::vector<ClosedRegistration> lost;
+    SlotSummary s;
+    {
+      std::lock_guard lock(mu_);
+      lost = registry_.check_heartbeats(clock_.now_ms());
+      s = registry_.slots();
+    }
+    for (const auto& c : lost) {
+      spdlog::warn("TaskManager {} lost: {}; its {} slots are gone; {} TaskManager(s), {} slots ({} free) remain",
+                   describe(c.registration), c.reason, c.registration.slots_total, s.task_managers, s.slots_total,
+                   s.slots_free);
+    }
+    if (!lost.empty()) notify(s);
+    return lost;
+  }
+
+  void set_listener(Listener l) {
+    std::lock_guard lock(listener_mu_);
+    listener_ = std::move(l);
+  }
+
+  std::string target() const { return fmt::format("{}:{}", options_.address, port_); }
+  int port() const { return port_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  void notify(const SlotSummary& s) {
+    std::lock_guard lock(listener_mu_);
+    if (listener_) listener_(s);
+  }
+
+  // Sleeps until the next registration could expire (at most one interval, so a clock that jumps is
+  // noticed), then checks. Real time passes between checks; the verdict uses the Clock.
+  void monitor() {
+    std::unique_lock lock(mu_);
+    while (!stopped_) {
+      const TimestampMs now = clock_.now_ms();
+      const TimestampMs next = registry_.next_timeout_ms();
+      int64_t wait = options_.heartbeat.interval_ms;
+      if (next != std::numeric_limits<TimestampMs>::max()) wait = std::clamp<int64_t>(next - now, 1, wait);
+      cv_.wait_for(lock, std::chrono::milliseconds(wait));
+      if (stopped_) break;
+      lock.unlock();
+      check_heartbeats();
+      lock.lock();
+    }
+  }
+
+  const JobManagerServerOptions options_;
+  const Clock& clock_;
+  const std::string id_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread monitor_;
+
+  mutable std::mutex mu_;  // guards registry_ and stopped_
+  std::condition_variable cv_;
+  TaskManagerRegistry registry_;
+  bool stopped_ = false;
+
+  std::mutex listener_mu_;  // guards listener_; calls it, never taken with mu_ held
+  Listener listener_;
+};
+
+Result<std::unique_ptr<JobManagerServer>> JobManagerServer::start(JobManagerServerOptions options, const Clock& clock) {
+  std::random_device rd;  // an identity for this run of the process, not data
+  const std::string id = fmt::format("{:08x}", rd());
+  auto impl = std::make_unique<Impl>(std::move(options), clock, id);
+  SLUICE_RETURN_IF_ERROR(impl->start());
+  return std::unique_ptr<JobManagerServer>(new JobManagerServer(std::move(impl)));
+}
+
+JobManagerServer::JobManagerServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JobManagerServer::~JobManagerServer() {
+  stop();
+}
+std::string JobManagerServer::target() const {
+  return impl_->target();
+}
+int JobManagerServer::port() const {
+  return impl_->port();
+}
+const std::string& JobManagerServer::jobmanager_id() const {
+  return impl_->id();
+}
+std::vector<TaskManagerRegistration> JobManagerServer::task_managers() const {
+  return impl_->task_managers();
+}
+SlotSummary JobManagerServer::slots() const {
+  return impl_->slots();
+}
+std::vector<ClosedRegistration> JobManagerServer::check_heartbeats() {
+  return impl_->check_heartbeats();
+}
+void JobManagerServer::set_listener(Listener listener) {
+  impl_->set_listener(std::move(listener));
+}
+void JobManagerServer::stop() {
+  impl_->stop();
+}
+
+}  // namespace sluice

@@ -1,0 +1,207 @@
+// The control plane over real gRPC in one process (also run under ThreadSanitizer: gRPC's threads, the
+// JobManager's heartbeat monitor and the TaskExecutors' connection threads share the registry):
+// registration and slots, a refused job graph, stale registrations, TaskManager loss on a ManualClock,
+// JobManager loss and re-registration, disconnect, and the calls this build answers UNIMPLEMENTED.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "sluice/cluster/jobmanager/jobmanager_server.h"
+#include "sluice/cluster/taskmanager/task_executor.h"
+#include "sluice/cluster/v1/jobmanager.grpc.pb.h"
+#include "sluice/cluster/v1/taskmanager.grpc.pb.h"
+#include "sluice/core/clock.h"
+
+namespace sluice {
+namespace {
+
+namespace v1 = ::sluice::cluster::v1;
+using namespace std::chrono_literals;
+
+const JobGraphIdentity kJob{"0123456789abcdef0123456789abcdef", "job", "0.1.0"};
+constexpr auto kDeadline = 20s;
+
+/// Waits for `pred` with a deadline: the state lives on other threads that offer nothing to block on.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = kDeadline) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+std::unique_ptr<JobManagerServer> start_jm(const Clock& clock, HeartbeatOptions hb, bool monitor, int port = 0) {
+  JobManagerServerOptions o;
+  o.port = port;
+  o.heartbeat = hb;
+  o.job = kJob;
+  o.monitor_thread = monitor;
+  auto jm = JobManagerServer::start(o, clock);
+  EXPECT_TRUE(jm.ok()) << jm.error().to_string();
+  return jm.ok() ? std::move(*jm) : nullptr;
+}
+
+std::unique_ptr<TaskExecutor> start_tm(const std::string& jm, int slots, HeartbeatOptions hb,
+                                       JobGraphIdentity job = kJob) {
+  TaskExecutorOptions o;
+  o.jobmanager = jm;
+  o.slots = slots;
+  o.job = std::move(job);
+  o.heartbeat = hb;
+  o.backoff = RegistrationBackoff{20, 200};
+  auto tm = TaskExecutor::start(o, SystemClock::instance());
+  EXPECT_TRUE(tm.ok()) << tm.error().to_string();
+  return tm.ok() ? std::move(*tm) : nullptr;
+}
+
+std::unique_ptr<v1::JobManagerService::Stub> jm_stub(const std::string& target) {
+  return v1::JobManagerService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+}
+
+TEST(ControlPlaneTest, TaskManagersRegisterWithTheirSlotsAndLeaveOnStop) {
+  const HeartbeatOptions hb{50, 2000};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  auto a = start_tm(jm->target(), 1, hb);
+  auto b = start_tm(jm->target(), 2, hb);
+  auto c = start_tm(jm->target(), 3, hb);
+  ASSERT_TRUE(a && b && c);
+  ASSERT_TRUE(eventually([&] { return jm->slots().task_managers == 3; }));
+  EXPECT_EQ(jm->slots().slots_total, 6);
+  EXPECT_EQ(jm->slots().slots_free, 6);
+  std::vector<TaskManagerRegistration> tms = jm->task_managers();
+  ASSERT_EQ(tms.size(), 3u);
+  for (const auto& t : tms) {
+    EXPECT_FALSE(t.rpc_address.empty());
+    EXPECT_GT(t.pid, 0);
+  }
+  // Heartbeats arrive.
+  const TimestampMs registered = tms[0].last_heartbeat_ms;
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& t : jm->task_managers()) {
+      if (t.registration_id == tms[0].registration_id) return t.last_heartbeat_ms > registered;
+    }
+    return false;
+  }));
+  EXPECT_TRUE(b->status().registered);
+  b->stop();  // disconnects: its slots go at once, not after heartbeat.timeout
+  EXPECT_EQ(jm->slots().task_managers, 2);
+  EXPECT_EQ(jm->slots().slots_total, 4);
+}
+
+TEST(ControlPlaneTest, ADifferentJobGraphIsRefusedAndTheTaskManagerStops) {
+  const HeartbeatOptions hb{50, 2000};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  JobGraphIdentity other{"fedcba9876543210fedcba9876543210", "job", "0.1.0"};
+  auto tm = start_tm(jm->target(), 2, hb, other);
+  ASSERT_TRUE(tm);
+  Status st = tm->wait();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kGraph);
+  EXPECT_NE(st.error().message().find(kJob.fingerprint), std::string::npos) << st.error().message();
+  EXPECT_NE(st.error().message().find(other.fingerprint), std::string::npos) << st.error().message();
+  EXPECT_EQ(jm->slots().task_managers, 0);
+}
+
+TEST(ControlPlaneTest, ManualClockDeclaresASilentTaskManagerLostAndRefusesItsStaleRegistration) {
+  ManualClock clock(1'000'000);
+  const HeartbeatOptions hb{1000, 5000};
+  auto jm = start_jm(clock, hb, /*monitor=*/false);
+  ASSERT_TRUE(jm);
+  auto stub = jm_stub(jm->target());
+  v1::RegisterTaskManagerRequest req;
+  req.set_resource_id("tm-raw");
+  req.set_rpc_address("127.0.0.1:1");
+  req.set_slots(4);
+  req.mutable_job()->set_fingerprint(kJob.fingerprint);
+  req.mutable_job()->set_job_name(kJob.job_name);
+  req.mutable_job()->set_build_version(kJob.build_version);
+  v1::RegisterTaskManagerResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->RegisterTaskManager(&ctx, req, &resp).ok());
+  }
+  EXPECT_EQ(resp.heartbeat_timeout_ms(), 5000);
+  EXPECT_EQ(resp.jobmanager_id(), jm->jobmanager_id());
+  clock.advance(4999);
+  EXPECT_TRUE(jm->check_heartbeats().empty());
+  clock.advance(1);
+  auto lost = jm->check_heartbeats();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].registration.resource_id, "tm-raw");
+  EXPECT_EQ(jm->slots().slots_total, 0);
+
+  v1::TaskManagerHeartbeat beat;
+  beat.set_registration_id(resp.registration_id());
+  beat.set_resource_id("tm-raw");
+  beat.mutable_slot_report()->set_slots_total(4);
+  beat.mutable_slot_report()->set_slots_free(4);
+  v1::JobManagerHeartbeat reply;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Heartbeat(&ctx, beat, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("no heartbeat for 5000 ms"), std::string::npos) << st.error_message();
+  EXPECT_EQ(jm->slots().task_managers, 0);
+}
+
+TEST(ControlPlaneTest, TaskManagerDeclaresALostJobManagerAndRegistersWithItsSuccessor) {
+  const HeartbeatOptions hb{50, 500};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  const int port = jm->port();
+  auto tm = start_tm(jm->target(), 2, hb);
+  ASSERT_TRUE(tm);
+  ASSERT_TRUE(eventually([&] { return tm->status().registered; }));
+  const std::string first = tm->status().registration_id;
+  jm->stop();
+  jm.reset();
+  ASSERT_TRUE(eventually([&] { return tm->status().jobmanager_losses >= 1 && tm->status().failed_attempts >= 2; }))
+      << "losses " << tm->status().jobmanager_losses << ", failed attempts " << tm->status().failed_attempts;
+  EXPECT_FALSE(tm->status().registered);
+  auto successor = start_jm(SystemClock::instance(), hb, true, port);
+  ASSERT_TRUE(successor);
+  ASSERT_TRUE(eventually([&] { return successor->slots().task_managers == 1; }));
+  EXPECT_TRUE(eventually([&] { return tm->status().registered; }));
+  EXPECT_NE(tm->status().registration_id, first);
+  EXPECT_EQ(tm->status().jobmanager_id, successor->jobmanager_id());
+  EXPECT_GE(tm->status().registrations, 2);
+}
+
+TEST(ControlPlaneTest, CallsOfTheContractThatThisBuildDoesNotServeAnswerUnimplemented) {
+  const HeartbeatOptions hb{50, 2000};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  auto stub = jm_stub(jm->target());
+  {
+    grpc::ClientContext ctx;
+    v1::OfferSlotsRequest req;
+    v1::OfferSlotsResponse resp;
+    grpc::Status st = stub->OfferSlots(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_NE(st.error_message().find("does not deploy tasks"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::AcknowledgeCheckpointRequest req;
+    v1::Acknowledgement resp;
+    EXPECT_EQ(stub->AcknowledgeCheckpoint(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  auto tm = start_tm(jm->target(), 1, hb);
+  ASSERT_TRUE(tm);
+  auto tm_stub =
+      v1::TaskManagerService::NewStub(grpc::CreateChannel(tm->rpc_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::SubmitTaskRequest req;
+  v1::Acknowledgement resp;
+  grpc::Status st = tm_stub->SubmitTask(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(st.error_message().find("does not run tasks yet"), std::string::npos) << st.error_message();
+}
+
+}  // namespace
+}  // namespace sluice
