@@ -9,7 +9,9 @@
 //      document is read twice, and every document the workload never touched is read once;
 //  (d) per-key order: the stream events of each entity come in change-stream order (one entity, one partition);
 //  (e) the run after the kill during the snapshot resumed the scan after the last document of the checkpoint,
-//      and every restart resumed from a checkpoint.
+//      and every restart resumed from a checkpoint;
+//  (f) tombstones (the Kafka sink's tombstones-on-delete, default true): per entity, every delete is followed by
+//      one tombstone (its key, a null value, in the same transaction) and every tombstone follows a delete.
 // Scale: SLUICE_CHAOS_SCALE (a factor, default 1: 20,000 documents, 2,000 changes, 1 + 3 kills, 1-2.5 minutes on
 // two busy cores: the emulator slows down as its oplog grows). By hand, e.g. SLUICE_CHAOS_SCALE=20: 40,000
 // changes, 1 + 60 kills.
@@ -406,6 +408,14 @@ class CommittedReader {
       Event e;
       e.partition = m->partition;
       e.offset = m->offset;
+      if (m->payload == nullptr) {  // a tombstone: the entity is its key; its id is its place (never a duplicate)
+        e.op = "tombstone";
+        e.entity.assign(static_cast<const char*>(m->key), m->key_len);
+        e.id = "tombstone@" + std::to_string(e.partition) + ":" + std::to_string(e.offset);
+        e.json = "null";
+        events_.push_back(std::move(e));
+        continue;
+      }
       e.json.assign(static_cast<const char*>(m->payload), m->len);
       Result<Value> v = Value::from_json(e.json);
       if (!v.ok() || !v->is_object()) {
@@ -588,7 +598,7 @@ TEST_F(MongoExactlyOnceKillTest, SigkilledRunsLoseNothingAndDuplicateNothing) {
   auto stream_positions = [&] {
     std::set<std::string> got;
     for (const Event& e : reader.events()) {
-      if (e.op != "r") got.insert(e.position);
+      if (e.op != "r" && e.op != "tombstone") got.insert(e.position);
     }
     return got;
   };
@@ -675,6 +685,25 @@ TEST_F(MongoExactlyOnceKillTest, SigkilledRunsLoseNothingAndDuplicateNothing) {
   }
   EXPECT_EQ(out_of_order, 0);
 
+  // (f) Per entity, each delete followed by one tombstone, each tombstone after a delete.
+  std::map<std::string, std::string> previous_op;  // entity -> op of its previous record
+  int tombstone_problems = 0;
+  size_t tombstones = 0;
+  for (const Event* e : sorted) {
+    std::string& prev = previous_op[e->entity];
+    const bool bad = e->op == "tombstone" ? prev != "d" : prev == "d";
+    if (bad && ++tombstone_problems <= 5) {
+      ADD_FAILURE() << "entity " << e->entity << ": " << e->op << " after " << (prev.empty() ? "nothing" : prev)
+                    << " at " << e->partition << "/" << e->offset;
+    }
+    if (e->op == "tombstone") ++tombstones;
+    prev = e->op;
+  }
+  for (const auto& [entity, op] : previous_op) {
+    if (op == "d" && ++tombstone_problems <= 5) ADD_FAILURE() << "entity " << entity << ": a delete without tombstone";
+  }
+  EXPECT_EQ(tombstone_problems, 0);
+
   // (e) The run after the kill during the snapshot went on after the checkpoint's last document; every restart
   // resumed from a checkpoint.
   EXPECT_NE(read_file(after_snapshot_kill).find("' resumes after "), std::string::npos)
@@ -689,9 +718,9 @@ TEST_F(MongoExactlyOnceKillTest, SigkilledRunsLoseNothingAndDuplicateNothing) {
   std::cout << "MongoDB exactly-once: " << documents << " documents, " << w.changes.size() << " changes ("
             << expected.size() << " in the stream from T0 " << t0 << "), " << kills
             << " kills; topic: " << reader.events().size() << " records, " << reads.size() << " snapshot reads, "
-            << got.size() << " stream events; missing " << missing.size() << ", extra " << extra.size()
-            << ", duplicates " << duplicates << ", out of order " << out_of_order << "; workload " << workload_s
-            << " s, " << std::chrono::duration<double>(Clock::now() - t_start).count() << " s in all\n";
+            << got.size() << " stream events, " << tombstones << " tombstones; missing " << missing.size() << ", extra "
+            << extra.size() << ", duplicates " << duplicates << ", out of order " << out_of_order << "; workload "
+            << workload_s << " s, " << std::chrono::duration<double>(Clock::now() - t_start).count() << " s in all\n";
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 //  (c) per entity, the first occurrences of A's events come in B's (= source) order;
 //  (d) A's OpenSearch index holds exactly the final state of every entity (deleted ones absent);
 //  (e) the malformed change is in A's (and B's) dead-letter files, with stage, position and error, and the
-//      changes after it have their events.
+//      changes after it have their events;
+//  (f) tombstones (the Kafka sink's tombstones-on-delete, default true): in both topics each tombstone (a null
+//      value) comes right after a delete of its key, and B (never killed) has one after each of its deletes.
 // MongoDB: the emulator looks `fullDocument` of an update up when the event is read (docs/services.md), so the
 // payload of an update depends on when it was read: for updates (b) compares everything but the payload, and
 // the per-entity check against the workload compares the event types only. Updates are replaces that carry
@@ -501,6 +503,17 @@ class TopicReader {
       Event e;
       e.partition = m->partition;
       e.offset = m->offset;
+      if (m->payload == nullptr) {  // a tombstone: right after a delete of its key (one key, one partition)
+        const std::string key(static_cast<const char*>(m->key), m->key_len);
+        std::string& prev = last_op_[key];
+        if (prev != "d" && ++tombstone_problems_ <= 5) {
+          ADD_FAILURE() << "a tombstone of key " << key << " in " << topic_ << " at " << e.partition << "/" << e.offset
+                        << " after " << (prev.empty() ? "nothing" : prev) << ", not after a delete";
+        }
+        prev = "tombstone";
+        ++tombstones_;
+        continue;
+      }
       e.json.assign(static_cast<const char*>(m->payload), m->len);
       Result<Value> v = Value::from_json(e.json);
       if (!v.ok() || !v->is_object()) {
@@ -517,6 +530,7 @@ class TopicReader {
       e.entity = v->find("entity") != nullptr ? v->find("entity")->to_json() : "<absent>";
       e.payload = v->find("payload") != nullptr ? v->find("payload")->to_json() : "<absent>";
       e.rest = field("occurred_at") + " " + (v->find("source") != nullptr ? v->find("source")->to_json() : "");
+      last_op_[e.entity] = e.op;
       events_.push_back(std::move(e));
     }
     return true;
@@ -529,12 +543,18 @@ class TopicReader {
       ids.insert(e.id);
     return ids.size();
   }
+  /// Tombstones read, and those that did not come right after a delete of their key.
+  size_t tombstones() const { return tombstones_; }
+  int tombstone_problems() const { return tombstone_problems_; }
 
  private:
   std::string topic_;
   kafka::Client consumer_;
   std::vector<int64_t> next_;
   std::vector<Event> events_;
+  std::map<std::string, std::string> last_op_;  // key (the entity's JSON) -> op of its last record, "tombstone"
+  size_t tombstones_ = 0;
+  int tombstone_problems_ = 0;
 };
 
 // Events per entity in topic order (one entity lives in one partition), first occurrences only.
@@ -933,11 +953,27 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
     EXPECT_NE(read_file(p).find("resuming from checkpoint"), std::string::npos) << p << "\n" << tail(p);
   }
 
+  // (f) Tombstones: each right after a delete of its key (checked while reading); B, never killed, has one per
+  // delete (the last one may still be on its way: read again until the deadline).
+  auto deletes_of = [](const TopicReader& r) {
+    size_t n = 0;
+    for (const Event& e : r.events())
+      n += e.op == "d" ? 1 : 0;
+    return n;
+  };
+  EXPECT_TRUE(poll_until([&] { return rb.drain() && rb.tombstones() == deletes_of(rb); }, 30s))
+      << "B: " << rb.tombstones() << " tombstones, " << deletes_of(rb) << " deletes";
+  EXPECT_GT(rb.tombstones(), 0u);
+  EXPECT_EQ(ra.tombstone_problems(), 0);
+  EXPECT_EQ(rb.tombstone_problems(), 0);
+
   const size_t duplicates = ra.events().size() - ra.distinct();
   std::cout << (mongo ? "MongoDB" : "Postgres") << ": " << w.changes.size() << " changes, " << expected
             << " events; A: " << ra.events().size() << " records, " << ra.distinct() << " distinct, " << duplicates
-            << " duplicates, " << kills << " kills/restarts; B: " << rb.events().size() << " records; " << rows.size()
-            << " documents; " << std::chrono::duration<double>(Clock::now() - t0).count() << " s in all\n";
+            << " duplicates, " << ra.tombstones() << " tombstones, " << kills
+            << " kills/restarts; B: " << rb.events().size() << " records, " << rb.tombstones() << " tombstones; "
+            << rows.size() << " documents; " << std::chrono::duration<double>(Clock::now() - t0).count()
+            << " s in all\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sources, PipelineKillTest, ::testing::Values(Source::kPostgres, Source::kMongoDb),

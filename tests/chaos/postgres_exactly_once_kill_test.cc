@@ -14,6 +14,9 @@
 //
 // Checks, per entity: the events in topic order (one entity lives in one partition) equal the workload's changes
 // of that entity (op and revision) — no missing, no duplicate, no reordering; and globally: no event id twice.
+// Each delete is followed by its tombstone (the Kafka sink's tombstones-on-delete, default true: the same key, a
+// null value, in the same transaction), so a tombstone lost or written twice by a crash shows as a change of its
+// entity missing or extra.
 //
 // Scale: SLUICE_CHAOS_SCALE (a factor, default 1: 6 kills, about 60 transactions, under a minute here) multiplies
 // the transactions and the kills, e.g. SLUICE_CHAOS_SCALE=40 for a long run (about 240 kills).
@@ -108,8 +111,9 @@ struct Txn {
 struct Workload {
   std::vector<Txn> txns;
   std::vector<size_t> kill_after;                        // transaction indexes, in order
-  std::map<int64_t, std::vector<std::string>> expected;  // entity -> "c/0", "u/3", "d", in order
+  std::map<int64_t, std::vector<std::string>> expected;  // entity -> "c/0", "u/3", "d", "tombstone", in order
   size_t changes = 0;
+  size_t deletes = 0;  // each is followed by a tombstone in the topic
 };
 
 // Applies one transaction to `revision` (the model) and records its changes.
@@ -123,6 +127,8 @@ Txn model(Workload& w, std::vector<int64_t>& revision, int64_t lo, int64_t size,
     if (x.remove) {
       if (r < 0) continue;
       w.expected[id].push_back("d");
+      w.expected[id].push_back("tombstone");
+      ++w.deletes;
       r = -1;
     } else if (r < 0) {
       r = 0;
@@ -347,6 +353,14 @@ class TopicReader {
       Event e;
       e.partition = m->partition;
       e.offset = m->offset;
+      if (m->payload == nullptr) {  // a tombstone: the entity is its key; its id is its place (never a duplicate)
+        const std::string key(static_cast<const char*>(m->key), m->key_len);
+        e.id = "tombstone@" + std::to_string(e.partition) + ":" + std::to_string(e.offset);
+        e.entity = std::stoll(key);
+        e.change = "tombstone";
+        events_.push_back(std::move(e));
+        continue;
+      }
       const std::string json(static_cast<const char*>(m->payload), m->len);
       Result<Value> v = Value::from_json(json);
       if (!v.ok() || !v->is_object()) {
@@ -496,7 +510,7 @@ TEST_F(PostgresExactlyOnceKillTest, KilledAtRandomMomentsDeliversEveryChangeOnce
   std::mt19937_64 rnd;
   const Workload w = make_workload(seed, transactions, kills, rnd);
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED), scale " << scale << ": " << w.txns.size() << " transactions, "
-            << w.changes << " changes, " << w.kill_after.size() << " kills\n";
+            << w.changes << " changes (" << w.deletes << " deletes), " << w.kill_after.size() << " kills\n";
   // The kill moments: a random delay (0-400 ms) after the commit of a transaction of a burst, while the job
   // streams the burst's large transactions (so the last completed checkpoint lies inside one of them).
   std::map<size_t, int64_t> kill_after;  // transaction index -> delay (ms)
@@ -534,7 +548,7 @@ TEST_F(PostgresExactlyOnceKillTest, KilledAtRandomMomentsDeliversEveryChangeOnce
   TopicReader reader(bootstrap_, topic);
   const auto end =
       Clock::now() + std::max<std::chrono::milliseconds>(kCatchUpDeadline, std::chrono::milliseconds(w.changes / 5));
-  while (Clock::now() < end && reader.events().size() < w.changes) {
+  while (Clock::now() < end && reader.events().size() < w.changes + w.deletes) {
     reader.read_for(1s);
     ASSERT_TRUE(run_->alive()) << run_->tails();
   }
@@ -553,7 +567,7 @@ TEST_F(PostgresExactlyOnceKillTest, KilledAtRandomMomentsDeliversEveryChangeOnce
   EXPECT_EQ(t.duplicate_ids, 0u) << t.first_problem;
   EXPECT_EQ(t.extra, 0u) << t.first_problem;
   EXPECT_EQ(t.order_mismatches, 0u) << t.first_problem;
-  EXPECT_EQ(t.records, w.changes);
+  EXPECT_EQ(t.records, w.changes + w.deletes) << "every change, and a tombstone after each delete";
   EXPECT_EQ(resumed, static_cast<size_t>(killed)) << "every restart resumes from a checkpoint";
   EXPECT_TRUE(run_->alive()) << run_->tails();
 }

@@ -111,6 +111,13 @@ constexpr std::array kSinkKafka{
               {},
               "30s",
               "fail when no broker answered for this long, also while no record flows; 0 = off"},
+    OptionDef{"tombstones-on-delete",
+              K::kBool,
+              false,
+              {},
+              "true",
+              "after each delete event (op d), a record with the same key and a null value (Debezium's "
+              "tombstones.on.delete): compaction then removes the key"},
     OptionDef{"properties", K::kMap, false, {}, "", "librdkafka properties passed through"},
 };
 constexpr std::array kSinkOpenSearch{

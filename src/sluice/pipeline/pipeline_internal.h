@@ -37,6 +37,7 @@ struct PipelineCounters {
   std::atomic<int64_t> unrouted{0};           ///< matched no route
   std::atomic<int64_t> dead_letters{0};       ///< sent to the dead-letter sink by the transform
   std::atomic<int64_t> last_source_ts_ms{0};  ///< source timestamp of the latest change seen
+  std::atomic<int64_t> tombstones{0};         ///< tombstones written by Kafka sinks after delete events
 
   /// Domain events per type, merged from the transform's subtasks now and then (add_types) and at close.
   void add_types(std::map<std::string, int64_t>& counts) {
@@ -83,7 +84,7 @@ Result<DataStream<RoutedEvent>> add_transform(DataStream<cdc::ChangeEvent>& chan
 
 /// Adds sink `index` of spec.sinks, fed by the events whose mask has bit `index`. Errors: kConfiguration.
 Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,
-                const std::string& dead_letter_dir);
+                const std::string& dead_letter_dir, std::shared_ptr<PipelineCounters> counters);
 
 /// Adds the dead-letter sink for the transform's bad records.
 Status add_dead_letter_sink(DataStream<Value>& bad, const PipelineSpec& spec);

@@ -226,7 +226,7 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   events.name("Transform").uid("transform");
   auto keyed = events.key_by([](const RoutedEvent& r) { return r.entity_key; });
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(detail::add_sink(keyed, spec, i, dead_letter_dir));
+    SLUICE_RETURN_IF_ERROR(detail::add_sink(keyed, spec, i, dead_letter_dir, s->counters));
   }
   if (dead_letters) SLUICE_RETURN_IF_ERROR(detail::add_dead_letter_sink(*dead_letters, spec));
   return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(s)));
@@ -467,6 +467,9 @@ std::string PipelineRunner::metrics_text() const {
   counter("sluice_pipeline_unrouted_events_total", "Events that matched no route.", k.unrouted.load());
   counter("sluice_pipeline_dead_letters_total", "Records the transform sent to the dead-letter sink.",
           k.dead_letters.load());
+  counter("sluice_pipeline_kafka_tombstones_total",
+          "Tombstones (null values) Kafka sinks wrote after delete events (tombstones-on-delete).",
+          k.tombstones.load());
   family("sluice_source_lag_ms", "gauge", "Now minus the source timestamp of the latest change (-1 unknown).");
   out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", job, label(s_->probe.type),
                      s_->probe.lag_ms(wall_ms()));
@@ -548,6 +551,9 @@ std::string PipelineRunner::summary(const JobResult& result) const {
     if (!o.uid.starts_with("sink-") && o.uid != "dead-letter") continue;
     sinks += fmt::format("{}'{}' {}", sinks.empty() ? "" : ", ",
                          o.uid == "dead-letter" ? std::string("dead-letter") : o.uid.substr(5), o.records_in);
+  }
+  if (const int64_t t = k.tombstones.load(); t > 0) {
+    sinks += fmt::format(" (Kafka sinks: {} of them deletes followed by a tombstone)", t);
   }
   if (!sinks.empty()) {
     if (result.status == JobStatus::kFinished) {

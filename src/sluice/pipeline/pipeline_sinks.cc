@@ -81,8 +81,14 @@ void kafka_common_options(typename KafkaSink<T>::Builder& b, const SinkSpec& s) 
   }
 }
 
+// True when a routed event is a delete (op d): the key of a deleted row or document, the old key of a key change.
+bool is_delete_event(const Value& event) {
+  const Value* op = event.find("op");
+  return op != nullptr && op->is_string() && op->as_string() == "d";
+}
+
 Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
-                      const std::string& dead_letter_dir) {
+                      const std::string& dead_letter_dir, std::shared_ptr<PipelineCounters> counters) {
   Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
   if (!servers.ok()) return servers.error();
   auto b = KafkaSink<RoutedEvent>::builder();
@@ -105,6 +111,15 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
     b.max_transaction_bytes(s.options.get_int("max-transaction-bytes", sluice::detail::kDefaultMaxTransactionBytes));
   }
   b.position(event_position);
+  if (s.options.get_bool("tombstones-on-delete", true)) {
+    // Debezium's default: compacted topics drop a deleted key (the old key of a key change too) instead of keeping
+    // its delete event for ever.
+    b.tombstone_after([counters = std::move(counters)](const RoutedEvent& r) {
+      if (!is_delete_event(r.event)) return false;
+      counters->tombstones.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    });
+  }
   if (spec.pipeline.dead_letter) {
     // A record the producer refuses (larger than message.max.bytes) goes to the sink's dead-letter file.
     b.on_bad_record(BadRecordPolicy::kDeadLetter, dead_letter_dir + "/sink-" + s.name + ".jsonl");
@@ -193,10 +208,7 @@ Status add_postgres_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, 
   if (s.options.find("flush-interval")) {
     b.flush_interval(std::chrono::milliseconds(s.options.get_int("flush-interval", 1000)));
   }
-  b.is_delete([](const Value& event) {
-    const Value* op = event.find("op");
-    return op != nullptr && op->is_string() && op->as_string() == "d";
-  });
+  b.is_delete(is_delete_event);
   std::optional<Projection> row = s.row;
   b.row([row](const Value& event) -> Value {
     if (row) {
@@ -263,6 +275,11 @@ Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const
     return ok_status();
   }
   if (s.options.type == "kafka") {
+    if (s.options.find("tombstones-on-delete")) {
+      return sink_error(spec, s, "tombstones-on-delete",
+                        "tombstones-on-delete applies to the pipeline's sinks; the dead-letter sink writes no "
+                        "deletes (remove the key)");
+    }
     Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
     if (!servers.ok()) return servers.error();
     auto b = KafkaSink<Value>::builder();
@@ -288,11 +305,11 @@ Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const
 }  // namespace
 
 Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,
-                const std::string& dead_letter_dir) {
+                const std::string& dead_letter_dir, std::shared_ptr<PipelineCounters> counters) {
   const SinkSpec& s = spec.sinks[index];
   DataStream<RoutedEvent> in = routed_to(events, s, index);
   const std::string& type = s.options.type;
-  if (type == "kafka") return add_kafka_sink(in, spec, s, dead_letter_dir);
+  if (type == "kafka") return add_kafka_sink(in, spec, s, dead_letter_dir, std::move(counters));
   if (type == "opensearch" || type == "elasticsearch") return add_opensearch_sink(in, spec, s, dead_letter_dir);
   if (type == "postgres") return add_postgres_sink(in, spec, s, dead_letter_dir);
   if (type == "files" || type == "print") {

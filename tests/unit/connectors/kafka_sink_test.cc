@@ -738,6 +738,100 @@ TEST(KafkaSinkMockTest, TooLargeRecordGoesToTheDeadLetterFileAndTheRestIsWritten
   EXPECT_FALSE(std::getline(in, line)) << "one dead letter only";
 }
 
+// Tombstones (tombstone_after, Debezium's tombstones.on.delete): a delete with a key is followed by a record with
+// the same key, partition and timestamp and a null value; other records and keyless deletes get none; a delete
+// refused for its size still gets its tombstone (its event goes to the dead-letter file).
+
+struct Change {
+  std::optional<std::string> key;
+  char op = 'c';
+  size_t bytes = 1;
+};
+
+std::shared_ptr<KafkaSink<Change>> change_sink(const MockCluster& mock, const std::string& dead_letter) {
+  auto b = KafkaSink<Change>::builder();
+  b.bootstrap_servers(mock.bootstraps())
+      .topic("changes")
+      .record_serializer([](const Change& c, KafkaProducerRecord& out) {
+        if (c.key) out.set_key(*c.key);
+        out.set_value(std::string(1, c.op) + std::string(c.bytes - 1, '.'));
+        out.headers.push_back(KafkaHeader{"op", std::string(1, c.op)});
+      })
+      .tombstone_after([](const Change& c) { return c.op == 'd'; })
+      .property("log_level", "0");
+  if (!dead_letter.empty()) b.on_bad_record(BadRecordPolicy::kDeadLetter, dead_letter);
+  return b.build();
+}
+
+TEST(KafkaSinkMockTest, DeleteWithAKeyIsFollowedByATombstone) {
+  MockCluster mock;
+  mock.create_topic("changes", 4);
+  TempDir dir;
+  auto sink = change_sink(mock, dir.path() + "/dl.jsonl");
+  {
+    WriterRun<Change> run(sink);
+    run.write(Change{"k1", 'c'}, 1000);
+    run.write(Change{"k2", 'c'}, 1001);
+    run.write(Change{"k1", 'd'}, 1002);
+    run.write(Change{"k2", 'u'}, 1003);
+    run.write(Change{std::nullopt, 'd'}, 1004);    // no key: nothing to compact away, no tombstone
+    run.write(Change{"big", 'd', 1 << 20}, 1005);  // refused for its size: dead letter, then its tombstone
+    run.write(Change{"k2", 'd'}, 1006);
+    run.writer().flush(false);
+  }
+  std::vector<Consumed> got = mock.read("changes", 4, 9);
+  ASSERT_EQ(got.size(), 9u);
+  // Per key, in partition order (the read interleaves partitions).
+  std::map<std::string, std::vector<std::string>> per_key;
+  for (const Consumed& c : got) {
+    const std::string key = c.key ? *c.key : "<null>";
+    EXPECT_EQ(c.partition, c.key ? kafka_default_partition(*c.key, 4) : c.partition) << key;
+    std::string what = c.value ? c.value->substr(0, 1) : "tombstone";
+    what += "@" + std::to_string(c.timestamp);
+    if (!c.value) {
+      EXPECT_TRUE(c.headers.empty()) << "a tombstone has no headers";
+    }
+    per_key[key].push_back(what);
+  }
+  using V = std::vector<std::string>;
+  EXPECT_EQ(per_key["k1"], (V{"c@1000", "d@1002", "tombstone@1002"}));
+  EXPECT_EQ(per_key["k2"], (V{"c@1001", "u@1003", "d@1006", "tombstone@1006"}));
+  EXPECT_EQ(per_key["<null>"], (V{"d@1004"}));
+  EXPECT_EQ(per_key["big"], (V{"tombstone@1005"}));
+  std::ifstream in(dir.path() + "/dl.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  Value entry = Value::from_json(line).value_or_throw();
+  EXPECT_EQ(entry.find("key")->as_string(), "big");
+  EXPECT_EQ(entry.find("record")->as_string().size(), size_t{1} << 20);
+  EXPECT_FALSE(std::getline(in, line)) << "the tombstone is not a dead letter";
+}
+
+TEST(KafkaSinkMockTest, WithoutTombstoneAfterADeleteIsOneRecord) {
+  MockCluster mock;
+  mock.create_topic("plain-deletes", 1);
+  auto sink = KafkaSink<Change>::builder()
+                  .bootstrap_servers(mock.bootstraps())
+                  .topic("plain-deletes")
+                  .record_serializer([](const Change& c, KafkaProducerRecord& out) {
+                    out.set_key(*c.key);
+                    out.set_value(std::string(1, c.op));
+                  })
+                  .property("log_level", "0")
+                  .build();
+  {
+    WriterRun<Change> run(sink);
+    run.write(Change{"k", 'c'});
+    run.write(Change{"k", 'd'});
+    run.write(Change{"k", 'c'});  // a re-insert: read right after the delete, no tombstone between
+    run.writer().flush(false);
+  }
+  std::vector<Consumed> got = mock.read("plain-deletes", 1, 3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].value, std::optional<std::string>("d"));
+  EXPECT_EQ(got[2].value, std::optional<std::string>("c"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Liveness: a broker that goes away while no record flows fails the next check (a checkpoint's flush).
 

@@ -95,6 +95,14 @@
 //    past it the task fails (a checkpoint barrier that never comes would otherwise grow it until the process
 //    dies; blocking instead would also hold back that barrier).
 //
+// Tombstones (Debezium's tombstones.on.delete): with tombstone_after(is_delete), a record for which is_delete
+// returns true and that has a key is followed by a second record with the same topic, partition, key and timestamp
+// and a null value (no headers), written by the same write() call: so it is in the same transaction as its delete
+// (exactly-once), in its recovery copy, and on the same partition right after it (no other record of that key can
+// come between). Compaction then removes the key from a compacted topic once delete.retention.ms has passed. A
+// delete the producer refuses (too large, below) still gets its tombstone: the deletion reaches the topic while the
+// delete event goes to the dead-letter file.
+//
 // Records too large (above the producer's message.max.bytes) fail the task naming topic, key, size and source
 // position (position()), or go to a dead-letter file (on_bad_record(kDeadLetter, path)) and stay out of the
 // transaction. Liveness: a probe thread (kafka_common.h KafkaLivenessProbe) fails the next record or checkpoint
@@ -495,8 +503,17 @@ class KafkaSink final : public TwoPhaseCommittingSink<T, KafkaCommittable> {
       if (sink_.partitioner_ && out_.partition == KafkaProducerRecord::kAnyPartition && !out_.topic.empty()) {
         out_.partition = sink_.partitioner_(record, out_, core_.partition_count(out_.topic));
       }
+      const bool tombstone = sink_.tombstone_after_ && out_.has_key() && sink_.tombstone_after_(record);
       if (std::optional<std::string> rejected = core_.write(out_, ctx.timestamp())) {
         core_.bad_record(out_, *rejected, sink_.position_ ? sink_.position_(record) : std::string());
+      }
+      if (tombstone) {
+        // Same topic, partition (a custom partitioner's choice included), key and timestamp; no value.
+        out_.set_null_value();
+        out_.headers.clear();
+        if (std::optional<std::string> rejected = core_.write(out_, ctx.timestamp())) {
+          core_.bad_record(out_, *rejected, sink_.position_ ? sink_.position_(record) : std::string());
+        }
       }
     }
     void flush(bool end_of_input) override { core_.flush(end_of_input); }
@@ -522,6 +539,7 @@ class KafkaSink final : public TwoPhaseCommittingSink<T, KafkaCommittable> {
   std::function<std::string(const T&)> topic_selector_;
   KafkaPartitioner<T> partitioner_;
   std::function<std::string(const T&)> position_;
+  std::function<bool(const T&)> tombstone_after_;
   mutable std::shared_ptr<DeadLetterFile> dead_letter_;
   // Pools made by create_committer, waiting for create_precommitting_writer of the same subtask (keyed by its
   // RuntimeContext); weak, so a pool whose open() failed in between is not kept alive.
@@ -620,6 +638,13 @@ class KafkaSink<T>::Builder {
     position_ = std::move(position);
     return *this;
   }
+  /// Debezium's tombstones.on.delete: after each record for which `is_delete` returns true and whose Kafka record
+  /// has a key, writes a tombstone (same topic, partition, key and timestamp, null value) in the same transaction
+  /// (see the file comment). Default: none. `is_delete` runs on the task thread.
+  Builder& tombstone_after(std::function<bool(const T&)> is_delete) {
+    tombstone_after_ = std::move(is_delete);
+    return *this;
+  }
   /// Exactly-once: the most bytes the open transaction's recovery copy may hold per subtask (default 512 MiB).
   /// The copy is freed only when a checkpoint pre-commits it, so a checkpoint that stalls would grow it without
   /// bound; past this the task fails naming the bound (blocking instead would also block the checkpoint barrier
@@ -655,6 +680,7 @@ class KafkaSink<T>::Builder {
     sink->topic_selector_ = topic_selector_;
     sink->partitioner_ = partitioner_;
     sink->position_ = position_;
+    sink->tombstone_after_ = tombstone_after_;
     if (record_) {
       sink->serializer_ = record_;
     } else {
@@ -693,6 +719,7 @@ class KafkaSink<T>::Builder {
   KafkaRecordSerializer<T> record_;
   KafkaPartitioner<T> partitioner_;
   std::function<std::string(const T&)> position_;
+  std::function<bool(const T&)> tombstone_after_;
 };
 
 }  // namespace sluice
