@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -120,9 +121,22 @@ class PostgresTypesTest : public ::testing::Test {
 
   /// Writes `v` back as the upsert sink would and asks the server whether it equals the stored value of
   /// `col` in row `id`; returns "" when equal, else what differs.
+  // The column's type as the upsert sink reads it from the catalog (the declared numeric(p,s) included).
+  static postgres::PgColumnType column_type(const Column& col) {
+    std::string base = col.type;
+    int typmod = -1;
+    if (base.ends_with("[]")) base.resize(base.size() - 2);
+    if (const size_t p = base.find('('); p != std::string::npos) {
+      int precision = 0, scale = 0;
+      if (std::sscanf(base.c_str() + p, "(%d,%d)", &precision, &scale) == 2) typmod = ((precision << 16) | scale) + 4;
+      base.resize(p);
+    }
+    return postgres::PgColumnType::from_catalog(base, typmod, col.array, 1);
+  }
+
   std::string round_trip(const Column& col, int64_t id, const Value& v) {
     std::string param;
-    const Status st = postgres::append_text_parameter(v, col.array, param);
+    const Status st = postgres::append_text_parameter(v, column_type(col), param);
     if (!st.ok()) return "append_text_parameter: " + st.error().message();
     // json and jsonb compare as jsonb: the same document, whitespace, key order and a number's spelling (2.50
     // vs 2.5, the same JSON number) aside; json has no equality operator of its own. Every other type compares
@@ -283,7 +297,7 @@ TEST_F(PostgresTypesTest, EveryMappedTypeRoundTripsWithItsExtremesThroughSnapsho
        {"ia", "'{2147483647,-2147483648,NULL}'"},
        {"ia2", "'{{-1,0},{NULL,NULL}}'"},
        {"i8a", "'{NULL}'"},
-       {"ta", "'{\"\",\"a,b\",\"q\\\"uote\",\"back\\\\slash\",NULL,\"NULL\",\"ü 😀\",\" sp \"}'"},
+       {"ta", "'{\"\",\"a,b\",\"q\\\"uote\",\"back\\\\slash\",NULL,\"NULL\",\"ü 😀\",\" sp \",\"{x}\",\"}\"}'"},
        {"na", "'{1.50,-0.001,NaN,Infinity,-Infinity,99999999999999999999999999999999999999}'"},
        {"fa", "'{NaN,Infinity,-Infinity,-0,5e-324,1.7976931348623157e+308}'"},
        {"f4a", "'{NaN,-Infinity,1e-45,0.1}'"},
@@ -293,7 +307,11 @@ TEST_F(PostgresTypesTest, EveryMappedTypeRoundTripsWithItsExtremesThroughSnapsho
        {"ba", "'{t,f,NULL}'"},
        {"bya", "'{\"\\\\x00ff\",NULL,\"\\\\x\"}'"},
        {"ua", "'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}'"},
-       {"jba", "ARRAY['{\"a\": 1}'::jsonb, '{\"b\": [2.5, \"x\"]}'::jsonb]"},
+       // jsonb elements of every kind: strings that look like a number, null or an array literal; a JSON array
+       // (one element of this 1-D array); NULL.
+       {"jba",
+        R"(ARRAY['{"a": 1}'::jsonb, '{"b": [2.5, "x"]}'::jsonb, '"x,y {z} \"q\" \\ NULL"'::jsonb, '"123"'::jsonb, )"
+        R"('"null"'::jsonb, '"{1,2}"'::jsonb, '[1, "a,b", []]'::jsonb, '42'::jsonb, 'true'::jsonb, NULL])"},
        {"vca", "'{\"\",é}'"},
        {"tma", "'{00:00:00,24:00:00,NULL}'"},
        {"ea", "'{sad,\"happy ü\"}'"}},

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/core/clock.h"
+#include "sluice/core/value_json.h"
 #include "sluice/state/operator_state.h"
 
 namespace sluice {
@@ -339,6 +341,154 @@ TEST_F(PostgresUpsertSinkTest, BadRecordsGoToTheDeadLetterFileAndTheRestIsWritte
   std::sort(states.begin(), states.end());
   EXPECT_EQ(states, (std::vector<std::string>{"", "", "22003", "22007", "22P02"}));
   EXPECT_EQ(letters[0].find("record")->as_string(), R"({"id":30,"zzz":1})");  // client-side first, at write()
+}
+
+// Array elements that an unquoted array literal would misread (a comma, a brace, a quote, a backslash, spaces, the
+// text NULL, an empty string) and json/jsonb elements of every JSON kind (a string that looks like a number, like
+// null, like an array literal; a JSON array as one element of a 1-D jsonb[]; a 2-D jsonb[][]): each round-trips
+// exactly, read back by Postgres itself.
+TEST_F(PostgresUpsertSinkTest, ArrayElementsRoundTripExactly) {
+  const std::string t = table("arrays");
+  pg_->exec("CREATE TABLE " + t +
+            " (id int PRIMARY KEY, tags text[], grid text[][], docs jsonb[], js json[], cube jsonb[][], doc jsonb, "
+            "nums numeric[])");
+  const std::vector<Value> nasty = {"a,b",  "{x}", "}",  "{",    "q\"uote", "back\\slash", " sp ", "NULL",
+                                    "null", "",    "é😀", "\\\"", Value(),   "tab\there",   "\"",   "a b,c{d}\\e"};
+  const Value json_elements = Value::array({
+      "x,y {z} \"q\" \\ NULL",  // a JSON string with every special character
+      "123",                    // a string, not the number 123
+      "null",                   // a string, not null
+      "{1,2}",                  // a string, not an array literal
+      int64_t{42}, 2.5, true,   // numbers and booleans
+      Value(Decimal::parse("12345678901234567890.123").value()),
+      Value::array({1, "a,b", Value::array()}),  // a JSON array: one element of the 1-D column
+      Value::object({{"k", "v\"}"}, {"n", Value()}}),
+      Value(),  // SQL NULL element
+  });
+  std::vector<Value> records;
+  records.push_back(obj({{"id", 1},
+                         {"tags", Value::array(std::vector<Value>(nasty))},
+                         {"grid", Value::array({Value::array({"a,b", "NULL"}), Value::array({Value(), "}{"})})},
+                         {"docs", json_elements},
+                         {"js", json_elements},
+                         {"cube", Value::array({Value::array({1, "x"}), Value::array({Value::object(), "[1]"})})},
+                         {"doc", "just a string"},
+                         {"nums", Value::array({Value(Decimal::parse("1.50").value()), Value(), int64_t{-7}})}}));
+  auto s = sink(t, {"id"}).build();
+  write_all(*s, records);
+  EXPECT_EQ(s->stats()->failed.load(), 0);
+  // Postgres's own reading of what was written, element by element.
+  std::vector<std::string> want_tags;
+  for (const Value& v : nasty)
+    want_tags.push_back(v.is_null() ? "<null>" : std::string(v.as_string()));
+  std::vector<std::string> got_tags;
+  for (auto& row : pg_->rows("SELECT e FROM " + t + ", unnest(tags) WITH ORDINALITY AS u(e, i) ORDER BY i"))
+    got_tags.push_back(row[0]);
+  EXPECT_EQ(got_tags, want_tags);
+  EXPECT_EQ(pg_->scalar("SELECT array_length(tags, 1) = " + std::to_string(nasty.size()) +
+                        " AND tags[13] IS NULL AND tags[8] = 'NULL' FROM " + t),
+            "t");
+  EXPECT_EQ(pg_->scalar("SELECT grid::text FROM " + t), R"({{"a,b","NULL"},{NULL,"}{"}})");
+  EXPECT_EQ(pg_->scalar("SELECT array_ndims(docs) || ' ' || array_length(docs, 1) FROM " + t), "1 11");
+  const std::vector<std::string> want_docs = {R"("x,y {z} \"q\" \\ NULL")",
+                                              R"("123")",
+                                              R"("null")",
+                                              R"("{1,2}")",
+                                              "42",
+                                              "2.5",
+                                              "true",
+                                              "12345678901234567890.123",
+                                              R"([1, "a,b", []])",
+                                              R"({"k": "v\"}", "n": null})",
+                                              "<null>"};
+  for (const char* col : {"docs", "js"}) {
+    std::vector<std::string> got;
+    for (auto& row : pg_->rows(std::string("SELECT e::jsonb::text FROM ") + t + ", unnest(" + col +
+                               ") WITH ORDINALITY AS u(e, i) ORDER BY i"))
+      got.push_back(row[0]);
+    EXPECT_EQ(got, want_docs) << col;
+  }
+  EXPECT_EQ(pg_->scalar("SELECT jsonb_typeof(docs[2]) || ' ' || jsonb_typeof(docs[3]) FROM " + t), "string string");
+  EXPECT_EQ(pg_->scalar("SELECT cube::text FROM " + t), R"({{1,"\"x\""},{"{}","\"[1]\""}})");
+  EXPECT_EQ(pg_->scalar("SELECT doc::text FROM " + t), R"("just a string")");
+  EXPECT_EQ(pg_->scalar("SELECT nums::text FROM " + t), "{1.50,NULL,-7}");
+}
+
+// Values a column's type would alter without an error (Postgres rounds on assignment) are bad records, never
+// rounded: decimals beyond a numeric's scale, digits a float4 / float8 cannot hold, fractional seconds beyond a
+// timestamp's precision, a time of day for a date (also in arrays and through a domain). Values the type holds
+// exactly are written.
+TEST_F(PostgresUpsertSinkTest, ValuesTheColumnWouldRoundAreBadRecords) {
+  const std::string t = table("exact");
+  pg_->exec("CREATE DOMAIN " + t + "_money2 AS numeric(12,2)");
+  pg_->exec("CREATE TABLE " + t +
+            " (id int PRIMARY KEY, n numeric(10,2), h numeric(5,-2), r real, f float8, ts timestamp(3), "
+            "tz timestamptz(0), d date, na numeric(6,1)[], m " +
+            t + "_money2)");
+  const std::string path = (dir_ / "dead" / "exact.jsonl").string();
+  auto s = sink(t, {"id"}).on_bad_record(BadRecordPolicy::kDeadLetter, path).build();
+  auto dec = [](const char* text) { return Value(Decimal::parse(text).value()); };
+  const int64_t day = 86'400'000'000;
+  std::vector<Value> good = {
+      obj({{"id", 1}, {"n", dec("1.50")}, {"h", int64_t{1200}}, {"r", 0.1}, {"f", int64_t{9007199254740992}}}),
+      obj({{"id", 2},
+           {"n", dec("1.230")},
+           {"r", -3.4028234663852886e+38},
+           {"f", dec("0.1")},
+           {"d", Value::timestamp_micros(19'000 * day)}}),
+      obj({{"id", 3},
+           {"ts", Value::timestamp_micros(1'704'164'645'123'000)},
+           {"tz", Value::timestamp_micros(1'704'164'645'000'000)}}),
+      obj({{"id", 4}, {"na", Value::array({dec("1.5"), Value(), int64_t{3}})}, {"m", dec("10.25")}, {"r", 1.0}}),
+      obj({{"id", 5},
+           {"n", 0.25},
+           {"r", std::nan("")},
+           {"f", -0.0},
+           {"d", Value::timestamp_micros(kTimestampInfinity)}}),
+  };
+  struct Bad {
+    Value record;
+    std::string reason;
+  };
+  std::vector<Bad> bad = {
+      {obj({{"id", 10}, {"n", dec("1.239")}}), "more decimal places than the column's numeric scale 2"},
+      {obj({{"id", 11}, {"n", 0.125}}), "numeric scale 2"},
+      {obj({{"id", 12}, {"h", int64_t{1250}}}), "numeric scale -2"},
+      {obj({{"id", 13}, {"r", 0.123456789012}}), "no exact float4 (real) value: Postgres would store 0.12345679"},
+      {obj({{"id", 14}, {"r", int64_t{16777217}}}), "no exact float4"},
+      {obj({{"id", 15}, {"f", int64_t{9007199254740993}}}), "no exact float8 (double precision) value"},
+      {obj({{"id", 16}, {"f", dec("0.1000000000000000000001")}}), "no exact float8"},
+      {obj({{"id", 17}, {"ts", Value::timestamp_micros(1'704'164'645'123'456)}}), "the column's precision 3"},
+      {obj({{"id", 18}, {"tz", Value::timestamp_micros(1'704'164'645'000'001)}}), "the column's precision 0"},
+      {obj({{"id", 19}, {"d", Value::timestamp_micros(19'000 * day + 1)}}), "has a time of day"},
+      {obj({{"id", 20}, {"na", Value::array({dec("1.5"), dec("2.25")})}}), "numeric scale 1"},
+      {obj({{"id", 21}, {"m", dec("10.255")}}), "numeric scale 2"},
+  };
+  std::vector<Value> records = good;
+  for (const Bad& b : bad)
+    records.push_back(b.record);
+  write_all(*s, records);
+  EXPECT_EQ(pg_->lines("SELECT id, n, h, r, f, ts, tz AT TIME ZONE 'UTC', d, na, m FROM " + t + " ORDER BY id"),
+            (std::vector<std::string>{
+                "1|1.50|1200|0.1|9.007199254740992e+15|<null>|<null>|<null>|<null>|<null>",
+                "2|1.23|<null>|-3.4028235e+38|0.1|<null>|<null>|2022-01-08|<null>|<null>",
+                "3|<null>|<null>|<null>|<null>|2024-01-02 03:04:05.123|2024-01-02 03:04:05|<null>|<null>|<null>",
+                "4|<null>|<null>|1|<null>|<null>|<null>|<null>|{1.5,NULL,3.0}|10.25",
+                "5|0.25|<null>|NaN|-0|<null>|<null>|infinity|<null>|<null>",
+            }));
+  std::ifstream in(path);
+  std::map<int64_t, std::string> errors;
+  for (std::string line; std::getline(in, line);) {
+    Value l = Value::from_json(line).value();
+    Value record = Value::from_json(l.find("record")->as_string()).value();
+    errors[record.find("id")->as_int64()] = std::string(l.find("error")->as_string());
+  }
+  ASSERT_EQ(errors.size(), bad.size());
+  for (const Bad& b : bad) {
+    const int64_t id = b.record.find("id")->as_int64();
+    EXPECT_NE(errors[id].find(b.reason), std::string::npos) << "record " << id << ": " << errors[id];
+  }
+  EXPECT_EQ(s->stats()->dead_letters.load(), static_cast<int64_t>(bad.size()));
 }
 
 TEST_F(PostgresUpsertSinkTest, MissingTableOrKeyWithoutUniqueIndexFailsAtOpen) {

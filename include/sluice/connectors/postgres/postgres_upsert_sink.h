@@ -17,7 +17,10 @@
 // them to the column's type: strings as they are, int64/double/decimal as their text (NaN and ±Infinity as
 // Postgres spells them), bool 't'/'f', timestamps ISO-8601 UTC ("2024-01-02T03:04:05.123456Z"; append_pg_timestamp),
 // bytes as '\x..' hex (bytea), arrays as Postgres array literals ('{1,2}') for array columns and as JSON otherwise,
-// objects as JSON (json/jsonb columns), null as SQL NULL.
+// objects as JSON, null as SQL NULL; a json/jsonb column (or element) gets the Value's JSON, whatever its kind (a
+// string "x" as the JSON string "x", never as JSON text to parse). A value the column's type would alter without an
+// error (more decimals than a numeric's scale, digits a float4/float8 cannot hold, fractional seconds beyond a
+// timestamp's precision, a time of day for a date) is a bad record, never rounded (PgColumnType).
 //
 // Batches. Records are buffered and written when batch_size records are buffered, when the first buffered record
 // is flush_interval old (on a processing-time timer of its task, so an idle stream is written too), and at every
@@ -46,10 +49,10 @@
 // connection broke during COMMIT) is retried too: the batch is idempotent.
 //
 // Bad records. A record that cannot be written: not an object, a missing or null key column, a column the table
-// does not have (or a generated one), a string with a NUL byte, or a row Postgres rejects with a data error (class
-// 22, e.g. 22P02 invalid_text_representation; class 23 other than the key's conflict; 42804; 54000). Client-side
-// problems are found by write(); a Postgres rejection makes the batch be written again row by row (one savepoint per
-// row) to find the rows at fault. BadRecordPolicy::kFail (the default) fails the task with a kConnector error naming
+// does not have (or a generated one), a string with a NUL byte, a value its column would alter (above), or a row
+// Postgres rejects with a data error (class 22, e.g. 22P02 invalid_text_representation; class 23 other than the
+// key's conflict; 42804; 54000). Client-side problems are found by write(); a Postgres rejection makes the batch be
+// written again row by row (one savepoint per row) to find the rows at fault. BadRecordPolicy::kFail (the default) fails the task with a kConnector error naming
 // the table, the record (JSON, truncated to 1000 bytes), and the reason (Postgres's SQLSTATE and message).
 // kDeadLetter appends
 //   {"sink":"postgres","table":..,"op":"upsert"|"delete","error":..,"sqlstate":..,"record":"<JSON>"}
@@ -123,9 +126,32 @@ struct PostgresUpsertSinkStats {
 
 namespace postgres {
 
-/// Appends the text parameter of `v` for a column whose type is an array (`array_column`: Value arrays become
-/// Postgres array literals) or not (see the file comment). Returns a kConnector error for a string or an array
-/// element with a NUL byte (Postgres text cannot hold it). Must not be called for null (an SQL NULL parameter).
+/// What append_text_parameter knows of a target column's type (read from the catalog at open): how to spell a
+/// Value for it, and which Values Postgres would alter on assignment without an error (it rounds to a numeric's
+/// scale, a float4's or float8's precision and a timestamp's precision, and drops a timestamp's time of day for a
+/// date), which are refused instead.
+struct PgColumnType {
+  enum class Base : uint8_t { kOther, kJson, kNumeric, kFloat4, kFloat8, kDate, kTimestamp };
+  Base base = Base::kOther;  ///< the column's type; an array column's element type
+  bool array = false;        ///< an array column: a Value array is a Postgres array literal
+  int dimensions = 1;        ///< an array column's declared dimensions (at least 1; json elements below them)
+  int numeric_scale = 0;     ///< numeric(p, s): s (may be negative); only when numeric_constrained
+  bool numeric_constrained = false;
+  int timestamp_precision = 6;  ///< timestamp(p) / timestamptz(p): the fractional digits kept
+
+  /// From the catalog: the (element) type's name in pg_catalog (`numeric`, `float4`, `jsonb`, ...), its typmod
+  /// (pg_attribute.atttypmod, -1 none), whether the column is an array and its attndims.
+  static PgColumnType from_catalog(std::string_view type_name, int typmod, bool array, int dimensions);
+};
+
+/// Appends the text parameter of `v` for a column of type `type` (see the file comment): json/jsonb columns (and
+/// elements) get the Value's JSON (a string as a JSON string); arrays of an array column become Postgres array
+/// literals, every element double-quoted and escaped (a JSON element nested below the declared dimensions is one
+/// element). Returns a kConnector error for a string or an array element with a NUL byte (Postgres text cannot hold
+/// it) and for a value the column would alter silently (PgColumnType). Must not be called for null (an SQL NULL).
+[[nodiscard]] Status append_text_parameter(const Value& v, const PgColumnType& type, std::string& out);
+
+/// append_text_parameter for a column of no particular type: an array column (`array_column`) or not.
 [[nodiscard]] Status append_text_parameter(const Value& v, bool array_column, std::string& out);
 
 /// Appends a timestamp (µs since 1970, UTC) as Postgres reads it: ISO-8601 ("2024-01-02T03:04:05.123456Z"),

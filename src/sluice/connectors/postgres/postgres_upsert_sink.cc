@@ -75,7 +75,123 @@ Status nul_error(std::string_view what) {
   return Error(ErrorCode::kConnector, fmt::format("{} contains a NUL byte, which Postgres text cannot hold", what));
 }
 
-Status append_array_literal(const Value& array, std::string& out) {
+// A finite decimal number's text ("-1.50e-3", "42") as its significant digits (no leading or trailing zeros) and
+// the place of the point: value = ±0.<digits> × 10^point. Zero has no digits. nullopt for any other text (NaN,
+// Infinity, ...).
+struct DecimalDigits {
+  std::string digits;
+  int64_t point = 0;
+  bool operator==(const DecimalDigits&) const = default;
+};
+
+std::optional<DecimalDigits> decimal_digits(std::string_view s) {
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  DecimalDigits d;
+  int64_t before_point = 0;
+  bool seen_point = false, any = false;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '.' && !seen_point) {
+      seen_point = true;
+    } else if (c >= '0' && c <= '9') {
+      any = true;
+      if (d.digits.empty() && c == '0') {
+        if (seen_point) --d.point;  // a leading zero after the point moves the first digit right
+        continue;
+      }
+      d.digits.push_back(c);
+      if (!seen_point) ++before_point;
+    } else {
+      break;
+    }
+  }
+  if (!any) return std::nullopt;
+  int64_t exponent = 0;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    auto [end, ec] = std::from_chars(s.data() + i + 1 + (i + 1 < s.size() && s[i + 1] == '+' ? 1 : 0),
+                                     s.data() + s.size(), exponent);
+    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  } else if (i != s.size()) {
+    return std::nullopt;
+  }
+  while (!d.digits.empty() && d.digits.back() == '0')
+    d.digits.pop_back();
+  if (d.digits.empty()) return DecimalDigits{};
+  d.point += before_point + exponent;
+  return d;
+}
+
+// The shortest text of `text` read as a float (F = float) or double, as Postgres prints it back; nullopt when it is
+// out of the type's range (Postgres refuses it itself).
+template <class F>
+std::optional<std::string> float_round_trip(std::string_view text) {
+  F f{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), f);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(f)) return std::nullopt;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::string(buf, r.ptr);
+}
+
+// Refuses a scalar `v` (already spelled as `text`) that a column of `type` would alter without an error.
+Status check_exact(const Value& v, const postgres::PgColumnType& type, std::string_view text) {
+  using Base = postgres::PgColumnType::Base;
+  const bool number = v.is_int64() || v.is_double() || v.is_decimal();
+  if (number && (type.base == Base::kFloat4 || type.base == Base::kFloat8)) {
+    const bool f4 = type.base == Base::kFloat4;
+    const std::optional<DecimalDigits> want = decimal_digits(text);
+    if (!want) return ok_status();  // NaN, Infinity: both types hold them
+    const std::optional<std::string> stored = f4 ? float_round_trip<float>(text) : float_round_trip<double>(text);
+    if (!stored) return ok_status();  // out of range: Postgres refuses it (22003)
+    // Exact when Postgres prints back the same number (a float4 value read as the double of its text, 0.1, stays
+    // 0.1), or, for a double, when its binary value is a float's (float4's largest, 3.4028234663852886e+38).
+    const bool binary_exact =
+        f4 && v.is_double() && static_cast<double>(static_cast<float>(v.as_double())) == v.as_double();
+    if (!binary_exact && decimal_digits(*stored) != want) {
+      return Error(ErrorCode::kConnector,
+                   fmt::format("{} {} has no exact {} value: Postgres would store {}", value_kind_name(v.kind()), text,
+                               f4 ? "float4 (real)" : "float8 (double precision)", *stored));
+    }
+    return ok_status();
+  }
+  if (number && type.base == Base::kNumeric && type.numeric_constrained) {
+    const std::optional<DecimalDigits> d = decimal_digits(text);
+    if (d && static_cast<int64_t>(d->digits.size()) - d->point > type.numeric_scale) {
+      return Error(ErrorCode::kConnector,
+                   fmt::format("{} {} has more decimal places than the column's numeric scale {}: Postgres would "
+                               "round it",
+                               value_kind_name(v.kind()), text, type.numeric_scale));
+    }
+    return ok_status();
+  }
+  if (v.is_timestamp() && !is_infinite_timestamp(v.as_timestamp_micros())) {
+    const int64_t micros = v.as_timestamp_micros();
+    if (type.base == Base::kDate && micros % 86'400'000'000 != 0) {
+      return Error(ErrorCode::kConnector,
+                   fmt::format("timestamp {} has a time of day, which a date column would drop", text));
+    }
+    if (type.base == Base::kTimestamp && type.timestamp_precision < 6) {
+      int64_t unit = 1;
+      for (int i = type.timestamp_precision; i < 6; ++i)
+        unit *= 10;
+      if (micros % unit != 0) {
+        return Error(ErrorCode::kConnector,
+                     fmt::format("timestamp {} has more fractional digits than the column's precision {}: Postgres "
+                                 "would round it",
+                                 text, type.timestamp_precision));
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status append_scalar(const Value& v, const postgres::PgColumnType& type, std::string& out);
+
+// `array` at `depth` (1: the outermost) as a Postgres array literal: every non-null element double-quoted with '"'
+// and '\' escaped, so commas, braces, spaces, quotes and the text NULL stay text; NULL only for a null element.
+Status append_array_literal(const Value& array, const postgres::PgColumnType& type, int depth, std::string& out) {
+  using Base = postgres::PgColumnType::Base;
   out.push_back('{');
   bool first = true;
   std::string element;
@@ -84,15 +200,11 @@ Status append_array_literal(const Value& array, std::string& out) {
     first = false;
     if (e.is_null()) {
       out += "NULL";
-    } else if (e.is_array()) {
-      SLUICE_RETURN_IF_ERROR(append_array_literal(e, out));
+    } else if (e.is_array() && (type.base != Base::kJson || depth < type.dimensions)) {
+      SLUICE_RETURN_IF_ERROR(append_array_literal(e, type, depth + 1, out));
     } else {
       element.clear();
-      if (e.is_object()) {
-        e.write_json(element);
-      } else {
-        SLUICE_RETURN_IF_ERROR(postgres::append_text_parameter(e, false, element));
-      }
+      SLUICE_RETURN_IF_ERROR(append_scalar(e, type, element));
       out.push_back('"');
       for (char c : element) {
         if (c == '"' || c == '\\') out.push_back('\\');
@@ -103,6 +215,62 @@ Status append_array_literal(const Value& array, std::string& out) {
   }
   out.push_back('}');
   return ok_status();
+}
+
+// One value of a column (or array element) of `type`, not null.
+Status append_scalar(const Value& v, const postgres::PgColumnType& type, std::string& out) {
+  using Base = postgres::PgColumnType::Base;
+  if (type.base == Base::kJson) {
+    v.write_json(out);  // NaN, ±Infinity, bytes and timestamps as Value::to_json writes them (docs/value.md)
+    return ok_status();
+  }
+  const size_t start = out.size();
+  switch (v.kind()) {
+    case Value::Kind::kNull:
+      return Error(ErrorCode::kInternal, "append_text_parameter: null has no text parameter");
+    case Value::Kind::kBool:
+      out.push_back(v.as_bool() ? 't' : 'f');
+      return ok_status();
+    case Value::Kind::kInt64:
+      out += std::to_string(v.as_int64());
+      break;
+    case Value::Kind::kDouble: {
+      const double d = v.as_double();
+      if (std::isnan(d)) {
+        out += "NaN";
+      } else if (std::isinf(d)) {
+        out += d > 0 ? "Infinity" : "-Infinity";
+      } else {
+        char buf[64];
+        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+        out.append(buf, end);
+      }
+      break;
+    }
+    case Value::Kind::kDecimal:
+      v.as_decimal().append_to(out);
+      break;
+    case Value::Kind::kString: {
+      const std::string_view s = v.as_string();
+      if (s.find('\0') != std::string_view::npos) return nul_error("a string");
+      out += s;
+      return ok_status();
+    }
+    case Value::Kind::kBytes:
+      append_hex(v.as_bytes(), out);
+      return ok_status();
+    case Value::Kind::kTimestamp:
+      postgres::append_pg_timestamp(v.as_timestamp_micros(), out);
+      break;
+    case Value::Kind::kArray:
+      if (type.array) return append_array_literal(v, type, 1, out);
+      v.write_json(out);
+      return ok_status();
+    case Value::Kind::kObject:
+      v.write_json(out);
+      return ok_status();
+  }
+  return check_exact(v, type, std::string_view(out).substr(start));
 }
 
 /// A failed statement.
@@ -137,53 +305,41 @@ void append_pg_timestamp(int64_t micros, std::string& out) {
   fmt::format_to(std::back_inserter(out), "{:04}{} BC", (negative ? year : -year) + 1, iso.substr(year_end));
 }
 
-Status append_text_parameter(const Value& v, bool array_column, std::string& out) {
-  switch (v.kind()) {
-    case Value::Kind::kNull:
-      return Error(ErrorCode::kInternal, "append_text_parameter: null has no text parameter");
-    case Value::Kind::kBool:
-      out.push_back(v.as_bool() ? 't' : 'f');
-      return ok_status();
-    case Value::Kind::kInt64:
-      out += std::to_string(v.as_int64());
-      return ok_status();
-    case Value::Kind::kDouble: {
-      const double d = v.as_double();
-      if (std::isnan(d)) {
-        out += "NaN";
-      } else if (std::isinf(d)) {
-        out += d > 0 ? "Infinity" : "-Infinity";
-      } else {
-        char buf[64];
-        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
-        out.append(buf, end);
-      }
-      return ok_status();
+PgColumnType PgColumnType::from_catalog(std::string_view type_name, int typmod, bool array, int dimensions) {
+  PgColumnType t;
+  t.array = array;
+  t.dimensions = std::max(1, dimensions);
+  if (type_name == "json" || type_name == "jsonb") {
+    t.base = Base::kJson;
+  } else if (type_name == "numeric") {
+    t.base = Base::kNumeric;
+    if (typmod >= 4) {  // ((precision << 16) | scale) + VARHDRSZ; the scale is an 11-bit signed field (PG 15)
+      t.numeric_constrained = true;
+      t.numeric_scale = (((typmod - 4) & 0x7ff) ^ 1024) - 1024;
     }
-    case Value::Kind::kDecimal:
-      v.as_decimal().append_to(out);
-      return ok_status();
-    case Value::Kind::kString: {
-      const std::string_view s = v.as_string();
-      if (s.find('\0') != std::string_view::npos) return nul_error("a string");
-      out += s;
-      return ok_status();
-    }
-    case Value::Kind::kBytes:
-      append_hex(v.as_bytes(), out);
-      return ok_status();
-    case Value::Kind::kTimestamp:
-      append_pg_timestamp(v.as_timestamp_micros(), out);
-      return ok_status();
-    case Value::Kind::kArray:
-      if (array_column) return append_array_literal(v, out);
-      v.write_json(out);
-      return ok_status();
-    case Value::Kind::kObject:
-      v.write_json(out);
-      return ok_status();
+  } else if (type_name == "float4") {
+    t.base = Base::kFloat4;
+  } else if (type_name == "float8") {
+    t.base = Base::kFloat8;
+  } else if (type_name == "date") {
+    t.base = Base::kDate;
+  } else if (type_name == "timestamp" || type_name == "timestamptz") {
+    t.base = Base::kTimestamp;
+    if (typmod >= 0 && typmod < 6) t.timestamp_precision = typmod;
   }
-  return ok_status();
+  return t;
+}
+
+Status append_text_parameter(const Value& v, const PgColumnType& type, std::string& out) {
+  if (v.is_null()) return Error(ErrorCode::kInternal, "append_text_parameter: null has no text parameter");
+  if (type.array && v.is_array()) return append_array_literal(v, type, 1, out);
+  return append_scalar(v, type, out);
+}
+
+Status append_text_parameter(const Value& v, bool array_column, std::string& out) {
+  PgColumnType type;
+  type.array = array_column;
+  return append_text_parameter(v, type, out);
 }
 
 bool is_retryable_sqlstate(std::string_view s) noexcept {
@@ -229,6 +385,7 @@ struct Column {
   int attnum = 0;
   bool is_array = false;
   bool generated = false;
+  postgres::PgColumnType type;
 };
 
 /// What a batch holds for one key: an optional delete (of the row before the batch), then an optional upsert of
@@ -361,10 +518,17 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
                        describe_, o_.table, database));
     }
     const std::string oid = PQgetvalue(t.get(), 0, 0);
+    // The type of each column (a domain's base type and typmod), and an array's element type: how values are
+    // spelled for it and which ones it would round (PgColumnType).
     PgResult cols = catalog_query(
-        "SELECT a.attname, a.attnum, t.typcategory = 'A', a.attgenerated <> '' FROM pg_attribute a "
-        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum",
+        "SELECT a.attname, a.attnum, t.typcategory = 'A', a.attgenerated <> '', a.attndims, "
+        "CASE WHEN d.typtype = 'd' THEN d.typtypmod ELSE a.atttypmod END, "
+        "CASE WHEN COALESCE(e.typnamespace, t.typnamespace) = 'pg_catalog'::regnamespace "
+        "THEN COALESCE(e.typname, t.typname) ELSE '' END "
+        "FROM pg_attribute a JOIN pg_type d ON d.oid = a.atttypid "
+        "JOIN pg_type t ON t.oid = CASE WHEN d.typtype = 'd' THEN d.typbasetype ELSE d.oid END "
+        "LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem "
+        "WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         {oid.c_str()});
     for (int i = 0; i < PQntuples(cols.get()); ++i) {
       Column c;
@@ -373,6 +537,9 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
       c.attnum = std::atoi(PQgetvalue(cols.get(), i, 1));
       c.is_array = PQgetvalue(cols.get(), i, 2)[0] == 't';
       c.generated = PQgetvalue(cols.get(), i, 3)[0] == 't';
+      c.type =
+          postgres::PgColumnType::from_catalog(PQgetvalue(cols.get(), i, 6), std::atoi(PQgetvalue(cols.get(), i, 5)),
+                                               c.is_array, std::atoi(PQgetvalue(cols.get(), i, 4)));
       column_index_.emplace(c.name, static_cast<int>(columns_.size()));
       columns_.push_back(std::move(c));
     }
@@ -454,7 +621,7 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
         return;
       }
       std::string text;
-      if (Status s = postgres::append_text_parameter(*v, columns_[key_index_[k]].is_array, text); !s.ok()) {
+      if (Status s = postgres::append_text_parameter(*v, columns_[key_index_[k]].type, text); !s.ok()) {
         bad_record(row, op, fmt::format("key column '{}': {}", o_.key_columns[k], s.error().message()), {});
         return;
       }
@@ -482,7 +649,7 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
         std::optional<std::string> text;
         if (!v.is_null()) {
           text.emplace();
-          if (Status s = postgres::append_text_parameter(v, c.is_array, *text); !s.ok()) {
+          if (Status s = postgres::append_text_parameter(v, c.type, *text); !s.ok()) {
             bad_record(row, op, fmt::format("column '{}': {}", name, s.error().message()), {});
             return;
           }
