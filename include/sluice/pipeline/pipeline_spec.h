@@ -85,9 +85,9 @@ struct FunctionSpec {
   int64_t batch_max_delay_ms = 2;  ///< a batch is sent at the latest this long after its first record
   int64_t max_in_flight = 2;       ///< batches sent and not yet answered, per subtask (backpressure beyond)
   int64_t timeout_ms = 30'000;     ///< a batch not answered within this fails the task (a hung worker)
-  int64_t memory_mb = 512;         ///< the worker's heap limit (Node's --max-old-space-size)
-  Mark mark;                       ///< of the `function` key
-  Mark module_mark;                ///< of the `module` value
+  int64_t memory_mb = 512;  ///< node: the heap limit (--max-old-space-size); python: the address space (RLIMIT_AS)
+  Mark mark;                ///< of the `function` key
+  Mark module_mark;         ///< of the `module` value
 };
 
 /// One `transform:` item. Applies to the change events whose "database.collection" matches `match`.

@@ -31,6 +31,12 @@ struct PreparedModule {
 /// runtime/node/worker.js (SLUICE_RUNTIME_DIR overrides the runtime folder, e.g. for an installed sluice).
 std::vector<std::string> node_worker_command(int64_t memory_mb);
 
+/// Checks a Python module (absolute path, a .py file): it is loaded as it is, its folder first on sys.path.
+[[nodiscard]] Result<PreparedModule> prepare_python_module(const std::filesystem::path& module);
+
+/// The Python worker's command: python3 runtime/python/worker.py with an address-space limit of `memory_mb`.
+std::vector<std::string> python_worker_command(int64_t memory_mb);
+
 /// The folder of the shipped runtime (runner scripts and type definitions).
 std::filesystem::path runtime_dir();
 

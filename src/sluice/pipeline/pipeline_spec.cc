@@ -703,9 +703,6 @@ class Parser {
     for (const Entry& f : mapping(e)) {
       if (f.key == "runtime") {
         out.runtime = one_of(f, kFunctionRuntimes);
-        if (out.runtime == "python") {
-          fail(f.value_mark, "'runtime: python' is not supported yet (only 'node': TypeScript and JavaScript)");
-        }
       } else if (f.key == "module") {
         out.module = scalar(f);
         out.module_mark = f.value_mark;
@@ -728,7 +725,7 @@ class Parser {
         fail(f.key_mark, unknown_key("key", f.key, "'function'", kFunctionKeys));
       }
     }
-    if (!has_module) fail(out.mark, "'function' is missing required key 'module' (a .ts, .js or .mjs file)");
+    if (!has_module) fail(out.mark, "'function' is missing required key 'module' (a .ts, .js, .mjs or .py file)");
     if (!has_export) fail(out.mark, "'function' is missing required key 'export' (the exported function's name)");
     return out;
   }

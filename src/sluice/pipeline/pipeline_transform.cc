@@ -320,8 +320,9 @@ class TransformFunction final : public ProcessFunction<cdc::ChangeEvent, RoutedE
 struct ResolvedFunction {
   size_t transform = 0;  // index in spec.transforms
   FunctionSpec spec;
-  std::string module_path;  // what the worker imports (the esbuild bundle or the .js itself)
-  std::string display;      // "chargeEvent (./domain/charges.ts)"
+  std::string module_path;        // what the worker imports (the esbuild bundle, the .js or the .py itself)
+  std::vector<std::string> argv;  // the worker's command
+  std::string display;            // "chargeEvent (./domain/charges.ts)"
 };
 
 // The transform of a pipeline with functions (docs/functions.md): like TransformFunction, but the changes of a
@@ -347,7 +348,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     for (size_t i = 0; i < functions_.size(); ++i) {
       const ResolvedFunction& f = functions_[i];
       udf::FunctionWorkerOptions o;
-      o.argv = udf::node_worker_command(f.spec.memory_mb);
+      o.argv = f.argv;
       o.module = f.module_path;
       o.export_name = f.spec.export_name;
       o.display_name = fmt::format("{} subtask {}", f.display, ctx_->subtask_index());
@@ -365,8 +366,8 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
             });
           });
       if (!w.ok()) throw OperatorException(this->name(), w.error().message(), w.error().code());
-      spdlog::info("pipeline '{}': function {} runs in worker pid {} (node {})", logic_.spec().pipeline.name,
-                   functions_[i].display, (*w)->pid(), (*w)->runtime_version());
+      spdlog::info("pipeline '{}': function {} runs in worker pid {} ({} {})", logic_.spec().pipeline.name,
+                   functions_[i].display, (*w)->pid(), f.spec.runtime, (*w)->runtime_version());
       states_[i].worker = std::move(*w);
     }
     for (size_t i = 0; i < functions_.size(); ++i)
@@ -754,13 +755,17 @@ Result<DataStream<RoutedEvent>> add_transform(DataStream<cdc::ChangeEvent>& chan
     const TransformSpec& t = spec.transforms[i];
     if (!t.function) continue;
     const std::filesystem::path module = (base / t.function->module).lexically_normal();
-    Result<udf::PreparedModule> prepared = udf::prepare_node_module(module, base);
+    const bool python = t.function->runtime == "python";
+    Result<udf::PreparedModule> prepared =
+        python ? udf::prepare_python_module(module) : udf::prepare_node_module(module, base);
     if (!prepared.ok()) {
       return Error(ErrorCode::kConfiguration, fmt::format("{}:{}:{}: {}", spec.file, t.function->module_mark.line,
                                                           t.function->module_mark.column, prepared.error().message()));
     }
-    functions.push_back(ResolvedFunction{i, *t.function, prepared->path,
-                                         fmt::format("{} ({})", t.function->export_name, t.function->module)});
+    functions.push_back(ResolvedFunction{
+        i, *t.function, prepared->path,
+        python ? udf::python_worker_command(t.function->memory_mb) : udf::node_worker_command(t.function->memory_mb),
+        fmt::format("{} ({})", t.function->export_name, t.function->module)});
   }
   DataStream<RoutedEvent> out = [&] {
     if (functions.empty()) return changes.process(TransformFunction(std::move(logic)));

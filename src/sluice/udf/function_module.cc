@@ -85,6 +85,22 @@ std::vector<std::string> node_worker_command(int64_t memory_mb) {
           (runtime_dir() / "node" / "worker.js").string()};
 }
 
+std::vector<std::string> python_worker_command(int64_t memory_mb) {
+  return {"python3", (runtime_dir() / "python" / "worker.py").string(), "--memory-mb", std::to_string(memory_mb)};
+}
+
+Result<PreparedModule> prepare_python_module(const fs::path& module) {
+  std::error_code ec;
+  if (!fs::is_regular_file(module, ec)) {
+    return Error(ErrorCode::kConfiguration, fmt::format("function module '{}' does not exist", module.string()));
+  }
+  if (module.extension() != ".py") {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("function module '{}': runtime python expects a .py file", module.string()));
+  }
+  return PreparedModule{fs::absolute(module).string(), false};
+}
+
 Result<PreparedModule> prepare_node_module(const fs::path& module, const fs::path& project_dir) {
   std::error_code ec;
   if (!fs::is_regular_file(module, ec)) {

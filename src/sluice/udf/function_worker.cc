@@ -204,9 +204,10 @@ struct FunctionWorker::Impl {
       how = "ended";
     }
     std::string out = fmt::format("the worker (pid {}) {}", pid, how);
-    if (tail.find("heap out of memory") != std::string::npos || tail.find("Reached heap limit") != std::string::npos) {
-      out += fmt::format(": it ran out of memory (its heap limit is {} MiB; raise the function's `memory`)",
-                         options.memory_mb);
+    if (tail.find("heap out of memory") != std::string::npos || tail.find("Reached heap limit") != std::string::npos ||
+        tail.find("worker: out of memory") != std::string::npos) {
+      out +=
+          fmt::format(": it ran out of memory (its limit is {} MiB; raise the function's `memory`)", options.memory_mb);
     }
     {
       std::lock_guard lock(mu);
