@@ -14,178 +14,51 @@
 // SLUICE_CHAOS_SCALE=<factor> multiplies the records and the random kills (e.g. 10 for a long run). The seed is
 // printed; SLUICE_TEST_SEED replays a run.
 // Run: build/release/tests/files_exactly_once_kill_test
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "chaos/harness.h"
 #include "integration/test_util/failures.h"
-#include "integration/test_util/polling.h"
 #include "sluice/core/value.h"
-
-extern char** environ;
 
 namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using sluice::testing::poll_until;
+using chaos::count_of;
+using chaos::read_file;
+using chaos::SluiceProcess;
+using chaos::tail;
 
 constexpr int kEntities = 500;
 constexpr auto kStartDeadline = 60s;
 constexpr auto kFinishDeadline = 150s;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Waits until this start of `p` completed a checkpoint (a failure when it exited first).
+::testing::AssertionResult wait_checkpoint(SluiceProcess& p) {
+  return p.wait_log([](const std::string& log) { return count_of(log, "completed checkpoint") >= 1; },
+                    "completed checkpoint", kStartDeadline);
 }
-
-std::string tail(const fs::path& p, size_t lines = 30) {
-  const std::string text = read_file(p);
-  size_t pos = text.size();
-  for (size_t n = 0; n <= lines && pos > 0; ++n) {
-    pos = text.rfind('\n', pos - 1);
-    if (pos == std::string::npos) {
-      pos = 0;
-      break;
-    }
-  }
-  return text.substr(pos);
-}
-
-int count_of(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1))
-    ++n;
-  return n;
-}
-
-double chaos_scale() {
-  const char* s = std::getenv("SLUICE_CHAOS_SCALE");
-  const double v = s != nullptr && *s != '\0' ? std::atof(s) : 1.0;
-  return v > 0 ? v : 1.0;
-}
-
-// A `sluice run` child process; each start logs to its own file.
-class SluiceProcess {
- public:
-  SluiceProcess(fs::path pipeline_file, fs::path log_dir)
-      : file_(std::move(pipeline_file)), log_dir_(std::move(log_dir)) {}
-  ~SluiceProcess() { kill_now(); }
-
-  /// Starts `sluice run FILE`; `fault_points` (when not empty) goes to the child as SLUICE_FAULT_POINTS.
-  ::testing::AssertionResult start(const std::string& fault_points = "") {
-    log_ = log_dir_ / ("run-" + std::to_string(starts_) + ".log");
-    ++starts_;
-    exited_ = false;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const std::string binary = SLUICE_BINARY;
-    const std::string file = file_.string();
-    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("run"), const_cast<char*>(file.c_str()),
-                    nullptr};
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!std::string_view(*e).starts_with("SLUICE_FAULT_POINTS=")) env_strings.emplace_back(*e);
-    }
-    if (!fault_points.empty()) env_strings.push_back("SLUICE_FAULT_POINTS=" + fault_points);
-    std::vector<char*> envp;
-    for (std::string& s : env_strings)
-      envp.push_back(s.data());
-    envp.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = -1;
-      return ::testing::AssertionFailure() << "posix_spawn " << binary << ": " << std::strerror(rc);
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  /// Waits until this start's log shows a completed checkpoint (or the process exited: then false).
-  ::testing::AssertionResult wait_checkpoint() {
-    const bool ok =
-        poll_until([&] { return !alive() || count_of(read_file(log_), "completed checkpoint") >= 1; }, kStartDeadline);
-    if (exited_) return ::testing::AssertionFailure() << "sluice exited (status " << status_ << ")\n" << tail(log_);
-    if (!ok) return ::testing::AssertionFailure() << "no completed checkpoint before the deadline\n" << tail(log_);
-    return ::testing::AssertionSuccess();
-  }
-
-  /// Waits for the process to end by itself; false after the deadline.
-  bool wait_exit(std::chrono::milliseconds deadline) {
-    return poll_until([&] { return !alive(); }, deadline);
-  }
-
-  bool alive() {
-    if (pid_ <= 0) return false;
-    int st = 0;
-    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-      status_ = st;
-      exited_ = true;
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status_, 0);
-    exited_ = true;
-    pid_ = -1;
-  }
-
-  int status() const { return status_; }
-  const fs::path& log() const { return log_; }
-
- private:
-  fs::path file_;
-  fs::path log_dir_;
-  fs::path log_;
-  pid_t pid_ = -1;
-  int status_ = 0;
-  bool exited_ = false;
-  int starts_ = 0;
-};
 
 class FilesExactlyOnceKillTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/sluice-files-chaos-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!HasFailure()) {
-      fs::remove_all(dir_);
-    } else {
-      std::cout << "kept " << dir_ << " (logs, checkpoints, output) for inspection\n";
-    }
-  }
+  void SetUp() override { dir_ = chaos::make_test_dir("sluice-files-chaos"); }
+  void TearDown() override { chaos::keep_or_remove(dir_, HasFailure()); }
 
   // Writes the pipeline file: `records` datagen charges on kEntities entities at `rate` per second, exactly once
   // into <dir>/out (part files rolled at 24 KiB or 900 ms), checkpoints every 200 ms, no restart inside the
@@ -287,41 +160,28 @@ class FilesExactlyOnceKillTest : public ::testing::Test {
         seen[std::string(payload->find("id")->as_string())].push_back(payload->find("revision")->as_int64());
       }
     }
-    int64_t missing = 0, duplicates = 0, out_of_order = 0, unexpected = 0;
-    std::string first_problem;
+    // Every entity's revisions 0..rounds-1, once each, in order.
+    std::map<std::string, std::vector<int64_t>> want;
     for (int64_t e = 0; e < kEntities; ++e) {
       char id[16];
       std::snprintf(id, sizeof id, "ch_%08lld", static_cast<long long>(e));
       const int64_t rounds = records / kEntities + (e < records % kEntities ? 1 : 0);
-      std::vector<int64_t> got = seen.count(id) ? seen[id] : std::vector<int64_t>{};
-      seen.erase(id);
-      if (!std::is_sorted(got.begin(), got.end())) {
-        ++out_of_order;
-        if (first_problem.empty()) first_problem = std::string(id) + ": revisions out of order";
-      }
-      std::map<int64_t, int> count;
-      for (int64_t r : got)
-        ++count[r];
-      for (int64_t r = 0; r < rounds; ++r) {
-        const int c = count.count(r) ? count[r] : 0;
-        if (c == 0) ++missing;
-        if (c > 1) duplicates += c - 1;
-        if (c != 1 && first_problem.empty()) {
-          first_problem = std::string(id) + " revision " + std::to_string(r) + " seen " + std::to_string(c) + " times";
-        }
-        count.erase(r);
-      }
-      unexpected += static_cast<int64_t>(count.size());
+      std::vector<int64_t>& revisions = want[id];
+      for (int64_t r = 0; r < rounds; ++r)
+        revisions.push_back(r);
     }
-    unexpected += static_cast<int64_t>(seen.size());
+    const chaos::SequenceTally t = chaos::compare_sequences(want, seen);
+    const size_t missing = t.missing, duplicates = t.duplicated, out_of_order = t.out_of_order,
+                 unexpected = t.unexpected;
+    const std::string& first_problem = t.first_problem;
     std::cout << "committed files " << parts.size() << ", lines " << lines << " (expected " << records << "): missing "
               << missing << ", duplicates " << duplicates << ", entities out of order " << out_of_order
               << ", unexpected " << unexpected << "\n";
     EXPECT_EQ(lines, records);
-    EXPECT_EQ(missing, 0) << first_problem;
-    EXPECT_EQ(duplicates, 0) << first_problem;
-    EXPECT_EQ(out_of_order, 0) << first_problem;
-    EXPECT_EQ(unexpected, 0);
+    EXPECT_EQ(missing, 0u) << first_problem;
+    EXPECT_EQ(duplicates, 0u) << first_problem;
+    EXPECT_EQ(out_of_order, 0u) << first_problem;
+    EXPECT_EQ(unexpected, 0u) << first_problem;
   }
 
   fs::path dir_;
@@ -333,7 +193,7 @@ TEST_F(FilesExactlyOnceKillTest, ACrashBetweenWriteAndRenameLosesAndRepeatsNothi
   const uint64_t seed = testing::test_seed();
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED)\n";
   constexpr int64_t kRecords = 4000;
-  SluiceProcess p(write_pipeline(kRecords, 1000, seed), dir_);
+  SluiceProcess p("run", write_pipeline(kRecords, 1000, seed), dir_);
   ASSERT_NO_FATAL_FAILURE(crash_at(p, "files.before-rename", 2));
   ASSERT_NO_FATAL_FAILURE(crash_at(p, "files.after-rename", 1));
   ASSERT_NO_FATAL_FAILURE(finish(p));
@@ -344,13 +204,13 @@ TEST_F(FilesExactlyOnceKillTest, ACrashBetweenWriteAndRenameLosesAndRepeatsNothi
 // SIGKILL at seeded random moments, mixed with crashes at the commit's fault points.
 TEST_F(FilesExactlyOnceKillTest, SigkillAtRandomMomentsLosesAndRepeatsNothing) {
   const uint64_t seed = testing::test_seed();
-  const double scale = chaos_scale();
+  const double scale = chaos::chaos_scale();
   const int64_t records = static_cast<int64_t>(20'000 * scale);
   const int kills = std::max(1, static_cast<int>(4 * scale));
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED), scale " << scale << " (SLUICE_CHAOS_SCALE): " << records
             << " records, " << kills << " random kills\n";
   std::mt19937_64 rnd(seed);
-  SluiceProcess p(write_pipeline(records, 1500, seed), dir_);
+  SluiceProcess p("run", write_pipeline(records, 1500, seed), dir_);
   // The crash points go at seeded places among the random kills.
   std::vector<std::string> plan(static_cast<size_t>(kills), "kill");
   plan.insert(plan.begin() + static_cast<std::ptrdiff_t>(rnd() % (plan.size() + 1)), "files.before-rename");
@@ -362,7 +222,7 @@ TEST_F(FilesExactlyOnceKillTest, SigkillAtRandomMomentsLosesAndRepeatsNothing) {
       continue;
     }
     ASSERT_TRUE(p.start());
-    ASSERT_TRUE(p.wait_checkpoint());
+    ASSERT_TRUE(wait_checkpoint(p));
     // The kill moment: a seeded delay after the run's first completed checkpoint (not a synchronisation).
     const auto delay = std::chrono::milliseconds(rnd() % 1500);
     std::this_thread::sleep_for(delay);

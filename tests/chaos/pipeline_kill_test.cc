@@ -27,22 +27,14 @@
 // busy cores (its writes slow down while two change streams filter its whole, growing oplog on every poll).
 // SLUICE_CHAOS_SCALE (a factor, default 1 = full) scales the MongoDB workload only, e.g. 0.2 for a quick run.
 // Run: scripts/services/run-with postgres mongodb kafka opensearch -- build/<preset>/tests/pipeline_kill_test
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <libpq-fe.h>
-#include <librdkafka/rdkafka.h>
 #include <mongoc/mongoc.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -55,13 +47,12 @@
 #include <thread>
 #include <vector>
 
+#include "chaos/harness.h"
 #include "integration/test_util/failures.h"
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/polling.h"
 #include "integration/test_util/services.h"
 #include "sluice/core/value.h"
-
-extern char** environ;
 
 namespace sluice {
 namespace {
@@ -80,29 +71,11 @@ constexpr int kPartitions = 4;
 constexpr auto kStartDeadline = 60s;
 constexpr auto kCatchUpDeadline = 120s;
 
-using sluice::testing::unique_name;
-
+using chaos::read_file;
+using chaos::SluiceProcess;
+using chaos::tail;
 using sluice::testing::poll_until;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string tail(const fs::path& p, size_t lines = 40) {
-  const std::string text = read_file(p);
-  size_t pos = text.size();
-  for (size_t n = 0; n <= lines && pos > 0; ++n) {
-    pos = text.rfind('\n', pos - 1);
-    if (pos == std::string::npos) {
-      pos = 0;
-      break;
-    }
-  }
-  return text.substr(pos);
-}
+using sluice::testing::unique_name;
 
 // ---------------------------------------------------------------------------------------------------------------
 // The workload: a seeded sequence of changes on entities 0..kEntities-1, plus one malformed insert.
@@ -348,107 +321,6 @@ class MongoDb final : public SourceDb {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// A `sluice run` child process, its output in a log file per start.
-
-class SluiceProcess {
- public:
-  SluiceProcess(std::string name, fs::path pipeline_file, fs::path log_dir)
-      : name_(std::move(name)), file_(std::move(pipeline_file)), log_dir_(std::move(log_dir)) {}
-  ~SluiceProcess() { kill_now(); }
-
-  /// Starts `sluice run FILE` with stdout and stderr to a new log file.
-  ::testing::AssertionResult start() {
-    log_ = log_dir_ / (name_ + "-" + std::to_string(starts_) + ".log");
-    ++starts_;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const std::string binary = SLUICE_BINARY;
-    const std::string file = file_.string();
-    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("run"), const_cast<char*>(file.c_str()),
-                    nullptr};
-    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = -1;
-      return ::testing::AssertionFailure() << "posix_spawn " << binary << ": " << std::strerror(rc);
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  /// Waits until this start's log shows the job started and `checkpoints` completed checkpoints.
-  ::testing::AssertionResult wait_running(int checkpoints = 1, std::chrono::milliseconds deadline = kStartDeadline) {
-    bool exited = false;
-    const bool ok = poll_until(
-        [&] {
-          if (!alive()) {
-            exited = true;
-            return true;
-          }
-          const std::string log = read_file(log_);
-          if (log.find("' started:") == std::string::npos) return false;
-          int n = 0;
-          for (size_t p = log.find("completed checkpoint"); p != std::string::npos;
-               p = log.find("completed checkpoint", p + 1))
-            ++n;
-          return n >= checkpoints;
-        },
-        deadline);
-    if (exited) return ::testing::AssertionFailure() << name_ << " exited (status " << status_ << ")\n" << tail(log_);
-    if (!ok) return ::testing::AssertionFailure() << name_ << " not running after the deadline\n" << tail(log_);
-    return ::testing::AssertionSuccess();
-  }
-
-  bool alive() {
-    if (pid_ <= 0) return false;
-    int st = 0;
-    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) {
-      status_ = st;
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status_, 0);
-    pid_ = -1;
-  }
-
-  /// SIGTERM, then SIGKILL when it has not ended within 20 s.
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    if (!poll_until([&] { return !alive(); }, 20s)) kill_now();
-  }
-
-  const fs::path& log() const { return log_; }
-  int starts() const { return starts_; }
-  /// The tails of every log of this process.
-  std::string logs() const {
-    std::string out;
-    for (int i = 0; i < starts_; ++i) {
-      const fs::path p = log_dir_ / (name_ + "-" + std::to_string(i) + ".log");
-      out += "---- " + p.string() + " (tail) ----\n" + tail(p, 25) + "\n";
-    }
-    return out;
-  }
-
- private:
-  std::string name_;
-  fs::path file_;
-  fs::path log_dir_;
-  fs::path log_;
-  pid_t pid_ = -1;
-  int status_ = 0;
-  int starts_ = 0;
-};
-
-// ---------------------------------------------------------------------------------------------------------------
 // Reading a topic: an assigned consumer that reads every partition up to its high watermark.
 
 struct Event {
@@ -463,78 +335,16 @@ struct Event {
   std::string json;
 };
 
+// A topic's events, read through the harness's reader (the sink is at-least-once: its records are committed as
+// they are written); drain() reads everything the topic holds now.
 class TopicReader {
  public:
-  TopicReader(const std::string& bootstrap, std::string topic) : topic_(std::move(topic)) {
-    consumer_ = kafka::make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap},
-                                                       {"group.id", unique_name("chaos-reader")},
-                                                       {"enable.auto.commit", "false"},
-                                                       {"enable.partition.eof", "false"}});
-    if (!consumer_) return;
-    kafka::PartitionList list(rd_kafka_topic_partition_list_new(kPartitions));
-    for (int p = 0; p < kPartitions; ++p)
-      rd_kafka_topic_partition_list_add(list.get(), topic_.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    EXPECT_EQ(rd_kafka_assign(consumer_.get(), list.get()), RD_KAFKA_RESP_ERR_NO_ERROR);
-    next_.assign(kPartitions, 0);
-  }
+  TopicReader(const std::string& bootstrap, std::string topic)
+      : topic_(std::move(topic)),
+        reader_(bootstrap, topic_, kPartitions, [this](const chaos::KafkaRecord& r) { add(r); }) {}
 
   /// Reads everything the topic holds now; returns false when that took longer than `deadline`.
-  bool drain(std::chrono::milliseconds deadline = 60s) {
-    if (!consumer_) return false;
-    std::vector<int64_t> high(kPartitions, 0);
-    for (int p = 0; p < kPartitions; ++p) {
-      int64_t lo = 0;
-      if (rd_kafka_query_watermark_offsets(consumer_.get(), topic_.c_str(), p, &lo, &high[p], 10000) !=
-          RD_KAFKA_RESP_ERR_NO_ERROR)
-        return false;
-    }
-    const auto end = Clock::now() + deadline;
-    auto done = [&] {
-      for (int p = 0; p < kPartitions; ++p)
-        if (next_[p] < high[p]) return false;
-      return true;
-    };
-    while (!done()) {
-      if (Clock::now() > end) return false;
-      kafka::Message m(rd_kafka_consumer_poll(consumer_.get(), 200));
-      if (!m) continue;
-      if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
-      next_[m->partition] = m->offset + 1;
-      Event e;
-      e.partition = m->partition;
-      e.offset = m->offset;
-      if (m->payload == nullptr) {  // a tombstone: right after a delete of its key (one key, one partition)
-        const std::string key(static_cast<const char*>(m->key), m->key_len);
-        std::string& prev = last_op_[key];
-        if (prev != "d" && ++tombstone_problems_ <= 5) {
-          ADD_FAILURE() << "a tombstone of key " << key << " in " << topic_ << " at " << e.partition << "/" << e.offset
-                        << " after " << (prev.empty() ? "nothing" : prev) << ", not after a delete";
-        }
-        prev = "tombstone";
-        ++tombstones_;
-        continue;
-      }
-      e.json.assign(static_cast<const char*>(m->payload), m->len);
-      Result<Value> v = Value::from_json(e.json);
-      if (!v.ok() || !v->is_object()) {
-        ADD_FAILURE() << "not a JSON object in " << topic_ << ": " << e.json;
-        continue;
-      }
-      auto field = [&](const char* k) {
-        const Value* f = v->find(k);
-        return f == nullptr ? std::string("<absent>") : f->is_string() ? std::string(f->as_string()) : f->to_json();
-      };
-      e.id = field("id");
-      e.type = field("type");
-      e.op = field("op");
-      e.entity = v->find("entity") != nullptr ? v->find("entity")->to_json() : "<absent>";
-      e.payload = v->find("payload") != nullptr ? v->find("payload")->to_json() : "<absent>";
-      e.rest = field("occurred_at") + " " + (v->find("source") != nullptr ? v->find("source")->to_json() : "");
-      last_op_[e.entity] = e.op;
-      events_.push_back(std::move(e));
-    }
-    return true;
-  }
+  bool drain(std::chrono::milliseconds deadline = 60s) { return reader_.drain_to_watermarks(deadline); }
 
   const std::vector<Event>& events() const { return events_; }
   size_t distinct() const {
@@ -548,13 +358,43 @@ class TopicReader {
   int tombstone_problems() const { return tombstone_problems_; }
 
  private:
+  void add(const chaos::KafkaRecord& r) {
+    if (r.tombstone) {  // a tombstone: right after a delete of its key (one key, one partition)
+      std::string& prev = last_op_[r.key];
+      if (prev != "d" && ++tombstone_problems_ <= 5) {
+        ADD_FAILURE() << "a tombstone of key " << r.key << " in " << topic_ << " at " << r.partition << "/" << r.offset
+                      << " after " << (prev.empty() ? "nothing" : prev) << ", not after a delete";
+      }
+      prev = "tombstone";
+      ++tombstones_;
+      return;
+    }
+    std::optional<Value> v = chaos::json_object(r, topic_);
+    if (!v) return;
+    auto field = [&](const char* k) {
+      const Value* f = v->find(k);
+      return f == nullptr ? std::string("<absent>") : f->is_string() ? std::string(f->as_string()) : f->to_json();
+    };
+    Event e;
+    e.partition = r.partition;
+    e.offset = r.offset;
+    e.json = r.value;
+    e.id = field("id");
+    e.type = field("type");
+    e.op = field("op");
+    e.entity = v->find("entity") != nullptr ? v->find("entity")->to_json() : "<absent>";
+    e.payload = v->find("payload") != nullptr ? v->find("payload")->to_json() : "<absent>";
+    e.rest = field("occurred_at") + " " + (v->find("source") != nullptr ? v->find("source")->to_json() : "");
+    last_op_[e.entity] = e.op;
+    events_.push_back(std::move(e));
+  }
+
   std::string topic_;
-  kafka::Client consumer_;
-  std::vector<int64_t> next_;
   std::vector<Event> events_;
   std::map<std::string, std::string> last_op_;  // key (the entity's JSON) -> op of its last record, "tombstone"
   size_t tombstones_ = 0;
   int tombstone_problems_ = 0;
+  chaos::CommittedReader reader_;  // last: its callback appends to events_
 };
 
 // Events per entity in topic order (one entity lives in one partition), first occurrences only.
@@ -632,8 +472,7 @@ class PipelineKillTest : public ::testing::TestWithParam<Source> {
     } else {
       db_ = std::make_unique<PostgresDb>(testing::require_service("postgres"));
     }
-    dir_ = fs::temp_directory_path() / unique_name("sluice-chaos");
-    fs::create_directories(dir_);
+    dir_ = chaos::make_test_dir("sluice-chaos");
     ASSERT_NO_FATAL_FAILURE(db_->setup());
   }
 
@@ -641,13 +480,10 @@ class PipelineKillTest : public ::testing::TestWithParam<Source> {
     if (a_) a_->stop();
     if (b_) b_->stop();
     if (HasFailure()) {
-      if (a_) std::cout << a_->logs();
-      if (b_) std::cout << b_->logs();
-      std::cout << "kept " << dir_ << " for inspection\n";
-    } else if (!dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
+      if (a_) std::cout << a_->tails();
+      if (b_) std::cout << b_->tails();
     }
+    chaos::keep_or_remove(dir_, HasFailure());
     if (db_) db_->teardown();
     if (!index_.empty()) Search(opensearch_).drop(index_);
   }
@@ -656,13 +492,9 @@ class PipelineKillTest : public ::testing::TestWithParam<Source> {
     const std::string name = "chaos-" + which + "-" + fs::path(dir_).filename().string();
     const std::string k = db_->key_field();
     std::string y;
-    y += "pipeline:\n";
-    y += "  name: " + name + "\n";
-    y += "  parallelism: 2\n";
-    y += "  checkpoint: { interval: 500ms, storage: \"" + (dir_ / ("checkpoints-" + which)).string() + "\" }\n";
-    y += "  delivery: at-least-once\n";
-    y += "  dead-letter: { type: files, path: \"" + (dir_ / ("dead-letter-" + which)).string() + "\" }\n";
-    y += "  http: { port: 0 }\n";
+    y += chaos::pipeline_section(
+        name, dir_ / ("checkpoints-" + which), "500ms", "at-least-once",
+        "  dead-letter: { type: files, path: \"" + (dir_ / ("dead-letter-" + which)).string() + "\" }\n");
     y += db_->source_yaml(which);
     y += "transform:\n";
     y += "  - match: \"**\"\n";
@@ -673,7 +505,7 @@ class PipelineKillTest : public ::testing::TestWithParam<Source> {
     y += "      payload: \"key." + k +
          " AS id, after.status AS status, CAST(after.amount AS BIGINT) AS amount, after.revision AS revision\"\n";
     y += "sink:\n";
-    y += "  events: { type: kafka, bootstrap-servers: \"" + bootstrap_ + "\", topic: " + topic + ", key: entity }\n";
+    y += chaos::kafka_events_sink(bootstrap_, topic);
     if (!index.empty()) {
       y += "  search: { type: opensearch, url: \"" + opensearch_ + "\", index: " + index +
            ", id: entity, flush-interval: 200ms }\n";
@@ -712,8 +544,7 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
   const bool mongo = GetParam() == Source::kMongoDb;
   const auto t0 = Clock::now();
   const uint64_t seed = testing::test_seed();
-  double scale = 1.0;
-  if (const char* s = std::getenv("SLUICE_CHAOS_SCALE"); mongo && s != nullptr && *s != '\0') scale = std::atof(s);
+  const double scale = mongo ? chaos::chaos_scale() : 1.0;  // SLUICE_CHAOS_SCALE scales the MongoDB workload only
   const int changes = std::max(2 * kBatch, static_cast<int>(kChanges * scale));
   const int entities = std::max(100, static_cast<int>(kEntities * scale));
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED), " << changes << " changes on " << entities << " entities\n";
@@ -733,8 +564,8 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
   b_ = std::make_unique<SluiceProcess>("b", dir_ / "b.yaml", dir_);
   ASSERT_TRUE(a_->start());
   ASSERT_TRUE(b_->start());
-  ASSERT_TRUE(a_->wait_running());
-  ASSERT_TRUE(b_->wait_running());
+  ASSERT_TRUE(a_->wait_running(1, kStartDeadline));
+  ASSERT_TRUE(b_->wait_running(1, kStartDeadline));
 
   // The kills: one at a random batch boundary within each fifth of the workload (never at the very start).
   const size_t batches = (w.changes.size() + kBatch - 1) / kBatch;
@@ -766,7 +597,7 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
     // Pace the workload (not synchronisation: the kills should spread over some seconds of streaming).
     std::this_thread::sleep_until(workload_start +
                                   std::chrono::milliseconds(1000 * static_cast<int64_t>(end) / kChangesPerSecond));
-    ASSERT_TRUE(b_->alive()) << "the reference pipeline ended\n" << b_->logs();
+    ASSERT_TRUE(b_->alive()) << "the reference pipeline ended\n" << b_->tails();
   }
   const double workload_s = std::chrono::duration<double>(Clock::now() - workload_start).count();
   ASSERT_TRUE(a_->wait_running(1, kStartDeadline));
@@ -777,7 +608,7 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
   TopicReader ra(bootstrap_, topic_a);
   TopicReader rb(bootstrap_, topic_b);
   const bool b_done = poll_until([&] { return rb.drain() && rb.distinct() >= expected; }, kCatchUpDeadline);
-  ASSERT_TRUE(b_done) << "B's topic has " << rb.distinct() << " distinct events of " << expected << "\n" << b_->logs();
+  ASSERT_TRUE(b_done) << "B's topic has " << rb.distinct() << " distinct events of " << expected << "\n" << b_->tails();
   std::set<std::string> b_ids;
   for (const Event& e : rb.events())
     b_ids.insert(e.id);
@@ -791,9 +622,9 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
   const bool a_done = poll_until(a_has_all, kCatchUpDeadline);
   EXPECT_EQ(rb.distinct(), expected);
   ASSERT_TRUE(a_done) << "A's topic has " << ra.distinct() << " distinct events, B's " << b_ids.size() << "\n"
-                      << a_->logs();
-  EXPECT_TRUE(a_->alive()) << a_->logs();
-  EXPECT_TRUE(b_->alive()) << b_->logs();
+                      << a_->tails();
+  EXPECT_TRUE(a_->alive()) << a_->tails();
+  EXPECT_TRUE(b_->alive()) << b_->tails();
 
   // (a) B's events per entity are the workload's changes of that entity, in order; A holds every id of B
   // (checked above). The malformed entity has no event.
@@ -949,7 +780,7 @@ TEST_P(PipelineKillTest, KilledPipelineEqualsReference) {
 
   // A restarted from its checkpoints every time.
   for (int i = 1; i < a_->starts(); ++i) {
-    const fs::path p = dir_ / ("a-" + std::to_string(i) + ".log");
+    const fs::path p = a_->log_for(i);
     EXPECT_NE(read_file(p).find("resuming from checkpoint"), std::string::npos) << p << "\n" << tail(p);
   }
 
