@@ -1,9 +1,12 @@
 // Issue 14, "Secrets": a password in a connection string (MongoDB URI, Postgres conninfo or URI, OpenSearch URL,
-// Kafka's sasl.password) never appears in an error message, the job's failure cause (what the REST API and
-// `sluice run` show) or the logs. Each case provokes a connector's error with a known secret and greps all of
-// them for it; none needs a running service (the errors come from parsing or from a refused connection).
+// Kafka's sasl.password) never appears in an error message, the job's failure cause (as `sluice run` prints it
+// and as the REST API serves it: GET /jobs, /jobs/:id and /jobs/:id/exceptions), /health or the logs. Each case
+// provokes a connector's error with a known secret and greps all of them for it; none needs a running service
+// (the errors come from parsing or from a refused connection). Each case fails when its connector's redaction
+// is removed (checked by hand with redact_secrets() returning its input).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
+#include "sluice/web/rest_server.h"
 
 namespace sluice::pipeline {
 namespace {
@@ -50,10 +54,12 @@ sink:
   std::string files_source() const { return fmt::format("  type: files\n  path: {}/in", dir_.string()); }
   std::string files_sink() const { return fmt::format("    type: files\n    path: {}/out", dir_.string()); }
 
-  // Parses, builds and runs the pipeline (bounded: cancelled after 60 s); returns every error text it produced
-  // and everything written to stdout and stderr (the logs) meanwhile.
+  // Parses, builds and runs the pipeline (bounded: cancelled after 60 s); returns every error text it produced,
+  // what the REST API serves about the job once it ended, and everything written to stdout and stderr (the logs)
+  // meanwhile.
   std::string run(const std::string& yaml) {
     std::string text;
+    std::string rest_problem;  // reported after the capture ends (a failure printed meanwhile would be captured)
     testing::internal::CaptureStdout();
     testing::internal::CaptureStderr();
     Result<PipelineSpec> spec = parse_pipeline(yaml, "secrets.yaml");
@@ -64,6 +70,10 @@ sink:
     } else if (Status started = (*runner)->start(); !started.ok()) {
       text += started.error().to_string();
     } else {
+      Result<std::unique_ptr<RestServer>> rest = RestServer::start(RestServerOptions{});
+      if (!rest.ok()) rest_problem += "RestServer::start: " + rest.error().to_string() + "\n";
+      std::optional<JobClient> client = (*runner)->client();
+      if (rest.ok() && client) (*rest)->register_job("secrets", *client, {});
       std::thread watchdog([&, deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60)] {
         while ((*runner)->status() == JobStatus::kRunning || (*runner)->status() == JobStatus::kCreated) {
           if (std::chrono::steady_clock::now() > deadline) {
@@ -77,9 +87,29 @@ sink:
       watchdog.join();
       if (r.error) text += r.error->to_string();
       text += "\n" + (*runner)->health().to_json();
+      if (rest.ok() && client) {
+        httplib::Client http("127.0.0.1", (*rest)->port());
+        const std::string job = "/jobs/" + client->job_id();
+        bool failure_served = false;
+        for (const std::string& path : {std::string("/jobs"), job, job + "/exceptions"}) {
+          auto res = http.Get(path);
+          if (!res || res->status != 200) {
+            rest_problem +=
+                "GET " + path + ": " + (res ? std::to_string(res->status) + " " + res->body : "no answer") + "\n";
+          }
+          if (!res) continue;
+          text += "\n" + res->body;
+          failure_served =
+              failure_served || (path == job + "/exceptions" &&
+                                 res->body.find("\"exceptionHistory\":{\"entries\":[{") != std::string::npos);
+        }
+        // The REST API serves the failure (else a leak there could not be seen).
+        if (r.error && !failure_served) rest_problem += "the failure is not in GET " + job + "/exceptions\n";
+      }
     }
     text += "\n" + testing::internal::GetCapturedStdout();
     text += "\n" + testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(rest_problem.empty()) << rest_problem << text;
     return text;
   }
 
@@ -136,6 +166,31 @@ TEST_F(SecretsTest, KafkaSaslPassword) {
                       "      security.protocol: SASL_PLAINTEXT\n      sasl.mechanism: BOGUS\n      sasl.username: u\n"
                       "      sasl.password: K4fkaS3cretB\n      debug: conf,security"));
   expect_redacted(text, "K4fkaS3cretB", "BOGUS");
+}
+
+TEST_F(SecretsTest, KafkaSourceSaslPassword) {
+  // The source's consumer takes librdkafka properties as the sink's producer does: a misspelled secret property is
+  // refused naming it, its value hidden.
+  const std::string text =
+      run(pipeline("  type: kafka\n  bootstrap-servers: 127.0.0.1:1\n  topics: [t]\n  properties:\n"
+                   "    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n    sasl.username: u\n"
+                   "    sasl.passwd: K4fkaS3cretC",
+                   files_sink()));
+  expect_redacted(text, "K4fkaS3cretC", "sasl.passwd");
+}
+
+TEST_F(SecretsTest, KafkaDeadLetterSinkSaslPassword) {
+  // The dead-letter Kafka sink (pipeline.dead-letter) is built from its own properties, ${VAR} expanded.
+  ::setenv("SLUICE_SECRETS_TEST_KAFKA_PASSWORD", "K4fkaS3cretD", 1);
+  std::string yaml = pipeline(files_source(), files_sink());
+  const std::string dead_letter =
+      "  dead-letter:\n    type: kafka\n    bootstrap-servers: 127.0.0.1:1\n    topic: dlq\n    properties:\n"
+      "      security.protocol: SASL_PLAINTEXT\n      sasl.mechanism: PLAIN\n      sasl.username: u\n"
+      "      sasl.passwd: ${SLUICE_SECRETS_TEST_KAFKA_PASSWORD}\n";
+  yaml.insert(yaml.find("  restart:"), dead_letter);
+  const std::string text = run(yaml);
+  ::unsetenv("SLUICE_SECRETS_TEST_KAFKA_PASSWORD");
+  expect_redacted(text, "K4fkaS3cretD", "sasl.passwd");
 }
 
 }  // namespace
