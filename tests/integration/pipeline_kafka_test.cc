@@ -283,9 +283,19 @@ TEST_F(PipelineKafkaOversizeTest, TooLargeEventGoesToTheSinksDeadLetterFileWithI
       std::chrono::seconds(30));
   EXPECT_EQ((*runner)->status(), JobStatus::kRunning)
       << "the job fails on a too large record although a dead-letter sink is set";
+  // /metrics counts what the sink dead-lettered (the trial's summary said 0 to the dead-letter sink).
+  const std::string metrics = (*runner)->metrics_text();
+  EXPECT_NE(metrics.find("sluice_sink_dead_letters_total{job=\"kafka-oversize\",sink=\"events\"} 1"), std::string::npos)
+      << metrics;
   (*runner)->cancel();
   JobResult r = (*runner)->wait();
   EXPECT_EQ(r.status, JobStatus::kCanceled) << (r.error ? r.error->to_string() : "");
+  const std::string summary = (*runner)->summary(r);
+  EXPECT_NE(
+      summary.find("; 1 record refused by sink 'events' went to " + (dir_ / "dlq" / "sink-events.jsonl").string()),
+      std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("'events' 3 (1 of them to its dead-letter file)"), std::string::npos) << summary;
   EXPECT_EQ(entities, (std::vector<std::string>{"ch_1", "ch_3"}));
   ASSERT_TRUE(dead_lettered) << "no dead letter in " << dlq;
   Value entry = Value::from_json(line).value_or_throw();

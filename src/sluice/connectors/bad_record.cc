@@ -7,7 +7,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <system_error>
+
+#include "sluice/connectors/dead_letter_counts.h"
 
 namespace sluice {
 
@@ -18,7 +22,27 @@ Error io_error(std::string_view what, const std::string& path, int err) {
                fmt::format("dead-letter file '{}': {} failed: {}", path, what, std::strerror(err)));
 }
 
+// Appended records by path (dead_letters_appended()). Never shrinks: a process writes to few files.
+std::mutex& counts_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, int64_t, std::less<>>& counts() {
+  static std::map<std::string, int64_t, std::less<>> m;
+  return m;
+}
+void count_appended(const std::string& path) {
+  std::lock_guard lock(counts_mutex());
+  ++counts()[path];
+}
+
 }  // namespace
+
+int64_t dead_letters_appended(const std::string& path) {
+  std::lock_guard lock(counts_mutex());
+  auto it = counts().find(path);
+  return it == counts().end() ? 0 : it->second;
+}
 
 std::string_view bad_record_policy_name(BadRecordPolicy policy) noexcept {
   switch (policy) {
@@ -74,14 +98,18 @@ Status DeadLetterFile::append(const Value& entry) {
   line_.clear();
   entry.write_json(line_);
   line_.push_back('\n');
-  return write_line_locked();
+  Status st = write_line_locked();
+  if (st.ok()) count_appended(path_);
+  return st;
 }
 
 Status DeadLetterFile::append_line(std::string_view json_line) {
   std::lock_guard lock(mu_);
   line_.assign(json_line);
   line_.push_back('\n');
-  return write_line_locked();
+  Status st = write_line_locked();
+  if (st.ok()) count_appended(path_);
+  return st;
 }
 
 Status DeadLetterFile::sync() {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -19,6 +20,7 @@
 
 #include "pipeline_internal.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/connectors/dead_letter_counts.h"
 
 namespace sluice::pipeline {
 
@@ -130,6 +132,15 @@ struct PipelineRunner::State {
   SourceProbe probe;
   std::string restored_from;
   std::string dead_letter_dir;
+  // Per sink: its dead-letter file (records it refused: too large for Kafka, failed bulk items, rows Postgres
+  // refuses) and how many records the process had appended to that file before this run.
+  struct SinkDeadLetters {
+    std::string sink;
+    std::string path;
+    int64_t before = 0;
+    int64_t count() const { return dead_letters_appended(path) - before; }
+  };
+  std::vector<SinkDeadLetters> sink_dead_letters;
   int64_t start_wall_ms = 0;
   mutable std::mutex mu;
   std::optional<JobClient> client;
@@ -227,6 +238,9 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   auto keyed = events.key_by([](const RoutedEvent& r) { return r.entity_key; });
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
     SLUICE_RETURN_IF_ERROR(detail::add_sink(keyed, spec, i, dead_letter_dir, s->counters));
+    // The path the sink builders of pipeline_sinks.cc give a sink's dead-letter file.
+    const std::string path = dead_letter_dir + "/sink-" + spec.sinks[i].name + ".jsonl";
+    s->sink_dead_letters.push_back({spec.sinks[i].name, path, dead_letters_appended(path)});
   }
   if (dead_letters) SLUICE_RETURN_IF_ERROR(detail::add_dead_letter_sink(*dead_letters, spec));
   return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(s)));
@@ -422,6 +436,13 @@ std::string PipelineRunner::metrics_text() const {
       out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", job,
                          label(o.name), label(o.uid), o.records_out);
     }
+    family("sluice_sink_dead_letters_total", "counter",
+           "Records a sink refused and wrote to its dead-letter file (too large for Kafka, failed bulk items, rows "
+           "Postgres refuses).");
+    for (const auto& d : s_->sink_dead_letters) {
+      out +=
+          fmt::format("sluice_sink_dead_letters_total{{job=\"{}\",sink=\"{}\"}} {}\n", job, label(d.sink), d.count());
+    }
     family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
     out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", job, c->restarts());
     family("sluice_job_restarting", "gauge", "1 while the job is RESTARTING (a failure, its backoff, the restart).");
@@ -516,6 +537,15 @@ HealthReport PipelineRunner::health() const {
     }
     return h;
   }
+  // A job that failed recently is not healthy, even while an attempt runs: in a restart loop each attempt is
+  // RUNNING for a while (re-reading, re-decoding) before it fails again, and /health must not flap green then.
+  if (p.health_restart_grace_ms > 0 && h.last_failure_ms >= 0 && now - h.last_failure_ms < p.health_restart_grace_ms) {
+    h.reason = fmt::format(
+        "the job failed {} ms ago (restart {}) and runs again, but counts as healthy only after {} ms without a "
+        "failure (health.restart-grace); the failure: {}",
+        now - h.last_failure_ms, h.restarts, p.health_restart_grace_ms, h.last_failure);
+    return h;
+  }
   const int64_t max_age =
       p.health_max_checkpoint_age_ms > 0 ? p.health_max_checkpoint_age_ms : 3 * p.checkpoint_interval_ms + 10'000;
   if (p.checkpoint_interval_ms > 0 && h.checkpoint_age_ms > max_age) {
@@ -539,18 +569,36 @@ std::string PipelineRunner::summary(const JobResult& result) const {
       k.changes_in.load(), k.events_out.load(), k.filtered.load(), k.unrouted.load(), k.dead_letters.load(),
       result.completed_checkpoints, result.restarts);
   if (const int64_t bad = s_->probe.bad_records ? s_->probe.bad_records() : 0; bad > 0) {
-    out += fmt::format("; {} bad source records went to {}/source-{}.jsonl", bad, s_->dead_letter_dir, s_->probe.type);
+    out += fmt::format("; {} bad source {} went to {}/source-{}.jsonl", bad, bad == 1 ? "record" : "records",
+                       s_->dead_letter_dir, s_->probe.type);
+  }
+  std::map<std::string, int64_t> sink_dead;
+  for (const auto& d : s_->sink_dead_letters) {
+    if (const int64_t n = d.count(); n > 0) {
+      sink_dead[d.sink] = n;
+      out += fmt::format("; {} {} refused by sink '{}' went to {}", n, n == 1 ? "record" : "records", d.sink, d.path);
+    }
   }
   if (result.restarts > 0) out += " (counts include the records replayed after restarts)";
   if (result.error) out += fmt::format("; error: {}", result.error->to_string());
   // What the sinks delivered: only a FINISHED job flushed and committed everything its sinks received. Otherwise
   // what they received is not counted as delivered: what the last completed checkpoint covers was delivered
   // (flushed or committed with it), the rest is delivered by the next run, which resumes from that checkpoint.
+  // A sink's records include those it refused and dead-lettered: those are not delivered to it.
   std::string sinks;
   for (const OperatorStats& o : result.operators) {
     if (!o.uid.starts_with("sink-") && o.uid != "dead-letter") continue;
-    sinks += fmt::format("{}'{}' {}", sinks.empty() ? "" : ", ",
-                         o.uid == "dead-letter" ? std::string("dead-letter") : o.uid.substr(5), o.records_in);
+    const std::string name = o.uid == "dead-letter" ? std::string("dead-letter") : o.uid.substr(5);
+    const auto dead = o.uid == "dead-letter" ? sink_dead.end() : sink_dead.find(name);
+    if (dead == sink_dead.end()) {
+      sinks += fmt::format("{}'{}' {}", sinks.empty() ? "" : ", ", name, o.records_in);
+    } else if (result.status == JobStatus::kFinished) {
+      sinks += fmt::format("{}'{}' {} (and {} to its dead-letter file)", sinks.empty() ? "" : ", ", name,
+                           std::max<int64_t>(0, o.records_in - dead->second), dead->second);
+    } else {
+      sinks += fmt::format("{}'{}' {} ({} of them to its dead-letter file)", sinks.empty() ? "" : ", ", name,
+                           o.records_in, dead->second);
+    }
   }
   if (const int64_t t = k.tombstones.load(); t > 0) {
     sinks += fmt::format(" (Kafka sinks: {} of them deletes followed by a tombstone)", t);

@@ -95,6 +95,9 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
   b.bootstrap_servers(*servers);
   auto topic = route_override(spec, s, true, s.options.get_string("topic"));
   b.topic_selector([topic](const RoutedEvent& r) { return topic(r.collection); });
+  // The sink's own topic (routes may choose others per record): the writer checks at open that it exists, and
+  // exactly-once writes its transaction markers there.
+  if (!s.options.get_string("topic").empty()) b.topic(s.options.get_string("topic"));
   std::optional<Expression> key = s.kafka_key;
   b.key_serializer(
       [key](const RoutedEvent& r) { return key ? eval_text(*key, r.event, "the Kafka key") : r.entity_key; });
@@ -134,6 +137,14 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
       if (k == options::kMaxConcurrentCheckpoints.key) max_concurrent = std::strtoll(v.c_str(), nullptr, 10);
     }
     if (max_concurrent + 2 > 5) b.producer_pool_size(static_cast<int32_t>(max_concurrent + 2));
+    // The sink checks transaction.timeout.ms against the checkpoint interval plus the longest restart delay (and
+    // warns naming the pipeline keys when it is too short).
+    Configuration job;
+    job.set(options::kCheckpointInterval, spec.pipeline.checkpoint_interval_ms);
+    job.set(options::kRestartStrategy, spec.pipeline.restart.strategy);
+    job.set(options::kFixedDelayDelay, spec.pipeline.restart.delay_ms);
+    job.set(options::kExpDelayMaxBackoff, spec.pipeline.restart.max_delay_ms);
+    b.max_commit_delay_from(job);
   }
   Result<std::shared_ptr<KafkaSink<RoutedEvent>>> sink = b.try_build();
   if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());

@@ -251,7 +251,7 @@ constexpr std::array<std::string_view, 2> kDeliveries{"at-least-once", "exactly-
 constexpr std::array<std::string_view, 4> kRestartKeys{"strategy", "attempts", "delay", "max-delay"};
 constexpr std::array<std::string_view, 3> kRestartStrategies{"none", "fixed-delay", "exponential-delay"};
 constexpr std::array<std::string_view, 2> kHttpKeys{"address", "port"};
-constexpr std::array<std::string_view, 2> kHealthKeys{"max-checkpoint-age", "max-source-lag"};
+constexpr std::array<std::string_view, 3> kHealthKeys{"max-checkpoint-age", "max-source-lag", "restart-grace"};
 constexpr std::array<std::string_view, 6> kTransformKeys{"match", "filter", "projection", "key", "function", "event"};
 constexpr std::array<std::string_view, 8> kFunctionKeys{"runtime",         "module",        "export",  "batch-size",
                                                         "batch-max-delay", "max-in-flight", "timeout", "memory"};
@@ -525,6 +525,8 @@ class Parser {
             out.health_max_checkpoint_age_ms = duration(h);
           } else if (h.key == "max-source-lag") {
             out.health_max_source_lag_ms = duration(h);
+          } else if (h.key == "restart-grace") {
+            out.health_restart_grace_ms = duration(h);
           } else {
             fail(h.key_mark, unknown_key("key", h.key, "'health'", kHealthKeys));
           }

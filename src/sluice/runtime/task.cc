@@ -7,6 +7,7 @@
 #include <cassert>
 #include <chrono>
 
+#include "sluice/core/cancellation.h"
 #include "sluice/core/fault_points.h"
 #include "sluice/state/operator_state.h"
 
@@ -147,6 +148,8 @@ Error Task::describe_failure(const std::string& operator_name, const std::string
 void Task::run() {
   // Task threads are recognisable in top, gdb and the tests (the kernel keeps at most 15 characters).
   pthread_setname_np(pthread_self(), "sluice-task");
+  // Blocking connector calls (a Kafka flush) check it between bounded waits (core/cancellation.h).
+  set_current_task_cancel_flag(&cancelled_);
   TaskState final_state = TaskState::kFinished;
   std::optional<Error> error;
   try {

@@ -341,6 +341,61 @@ TEST_F(PipelineRunnerTest, ARestartLoopIsUnhealthyRestartingOnHealthMetricsAndLo
       << summary;
 }
 
+// A restart loop whose attempts run for a while before failing again (a trial: TRUNCATE with `truncate: fail`,
+// ~20 s of WAL re-decoding per attempt) was RUNNING and /health 200 between attempts (17 of 40 samples). A job
+// that failed less than health.restart-grace ago is unhealthy, with the restart count and the cause, also while
+// an attempt runs. Here each attempt runs about a second (charge 0 turns 'paid' at record 1000, at 1000 records a
+// second, and its NULL entity id fails the job) and restarts from the start (no checkpoint completes before).
+TEST_F(PipelineRunnerTest, ARestartLoopStaysUnhealthyWhileAnAttemptRunsBetweenFailures) {
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: loop
+  checkpoint: {{ interval: 60s, storage: "{0}/checkpoints" }}
+  restart: {{ strategy: fixed-delay, attempts: 1000, delay: 100ms }}
+source: {{ type: datagen, count: 0, rate: 1000, entities: 1000 }}
+transform:
+  - match: "**"
+    key: "CASE WHEN after.status = 'paid' THEN NULL ELSE after.id END"
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir_.string());
+  auto runner = runner_for(yaml);
+  ASSERT_TRUE(runner->start().ok());
+  // Until the first failure the job is healthy (nothing failed yet).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (runner->health().restarts == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job never failed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Then sample for 4 s (several attempts): never healthy; RUNNING samples carry the grace reason and the cause.
+  int samples = 0, running = 0, healthy = 0;
+  std::string running_reason, healthy_json;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (std::chrono::steady_clock::now() < until) {
+    HealthReport h = runner->health();
+    ++samples;
+    if (h.healthy) {
+      ++healthy;
+      healthy_json = h.to_json();
+    }
+    if (h.status == "RUNNING") {
+      ++running;
+      running_reason = h.reason;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("%d samples: %d RUNNING, %d healthy\n", samples, running, healthy);
+  EXPECT_GT(running, 0) << "no sample saw an attempt running: the test cannot tell";
+  EXPECT_EQ(healthy, 0) << healthy_json;
+  EXPECT_NE(running_reason.find("counts as healthy only after 60000 ms without a failure (health.restart-grace)"),
+            std::string::npos)
+      << running_reason;
+  EXPECT_NE(running_reason.find("entity id is NULL"), std::string::npos) << running_reason;
+  EXPECT_NE(running_reason.find("(restart "), std::string::npos) << running_reason;
+  runner->cancel();
+  EXPECT_EQ(runner->wait().status, JobStatus::kCanceled);
+}
+
 TEST_F(PipelineRunnerTest, ExactlyOnceWithCheckpointingDisabledByAnOverrideIsRefusedNamingTheKey) {
   Result<PipelineSpec> spec = parse_pipeline(pipeline("  delivery: exactly-once"), "test.yaml");
   ASSERT_TRUE(spec.ok()) << spec.error().message();

@@ -18,7 +18,9 @@
 #include <unordered_map>
 
 #include "sluice/api/functions.h"
+#include "sluice/api/operator.h"
 #include "sluice/connectors/kafka/kafka_common.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
 
@@ -125,6 +127,29 @@ int remaining_ms(Clock::time_point deadline) {
   throw SluiceException(Error(ErrorCode::kConnector, std::move(message)));
 }
 
+// The longest single wait of a blocking librdkafka call: between slices the sink checks its liveness probe,
+// authentication errors and the task's cancellation, so none of them waits for the operation timeout.
+constexpr int kWaitSliceMs = 200;
+
+// What librdkafka's error_cb reports that retrying cannot fix: credentials or permissions (the sink fails at once
+// instead of retrying until a timeout while the job looks healthy).
+bool is_permanent_client_error(int err) {
+  switch (static_cast<rd_kafka_resp_err_t>(err)) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_DELEGATION_TOKEN_AUTHORIZATION_FAILED:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -156,11 +181,16 @@ kafka::KafkaProperties producer_properties(const KafkaSinkSettings& settings, co
 class Producer {
  public:
   /// Creates a producer; `transactional_id` empty for a plain idempotent producer.
-  Producer(const KafkaSinkSettings& settings, std::string transactional_id, std::string who)
+  /// `watchdog` (may be empty) throws when the sink must stop waiting (its liveness probe failed); `cancelled`
+  /// (may be null) is the task's cancellation flag. Both are checked between the slices of every blocking wait.
+  Producer(const KafkaSinkSettings& settings, std::string transactional_id, std::string who,
+           std::function<void()> watchdog = nullptr, const std::atomic<bool>* cancelled = nullptr)
       : who_(std::move(who)),
         txid_(std::move(transactional_id)),
         bootstrap_(settings.bootstrap_servers),
-        timeout_ms_(settings.operation_timeout_ms) {
+        timeout_ms_(settings.operation_timeout_ms),
+        watchdog_(std::move(watchdog)),
+        cancelled_(cancelled) {
     kafka::KafkaConfPtr conf = kafka::make_kafka_conf(producer_properties(settings, txid_), who_).value_or_throw();
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &Producer::on_delivery);
     rd_kafka_conf_set_error_cb(conf.get(), &Producer::on_error);
@@ -266,7 +296,7 @@ class Producer {
              std::string(topic) + "'): is the broker reachable?");
       }
       rd_kafka_poll(rk_.get(), 10);
-      check_errors();
+      check_interrupts();
     }
   }
 
@@ -285,10 +315,16 @@ class Producer {
     check_errors();
   }
 
-  /// Waits until every produced record is acknowledged; throws on failures or after the timeout.
+  /// Waits until every produced record is acknowledged; throws on failures or after the timeout. Waits in slices
+  /// of kWaitSliceMs: a failed liveness probe, an authentication error or the task's cancellation ends the wait.
   void flush() {
-    rd_kafka_resp_err_t err = rd_kafka_flush(rk_.get(), static_cast<int>(timeout_ms_));
-    check_errors();
+    const Clock::time_point deadline = deadline_after(timeout_ms_);
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    while (true) {
+      err = rd_kafka_flush(rk_.get(), std::clamp(remaining_ms(deadline), 1, kWaitSliceMs));
+      check_interrupts();
+      if (err != RD_KAFKA_RESP_ERR__TIMED_OUT || Clock::now() >= deadline) break;
+    }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       fail(who_ + ": flush did not complete within " + std::to_string(timeout_ms_) + " ms (" +
            std::to_string(rd_kafka_outq_len(rk_.get())) + " records and requests in flight): " + rd_kafka_err2str(err) +
@@ -298,16 +334,88 @@ class Producer {
 
   void check_errors() {
     if (!fatal_.empty()) fail(who_ + ": fatal producer error" + txid_suffix() + ": " + fatal_);
+    if (!permanent_.empty()) {
+      fail(who_ + ": the broker refused the sink" + txid_suffix() + ": " + permanent_ +
+           "; check the security settings (security.protocol, sasl.*, ssl.*) and the ACLs of the sink's principal");
+    }
     if (failed_ > 0) {
       fail(who_ + ": " + first_failure_ +
            (failed_ > 1 ? " (" + std::to_string(failed_) + " deliveries failed in all)" : std::string()));
     }
   }
 
+  /// check_errors(), after serving queued callbacks (error_cb), then the watchdog (liveness) and cancellation
+  /// (throws TaskCancelledException, which unwinds the task).
+  void check_interrupts() {
+    check_errors();
+    if (watchdog_) watchdog_();
+    if (cancelled_ != nullptr && cancelled_->load(std::memory_order_acquire)) throw TaskCancelledException{};
+  }
+
   // --- transactions (all block up to the operation timeout; throw with librdkafka's error) ---
 
+  /// init_transactions in slices of kWaitSliceMs (librdkafka resumes a timed-out init_transactions when called
+  /// again): an authentication or authorization error fails at once, a broker that does not answer within the
+  /// liveness timeout fails through the watchdog, a cancelled task stops waiting; otherwise the operation timeout.
   void init_transactions() {
-    retry("init_transactions", [&](int ms) { return rd_kafka_init_transactions(rk_.get(), ms); });
+    const Clock::time_point deadline = deadline_after(timeout_ms_);
+    while (true) {
+      KafkaErrorPtr err(rd_kafka_init_transactions(rk_.get(), std::clamp(remaining_ms(deadline), 1, kWaitSliceMs)));
+      if (!err) return;
+      rd_kafka_poll(rk_.get(), 0);  // serves error_cb: an authentication failure explains a timeout
+      check_interrupts();
+      if (rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT && Clock::now() < deadline) continue;
+      if (rd_kafka_error_is_retriable(err.get()) && Clock::now() < deadline) continue;
+      fail(who_ + ": init_transactions" + txid_suffix() + " failed: " + kafka::kafka_error_text(err.get()) +
+           (rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT
+                ? " (no answer within the operation timeout of " + std::to_string(timeout_ms_) +
+                      " ms; is the broker reachable, and does it allow transactions?)"
+                : std::string()));
+    }
+  }
+
+  /// Checks at open that `topic` exists (a metadata request for it, which lets the broker auto-create it when
+  /// its auto.create.topics.enable and the producer's allow.auto.create.topics allow: the broker's answer
+  /// decides, the sink does not guess). Fails naming the topic and the bootstrap servers when the broker says
+  /// it does not exist; waits at most `bound_ms` for an answer (then only logs: the liveness probe covers a
+  /// broker that does not answer).
+  void check_topic(const std::string& topic, int64_t bound_ms) {
+    rd_kafka_topic_t* rkt = topic_handle(topic);
+    const Clock::time_point deadline = deadline_after(bound_ms);
+    int unknown_answers = 0;
+    while (true) {
+      const rd_kafka_metadata_t* md = nullptr;
+      const rd_kafka_resp_err_t err =
+          rd_kafka_metadata(rk_.get(), 0, rkt, &md, std::clamp(remaining_ms(deadline), 1, 500));
+      kafka::KafkaMetadataPtr owned(md);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md != nullptr) {
+        rd_kafka_resp_err_t topic_err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+        for (int i = 0; i < md->topic_cnt; ++i) {
+          if (topic == md->topics[i].topic) topic_err = md->topics[i].err;
+        }
+        if (topic_err == RD_KAFKA_RESP_ERR_NO_ERROR || topic_err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE) {
+          return;  // exists, or is being created (auto-creation) and has no leader yet
+        }
+        if (topic_err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+          // A second answer, so a topic the first request just auto-created is seen as created.
+          if (++unknown_answers >= 2) {
+            fail(who_ + ": topic '" + topic + "' does not exist on " + bootstrap_ +
+                 " (auto-creation off?): create it (kafka-topics.sh --create) or let the broker create topics "
+                 "(auto.create.topics.enable=true)");
+          }
+        } else if (is_permanent_client_error(topic_err)) {
+          fail(who_ + ": topic '" + topic + "' on " + bootstrap_ + ": " + kafka::kafka_error_text(topic_err));
+        }
+      }
+      rd_kafka_poll(rk_.get(), 0);
+      check_interrupts();
+      if (Clock::now() >= deadline) {
+        spdlog::warn("{}: could not check that topic '{}' exists on {} within {} ms (last: {})", who_, topic,
+                     bootstrap_, bound_ms, rd_kafka_err2str(err));
+        return;
+      }
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 
   void begin_transaction() {
@@ -499,6 +607,13 @@ class Producer {
       self->fatal_ = std::string(rd_kafka_err2name(orig)) + ": " + buf;
       return;
     }
+    if (is_permanent_client_error(err)) {
+      // Credentials or permissions: librdkafka would retry for ever while the job looks healthy.
+      if (self->permanent_.empty()) {
+        self->permanent_ = std::string(rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err))) + ": " + reason;
+      }
+      return;
+    }
     // Other errors are informational: librdkafka retries (a broker restarting, a connection refused).
     spdlog::debug("{}: librdkafka: {}: {}", self->who_, rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)),
                   reason);
@@ -509,6 +624,9 @@ class Producer {
   std::string txid_;
   std::string bootstrap_;
   int64_t timeout_ms_;
+  std::function<void()> watchdog_;
+  const std::atomic<bool>* cancelled_;
+  std::string permanent_;  // the first authentication/authorization error of error_cb
   int since_poll_ = 0;
   bool in_transaction_ = false;  // begun and neither committed nor aborted
   int64_t failed_ = 0;
@@ -758,6 +876,7 @@ class KafkaProducerPool {
         parallelism(std::max(ctx.parallelism(), 1)),
         transactional(settings.guarantee == DeliveryGuarantee::kExactlyOnce && ctx.is_checkpointing_enabled()) {
     if (transactional) slots.resize(static_cast<size_t>(settings.pool_size));
+    cancelled = current_task_cancel_flag();
     std::random_device rd;
     token_base = hex64((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(wall_ms()));
   }
@@ -773,7 +892,7 @@ class KafkaProducerPool {
   }
 
   std::unique_ptr<Producer> make_producer(const std::string& txid) const {
-    return std::make_unique<Producer>(settings, txid, who);
+    return std::make_unique<Producer>(settings, txid, who, watchdog, cancelled);
   }
 
   std::string next_token() { return token_base + "-" + std::to_string(++token_counter); }
@@ -800,6 +919,10 @@ class KafkaProducerPool {
   std::unique_ptr<Producer> plain;  // the producer of none / at-least-once
   std::string token_base;
   int64_t token_counter = 0;
+  // Checked between the slices of the producers' blocking waits: the writer's liveness probe (set by the writer;
+  // holds the probe) and the cancellation flag of the task that made the pool.
+  std::function<void()> watchdog;
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 std::shared_ptr<KafkaProducerPool> make_producer_pool(const KafkaSinkSettings& settings, RuntimeContext& ctx) {
@@ -820,8 +943,9 @@ void log_start_warnings(const KafkaSinkSettings& settings, RuntimeContext& ctx) 
     spdlog::warn("{}: {}", describe(ctx), *w);
   } else if (!settings.max_commit_delay_ms) {
     spdlog::info(
-        "{}: transaction.timeout.ms is {} ms; set max_commit_delay() to have it checked against the "
-        "checkpoint interval plus the longest restart",
+        "{}: transaction.timeout.ms is {} ms; give the sink max_commit_delay() or max_commit_delay_from(job "
+        "configuration) to have it checked against the checkpoint interval plus the longest restart (pipelines "
+        "do this from pipeline.checkpoint.interval and pipeline.restart)",
         describe(ctx), transaction_timeout_ms(settings));
   }
 }
@@ -836,13 +960,31 @@ struct KafkaSinkWriterCore::Impl {
     auto& state = ctx.operator_state().get_union_list_state<KafkaSinkWriterState>(kWriterStateName);
     state.update({KafkaSinkWriterState{ctx.subtask_index(), std::max(ctx.parallelism(), 1), settings.pool_size,
                                        settings.transactional_id_prefix}});
-    if (!pool->transactional) pool->plain = std::make_unique<Producer>(settings, "", pool->who);
     if (settings.liveness_timeout_ms > 0) {
       liveness = kafka::KafkaLivenessProbe::start(RD_KAFKA_PRODUCER, producer_properties(settings, ""),
                                                   std::chrono::milliseconds(settings.liveness_timeout_ms), pool->who)
                      .value_or_throw();
+      pool->watchdog = [probe = liveness] {
+        if (std::optional<std::string> f = probe->failure()) fail(*f);
+      };
+    }
+    if (!pool->transactional) pool->plain = pool->make_producer("");
+    // A topic that does not exist fails at open, naming it (not after a delivery or transaction timeout).
+    std::vector<std::string> topics;
+    if (!settings.topic.empty()) topics.push_back(settings.topic);
+    if (!settings.marker_topic.empty() && settings.marker_topic != settings.topic) {
+      topics.push_back(settings.marker_topic);
+    }
+    if (!topics.empty()) {
+      std::unique_ptr<Producer> checker = pool->transactional ? pool->make_producer("") : nullptr;
+      Producer& p = checker ? *checker : *pool->plain;
+      for (const std::string& t : topics)
+        p.check_topic(t, std::min<int64_t>(settings.operation_timeout_ms, kTopicCheckMs));
     }
   }
+
+  // The longest wait for the broker's answer about the sink's topic at open.
+  static constexpr int64_t kTopicCheckMs = 10'000;
 
   // Fails the task when no broker answered for the liveness timeout (checked at records and checkpoints).
   void check_liveness() const {
@@ -891,7 +1033,7 @@ struct KafkaSinkWriterCore::Impl {
   KafkaSinkSettings settings;
   std::shared_ptr<KafkaProducerPool> pool;
   std::shared_ptr<DeadLetterFile> dead_letter;
-  std::unique_ptr<kafka::KafkaLivenessProbe> liveness;
+  std::shared_ptr<kafka::KafkaLivenessProbe> liveness;
   bool dead_letters_unsynced = false;
   int64_t dead_letters = 0;
   int current = -1;  // slot of the open transaction
@@ -1048,6 +1190,7 @@ std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
 }
 
 void KafkaSinkWriterCore::close() {
+  impl_->pool->watchdog = nullptr;
   impl_->liveness.reset();
   impl_->current = -1;
   impl_->pool->close();
