@@ -271,9 +271,15 @@ class MongoCdcSourceMetrics {
 
   /// What a reader records after it emitted a stream event: `position` of split `split_id` and its time.
   void record_position(const std::string& split_id, const std::string& position, int64_t cluster_time_ms);
+  /// What a reader records when the server answered split `split_id`'s getMore with an empty batch at `now_ms`
+  /// (wall clock): the stream had nothing newer, so the split is caught up as of then.
+  void record_caught_up(const std::string& split_id, int64_t now_ms);
   /// The latest position (resume token as Extended JSON) per split ("db.coll").
   std::map<std::string, std::string> positions() const;
-  /// Source lag: now_ms - last_event_time_ms (0 before the first stream event).
+  /// Source lag, measured against the server's position: the largest, over the streaming splits, of now_ms minus
+  /// the later of the split's latest event's cluster time and the last time the server said it had nothing newer
+  /// (an empty getMore batch); so an idle but caught-up collection lags at most about max_await, not the time
+  /// since its last change. 0 before the first stream event or empty batch.
   int64_t lag_ms(int64_t now_ms) const noexcept;
   /// Events per second since the previous call of this function (the first call measures from creation).
   double events_per_second(int64_t now_monotonic_ns);
@@ -281,6 +287,11 @@ class MongoCdcSourceMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::string> positions_;
+  struct SplitTimes {
+    int64_t event_ms = 0;      // cluster time of the latest event
+    int64_t caught_up_ms = 0;  // wall time of the latest empty batch
+  };
+  std::map<std::string, SplitTimes> split_times_;  // guarded by mu_
   int64_t rate_last_ns_ = -1;
   int64_t rate_last_events_ = 0;
 };

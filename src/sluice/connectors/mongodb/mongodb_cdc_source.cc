@@ -460,6 +460,8 @@ void MongoCdcSourceMetrics::record_position(const std::string& split_id, const s
   {
     std::lock_guard lock(mu_);
     positions_[split_id] = position;
+    SplitTimes& t = split_times_[split_id];
+    t.event_ms = std::max(t.event_ms, cluster_time_ms);
   }
   int64_t prev = last_event_time_ms.load(std::memory_order_relaxed);
   while (cluster_time_ms > prev && !last_event_time_ms.compare_exchange_weak(prev, cluster_time_ms)) {
@@ -471,9 +473,19 @@ std::map<std::string, std::string> MongoCdcSourceMetrics::positions() const {
   return positions_;
 }
 
+void MongoCdcSourceMetrics::record_caught_up(const std::string& split_id, int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  split_times_[split_id].caught_up_ms = now_ms;
+}
+
 int64_t MongoCdcSourceMetrics::lag_ms(int64_t now_ms) const noexcept {
-  const int64_t last = last_event_time_ms.load(std::memory_order_relaxed);
-  return last == 0 ? 0 : std::max<int64_t>(0, now_ms - last);
+  std::lock_guard lock(mu_);
+  int64_t lag = 0;
+  for (const auto& [id, t] : split_times_) {
+    const int64_t at = std::max(t.event_ms, t.caught_up_ms);
+    if (at > 0) lag = std::max(lag, now_ms - at);
+  }
+  return lag;
 }
 
 double MongoCdcSourceMetrics::events_per_second(int64_t now_monotonic_ns) {
@@ -1047,7 +1059,12 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       return 1;
     }
     if (n == 0) {
-      // An empty batch: adopt the server's post-batch resume token (real servers advance it while idle).
+      // An empty batch: the server has nothing newer for this stream, so the split is caught up now (the source
+      // lag is measured against the server's position, not the age of the last change).
+      metrics_->record_caught_up(sp.split.split_id(), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count());
+      // Adopt the server's post-batch resume token (real servers advance it while idle).
       const bson_t* token = sp.stream->resume_token();
       if (token != nullptr && token->len > 5) {
         std::string bytes(reinterpret_cast<const char*>(bson_get_data(token)), token->len);
