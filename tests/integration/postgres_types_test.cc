@@ -474,5 +474,103 @@ TEST_F(PostgresTypesTest, DatesAndTimestampsBeyondTheRangeAreDeadLettersNotWrapp
   }
 }
 
+// Text from databases whose encoding is not UTF8: the source's connections ask for client_encoding UTF8, so a
+// LATIN1 database's text arrives converted (snapshot and stream, arrays too), never as bytes that JSON sinks would
+// replace with U+FFFD; a SQL_ASCII database (which Postgres does not convert) holding bytes that are not UTF-8 fails
+// the job with Postgres's error naming the table, never an altered string.
+TEST_F(PostgresTypesTest, TextFromNonUtf8DatabasesIsConvertedOrFailsTheJob) {
+  const std::string base = url_.substr(0, url_.rfind('/') + 1);
+  struct Db {
+    std::string name, encoding;
+  };
+  const std::vector<Db> dbs = {{name_ + "_l1", "LATIN1"}, {name_ + "_sa", "SQL_ASCII"}};
+  for (const Db& db : dbs) {
+    pg_->exec("DROP DATABASE IF EXISTS " + db.name + " WITH (FORCE)");
+    pg_->exec("CREATE DATABASE " + db.name + " ENCODING '" + db.encoding +
+              "' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+  }
+  auto run = [&](const Db& db, const std::vector<std::string>& snapshot, const std::vector<std::string>& stream,
+                 size_t events, int64_t bad_records, const fs::path& dlq) {
+    sluice::testing::PgClient c(base + db.name);
+    c.exec("SET client_encoding = 'UTF8'");  // this file's literals are UTF-8
+    c.exec("CREATE TABLE " + table() + " (id int PRIMARY KEY, s text, a text[])");
+    for (const std::string& row : snapshot)
+      c.exec("INSERT INTO " + table() + " VALUES " + row);
+    auto out = std::make_shared<Received>();
+    auto src = PostgresCdcSource::builder()
+                   .conninfo(base + db.name)
+                   .tables({table()})
+                   .slot_name(db.name)
+                   .publication_name(db.name)
+                   .status_interval(200ms)
+                   .on_bad_record(BadRecordPolicy::kDeadLetter, dlq.string())
+                   .build();
+    StreamEnvironment env(config());
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out)).uid("sink");
+    JobClient job = env.execute_async("encodings");
+    const bool snapshot_read = sluice::testing::poll_until(
+        [&] {
+          return pg_->scalar(
+                     "SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT "
+                     "NULL AND slot_name = '" +
+                     db.name + "'") == "1";
+        },
+        kDeadline);
+    EXPECT_TRUE(snapshot_read);
+    for (const std::string& row : stream)
+      c.exec("INSERT INTO " + table() + " VALUES " + row);
+    EXPECT_TRUE(out->wait_for(events)) << out->size();
+    EXPECT_TRUE(sluice::testing::poll_until([&] { return src->metrics().bad_records == bad_records; }, kDeadline))
+        << src->metrics().bad_records;
+    job.cancel();
+    job.wait();
+    sluice::testing::poll_until(
+        [&] {
+          return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + db.name +
+                             "'") == "0";
+        },
+        kDeadline);
+    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + db.name +
+              "'");
+    return out->all();
+  };
+
+  // LATIN1: é, ü, ß, ï are one byte each there; the events hold their UTF-8.
+  const std::vector<ChangeEvent> latin =
+      run(dbs[0], {"(1, 'café', ARRAY['é', 'ü'])"}, {"(2, 'naïve', ARRAY['ß', NULL])"}, 2, 0, dir_ / "l1.jsonl");
+  ASSERT_EQ(latin.size(), 2u);
+  EXPECT_EQ(latin[0].after.to_json(), R"({"id":1,"s":"café","a":["é","ü"]})");
+  EXPECT_EQ(latin[1].after.to_json(), R"({"id":2,"s":"naïve","a":["ß",null]})");
+
+  // SQL_ASCII: any bytes, which Postgres does not convert but checks against the client encoding UTF8 when it sends
+  // them: a row that is not UTF-8 fails the job naming the table and Postgres's error, never an altered string.
+  {
+    sluice::testing::PgClient c(base + dbs[1].name);
+    c.exec("CREATE TABLE " + table() + " (id int PRIMARY KEY, s text)");
+    c.exec("INSERT INTO " + table() + R"( VALUES (1, 'plain'), (2, E'caf\xe9'))");
+    auto out = std::make_shared<Received>();
+    auto src = PostgresCdcSource::builder()
+                   .conninfo(base + dbs[1].name)
+                   .tables({table()})
+                   .slot_name(dbs[1].name)
+                   .publication_name(dbs[1].name)
+                   .build();
+    StreamEnvironment env(config());
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out)).uid("sink");
+    JobResult r = env.execute("encodings");
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    ASSERT_TRUE(r.error.has_value());
+    EXPECT_NE(r.error->message().find("invalid byte sequence for encoding \"UTF8\": 0xe9"), std::string::npos)
+        << r.error->message();
+    EXPECT_NE(r.error->message().find("public." + table()), std::string::npos) << r.error->message();
+    for (const ChangeEvent& e : out->all())
+      EXPECT_NE(e.after.find("id")->as_int64(), 2) << e.after.to_json();
+    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + dbs[1].name +
+              "'");
+  }
+  for (const Db& db : dbs)
+    pg_->exec("DROP DATABASE IF EXISTS " + db.name + " WITH (FORCE)");
+}
+
 }  // namespace
 }  // namespace sluice

@@ -243,6 +243,19 @@ TEST(PgOutputValues, DatesAndTimestampsAtTheEndsOfTheirRanges) {
   }
 }
 
+// A Value string is UTF-8: text that is not (a SQL_ASCII database's bytes) is an error naming the byte, never a
+// string that JSON sinks would alter; valid UTF-8 of every length passes, in arrays too.
+TEST(PgOutputValues, TextThatIsNotUtf8IsAnError) {
+  EXPECT_EQ(decode_ok(oid::kText, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            Value("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_NE(decode_err(oid::kText, "caf\xe9").find("is not valid UTF-8 (byte 3 is 0xe9)"), std::string::npos);
+  EXPECT_NE(decode_err(oid::kVarchar, "\xc0\xaf").find("byte 0 is 0xc0"), std::string::npos);       // overlong
+  EXPECT_NE(decode_err(oid::kText, "a\xed\xa0\x80").find("byte 1 is 0xed"), std::string::npos);     // a surrogate
+  EXPECT_NE(decode_err(oid::kText, "\xf4\x90\x80\x80").find("byte 0 is 0xf4"), std::string::npos);  // above U+10FFFF
+  EXPECT_NE(decode_err(oid::kText, "ab\xe2\x82").find("byte 2 is 0xe2"), std::string::npos);        // cut short
+  EXPECT_NE(decode_err(1009, "{ok,\"caf\xe9\"}").find("array element: text of 4 bytes"), std::string::npos);
+}
+
 TEST(PgOutputValues, Arrays) {
   EXPECT_EQ(array_element_type(1007), oid::kInt4);
   EXPECT_EQ(array_element_type(oid::kInt4), 0u);

@@ -200,19 +200,24 @@ class Fetcher {
     // peer that vanished (a network partition, a host gone) breaks the socket within about 25 s even while
     // nothing is sent. A paused server process still has its kernel answer the probes: the stream's liveness
     // timeout covers that.
-    const char* keys[] = {"keepalives", "keepalives_idle",  "keepalives_interval", "keepalives_count", "dbname",
-                          "options",    "application_name", "connect_timeout",     "replication",      nullptr};
+    // client_encoding after dbname, so that the conninfo cannot override it: the server converts text from the
+    // database's encoding (LATIN1, ...) to UTF-8, in the snapshot and in pgoutput's stream alike, instead of sending
+    // bytes that are not UTF-8.
+    const char* keys[] = {"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "dbname",
+                          "options",    "client_encoding", "application_name",    "connect_timeout",  "replication",
+                          nullptr};
     const char* vals[] = {"1",
                           "10",
                           "5",
                           "3",
                           s_.conninfo.c_str(),
                           kSessionOptions,
+                          "UTF8",
                           replication ? "sluice-cdc-replication" : "sluice-cdc",
                           "10",
                           replication ? "database" : nullptr,
                           nullptr};
-    if (!replication) keys[8] = nullptr;
+    if (!replication) keys[9] = nullptr;
     PgConn c(PQconnectdbParams(keys, vals, 1));
     if (!c || PQstatus(c.get()) != CONNECTION_OK) {
       fail(fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name, replication ? " for replication" : "",
