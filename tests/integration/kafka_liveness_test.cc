@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -206,9 +207,31 @@ TEST_F(KafkaLivenessTest, CancelEndsASinkWaitingForAPausedBrokerWithinSeconds) {
   ASSERT_TRUE(sluice::testing::poll_until([&] { return client.status() == JobStatus::kRunning; }, 60s));
   broker_->pause();
   produce_one(shared_, in, "in flight");
-  // Give the record time to reach the sink and a checkpoint (every 200 ms) time to start its flush: the cancel
-  // below must interrupt that flush (it is not a synchronisation: the bound asserted holds wherever the task is).
-  std::this_thread::sleep_for(3s);
+  // Wait until the record is in the sink, unacknowledged by the paused broker: the next checkpoint (every 200 ms)
+  // blocks in its flush, which the cancel below must interrupt (the bound asserted holds wherever the task is).
+  ASSERT_TRUE(sluice::testing::poll_until(
+      [&] {
+        for (const OperatorStats& o : client.operator_stats()) {
+          if (o.name.find("Kafka") != std::string::npos && o.records_in >= 1) return true;
+        }
+        return false;
+      },
+      60s))
+      << "the record never reached the sink";
+  // Then until checkpoints (every 200 ms) have stopped completing for a second: the sink is stuck in a flush.
+  ASSERT_TRUE(sluice::testing::poll_until(
+      [&] {
+        int64_t last = 0;
+        for (const CheckpointStats& c : client.checkpoint_stats()) {
+          if (c.completed) last = std::max<int64_t>(last, c.trigger_time_ms + c.duration_ms);
+        }
+        const int64_t now =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
+        return last > 0 && now - last > 1000;
+      },
+      60s))
+      << "checkpoints kept completing: the sink is not waiting for the paused broker";
   const auto cancelled = std::chrono::steady_clock::now();
   client.cancel();
   const bool ended = client.wait_for(30s);

@@ -106,7 +106,9 @@
 // Records too large (above the producer's message.max.bytes) fail the task naming topic, key, size and source
 // position (position()), or go to a dead-letter file (on_bad_record(kDeadLetter, path)) and stay out of the
 // transaction. Liveness: a probe thread (kafka_common.h KafkaLivenessProbe) fails the next record or checkpoint
-// when no broker answered for liveness_timeout (default 30 s), also while no record flows.
+// when no broker answered for liveness_timeout (default 30 s), also while no record flows; a flush, a full queue or
+// init_transactions waits in 200 ms slices that check the probe, fatal broker errors (authentication,
+// authorization, an unknown topic) and the task's cancellation, so neither a hang nor a cancel waits for 60 s.
 //
 // Threading: KafkaSink and its builder are configured on one thread before the job starts; the sink is then a
 // thread-safe factory. Writers and committers belong to one subtask and run on its task thread (librdkafka's
