@@ -654,13 +654,14 @@ TEST_F(PostgresCdcTest, InitialSnapshotOnAnExistingSlotMarksTheOverlap) {
   pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY, v bigint)");
   pg_->exec("INSERT INTO " + t + " SELECT g, 0 FROM generate_series(1, 100) g");
   pg_->exec("CREATE PUBLICATION " + slot() + " FOR TABLE " + t);
-  // The slot exists before the job, so its snapshot cannot be exported: the job's snapshot is taken later, and
-  // the stream from the slot's position repeats the changes made in between.
+  // The slot exists before the job and create_slot is off (the source must not drop it), so its snapshot cannot
+  // be exported: the job's snapshot is taken later, and the stream from the slot's position repeats the changes
+  // made in between. (With create_slot on, the source drops and re-creates a slot it emitted nothing from.)
   pg_->exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'pgoutput')");
   pg_->exec("UPDATE " + t + " SET v = 1 WHERE id <= 10");
   pg_->exec("INSERT INTO " + t + " SELECT g, 1 FROM generate_series(101, 110) g");
   auto out = std::make_shared<Received>();
-  auto src = source({t}).start_mode(PostgresStartMode::kInitial).build();
+  auto src = source({t}).start_mode(PostgresStartMode::kInitial).create_slot(false).build();
   StreamEnvironment env(config("500ms"));
   env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
   JobClient job = env.execute_async("preslot");
@@ -884,13 +885,37 @@ TEST(PostgresCdcSplitFormat, OldCheckpointsRestoreAndNewFieldsRoundTrip) {
   block.write_fixed(int64_t{6});
   block.write_varint(7);
   block.write_varint(8);
+  block.write_fixed(int64_t{0x3000});  // overlap_lsn
   block.write_string("a field of a later version");
   later.write_string(block.view());
   later.write_u8(42);  // what follows the split
   DataInput in3(later.view());
   PostgresCdcSplit l;
   deserialize(l, in3);
-  EXPECT_EQ(l, (PostgresCdcSplit{"s3", false, 5, 6, 7, 8}));
+  EXPECT_EQ(l, (PostgresCdcSplit{"s3", false, 5, 6, 7, 8, 0x3000}));
+  // Written before overlap_lsn existed (the block ends after snapshot_events): no overlap.
+  DataOutput before;
+  before.write_string("s4");
+  before.write_u8(3);
+  before.write_fixed(int64_t{5});
+  DataOutput block2;
+  block2.write_fixed(int64_t{0});
+  block2.write_varint(0);
+  block2.write_varint(0);
+  before.write_string(block2.view());
+  DataInput in5(before.view());
+  PostgresCdcSplit b;
+  b.overlap_lsn = 99;  // overwritten
+  deserialize(b, in5);
+  EXPECT_EQ(b, (PostgresCdcSplit{"s4", true, 5, 0, 0, 0, 0}));
+  // The overlap's end round-trips (a restore inside the overlap still marks its transactions).
+  PostgresCdcSplit o{"s5", true, 0x100, 0, 0, 0, 0x4000};
+  DataOutput ob;
+  serialize(o, ob);
+  DataInput in6(ob.view());
+  PostgresCdcSplit o2;
+  deserialize(o2, in6);
+  EXPECT_EQ(o2, o);
   EXPECT_EQ(in3.read_u8(), 42);
   // Corrupt: an unknown format byte.
   DataOutput bad;

@@ -11,6 +11,10 @@
 //           destructor, no flush, no abort of a transaction runs, as in a power cut of the process. Used by the
 //           chaos tests on a child process (`sluice run`), armed through the environment:
 //
+//   kHang   writes "sluice: fault point '<name>' fired: hang" to stderr and blocks the hitting thread for ever while
+//           the rest of the process runs on (checkpoints complete): a test holds a thread at a point, then
+//           SIGKILLs the process. Only for a child process that the test kills (the thread never returns).
+//
 //   SLUICE_FAULT_POINTS='files.before-rename=crash'            crash at the first hit
 //   SLUICE_FAULT_POINTS='files.after-rename=crash@3;x=throw'   crash at the 4th hit (3 skipped); ';' separates points
 //
@@ -27,6 +31,8 @@
 //   "checkpoint.restore:<task vertex name>"  while the task restores its state from a checkpoint
 //   "files.before-rename"                   in the files sink's commit, after the in-progress file is synced and
 //                                           before it is renamed to its final name
+//   "postgres.after-create-slot"            in the Postgres CDC source's reader thread, right after it created its
+//                                           replication slot and before the initial snapshot reads a row
 //   "files.after-rename"                    in the files sink's commit, after the rename and before the directory
 //                                           is synced
 // Operator names are those of the stream graph ("Map", "Sink: out"); task vertex names are those of the job
@@ -53,6 +59,7 @@ inline constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
 enum class Action {
   kThrow,  ///< throw the injected-fault SluiceException (a task failure)
   kCrash,  ///< SIGKILL the process (a crash)
+  kHang,   ///< block the hitting thread for ever (the process is to be SIGKILLed by the test)
 };
 
 /// Returns true: fault points are compiled into every build (kept for tests written when release builds had
@@ -63,7 +70,7 @@ bool compiled_in() noexcept;
 /// Re-arming a name resets its hit and fire counts. Requires skip_hits >= 0 and fire_count >= 1.
 void arm(std::string name, int64_t skip_hits, int64_t fire_count = 1, Action action = Action::kThrow);
 
-/// Parses a list of points to arm, `name=action[@skip_hits][;...]` with action `throw` or `crash` (each fires
+/// Parses a list of points to arm, `name=action[@skip_hits][;...]` with action `throw`, `crash` or `hang` (each fires
 /// once, after skip_hits hits, 0 by default). Returns a kConfiguration error naming the bad entry.
 [[nodiscard]] Status arm_from_spec(std::string_view spec);
 

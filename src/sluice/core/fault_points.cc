@@ -55,6 +55,14 @@ Registry& registry() {
   std::abort();
 }
 
+// Blocks the calling thread until the process dies (a test SIGKILLs it).
+[[noreturn]] void hang(std::string_view name) {
+  std::string line = "sluice: fault point '" + std::string(name) + "' fired: hang\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  for (;;)
+    ::pause();
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
     s.remove_prefix(1);
@@ -84,7 +92,7 @@ Status arm_from_spec(std::string_view spec) {
     auto bad = [&](std::string_view why) {
       return Error(ErrorCode::kConfiguration,
                    "fault points: bad entry '" + std::string(entry) + "': " + std::string(why) +
-                       "; expected name=throw or name=crash, optionally followed by @<hits to skip>");
+                       "; expected name=throw, name=crash or name=hang, optionally followed by @<hits to skip>");
     };
     const size_t eq = entry.rfind('=');
     if (eq == std::string_view::npos || eq == 0) return bad("no point name");
@@ -101,13 +109,18 @@ Status arm_from_spec(std::string_view spec) {
       a = Action::kThrow;
     } else if (action == "crash") {
       a = Action::kCrash;
+    } else if (action == "hang") {
+      a = Action::kHang;
     } else {
       return bad("unknown action '" + std::string(action) + "'");
     }
     entries.push_back(Entry{std::string(trim(entry.substr(0, eq))), skip, a});
   }
   for (Entry& e : entries) {
-    spdlog::warn("fault point '{}' armed: {} after {} hit(s)", e.name, e.action == Action::kCrash ? "crash" : "throw",
+    spdlog::warn("fault point '{}' armed: {} after {} hit(s)", e.name,
+                 e.action == Action::kCrash  ? "crash"
+                 : e.action == Action::kHang ? "hang"
+                                             : "throw",
                  e.skip);
     arm(std::move(e.name), e.skip, 1, e.action);
   }
@@ -187,6 +200,7 @@ void hit(std::string_view name) {
     }
   }
   if (action == Action::kCrash) crash(name);
+  if (action == Action::kHang) hang(name);
   throw_injected_fault(name);
 }
 

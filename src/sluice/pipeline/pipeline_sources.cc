@@ -174,7 +174,8 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
           {"sluice_source_bad_records_total", static_cast<double>(m.bad_records)},
           {"sluice_source_postgres_position_lsn", static_cast<double>(m.position)},
           {"sluice_source_postgres_confirmed_lsn", static_cast<double>(m.confirmed_lsn)},
-          {"sluice_source_postgres_received_lsn", static_cast<double>(m.received_lsn)}};
+          {"sluice_source_postgres_received_lsn", static_cast<double>(m.received_lsn)},
+          {"sluice_source_postgres_slot_busy_ms", static_cast<double>(m.slot_busy_ms)}};
     };
     return env.from_source(s, "postgres").uid("source").set_parallelism(1);
   }

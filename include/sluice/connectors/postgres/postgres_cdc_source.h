@@ -142,6 +142,10 @@ struct PostgresCdcSplit {
   /// While snapshot_done is false: the snapshot rows emitted before the checkpoint (0 = none: reading the
   /// snapshot again repeats nothing).
   int64_t snapshot_events = 0;
+  /// Once snapshot_done: the end of the overlap of a snapshot that the slot did not export (an Lsn as int64
+  /// bits): stream transactions whose commit LSN is at or before it may repeat snapshot rows and carry
+  /// `source.snapshot = true`, also after a restore. 0 = no overlap (an exported snapshot).
+  int64_t overlap_lsn = 0;
   /// The split id: the slot name.
   std::string split_id() const { return slot; }
   friend bool operator==(const PostgresCdcSplit&, const PostgresCdcSplit&) = default;
@@ -177,6 +181,10 @@ struct PostgresCdcMetrics {
   postgres::Lsn confirmed_lsn = 0;  ///< the last flush LSN reported to the slot (a completed checkpoint's)
   postgres::Lsn received_lsn = 0;   ///< the end of the last WAL data received
   bool snapshot_done = false;
+  /// How long (ms) the reader has been waiting for its slot, held by another connection (SQLSTATE 55006,
+  /// usually a previous reader's that the server has not ended yet); 0 = not waiting. The wait fails the
+  /// source after 30 s.
+  int64_t slot_busy_ms = 0;
 };
 
 namespace detail {
@@ -216,6 +224,8 @@ struct PostgresCdcStats {
   std::atomic<int64_t> ping_interval_ms{1000};
   std::atomic<uint64_t> position{0}, confirmed_lsn{0}, received_lsn{0};
   std::atomic<bool> snapshot_done{false};
+  /// Since when (wall ms) the reader waits for its slot held by another connection; -1 = not waiting.
+  std::atomic<int64_t> slot_busy_since_ms{-1};
   std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
 };
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "libpq_handles.h"
+#include "sluice/core/fault_points.h"
 #include "sluice/core/redact.h"
 
 namespace sluice {
@@ -82,6 +83,14 @@ std::string conn_error(PGconn* c) {
   return e;
 }
 
+// A result's message without libpq's trailing newline (it would split the log line that quotes it).
+std::string result_error(const PGresult* r) {
+  std::string e = PQresultErrorMessage(r);
+  while (!e.empty() && (e.back() == '\n' || e.back() == ' '))
+    e.pop_back();
+  return e;
+}
+
 bool valid_name(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
   return std::all_of(s.begin(), s.end(),
@@ -119,6 +128,7 @@ struct Item {
   Lsn lsn = 0;        // kCommit: end LSN; kHeartbeat: message LSN; kSnapshotDone: the stream's start;
                       // kEvent: the commit LSN of its transaction (0 for snapshot reads)
   int64_t ts_ms = 0;  // kCommit: commit time
+  Lsn overlap = 0;    // kSnapshotDone: the end of the snapshot's overlap with the stream (0 = none)
   std::optional<Error> error;
 };
 
@@ -280,7 +290,7 @@ class Fetcher {
       const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
       last_sqlstate_ = state != nullptr ? state : "";
       fail(fmt::format("{} (slot {}): {} failed: {} [{}]", kRole, s_.slot_name, what,
-                       r ? std::string(PQresultErrorMessage(r.get())) : conn_error(c), sql));
+                       r ? result_error(r.get()) : conn_error(c), sql));
     }
     return r;
   }
@@ -427,6 +437,20 @@ class Fetcher {
       }
     }
     const Lsn restored = static_cast<Lsn>(split_.lsn);
+    if (slot_exists && s_.create_slot && !split_.snapshot_done && split_.snapshot_events == 0 && restored == 0) {
+      // Nothing of this split was emitted before the state it starts from (a fresh start, or a checkpoint taken
+      // before the snapshot's first row, e.g. while the crashed run was creating this slot): nothing read
+      // through the slot can be committed downstream. A snapshot that the slot did not export would overlap
+      // the stream from the slot's older position (its changes delivered again); a new slot exports the
+      // snapshot the stream starts from exactly.
+      spdlog::info(
+          "{}: slot {} exists but nothing has been emitted from it yet (confirmed at {}): dropping and "
+          "re-creating it, so that the initial snapshot is the one the slot exports and nothing repeats",
+          kRole, s_.slot_name, format_lsn(slot_confirmed));
+      drop_slot(n);
+      slot_exists = false;
+      slot_confirmed = 0;
+    }
     if (restored != 0) {
       if (!slot_exists) {
         fail(
@@ -467,6 +491,7 @@ class Fetcher {
       start_lsn = *cp;
       if (want_snapshot) exported = PQgetvalue(r.get(), 0, 2);
       spdlog::info("{}: created replication slot {} at {}", kRole, s_.slot_name, format_lsn(*cp));
+      SLUICE_FAULT_POINT("postgres.after-create-slot");
     }
 
     if (!split_.snapshot_done && split_.snapshot_events > 0) {
@@ -491,6 +516,8 @@ class Fetcher {
       // Exported: exactly consistent with the slot. Otherwise the stream from the slot's position overlaps.
       snapshot(exported, exported.empty() ? (start_lsn != 0 ? start_lsn : slot_confirmed) : start_lsn);
     }
+    // A restore after the snapshot: its overlap with the stream, if any, is still marked.
+    if (split_.snapshot_done) overlap_until_ = static_cast<Lsn>(split_.overlap_lsn);
     skip_before_ = restored;
     resume_txn_lsn_ = static_cast<Lsn>(split_.txn_lsn);
     resume_txn_events_ = split_.txn_events;
@@ -526,6 +553,72 @@ class Fetcher {
     } catch (const SluiceException&) {
       if (last_sqlstate_ != "42710") throw;  // duplicate_object: another reader created it meanwhile
     }
+  }
+
+  /// The slot is held by another connection (SQLSTATE 55006): usually the previous reader's, which the server
+  /// ends shortly after that reader died. Returns true while the wait may go on (kSlotBusyDeadline); warns on
+  /// the first retry and every 5 s, naming the process holding the slot, and shows the wait in the metrics.
+  bool slot_busy(std::string_view what, std::optional<std::chrono::steady_clock::time_point>& since,
+                 std::chrono::steady_clock::time_point& next_log) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!since) {
+      since = now;
+      stats_->slot_busy_since_ms.store(wall_ms());
+    }
+    if (now - *since >= kSlotBusyDeadline) return false;
+    if (now >= next_log) {
+      next_log = now + std::chrono::seconds(5);
+      spdlog::warn("{}: slot {} is in use by another connection ({}): {} is retried for up to {} s ({} s so far)",
+                   kRole, s_.slot_name, slot_holder(), what, kSlotBusyDeadline.count(),
+                   std::chrono::duration_cast<std::chrono::seconds>(now - *since).count());
+    }
+    return true;
+  }
+  void slot_free(std::optional<std::chrono::steady_clock::time_point>& since) {
+    if (!since) return;
+    spdlog::info(
+        "{}: slot {} is free after {} ms", kRole, s_.slot_name,
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *since).count());
+    since.reset();
+    stats_->slot_busy_since_ms.store(-1);
+  }
+  /// "pid N" of the process holding the slot (pg_replication_slots.active_pid), for messages.
+  std::string slot_holder() {
+    try {
+      PgResult r = query(normal_.get(),
+                         "SELECT coalesce(active_pid::text, 'none') FROM pg_replication_slots WHERE slot_name = " +
+                             quote_literal(normal_.get(), s_.slot_name),
+                         "reading the slot's active_pid");
+      if (PQntuples(r.get()) == 0) return "the slot is gone";
+      return std::string("held by pid ") + PQgetvalue(r.get(), 0, 0);
+    } catch (const SluiceException& e) {
+      return "holder unknown: " + e.error().message();
+    }
+  }
+
+  /// Drops the slot (pg_drop_replication_slot), waiting while another connection still holds it.
+  void drop_slot(PGconn* n) {
+    const std::string sql = "SELECT pg_drop_replication_slot(" + quote_literal(n, s_.slot_name) + ")";
+    std::optional<std::chrono::steady_clock::time_point> busy_since;
+    std::chrono::steady_clock::time_point next_busy_log{};
+    for (;;) {
+      PgResult r = run(n, sql, "dropping the replication slot");
+      if (r && PQresultStatus(r.get()) == PGRES_TUPLES_OK) break;
+      if (stop_.load()) throw Stopped{};
+      const char* st = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
+      const std::string_view state = st != nullptr ? st : "";
+      if (state == "42704") break;  // undefined_object: gone meanwhile
+      if (state == "55006" && slot_busy("dropping it", busy_since, next_busy_log)) {
+        wait_for_wake(std::chrono::milliseconds(200));
+        continue;
+      }
+      fail(fmt::format("{} (slot {}): dropping the replication slot failed: {}{}", kRole, s_.slot_name,
+                       r ? result_error(r.get()) : conn_error(n),
+                       busy_since
+                           ? fmt::format(" ({}, after {} s of waiting)", slot_holder(), kSlotBusyDeadline.count())
+                           : std::string()));
+    }
+    slot_free(busy_since);
   }
 
   // ---- snapshot
@@ -620,6 +713,7 @@ class Fetcher {
     Item done;
     done.kind = Item::Kind::kSnapshotDone;
     done.lsn = resume_lsn;
+    done.overlap = overlap_until_;
     batch.push_back(std::move(done));
     push(batch);
     spdlog::info("{}: snapshot of slot {} read {} rows from {} tables in {} ms", kRole, s_.slot_name, total,
@@ -633,20 +727,25 @@ class Fetcher {
     const std::string sql = fmt::format(
         "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {}, messages 'true')",
         quote_ident(rc, s_.slot_name), format_lsn(start_lsn), quote_literal(rc, quote_ident(rc, s_.publication_name)));
-    const auto busy_deadline = std::chrono::steady_clock::now() + kSlotBusyDeadline;
+    std::optional<std::chrono::steady_clock::time_point> busy_since;
+    std::chrono::steady_clock::time_point next_busy_log{};
     for (;;) {
       PgResult r(PQexec(rc, sql.c_str()));
       if (r && PQresultStatus(r.get()) == PGRES_COPY_BOTH) break;
       if (stop_.load()) throw Stopped{};
       const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
       // 55006 object_in_use: a previous reader's connection still holds the slot (it ends shortly).
-      if (state != nullptr && std::string_view(state) == "55006" && std::chrono::steady_clock::now() < busy_deadline) {
+      if (state != nullptr && std::string_view(state) == "55006" &&
+          slot_busy("START_REPLICATION", busy_since, next_busy_log)) {
         wait_for_wake(std::chrono::milliseconds(200));
         continue;
       }
-      fail(fmt::format("{} (slot {}): START_REPLICATION at {} failed: {}", kRole, s_.slot_name, format_lsn(start_lsn),
-                       r ? std::string(PQresultErrorMessage(r.get())) : conn_error(rc)));
+      fail(fmt::format("{} (slot {}): START_REPLICATION at {} failed: {}{}", kRole, s_.slot_name, format_lsn(start_lsn),
+                       r ? result_error(r.get()) : conn_error(rc),
+                       busy_since ? fmt::format(" (after {} s of waiting for the slot)", kSlotBusyDeadline.count())
+                                  : std::string()));
     }
+    slot_free(busy_since);
     spdlog::info("{}: streaming slot {} from {}", kRole, s_.slot_name, format_lsn(start_lsn));
     streaming_ = true;
     received_ = start_lsn;
@@ -675,7 +774,7 @@ class Fetcher {
         if (n == -1) {
           PgResult r(PQgetResult(rc));
           fail(fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole, s_.slot_name,
-                           format_lsn(received_), r ? std::string(PQresultErrorMessage(r.get())) : "no reason given"));
+                           format_lsn(received_), r ? result_error(r.get()) : "no reason given"));
         }
         if (n < 0) {
           fail(fmt::format("{} (slot {}): reading the replication stream after {} failed: {}", kRole, s_.slot_name,
@@ -1044,6 +1143,7 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
           break;
         case Item::Kind::kSnapshotDone:
           snapshot_done_ = true;
+          overlap_lsn_ = it.overlap;
           position_ = std::max(position_, it.lsn);
           stats_->snapshot_done.store(true);
           break;
@@ -1066,6 +1166,7 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
       }
       split_ = sp;
       snapshot_done_ = sp.snapshot_done;
+      overlap_lsn_ = sp.snapshot_done ? static_cast<Lsn>(sp.overlap_lsn) : 0;
       position_ = static_cast<Lsn>(sp.lsn);
       txn_lsn_ = static_cast<Lsn>(sp.txn_lsn);
       txn_events_ = sp.txn_events;
@@ -1092,6 +1193,8 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
     sp.txn_lsn = static_cast<int64_t>(txn_lsn_);
     sp.txn_events = txn_events_;
     sp.snapshot_events = snapshot_done_ ? 0 : snapshot_events_;
+    // The overlap mark must survive restores: a restore inside the overlap streams its transactions again.
+    sp.overlap_lsn = snapshot_done_ ? static_cast<int64_t>(overlap_lsn_) : 0;
     return {sp};
   }
 
@@ -1134,6 +1237,7 @@ class PostgresCdcReader final : public SourceReader<cdc::ChangeEvent, PostgresCd
   std::vector<Item> items_;
   bool no_more_splits_ = false;
   bool snapshot_done_ = false;
+  Lsn overlap_lsn_ = 0;  // the snapshot's overlap with the stream (PostgresCdcSplit::overlap_lsn)
   Lsn position_ = 0;
   Lsn txn_lsn_ = 0;                 // the commit LSN of the transaction being emitted (0 between transactions)
   int64_t txn_events_ = 0;          // its events emitted so far
@@ -1165,6 +1269,7 @@ void TypeSerializer<PostgresCdcSplit>::serialize(const PostgresCdcSplit& v, Data
   block.write_fixed(v.txn_lsn);
   block.write_varint(static_cast<uint64_t>(v.txn_events));
   block.write_varint(static_cast<uint64_t>(v.snapshot_events));
+  block.write_fixed(v.overlap_lsn);
   out.write_string(block.view());
 }
 
@@ -1177,6 +1282,7 @@ void TypeSerializer<PostgresCdcSplit>::deserialize(PostgresCdcSplit& target, Dat
   target.txn_lsn = 0;
   target.txn_events = 0;
   target.snapshot_events = 0;
+  target.overlap_lsn = 0;
   if ((flags & 2) == 0) return;  // version 0: no partial transaction, no snapshot progress
   DataInput block(in.read_view(in.read_length()));
   target.txn_lsn = block.read_fixed<int64_t>();
@@ -1187,6 +1293,8 @@ void TypeSerializer<PostgresCdcSplit>::deserialize(PostgresCdcSplit& target, Dat
   const uint64_t snapshot_events = block.read_varint();
   if (snapshot_events > static_cast<uint64_t>(INT64_MAX)) block.fail("Postgres CDC split: row count out of range");
   target.snapshot_events = static_cast<int64_t>(snapshot_events);
+  if (block.at_end()) return;  // written before overlap_lsn existed
+  target.overlap_lsn = block.read_fixed<int64_t>();
   // Anything after is a field of a later version: skipped.
 }
 
@@ -1242,6 +1350,8 @@ PostgresCdcMetrics PostgresCdcSource::metrics() const {
   m.confirmed_lsn = st.confirmed_lsn.load();
   m.received_lsn = st.received_lsn.load();
   m.snapshot_done = st.snapshot_done.load();
+  const int64_t busy = st.slot_busy_since_ms.load();
+  m.slot_busy_ms = busy < 0 ? 0 : std::max<int64_t>(1, now - busy);
   return m;
 }
 
