@@ -52,9 +52,9 @@
 // does not have (or a generated one), a string with a NUL byte, a value its column would alter (above), or a row
 // Postgres rejects with a data error (class 22, e.g. 22P02 invalid_text_representation; class 23 other than the
 // key's conflict; 42804; 54000). Client-side problems are found by write(); a Postgres rejection makes the batch be
-// written again row by row (one savepoint per row) to find the rows at fault. BadRecordPolicy::kFail (the default) fails the task with a kConnector error naming
-// the table, the record (JSON, truncated to 1000 bytes), and the reason (Postgres's SQLSTATE and message).
-// kDeadLetter appends
+// written again row by row (one savepoint per row) to find the rows at fault. BadRecordPolicy::kFail (the default)
+// fails the task with a kConnector error naming the table, the record (JSON, truncated to 1000 bytes), and the reason
+// (Postgres's SQLSTATE and message). kDeadLetter appends
 //   {"sink":"postgres","table":..,"op":"upsert"|"delete","error":..,"sqlstate":..,"record":"<JSON>"}
 // to the dead-letter file (bad_record.h), counts it in stats()->dead_letters and writes the rest of the batch; a
 // record rejected by Postgres is the collapsed row of its key (it may merge several records). Dead letters are
