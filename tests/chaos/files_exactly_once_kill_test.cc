@@ -90,10 +90,13 @@ class FilesExactlyOnceKillTest : public ::testing::Test {
     return file;
   }
 
-  // Runs the pipeline to its end (no fault); expects exit code 0.
-  void finish(SluiceProcess& p) {
+  // Runs the pipeline to its end (no fault); expects exit code 0. `records` at `rate` per second bound how long
+  // the last run may take: a long run (SLUICE_CHAOS_SCALE) leaves most of its records to it.
+  void finish(SluiceProcess& p, int64_t records = 0, int64_t rate = 1) {
     ASSERT_TRUE(p.start());
-    ASSERT_TRUE(p.wait_exit(kFinishDeadline)) << "the last run did not finish\n" << tail(p.log());
+    const auto deadline =
+        std::max<std::chrono::milliseconds>(kFinishDeadline, std::chrono::seconds(2 * records / rate));
+    ASSERT_TRUE(p.wait_exit(deadline)) << "the last run did not finish\n" << tail(p.log());
     ASSERT_TRUE(WIFEXITED(p.status()) && WEXITSTATUS(p.status()) == 0)
         << "the last run ended with status " << p.status() << "\n"
         << tail(p.log());
@@ -210,7 +213,8 @@ TEST_F(FilesExactlyOnceKillTest, SigkillAtRandomMomentsLosesAndRepeatsNothing) {
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED), scale " << scale << " (SLUICE_CHAOS_SCALE): " << records
             << " records, " << kills << " random kills\n";
   std::mt19937_64 rnd(seed);
-  SluiceProcess p("run", write_pipeline(records, 1500, seed), dir_);
+  constexpr int64_t kRate = 1500;
+  SluiceProcess p("run", write_pipeline(records, kRate, seed), dir_);
   // The crash points go at seeded places among the random kills.
   std::vector<std::string> plan(static_cast<size_t>(kills), "kill");
   plan.insert(plan.begin() + static_cast<std::ptrdiff_t>(rnd() % (plan.size() + 1)), "files.before-rename");
@@ -236,7 +240,7 @@ TEST_F(FilesExactlyOnceKillTest, SigkillAtRandomMomentsLosesAndRepeatsNothing) {
     p.kill_now();
   }
   if (!finished_early) {
-    ASSERT_NO_FATAL_FAILURE(finish(p));
+    ASSERT_NO_FATAL_FAILURE(finish(p, records, kRate));
   }
   check_output(records);
 }
