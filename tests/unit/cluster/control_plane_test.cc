@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "integration/test_util/polling.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
@@ -26,12 +27,7 @@ constexpr auto kDeadline = 20s;
 /// Waits for `pred` with a deadline: the state lives on other threads that offer nothing to block on.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout = kDeadline) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
+  return sluice::testing::poll_until(pred, timeout, std::chrono::milliseconds(5));
 }
 
 std::unique_ptr<JobManagerServer> start_jm(const Clock& clock, HeartbeatOptions hb, bool monitor, int port = 0) {

@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "integration/test_util/polling.h"
 #include "sluice/net/connection_manager.h"
 #include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/input_processor.h"
@@ -30,12 +31,7 @@ using namespace std::chrono_literals;
 
 /// Waits for `cond` with a deadline (polls; no sleep stands in for synchronization).
 bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+  return sluice::testing::poll_until(cond, timeout, 1ms);
 }
 
 /// A producing "task": waits for credit on its WakeupSignal, as Task does.
