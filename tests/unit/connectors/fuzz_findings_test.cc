@@ -56,5 +56,41 @@ TEST(FuzzFindingsTest, NonCanonicalDecimal128IsAnError) {
   EXPECT_EQ(nines->find("d")->to_json(), "9999999999999999999999999999999999");
 }
 
+// bson_value_fuzz, again: a coefficient of 35 digits (0x1fffe... above 10^34) that libbson printed as 34 digits and
+// a larger exponent (E+6112), so the digit count looked canonical and the value could not be written back.
+TEST(FuzzFindingsTest, NonCanonicalDecimal128IsDecidedFromItsBitsNotFromItsText) {
+  bson_decimal128_t dec;
+  dec.high = 0xdffffffe00000000;
+  dec.low = 0x16;
+  bson_t doc = BSON_INITIALIZER;
+  ASSERT_TRUE(bson_append_decimal128(&doc, "dec", -1, &dec));
+  Result<Value> v = mongodb::bson_to_value(doc);
+  bson_destroy(&doc);
+  ASSERT_FALSE(v.ok()) << v->to_json();
+  EXPECT_EQ(v.error().code(), ErrorCode::kSerialization);
+  EXPECT_NE(v.error().message().find("not canonical"), std::string::npos) << v.error().message();
+  // The "11" combination form of a finite number is non-canonical too (its implied coefficient is >= 2^113).
+  dec.high = (uint64_t{0x3} << 61) | (uint64_t{6176} << 47);
+  dec.low = 1;
+  bson_t eleven = BSON_INITIALIZER;
+  ASSERT_TRUE(bson_append_decimal128(&eleven, "d", -1, &dec));
+  Result<Value> e = mongodb::bson_to_value(eleven);
+  bson_destroy(&eleven);
+  EXPECT_FALSE(e.ok()) << e->to_json();
+  // Canonical values at the edges of the exponent range read and write back exactly.
+  for (const char* text :
+       {"10E+6111", "9999999999999999999999999999999999E+6111", "1E-6176", "-0E+6111", "NaN", "-Infinity"}) {
+    ASSERT_TRUE(bson_decimal128_from_string(text, &dec)) << text;
+    bson_t edge = BSON_INITIALIZER;
+    ASSERT_TRUE(bson_append_decimal128(&edge, "d", -1, &dec));
+    Result<Value> r = mongodb::bson_to_value(edge);
+    ASSERT_TRUE(r.ok()) << text << ": " << r.error().message();
+    Result<std::string> back = mongodb::value_to_bson(*r);
+    ASSERT_TRUE(back.ok()) << text << ": " << back.error().message();
+    EXPECT_EQ(*back, std::string(reinterpret_cast<const char*>(bson_get_data(&edge)), edge.len)) << text;
+    bson_destroy(&edge);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

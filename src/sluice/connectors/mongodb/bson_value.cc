@@ -100,6 +100,20 @@ Value wrap(std::string_view name, Value inner) {
   return Value::object({{name, std::move(inner)}});
 }
 
+// IEEE 754-2008 BID encoding (the one BSON uses): a coefficient above 10^34 - 1, or the "11" combination form of a
+// finite number (whose implied coefficient is at least 2^113), is non-canonical and reads as zero.
+bool decimal128_is_canonical(const bson_decimal128_t& dec) {
+  const uint64_t combination = dec.high >> 58 & 0x1f;
+  if (combination >= 0x1e) return true;  // Infinity (11110) and NaN (11111)
+  if ((dec.high >> 61 & 0x3) == 0x3) return false;
+  const unsigned __int128 coefficient =
+      static_cast<unsigned __int128>(dec.high & ((uint64_t{1} << 49) - 1)) << 64 | dec.low;
+  unsigned __int128 max = 1;
+  for (int i = 0; i < kDecimal128Digits; ++i)
+    max *= 10;
+  return coefficient < max;
+}
+
 Result<Value> decimal128_to_value(const bson_decimal128_t& dec) {
   char text[BSON_DECIMAL128_STRING];
   bson_decimal128_to_string(&dec, text);
@@ -110,11 +124,16 @@ Result<Value> decimal128_to_value(const bson_decimal128_t& dec) {
   if (!d.ok())
     return Error(ErrorCode::kSerialization,
                  fmt::format("BSON: Decimal128 '{}' has no exact decimal: {}", s, d.error().message()));
-  // A coefficient over 34 digits is a non-canonical encoding (IEEE 754-2008 reads it as zero; libbson prints the
-  // digits): neither reading is safe, and no valid Decimal128 writes it back (found by bson_value_fuzz).
-  if (d->precision() > kDecimal128Digits) {
-    return Error(ErrorCode::kSerialization,
-                 fmt::format("BSON: Decimal128 '{}' is not canonical: its coefficient has more than 34 digits", s));
+  // A non-canonical encoding (IEEE 754-2008 reads it as zero; libbson prints digits, and may round them into a
+  // different exponent): neither reading is safe, and no valid Decimal128 writes it back (found by bson_value_fuzz,
+  // twice: decided from the bits, not from libbson's text).
+  if (!decimal128_is_canonical(dec) || d->precision() > kDecimal128Digits || -d->scale() > kDecimal128MaxExponent ||
+      -d->scale() < kDecimal128MinExponent) {
+    return Error(
+        ErrorCode::kSerialization,
+        fmt::format("BSON: Decimal128 '{}' is not canonical: its coefficient is above 10^34 - 1 (IEEE 754-2008 "
+                    "reads it as zero)",
+                    s));
   }
   if (negative && d->unscaled() == 0) return wrap("$numberDecimal", Value(s));  // -0 keeps its sign
   return Value(*d);
