@@ -13,7 +13,6 @@
 #include "sluice/core/config.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
-#include "sluice/web/metrics_server.h"
 #include "sluice/web/rest_server.h"
 
 namespace sluice::cli {
@@ -35,6 +34,8 @@ Result<Configuration> overrides(const PipelineFlags& f) {
     c.set_string(p.substr(0, eq), p.substr(eq + 1));
   }
   if (!f.from_savepoint.empty()) c.set_string(std::string(options::kStateRecoveryPath.key), f.from_savepoint);
+  if (f.parallelism > 0) c.set(options::kParallelism, f.parallelism);
+  if (f.allow_non_restored_state) c.set(options::kIgnoreUnclaimedState, true);
   return c;
 }
 
@@ -79,18 +80,21 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
   run->add_option("-s,--from-savepoint", f.from_savepoint,
                   "Start from this savepoint or retained checkpoint (execution.state-recovery.path; by default "
                   "a run resumes from the latest checkpoint, or from the savepoint of `sluice stop`)");
-  run->add_option("--http-port", f.http_port,
-                  "Port of /metrics and /health (overrides pipeline.http.port; 0 = any free port, -1 = off)")
+  run->add_option("-p,--parallelism", f.parallelism,
+                  "Parallelism of the job (parallelism.default), over the file's pipeline.parallelism; with -s "
+                  "the new parallelism (keyed state is redistributed)")
+      ->check(CLI::Range(1, 1024));
+  run->add_flag("--allow-non-restored-state", f.allow_non_restored_state,
+                "Start even if the savepoint holds state of an operator the job no longer has "
+                "(execution.state-recovery.ignore-unclaimed-state)");
+  run->add_option("--http-port,--rest-port", f.http_port,
+                  "The one port of the job's REST API (sluice list/savepoint/stop/cancel), /metrics and /health "
+                  "(overrides pipeline.http.port; 0 = any free port, -1 = off)")
       ->check(CLI::Range(-1, 65535));
   run->add_option("--linger", f.linger,
-                  "Keep /metrics and /health serving this long after the job ended (e.g. 10s), so the final "
-                  "state can be scraped")
+                  "Keep the port serving this long after the job ended (e.g. 10s): the job stays listed with its "
+                  "final state, and /metrics and /health can be scraped")
       ->capture_default_str();
-  run->add_option("--rest-port", f.rest_port,
-                  "Serve the job's REST API on 127.0.0.1:PORT, for sluice list/savepoint/stop/cancel (0 = any free "
-                  "port, -1 = none)")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 65535));
   run->add_flag("-q,--quiet", f.quiet, "Do not print the summary at the end");
   run->fallthrough();  // `sluice run FILE --log-level debug` works as well as `sluice --log-level debug run FILE`
   auto* validate = app.add_subcommand("validate", "Check a pipeline file without running it");
@@ -124,24 +128,28 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   if (!loaded) return 2;
   const pipeline::PipelineSpec* spec = &loaded->spec;
   pipeline::PipelineRunner& runner = *loaded->runner;
+  // The operators as the REST API shows them while the job runs (start() hands the graph to the job).
+  const std::vector<OperatorStats> pipeline_operators = operators_of(runner.stream_graph());
 
   const int port = f.http_port != -2 ? f.http_port : spec->pipeline.http_port;
-  std::unique_ptr<MetricsServer> http;
+  // One port for everything an operator uses: the jobs REST API (sluice list/savepoint/stop/cancel), /metrics
+  // and /health. Bound before the job starts, so a busy port fails the run before it touches any state.
+  std::unique_ptr<RestServer> http;
   if (port >= 0) {
-    auto server = MetricsServer::start(
-        spec->pipeline.http_address, port, [&runner] { return runner.metrics_text(); },
-        [&runner] {
-          pipeline::HealthReport h = runner.health();
-          return HealthResponse{h.healthy, h.to_json()};
-        });
+    RestServerOptions options;
+    options.address = spec->pipeline.http_address;
+    options.port = port;
+    auto server = RestServer::start(options);
     if (!server.ok()) {
       fmt::print(stderr, "error: {}\n", server.error().message());
       return 1;
     }
     http = std::move(*server);
-    // The port on one line of its own, so scripts and tests can find an ephemeral port.
-    spdlog::info("pipeline '{}': metrics and health at http://{}:{}/metrics and /health", spec->pipeline.name,
-                 spec->pipeline.http_address, http->port());
+    http->serve_metrics([&runner] { return runner.metrics_text(); });
+    http->serve_health([&runner] {
+      pipeline::HealthReport h = runner.health();
+      return HealthResponse{h.healthy, h.to_json()};
+    });
   }
 
   std::signal(SIGINT, on_signal);
@@ -151,21 +159,12 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     return 1;
   }
   spdlog::info("pipeline '{}' started: {}", spec->pipeline.name, describe(*spec));
-  std::unique_ptr<RestServer> rest;
-  if (f.rest_port >= 0) {
-    RestServerOptions options;
-    options.port = f.rest_port;
-    auto server = RestServer::start(options);
-    if (!server.ok()) {
-      fmt::print(stderr, "error: {}\n", server.error().message());
-      runner.cancel();
-      runner.wait();
-      return 1;
-    }
-    rest = std::move(*server);
-    if (std::optional<JobClient> client = runner.client()) rest->register_job(spec->pipeline.name, *client, {});
-    // On a line of its own, as the metrics port: scripts and tests find an ephemeral port there.
-    spdlog::info("pipeline '{}': REST API at {}", spec->pipeline.name, rest->url());
+  if (http) {
+    std::optional<JobClient> client = runner.client();
+    if (client) http->register_job(spec->pipeline.name, *client, pipeline_operators);
+    // The port and job id on one line of their own, so scripts and tests find an ephemeral port there.
+    spdlog::info("pipeline '{}': REST API, /metrics and /health at {}, job id {}", spec->pipeline.name, http->url(),
+                 client ? client->job_id() : std::string("-"));
   }
   // The job runs on its own threads; this thread waits for it or for a signal.
   bool signalled = false;
@@ -183,6 +182,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   JobResult result = runner.wait();
   runner.remove_superseded_checkpoints();  // a short run may have completed its first checkpoint only at its end
   if (!f.quiet) fmt::print("{}\n", runner.summary(result));
+  std::fflush(stdout);  // before a linger: whoever reads the pipe sees the summary when the job ends
   // SIGTERM is how services are stopped: a clean cancel exits 0. SIGINT (Ctrl-C) exits 130, as shells expect,
   // so a script running `sluice run` stops too instead of going on as if the pipeline had finished.
   int rc = result.status == JobStatus::kFinished || (signalled && result.status == JobStatus::kCanceled) ? 0 : 1;
@@ -190,6 +190,11 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   if (rc == 1) {
     fmt::print(stderr, "error: pipeline '{}' {}{}\n", spec->pipeline.name, job_status_name(result.status),
                result.error ? ": " + result.error->to_string() : "");
+  }
+  // `sluice stop` and `sluice savepoint` read the savepoint's path after the job ended: serve it first.
+  if (http && !http->wait_for_fetched_operations(std::chrono::seconds(10))) {
+    spdlog::warn("pipeline '{}': a savepoint's result was not fetched by a REST client within 10 s",
+                 spec->pipeline.name);
   }
   if (http && *linger_ms > 0 && g_signal.load() == 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*linger_ms);

@@ -12,9 +12,10 @@ struct PipelineFlags {
   std::string file;
   std::vector<std::string> props;  ///< -D key=value engine options, over the file's pipeline.config
   std::string from_savepoint;      ///< -s: execution.state-recovery.path
-  int http_port = -2;              ///< -2: as the file says
-  int rest_port = -1;              ///< the job's REST API (sluice list/savepoint/stop/cancel); -1 off, 0 any
-  std::string linger = "0";        ///< keep /metrics and /health up this long after the job ended
+  int parallelism = 0;             ///< -p: parallelism.default over the file's pipeline.parallelism; 0 = the file's
+  bool allow_non_restored_state = false;  ///< execution.state-recovery.ignore-unclaimed-state
+  int http_port = -2;  ///< the one port of the REST API, /metrics and /health; -2: as the file says, -1 off, 0 any
+  std::string linger = "0";  ///< keep the port serving (the job listed in its final state) this long after it ended
   bool quiet = false;
 };
 

@@ -10,6 +10,12 @@
 //   PATCH /jobs/:id?mode=cancel               202 {}
 //   GET   /taskmanagers                       {"taskmanagers": [{"id", "path", "slotsNumber", "freeSlots",
 //                                             "timeSinceLastHeartbeat", ...}]} (a cluster's JobManager only)
+//   GET   /metrics                            Prometheus text 0.0.4 (serve_metrics, else every job's job-level
+//                                             metrics)
+//   GET   /health                             200 healthy / 503 not, JSON saying why (serve_health, else from
+//                                             the jobs' states)
+//
+// One port serves all of it: `sluice run`, the bundled examples and a user's job (RestServer::execute) alike.
 //
 // Errors are JSON `{"errors": ["..."]}`: 404 for an unknown job, request id or path, 400 for a malformed
 // body or parameter, 409 for an action on a job that is no longer running.
@@ -32,6 +38,11 @@
 #include "sluice/core/config.h"
 #include "sluice/core/error.h"
 #include "sluice/graph/stream_graph.h"
+#include "sluice/web/metrics_server.h"
+
+namespace sluice {
+class StreamEnvironment;
+}
 
 namespace sluice {
 
@@ -87,6 +98,19 @@ class RestServer {
   /// served as "status-message" in GET /jobs and GET /jobs/:id. `status_message` is called on HTTP threads.
   void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
                     std::function<std::string()> status_message);
+
+  /// Builds `env`'s job, starts it (execute_async) and registers it under `name` with its operators: a user's
+  /// C++ job served as `sluice run` serves a pipeline. Errors: as StreamEnvironment::execute_async (thrown).
+  JobClient execute(StreamEnvironment& env, std::string name);
+
+  /// Serves GET /metrics from `provider` (Prometheus text 0.0.4; called on HTTP threads, so thread-safe).
+  /// Without a provider, /metrics serves the job-level metrics of every registered job (status, restarts,
+  /// per-operator records in and out, checkpoint counts).
+  void serve_metrics(std::function<std::string()> provider);
+  /// Serves GET /health from `provider` (called on HTTP threads, so thread-safe): 200 when healthy, else 503,
+  /// with its JSON. Without a provider, /health is healthy while every registered job is RUNNING or FINISHED
+  /// (and at least one is registered), and names the jobs that are not.
+  void serve_health(std::function<HealthResponse()> provider);
 
   /// Serves GET /taskmanagers from `provider` (called on HTTP threads, so thread-safe). Without a provider
   /// (local mode) GET /taskmanagers answers 404 saying the process is not a cluster's JobManager.

@@ -195,6 +195,12 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
     c.set_string(k, v);
   for (const auto& [k, v] : engine_overrides.entries())
     c.set_string(k, v);
+  if (c.contains(options::kCheckpointDir.key) && !c.contains(options::kSavepointDir.key)) {
+    // `sluice savepoint JOB` and `sluice stop JOB` without a directory write under the checkpoint storage (as
+    // the examples' --checkpoint-dir does); "savepoints" is no job id, so no run removes it as superseded.
+    const std::string dir = c.get(options::kCheckpointDir);
+    c.set(options::kSavepointDir, dir + (dir.ends_with('/') ? "" : "/") + "savepoints");
+  }
   if (p.delivery == "exactly-once") {
     // Exactly-once sinks commit on completed checkpoints: without them they would silently run at-least-once
     // (or never commit). The file's own interval is checked by the parser; this catches `config:` and -D.

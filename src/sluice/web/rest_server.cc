@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "sluice/api/stream_environment.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/value.h"
 
@@ -99,6 +100,23 @@ struct JobEntry {
   std::map<std::string, Operation> operations;  // by request id
   std::function<std::string()> status_message;  // what the job waits for; empty when nothing
 };
+
+// Escapes a Prometheus label value (text format 0.0.4: backslash, double quote and newline).
+std::string prometheus_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 void reply(httplib::Response& res, int status, const Value& body) {
   res.status = status;
@@ -235,6 +253,14 @@ class RestServer::Impl {
     std::lock_guard lock(mu_);
     task_managers_ = std::move(provider);
   }
+  void serve_metrics(std::function<std::string()> provider) {
+    std::lock_guard lock(mu_);
+    metrics_ = std::move(provider);
+  }
+  void serve_health(std::function<HealthResponse()> provider) {
+    std::lock_guard lock(mu_);
+    health_ = std::move(provider);
+  }
 
   const RestServerOptions& options() const { return options_; }
   int port() const { return port_; }
@@ -357,7 +383,116 @@ class RestServer::Impl {
     };
   }
 
+  std::vector<std::shared_ptr<JobEntry>> jobs_in_order() {
+    std::vector<std::shared_ptr<JobEntry>> jobs;
+    std::lock_guard lock(mu_);
+    for (const auto& id : order_)
+      jobs.push_back(jobs_.at(id));
+    return jobs;
+  }
+
+  /// GET /metrics without a provider: the job-level metrics of every registered job, with the names
+  /// `sluice run` uses for the same values.
+  std::string default_metrics() {
+    std::string out;
+    auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    };
+    struct Row {
+      std::string job;
+      JobStatus status;
+      int restarts;
+      std::vector<OperatorStats> operators;
+      int64_t completed = 0;
+      int64_t failed = 0;
+    };
+    std::vector<Row> rows;
+    for (const auto& j : jobs_in_order()) {
+      Row r{prometheus_label(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
+      if (job_status_terminal(r.status)) {
+        JobResult result = j->client.wait();  // returns at once: the job has ended
+        if (!result.operators.empty()) r.operators = result.operators;
+      }
+      for (const auto& cp : j->client.checkpoint_stats()) {
+        if (cp.completed) {
+          ++r.completed;
+        } else if (!cp.failure.empty()) {
+          ++r.failed;
+        }
+      }
+      rows.push_back(std::move(r));
+    }
+    family("sluice_job_running", "gauge", "1 when the job is RUNNING, else 0.");
+    for (const auto& r : rows) {
+      out += fmt::format("sluice_job_running{{job=\"{}\",status=\"{}\"}} {}\n", r.job, job_status_name(r.status),
+                         r.status == JobStatus::kRunning ? 1 : 0);
+    }
+    family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
+    for (const auto& r : rows)
+      out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", r.job, r.restarts);
+    family("sluice_operator_records_in_total", "counter", "Records an operator received, over its subtasks.");
+    for (const auto& r : rows) {
+      for (const auto& o : r.operators) {
+        out += fmt::format("sluice_operator_records_in_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
+                           prometheus_label(o.name), prometheus_label(o.uid), o.records_in);
+      }
+    }
+    family("sluice_operator_records_out_total", "counter", "Records an operator emitted, over its subtasks.");
+    for (const auto& r : rows) {
+      for (const auto& o : r.operators) {
+        out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
+                           prometheus_label(o.name), prometheus_label(o.uid), o.records_out);
+      }
+    }
+    family("sluice_checkpoints_completed", "gauge", "Completed checkpoints among the recent ones kept in history.");
+    for (const auto& r : rows)
+      out += fmt::format("sluice_checkpoints_completed{{job=\"{}\"}} {}\n", r.job, r.completed);
+    family("sluice_checkpoints_failed", "gauge", "Failed checkpoints among the recent ones kept in history.");
+    for (const auto& r : rows)
+      out += fmt::format("sluice_checkpoints_failed{{job=\"{}\"}} {}\n", r.job, r.failed);
+    return out;
+  }
+
+  /// GET /health without a provider: healthy while every registered job is RUNNING or FINISHED.
+  HealthResponse default_health() {
+    Value jobs = Value::array();
+    std::string reason;
+    const auto entries = jobs_in_order();
+    for (const auto& j : entries) {
+      const JobStatus s = j->client.status();
+      jobs.push_back(Value::object({{"id", j->client.job_id()},
+                                    {"name", j->name},
+                                    {"status", job_status_name(s)},
+                                    {"restarts", j->client.restarts()}}));
+      if (s != JobStatus::kRunning && s != JobStatus::kFinished && reason.empty()) {
+        reason = fmt::format("job '{}' ({}) is {}", j->name, j->client.job_id(), job_status_name(s));
+      }
+    }
+    if (entries.empty()) reason = "no job is registered yet";
+    const bool healthy = reason.empty();
+    return HealthResponse{
+        healthy, Value::object({{"healthy", healthy}, {"reason", reason}, {"jobs", std::move(jobs)}}).to_json()};
+  }
+
   void route() {
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      std::function<std::string()> provider;
+      {
+        std::lock_guard lock(mu_);
+        provider = metrics_;
+      }
+      res.set_content(provider ? provider() : default_metrics(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      std::function<HealthResponse()> provider;
+      {
+        std::lock_guard lock(mu_);
+        provider = health_;
+      }
+      HealthResponse h = provider ? provider() : default_health();
+      res.status = h.healthy ? 200 : 503;
+      res.set_content(h.json, "application/json");
+    });
     server_.Get("/jobs", [this](const httplib::Request&, httplib::Response& res) {
       std::vector<std::shared_ptr<JobEntry>> jobs;
       {
@@ -636,6 +771,8 @@ class RestServer::Impl {
   std::vector<std::string> order_;  // job ids in registration order
   std::vector<std::thread> cancellers_;
   std::function<std::vector<RestTaskManagerInfo>()> task_managers_;  // guarded by mu_
+  std::function<std::string()> metrics_;                             // guarded by mu_
+  std::function<HealthResponse()> health_;                           // guarded by mu_
 };
 
 Result<std::unique_ptr<RestServer>> RestServer::start(RestServerOptions options) {
@@ -687,6 +824,18 @@ void RestServer::register_job(std::string name, JobClient client, std::vector<Op
 void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
                               std::function<std::string()> status_message) {
   impl_->register_job(std::move(name), std::move(client), std::move(operators), std::move(status_message));
+}
+JobClient RestServer::execute(StreamEnvironment& env, std::string name) {
+  std::vector<OperatorStats> operators = operators_of(env.stream_graph());
+  JobClient client = env.execute_async(name);
+  register_job(std::move(name), client, std::move(operators));
+  return client;
+}
+void RestServer::serve_metrics(std::function<std::string()> provider) {
+  impl_->serve_metrics(std::move(provider));
+}
+void RestServer::serve_health(std::function<HealthResponse()> provider) {
+  impl_->serve_health(std::move(provider));
 }
 void RestServer::serve_task_managers(std::function<std::vector<RestTaskManagerInfo>()> provider) {
   impl_->serve_task_managers(std::move(provider));

@@ -1,0 +1,233 @@
+// One operations surface for `sluice run`, end to end with the built binary: a pipeline (datagen -> files, no
+// service needed) serves the jobs REST API, /metrics and /health on one port; `sluice list`, `savepoint`,
+// `stop` and `cancel` work against it; `-p` overrides the file's parallelism; a stopped job stays listed as
+// FINISHED while the process lingers.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "integration/test_util/child_process.h"
+#include "sluice/core/value.h"
+
+#ifndef SLUICE_BINARY
+#error "SLUICE_BINARY must name the built sluice executable"
+#endif
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ChildProcess;
+using testing::Ran;
+constexpr auto kDeadline = std::chrono::seconds(60);
+
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() /
+             ("sluice-ops-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path path;
+};
+
+Ran sluice(std::vector<std::string> args) {
+  return testing::run_to_end(SLUICE_BINARY, std::move(args));
+}
+
+/// An endless pipeline (datagen at 300 records/s) with checkpoints under `dir`, parallelism 1 in the file.
+fs::path write_pipeline(const fs::path& dir) {
+  const fs::path file = dir / "p.yaml";
+  std::ofstream(file) << "pipeline:\n"
+                         "  name: ops-test\n"
+                         "  parallelism: 1\n"
+                         "  checkpoint:\n"
+                         "    interval: 200ms\n"
+                         "    storage: \""
+                      << (dir / "checkpoints").string()
+                      << "\"\n"
+                         "  delivery: exactly-once\n"
+                         "source:\n"
+                         "  type: datagen\n"
+                         "  count: 0\n"
+                         "  rate: 300\n"
+                         "transform:\n"
+                         "  - match: \"*.public.charges\"\n"
+                         "    key: after.id\n"
+                         "    event:\n"
+                         "      type: \"'charge'\"\n"
+                         "      payload: \"after.id, after.amount_cents\"\n"
+                         "sink:\n"
+                         "  out:\n"
+                         "    type: files\n"
+                         "    path: \""
+                      << (dir / "out").string() << "\"\n";
+  return file;
+}
+
+struct Served {
+  std::string host_port;
+  std::string job_id;
+};
+/// The line `sluice run` logs once the job runs: "REST API, /metrics and /health at http://H:P, job id ID".
+Served await_served(const ChildProcess& p) {
+  static const std::regex line(R"(REST API, /metrics and /health at http://([0-9.]+:[0-9]+), job id ([0-9a-f]+))");
+  std::smatch m;
+  std::string err;
+  const bool found = testing::poll_until(
+      [&] {
+        err = p.err();
+        return std::regex_search(err, m, line);
+      },
+      kDeadline);
+  EXPECT_TRUE(found) << "no REST line on stderr:\n" << err;
+  return found ? Served{m[1], m[2]} : Served{};
+}
+
+struct Got {
+  int status = -1;
+  std::string body;
+};
+Got get(const std::string& host_port, const std::string& path) {
+  const auto colon = host_port.rfind(':');
+  httplib::Client c(host_port.substr(0, colon), std::stoi(host_port.substr(colon + 1)));
+  c.set_read_timeout(10, 0);
+  auto r = c.Get(path);
+  return r ? Got{r->status, r->body} : Got{};
+}
+
+std::string savepoint_path(const std::string& out) {
+  static const std::regex line(R"(Savepoint completed\. Path: (\S+))");
+  std::smatch m;
+  return std::regex_search(out, m, line) ? std::string(m[1]) : std::string();
+}
+
+TEST(CliPipelineOpsTest, OnePortServesTheJobsApiMetricsAndHealthAndTheClientCommandsWork) {
+  const TempDir tmp("one-port");
+  const fs::path file = write_pipeline(tmp.path);
+  ChildProcess job(SLUICE_BINARY, {"run", file.string(), "--http-port", "0", "-p", "2", "--linger", "60s"});
+  const Served s = await_served(job);
+  ASSERT_FALSE(s.job_id.empty());
+
+  // The jobs API, /metrics and /health on the one port.
+  Ran list = sluice({"list", "-m", s.host_port});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find(s.job_id + " : ops-test (RUNNING)"), std::string::npos) << list.out;
+  ASSERT_TRUE(testing::poll_until([&] { return get(s.host_port, "/health").status == 200; }, kDeadline))
+      << get(s.host_port, "/health").body;
+  const Got metrics = get(s.host_port, "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("sluice_job_running{job=\"ops-test\",status=\"RUNNING\"} 1"), std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("sluice_pipeline_changes_total{job=\"ops-test\"}"), std::string::npos);
+
+  // -p 2 overrides the file's parallelism 1: the sink runs 2 subtasks.
+  const Got details = get(s.host_port, "/jobs/" + s.job_id);
+  ASSERT_EQ(details.status, 200);
+  Result<Value> v = Value::from_json(details.body);
+  ASSERT_TRUE(v.ok()) << details.body;
+  bool sink_seen = false;
+  for (const Value& vertex : v->find("vertices")->as_array()) {
+    if (vertex.find("uid")->as_string() != "sink-out") continue;
+    sink_seen = true;
+    EXPECT_EQ(vertex.find("parallelism")->as_int64(), 2) << details.body;
+  }
+  EXPECT_TRUE(sink_seen) << details.body;
+
+  // A savepoint into the default directory (<checkpoint storage>/savepoints), then a stop with a savepoint.
+  Ran savepoint = sluice({"savepoint", "-m", s.host_port, s.job_id});
+  ASSERT_EQ(savepoint.code, 0) << savepoint.out << savepoint.err;
+  const std::string sp = savepoint_path(savepoint.out);
+  EXPECT_TRUE(fs::exists(fs::path(sp) / "_metadata")) << savepoint.out;
+  EXPECT_EQ(fs::path(sp).parent_path(), tmp.path / "checkpoints" / "savepoints") << sp;
+  Ran stop = sluice({"stop", "-m", s.host_port, "--savepoint-dir", (tmp.path / "final").string(), s.job_id});
+  ASSERT_EQ(stop.code, 0) << stop.out << stop.err;
+  EXPECT_TRUE(fs::exists(fs::path(savepoint_path(stop.out)) / "_metadata")) << stop.out;
+
+  // The job ended; the process lingers and still lists it with its final state.
+  ASSERT_TRUE(testing::poll_until(
+      [&] { return get(s.host_port, "/jobs/" + s.job_id).body.find("\"state\":\"FINISHED\"") != std::string::npos; },
+      kDeadline))
+      << job.err();
+  ASSERT_TRUE(testing::poll_until([&] { return job.out().find("pipeline 'ops-test' FINISHED") != std::string::npos; },
+                                  kDeadline))
+      << job.out();  // the summary, printed (and flushed) before the linger
+  EXPECT_TRUE(job.running());
+  Ran ended = sluice({"list", "-m", s.host_port});
+  ASSERT_EQ(ended.code, 0) << ended.err;
+  EXPECT_NE(ended.out.find("Terminated Jobs"), std::string::npos) << ended.out;
+  EXPECT_NE(ended.out.find(s.job_id + " : ops-test (FINISHED)"), std::string::npos) << ended.out;
+  const Got health = get(s.host_port, "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("FINISHED"), std::string::npos) << health.body;
+  EXPECT_NE(get(s.host_port, "/metrics").body.find("status=\"FINISHED\"} 0"), std::string::npos);
+  job.signal(SIGTERM);  // ends the linger
+  EXPECT_EQ(job.wait(), 0) << job.err();
+}
+
+TEST(CliPipelineOpsTest, CancelEndsARunningPipelineAndTheNextRunResumesFromTheStop) {
+  const TempDir tmp("cancel");
+  const fs::path file = write_pipeline(tmp.path);
+  // --rest-port is the same one port as --http-port.
+  ChildProcess first(SLUICE_BINARY, {"run", file.string(), "--rest-port", "0"});
+  const Served a = await_served(first);
+  ASSERT_FALSE(a.job_id.empty());
+  Ran stop = sluice({"stop", "-m", a.host_port, a.job_id});
+  ASSERT_EQ(stop.code, 0) << stop.out << stop.err;
+  const std::string sp = savepoint_path(stop.out);
+  EXPECT_EQ(first.wait(), 0) << first.err();
+
+  ChildProcess second(SLUICE_BINARY, {"run", file.string(), "--http-port", "0"});
+  const Served b = await_served(second);
+  ASSERT_FALSE(b.job_id.empty());
+  EXPECT_NE(second.err().find("resuming from checkpoint " + sp), std::string::npos) << second.err();
+  Ran cancel = sluice({"cancel", "-m", b.host_port, b.job_id});
+  EXPECT_EQ(cancel.code, 0) << cancel.err;
+  EXPECT_NE(cancel.out.find("Cancelled job " + b.job_id), std::string::npos) << cancel.out;
+  EXPECT_EQ(second.wait(), 1);  // cancelled through the API, not by a signal: not a success
+  EXPECT_NE(second.err().find("CANCELED"), std::string::npos) << second.err();
+
+  Ran unknown = sluice({"cancel", "-m", b.host_port, "0123456789abcdef"});
+  EXPECT_EQ(unknown.code, 1);  // the process has exited: nothing listens any more
+}
+
+TEST(CliPipelineOpsTest, AnExampleJobServesMetricsAndHealthOnItsRestPort) {
+  ChildProcess job(SLUICE_BINARY, {"example", "running-sum", "--rate", "200", "--rest-port", "0"});
+  static const std::regex line(R"(REST API at http://([0-9.]+:[0-9]+), job id ([0-9a-f]+))");
+  std::smatch m;
+  std::string err;
+  ASSERT_TRUE(testing::poll_until(
+      [&] {
+        err = job.err();
+        return std::regex_search(err, m, line);
+      },
+      kDeadline))
+      << err;
+  const std::string host_port = m[1];
+  ASSERT_TRUE(testing::poll_until([&] { return get(host_port, "/health").status == 200; }, kDeadline))
+      << get(host_port, "/health").body;
+  EXPECT_NE(get(host_port, "/health").body.find("\"status\":\"RUNNING\""), std::string::npos);
+  const Got metrics = get(host_port, "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("sluice_job_running{job=\"running sum\",status=\"RUNNING\"} 1"), std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("sluice_operator_records_out_total{job=\"running sum\""), std::string::npos)
+      << metrics.body;
+  Ran cancel = sluice({"cancel", "-m", host_port, std::string(m[2])});
+  EXPECT_EQ(cancel.code, 0) << cancel.err;
+  EXPECT_EQ(job.wait(), 1);
+}
+
+}  // namespace
+}  // namespace sluice
