@@ -7,12 +7,36 @@
 export type ChangeOp = "c" | "u" | "d" | "r";
 
 /**
- * A value of a row image as JSON carries it: strings, numbers, booleans, null, arrays, objects. Sluice's own
- * kinds arrive as: timestamp -> ISO-8601 string ("2024-01-02T03:04:05.123456Z"); decimal -> a number (a
- * JavaScript number holds ~15-17 significant digits: beyond that, pass the column through CAST(... AS STRING)
- * in the projection); bytes -> base64 string; NaN / ±infinity -> "NaN", "Infinity", "-Infinity".
+ * An exact decimal (Sluice's decimal kind, e.g. a Postgres `numeric`: up to 38 significant digits, which a
+ * JavaScript number cannot hold). The worker passes every decimal as a Decimal and sends a returned Decimal back
+ * exactly. `text` (and `String(d)`) is the exact value, e.g. "12345678901234567890.123456789"; arithmetic and
+ * comparisons (`d * 2`, `d > 1`) go through `valueOf()`, the nearest number, so compute exact results from `text`
+ * (or with a decimal library) and return `new SluiceDecimal(text)`. Returning the plain object
+ * `{ $decimal: "<digits>" }` is the same; an object whose only field is `$decimal` is reserved for this.
  */
-export type JsonValue = string | number | boolean | null | JsonValue[] | { [field: string]: JsonValue };
+export declare class Decimal {
+  constructor(text: string);
+  /** The exact value as a JSON number literal: "-123.4500", "1E+3". */
+  readonly text: string;
+  toString(): string;
+  /** The nearest JavaScript number (inexact beyond ~15-17 significant digits). */
+  valueOf(): number;
+  toJSON(): { $decimal: string };
+}
+
+declare global {
+  /** The worker's Decimal class (there is nothing to import at run time): `new SluiceDecimal("1.10")`. */
+  // eslint-disable-next-line no-var
+  var SluiceDecimal: typeof Decimal;
+}
+
+/**
+ * A value of a row image: strings, numbers, booleans, null, arrays, objects, and exact decimals. Sluice's own
+ * kinds arrive as: decimal -> Decimal (above); timestamp -> ISO-8601 string ("2024-01-02T03:04:05.123456Z");
+ * bytes -> base64 string; NaN / ±infinity -> "NaN", "Infinity", "-Infinity". An int64 beyond ±2^53 arrives as
+ * a number and loses digits (as in any JSON.parse): CAST it to STRING in the projection.
+ */
+export type JsonValue = string | number | boolean | null | Decimal | JsonValue[] | { [field: string]: JsonValue };
 
 /** A row image: column (or document field) -> value. */
 export type Row = { [field: string]: JsonValue };

@@ -2,10 +2,12 @@
 
 Started by the engine as `python3 worker.py [--memory-mb N]` with the protocol on file descriptor 3 (one end of a
 Unix stream socket pair, both directions); stdout and stderr go to the engine's log, so print() is safe.
-The protocol is the Node.js worker's (runtime/node/worker.js, docs/functions.md "Protocol", version 1): frames of a
+The protocol is the Node.js worker's (runtime/node/worker.js, docs/functions.md "Protocol", version 2): frames of a
 4-byte big-endian length and UTF-8 JSON; hello -> ready | fatal; batch -> result, one result per record in order.
+An exact decimal travels as {"$decimal": "<digits>"}: the function gets a decimal.Decimal and may return one.
 """
 import asyncio
+import decimal
 import importlib.util
 import inspect
 import json
@@ -16,7 +18,7 @@ import struct
 import sys
 import traceback
 
-PROTOCOL = 1
+PROTOCOL = 2
 MAX_FRAME = 256 * 1024 * 1024
 
 
@@ -25,12 +27,31 @@ def main() -> None:
         limit = int(sys.argv[sys.argv.index("--memory-mb") + 1]) * 1024 * 1024
         # The address space, not the heap: Python has no heap limit of its own. Reaching it raises MemoryError.
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Sluice's decimals have up to 38 significant digits: arithmetic on them keeps that many (Python's default is 28).
+    decimal.getcontext().prec = 38
     channel = socket.socket(fileno=3)
     reader = channel.makefile("rb")
 
-    def send(obj) -> None:
-        body = json.dumps(obj, ensure_ascii=False, allow_nan=True).encode("utf-8")
+    def encode_decimal(value):
+        # json.dumps calls this for what JSON has no type for: a Decimal travels exactly, the rest is an error.
+        if isinstance(value, decimal.Decimal):
+            return {"$decimal": str(value)}
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    def dumps(obj) -> str:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=True, default=encode_decimal)
+
+    def send_text(text: str) -> None:
+        body = text.encode("utf-8")
         channel.sendall(struct.pack(">I", len(body)) + body)
+
+    def send(obj) -> None:
+        send_text(dumps(obj))
+
+    def revive_decimal(obj):
+        if len(obj) == 1 and isinstance(obj.get("$decimal"), str):
+            return decimal.Decimal(obj["$decimal"])
+        return obj
 
     def receive():
         header = reader.read(4)
@@ -42,6 +63,9 @@ def main() -> None:
         body = reader.read(n)
         if len(body) < n:
             return None
+        # Only a frame that holds a decimal pays for the hook that revives them.
+        if b'"$decimal"' in body:
+            return json.loads(body.decode("utf-8"), object_hook=revive_decimal)
         return json.loads(body.decode("utf-8"))
 
     def user_stack(exc: BaseException) -> str:
@@ -91,7 +115,6 @@ def main() -> None:
                 if inspect.isawaitable(r):
                     loop = loop or asyncio.new_event_loop()
                     r = loop.run_until_complete(r)
-                json.dumps(r, allow_nan=True)  # a value JSON cannot carry is this record's error
                 results.append({"ok": r})
             except MemoryError:
                 print("sluice python worker: out of memory (the worker's memory limit was reached)", file=sys.stderr)
@@ -99,7 +122,21 @@ def main() -> None:
                 os._exit(3)
             except Exception as e:  # noqa: BLE001 - a user's exception is a record error
                 results.append({"error": {"message": f"{type(e).__name__}: {e}", "stack": user_stack(e)}})
-        send({"type": "result", "id": batch["id"], "results": results})
+        # One dumps for the whole batch; only when it fails is each result checked, and the one JSON cannot carry
+        # becomes its record's error.
+        try:
+            text = dumps(results)
+        except (TypeError, ValueError):
+            for i, res in enumerate(results):
+                if "ok" not in res:
+                    continue
+                try:
+                    dumps(res["ok"])
+                except (TypeError, ValueError) as e:
+                    results[i] = {"error": {"message": f"the returned value cannot be sent as JSON: "
+                                                       f"{type(e).__name__}: {e}", "stack": ""}}
+            text = dumps(results)
+        send_text('{"type":"result","id":' + str(int(batch["id"])) + ',"results":' + text + '}')
 
 
 if __name__ == "__main__":

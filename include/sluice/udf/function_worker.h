@@ -24,7 +24,7 @@
 namespace sluice::udf {
 
 /// The version of the framing and messages this engine speaks (the hello's "protocol").
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 
 /// How to start a worker.
 struct FunctionWorkerOptions {

@@ -15,6 +15,7 @@
 #include "sluice/connectors/opensearch/opensearch_sink.h"
 #include "sluice/pipeline/domain_event.h"
 #include "sluice/udf/function_module.h"
+#include "sluice/udf/function_protocol.h"
 #include "sluice/udf/function_worker.h"
 
 namespace sluice::pipeline::detail {
@@ -328,7 +329,8 @@ struct ResolvedFunction {
 // The transform of a pipeline with functions (docs/functions.md): like TransformFunction, but the changes of a
 // transform with a `function` are sent in batches to an out-of-process worker (one per function per subtask),
 // and the events are emitted in the order the changes arrived (Flink's AsyncWaitOperator, ordered mode):
-//   - a batch is sent when it holds `batch-size` records or `batch-max-delay` after its first record;
+//   - a batch is sent when the worker is idle (no batch unanswered), when it holds `batch-size` records, or
+//     `batch-max-delay` after its first record, whichever comes first;
 //   - at most `max-in-flight` batches per function are unanswered: the next one waits (the task thread blocks,
 //     its input stops, backpressure reaches the source), as does a change queued behind too many others;
 //   - before a checkpoint barrier passes (snapshot_state) and at the end of input, every batch is sent and
@@ -414,8 +416,13 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     } else {
       FunctionState& st = states_[fn->second];
       if (st.open_count == 0) open_batch(fn->second);
-      st.batch += st.open_count == 0 ? "" : ",";
-      (*input)->write_json(st.batch);
+      if (Status s = st.batch.append(**input); !s.ok()) {
+        // A value the protocol cannot carry exactly (docs/functions.md "Protocol"): this record only.
+        dead_letter(logic_.bad_record(
+            change, fmt::format("function {}: {}", functions_[fn->second].display, s.error().message()), "function",
+            {{"function", Value(functions_[fn->second].display)}}));
+        return;
+      }
       ++st.open_count;
       Pending p;
       p.change = std::move(change);
@@ -425,7 +432,11 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
       p.function = static_cast<int>(fn->second);
       pending_.push_back(std::move(p));
       ++st.unresolved;
-      if (st.open_count >= static_cast<size_t>(functions_[fn->second].spec.batch_size)) send_batch(fn->second);
+      // An idle worker gets the record at once (the added latency at low rates is one round trip, not the batch
+      // delay); a busy one lets the batch grow until it is full, the worker is idle again or the delay runs out.
+      if (st.open_count >= static_cast<size_t>(functions_[fn->second].spec.batch_size) || st.in_flight.empty()) {
+        send_batch(fn->second);
+      }
     }
     max_pending_seen_ = std::max(max_pending_seen_, pending_.size());
     // Records queued behind unanswered batches are bounded too (a stream of changes without a function behind
@@ -472,7 +483,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     int function = -1;       // index in functions_, -1: no function
     bool watermark = false;  // a watermark held behind records (ts is the watermark)
     bool resolved = false;
-    Value result;  // the function's result: {"ok": value} or {"error": {...}}
+    udf::RecordResult result;  // the function's result
   };
   struct InFlight {
     int64_t id = 0;
@@ -481,7 +492,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
   };
   struct FunctionState {
     std::unique_ptr<udf::FunctionWorker> worker;
-    std::string batch;  // the open batch's frame text, without its closing "]}"
+    udf::BatchFrame batch;  // the open batch's frame text
     size_t open_count = 0;
     int64_t next_id = 1;
     std::deque<InFlight> in_flight;
@@ -499,7 +510,7 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
 
   void open_batch(size_t f) {
     FunctionState& st = states_[f];
-    st.batch = fmt::format(R"({{"type":"batch","id":{},"records":[)", st.next_id);
+    st.batch.open(st.next_id);
     const int64_t id = st.next_id;
     const int64_t delay = functions_[f].spec.batch_max_delay_ms;
     auto alive = alive_;
@@ -519,9 +530,8 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     const FunctionSpec& spec = functions_[f].spec;
     while (st.in_flight.size() >= static_cast<size_t>(spec.max_in_flight))
       await_reply(f);
-    st.batch += "]}";
     const auto now = std::chrono::steady_clock::now();
-    Status s = st.worker->send(st.batch, now + std::chrono::milliseconds(spec.timeout_ms));
+    Status s = st.worker->send(st.batch.close(), now + std::chrono::milliseconds(spec.timeout_ms));
     if (!s.ok()) throw SluiceException(s.error());
     st.in_flight.push_back(InFlight{st.next_id, st.open_count, now});
     ++st.batches_sent;
@@ -530,7 +540,6 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     const int64_t id = st.next_id;
     ++st.next_id;
     st.open_count = 0;
-    st.batch.clear();
     // A batch still unanswered after `timeout` fails the task even when no record arrives to notice it.
     auto alive = alive_;
     services_->register_processing_timer(services_->processing_clock().now_ms() + spec.timeout_ms + 1,
@@ -592,6 +601,10 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
       }
     }
     drain();
+    // A worker that became idle gets the batch that grew while it was busy.
+    for (size_t f = 0; f < states_.size(); ++f) {
+      if (states_[f].in_flight.empty() && states_[f].open_count > 0) send_batch(f);
+    }
   }
 
   // Every batch sent and answered, every event emitted.
@@ -615,21 +628,11 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
   void take_reply(size_t f, const std::string& text) {
     FunctionState& st = states_[f];
     const InFlight batch = st.in_flight.front();
-    Result<Value> reply = Value::from_json(text);
-    if (!reply.ok()) protocol_error(f, "a reply is not JSON: " + reply.error().message());
-    const Value* type = reply->find("type");
-    const Value* id = reply->find("id");
-    const Value* results = reply->find("results");
-    if (type == nullptr || !type->is_string() || type->as_string() != "result" || id == nullptr || !id->is_int64() ||
-        id->as_int64() != batch.id || results == nullptr || !results->is_array() ||
-        results->as_array().size() != batch.count) {
-      std::string shown = text.size() > 300 ? text.substr(0, 300) + "..." : text;
-      protocol_error(
-          f, fmt::format("expected the result of batch {} with {} results, got {}", batch.id, batch.count, shown));
-    }
+    Result<std::vector<udf::RecordResult>> results = udf::parse_result_frame(text, batch.id, batch.count);
+    if (!results.ok()) protocol_error(f, results.error().message());
     st.in_flight.pop_front();
     size_t next = 0;
-    auto& items = const_cast<Value*>(results)->as_array();
+    auto& items = *results;
     for (Pending& p : pending_) {
       if (next == items.size()) break;
       if (p.resolved || p.function != static_cast<int>(f)) continue;
@@ -657,18 +660,16 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
 
   void apply_result(Pending& p) {
     const ResolvedFunction& f = functions_[static_cast<size_t>(p.function)];
-    if (const Value* error = p.result.find("error"); error != nullptr) {
-      const Value* message = error->find("message");
-      const Value* stack = error->find("stack");
-      const std::string msg = message != nullptr && message->is_string() ? std::string(message->as_string()) : "";
-      const std::string st = stack != nullptr && stack->is_string() ? std::string(stack->as_string()) : "";
+    if (p.result.failed) {
+      const std::string& msg = p.result.message;
+      const std::string& st = p.result.stack;
       dead_letter(logic_.bad_record(p.change, fmt::format("function {} threw: {}", f.display, st.empty() ? msg : st),
                                     "function",
                                     {{"function", Value(f.display)}, {"message", Value(msg)}, {"stack", Value(st)}}));
       return;
     }
-    const Value* ok = p.result.find("ok");
-    if (ok == nullptr || ok->is_null()) {
+    const Value* ok = &p.result.ok;
+    if (ok->is_null()) {
       logic_.counters().filtered.fetch_add(1, std::memory_order_relaxed);  // null: the function dropped it
       return;
     }

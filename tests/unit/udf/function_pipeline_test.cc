@@ -575,5 +575,119 @@ def f(change):
   expect_exactly_once(events(), 3000);
 }
 
+// Decimals travel exactly both ways (protocol version 2): a 32- and a 35-digit decimal reach the function as a
+// Decimal (Node.js) or decimal.Decimal (Python), come back unchanged when returned, and a decimal the function
+// makes is exact too; a decimal Sluice cannot hold (42 digits, NaN) and an input object that mimics the wire form
+// are record errors (dead letters), never altered values.
+class FunctionDecimalTest : public FunctionPipelineTest {
+ protected:
+  static constexpr const char* kA = "12345678901234567890.123456789012";      // 32 significant digits
+  static constexpr const char* kB = "-9876543210987654321098765.4321098765";  // 35 significant digits
+
+  void write_decimal_changes() {
+    std::ofstream out(dir_ / "in" / "changes-0.jsonl");
+    auto line = [&](int i, const std::string& amount) {
+      out << fmt::format(R"({{"op":"c","key":{{"id":"d{0}"}},"before":null,"after":{{"id":"d{0}","amount":{1}}},)"
+                         R"("source":{{"connector":"postgres","db":"payments","collection":"public.charges",)"
+                         R"("position":"0/{0}","ts_ms":1790000000000,"snapshot":false,"txn_id":{0},"sequence":0}}}})",
+                         i + 1, amount)
+          << "\n";
+    };
+    line(0, kA);
+    line(1, kB);
+    line(2, R"({"$decimal":"5"})");  // mimics the wire form: refused, not turned into a decimal
+    line(3, "7.5");                  // a double: stays a number
+  }
+
+  std::string dead_letters() const {
+    std::string dl;
+    for (const auto& f : fs::recursive_directory_iterator(dir_ / "dl"))
+      if (f.is_regular_file()) dl += slurp(f.path());
+    return dl;
+  }
+
+  // The payload of the event at `position`.
+  static const Value* payload_at(const std::vector<Value>& got, const std::string& position) {
+    for (const Value& e : got)
+      if (e.find("source")->find("position")->as_string() == position) return e.find("payload");
+    return nullptr;
+  }
+};
+
+TEST_F(FunctionDecimalTest, DecimalsOf30PlusDigitsReachANodeFunctionAndComeBackExactly) {
+  write_decimal_changes();
+  write_module("dec.js", R"(
+exports.f = (change) => {
+  const a = change.after.amount;
+  if (typeof a === 'number') return { double: a };
+  if (!(a instanceof SluiceDecimal)) throw new TypeError('not a Decimal: ' + JSON.stringify(a));
+  if (a.text.startsWith('-')) return { big: new SluiceDecimal('1' + '0'.repeat(40) + '.5') };
+  return { same: a, text: String(a), made: new SluiceDecimal(a.text + '1'), plain: { $decimal: '-0.' + '1'.repeat(33) },
+           nested: [a, { a }], approx: a / 1e10 };
+};
+)");
+  JobResult r = run(pipeline("{ runtime: node, module: ./dec.js, export: f }",
+                             fmt::format("  dead-letter: {{ type: files, path: {}/dl }}", dir_.string()), 1));
+  ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  const std::vector<Value> got = events();
+  ASSERT_EQ(got.size(), 2u);
+  const Value* a = payload_at(got, "0/1");
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->find("same")->is_decimal()) << a->to_json();
+  EXPECT_EQ(a->find("same")->as_decimal().to_string(), kA);
+  EXPECT_EQ(a->find("text")->as_string(), kA);
+  EXPECT_EQ(a->find("made")->as_decimal().to_string(), std::string(kA) + "1");
+  EXPECT_EQ(a->find("plain")->as_decimal().to_string(), "-0." + std::string(33, '1'));
+  EXPECT_EQ(a->find("nested")->as_array()[0].as_decimal().to_string(), kA);
+  EXPECT_EQ(a->find("nested")->as_array()[1].find("a")->as_decimal().to_string(), kA);
+  EXPECT_TRUE(a->find("approx")->is_double());  // arithmetic goes through the nearest number, as documented
+  const Value* d = payload_at(got, "0/4");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->find("double")->as_double(), 7.5);
+  const std::string dl = dead_letters();
+  EXPECT_NE(dl.find(R"("position":"0/2")"), std::string::npos) << dl;
+  EXPECT_NE(dl.find("which Sluice cannot hold exactly"), std::string::npos) << dl;
+  EXPECT_NE(dl.find(R"("position":"0/3")"), std::string::npos) << dl;
+  EXPECT_NE(dl.find("reserves for exact decimals"), std::string::npos) << dl;
+}
+
+TEST_F(FunctionDecimalTest, DecimalsOf30PlusDigitsReachAPythonFunctionAsDecimalAndComeBackExactly) {
+  write_decimal_changes();
+  write_module("dec.py", R"(
+import decimal
+
+def f(change):
+    a = change["after"]["amount"]
+    if isinstance(a, float):
+        return {"double": a}
+    if not isinstance(a, decimal.Decimal):
+        raise TypeError(f"not a Decimal: {a!r}")
+    if a < 0:
+        return {"same": a, "doubled": a + a, "nan": decimal.Decimal("NaN")}
+    return {"same": a, "text": str(a), "doubled": a + a, "made": decimal.Decimal(str(a) + "1"), "nested": [a, {"a": a}]}
+)");
+  JobResult r = run(pipeline("{ runtime: python, module: ./dec.py, export: f }",
+                             fmt::format("  dead-letter: {{ type: files, path: {}/dl }}", dir_.string()), 1));
+  ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  const std::vector<Value> got = events();
+  ASSERT_EQ(got.size(), 2u);
+  const Value* a = payload_at(got, "0/1");
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->find("same")->is_decimal()) << a->to_json();
+  EXPECT_EQ(a->find("same")->as_decimal().to_string(), kA);
+  EXPECT_EQ(a->find("text")->as_string(), kA);
+  EXPECT_EQ(a->find("doubled")->as_decimal().to_string(), "24691357802469135780.246913578024");
+  EXPECT_EQ(a->find("made")->as_decimal().to_string(), std::string(kA) + "1");
+  EXPECT_EQ(a->find("nested")->as_array()[1].find("a")->as_decimal().to_string(), kA);
+  const Value* d = payload_at(got, "0/4");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->find("double")->as_double(), 7.5);
+  const std::string dl = dead_letters();
+  EXPECT_NE(dl.find(R"("position":"0/2")"), std::string::npos) << dl;  // NaN: not a decimal Sluice holds
+  EXPECT_NE(dl.find("which Sluice cannot hold exactly"), std::string::npos) << dl;
+  EXPECT_NE(dl.find(R"("position":"0/3")"), std::string::npos) << dl;
+  EXPECT_NE(dl.find("reserves for exact decimals"), std::string::npos) << dl;
+}
+
 }  // namespace
 }  // namespace sluice::pipeline
