@@ -24,6 +24,7 @@
 // (SLUICE_CHAOS_BINARY=/path/to/sluice runs another build of sluice, e.g. one without a fix.)
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -471,6 +472,50 @@ TEST_F(PostgresExactlyOnceKillTest, KilledAfterSlotCreationBeforeTheFirstSnapsho
 TEST_F(PostgresExactlyOnceKillTest, CrashRightAfterSlotCreationRepeatsNothing) {
   if (db_ == nullptr) GTEST_SKIP() << "services not available";
   slot_creation_kill(true);
+}
+
+// A kill during the initial snapshot, after rows were emitted and a checkpoint completed: under exactly-once the
+// restore cannot resume the snapshot exactly (snapshot-resume: fail), and no restart from that checkpoint can do
+// better. The job must fail once, naming the reason, instead of restarting into the same failure for ever (the
+// default restart strategy of a CDC job retries without bound): the restarted process ends by itself with the job
+// FAILED, no RESTARTING in its log, and the reason in its failure.
+TEST_F(PostgresExactlyOnceKillTest, AnInterruptedSnapshotFailsTheJobOnceInsteadOfRestartingForEver) {
+  if (db_ == nullptr) GTEST_SKIP() << "services not available";
+  db_->exec("INSERT INTO public." + db_->table() + " SELECT g, 0 FROM generate_series(0, 1999) g");
+  const std::string topic = kafka::unique_topic("pg-eo-snapfail");
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, topic, kPartitions));
+  std::ofstream(dir_ / "p.yaml") << pipeline_yaml(topic, "300ms");
+  run_ = std::make_unique<SluiceProcess>("run", dir_ / "p.yaml", dir_);
+  // The reader hands over its first 256 snapshot rows, then is held: checkpoints complete with them emitted.
+  ASSERT_TRUE(run_->start("postgres.snapshot-push=hang"));
+  ASSERT_TRUE(run_->wait_log(
+      [](const std::string& log) { return log.find("'postgres.snapshot-push' fired: hang") != std::string::npos; },
+      "the reader held inside the snapshot", kStartDeadline));
+  const size_t before = count_of(chaos::read_file(run_->log()), "completed checkpoint");
+  ASSERT_TRUE(run_->wait_running(before + 2, kStartDeadline));
+  run_->kill_now();
+
+  ASSERT_TRUE(run_->start());
+  const auto started = Clock::now();
+  // Without the mark the job restarts every few seconds (backoff 1 s, x1.5, ...) and never ends.
+  ASSERT_TRUE(run_->wait_exit(90s)) << "the job did not end: " << count_of(chaos::read_file(run_->log()), "RESTARTING")
+                                    << " restarts so far\n"
+                                    << run_->tails(20);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+  const std::string log = chaos::read_file(run_->log());
+  std::cout << "the restarted job ended after " << took.count() << " ms with " << count_of(log, "RESTARTING")
+            << " restarts\n";
+  EXPECT_TRUE(WIFEXITED(run_->status()) && WEXITSTATUS(run_->status()) != 0) << "status " << run_->status();
+  EXPECT_NE(log.find("resuming from checkpoint"), std::string::npos) << run_->tails(20);
+  EXPECT_EQ(count_of(log, "RESTARTING"), 0u) << run_->tails(20);
+  // Each failure of a task is logged once as "job '<name>' (<id>): <error>".
+  EXPECT_EQ(count_of(log, "): connector error: operator 'Source: postgres' failed"), 1u)
+      << "the source failed once, not once per restart\n"
+      << run_->tails(20);
+  EXPECT_NE(log.find("FAILED"), std::string::npos) << run_->tails(20);
+  EXPECT_NE(log.find("not recoverable by a restart: the checkpoint was taken during the initial snapshot"),
+            std::string::npos)
+      << run_->tails(20);
 }
 
 }  // namespace

@@ -210,6 +210,78 @@ TEST_F(OpenSearchSinkIntegrationTest, IndexesChangeEventsAndDeletes) {
   EXPECT_EQ(sink->stats()->dead_letters.load(), 0);
 }
 
+// Decimals longer than a double holds (issue 14): under dynamic mapping a JSON number with a fraction is indexed as
+// a float, so 12345678901234567890.123456789 and ...788 become the same value to every query. By default the sink
+// writes decimals as strings of their exact text (Debezium's decimal.handling.mode=string): _source holds the text,
+// the field is mapped text + keyword, and a term query tells the two values apart. DecimalHandling::kNumber keeps
+// the old JSON numbers, and the node's float mapping then rounds them (what docs/connectors.md says).
+TEST_F(OpenSearchSinkIntegrationTest, LongDecimalsAreExactUnderDynamicMappingAsStrings) {
+  if (url_.empty()) GTEST_SKIP();
+  const std::string exact = "12345678901234567890.123456789";
+  const std::string neighbour = "12345678901234567890.123456788";
+  const std::string tiny = "0.1000000000000000055511151231257827";  // 34 significant digits
+  auto event = [](const std::string& id, const std::string& amount, const std::string& small, int n) {
+    cdc::ChangeEvent e = pg_event(cdc::ChangeOp::kCreate, id, 0, lsn(500 + n));
+    e.after.set("amount", Value(Decimal::parse(amount).value_or_throw()));
+    e.after.set("lines", Value::array({Value(Decimal::parse(small).value_or_throw()),
+                                       Value(Decimal::parse("2.50").value_or_throw())}));
+    e.after.set("qty", Value(int64_t{7}));
+    return e;
+  };
+  auto term_hits = [&](const std::string& index, const std::string& field, const std::string& value) {
+    node_->refresh(index);
+    std::string body;
+    EXPECT_EQ(node_->call("POST", "/" + index + "/_search",
+                          R"({"query":{"term":{")" + field + R"(":")" + value + R"("}}})", &body),
+              200)
+        << body;
+    Result<Value> v = Value::from_json(body);
+    if (!v.ok()) return int64_t{-1};
+    return v->find("hits")->find("total")->find("value")->as_int64();
+  };
+  auto mapping_type = [&](const std::string& index, const std::string& field) {
+    std::string body;
+    EXPECT_EQ(node_->call("GET", "/" + index + "/_mapping", "", &body), 200) << body;
+    Result<Value> v = Value::from_json(body);
+    const Value* t = v.ok() ? v->find(index) : nullptr;
+    for (const char* k : {"mappings", "properties"})
+      t = t != nullptr ? t->find(k) : nullptr;
+    t = t != nullptr ? t->find(field) : nullptr;
+    t = t != nullptr ? t->find("type") : nullptr;
+    return t != nullptr && t->is_string() ? std::string(t->as_string()) : std::string("?") + body;
+  };
+
+  const std::string index = unique_index("decimal");
+  auto sink = OpenSearchSink<cdc::ChangeEvent>::builder().url(url_).index(index).change_event_defaults().build();
+  JobResult r = run_events({event("e1", exact, tiny, 0)}, sink, 1);
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  Value doc = node_->source(index, "e1");
+  ASSERT_TRUE(doc.is_object()) << doc.to_json();
+  ASSERT_TRUE(doc.find("amount")->is_string()) << doc.to_json();
+  EXPECT_EQ(doc.find("amount")->as_string(), exact);
+  EXPECT_EQ(doc.find("lines")->as_array()[0].as_string(), tiny);
+  EXPECT_EQ(doc.find("lines")->as_array()[1].as_string(), "2.50") << "the scale is kept";
+  EXPECT_EQ(doc.find("qty")->as_int64(), 7) << "other numbers stay numbers";
+  EXPECT_EQ(mapping_type(index, "amount"), "text");
+  EXPECT_EQ(term_hits(index, "amount.keyword", exact), 1);
+  EXPECT_EQ(term_hits(index, "amount.keyword", neighbour), 0) << "the index holds the exact value";
+
+  // The JSON numbers of kNumber: _source keeps the digits, the index holds a float.
+  const std::string numbers = unique_index("decimal-number");
+  auto as_numbers = OpenSearchSink<cdc::ChangeEvent>::builder()
+                        .url(url_)
+                        .index(numbers)
+                        .change_event_defaults()
+                        .decimal_handling(os::DecimalHandling::kNumber)
+                        .build();
+  r = run_events({event("e1", exact, tiny, 1)}, as_numbers, 1);
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(mapping_type(numbers, "amount"), "float");
+  EXPECT_EQ(term_hits(numbers, "amount", exact), 1);
+  EXPECT_EQ(term_hits(numbers, "amount", neighbour), 1)
+      << "a float cannot tell them apart: why strings are the default";
+}
+
 TEST_F(OpenSearchSinkIntegrationTest, DateIndexNamesFromTheSourceTimestamp) {
   const std::string prefix = unique_index("dated");
   auto sink = OpenSearchSink<cdc::ChangeEvent>::builder()

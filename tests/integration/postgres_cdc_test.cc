@@ -349,6 +349,55 @@ TEST_F(PostgresCdcTest, UnchangedToastValuesAreMarkedNeverNull) {
   EXPECT_TRUE(ev[3].after.find("body")->is_null());
 }
 
+// Failures no restart can cure end the job at once with the reason (core/non_recoverable.h), even under a restart
+// strategy with 1,000 attempts left; a transient one (a refused connection) still restarts.
+TEST_F(PostgresCdcTest, FailuresNoRestartCanCureFailTheJobOnceAndTransientOnesRestart) {
+  const std::string t = table("nr");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  struct Case {
+    std::string what;
+    PostgresCdcSourceBuilder builder;
+    std::string reason;  // "" for a transient failure
+  };
+  const size_t slash = url_.rfind('/');
+  ASSERT_NE(slash, std::string::npos) << url_;
+  std::vector<Case> cases;
+  cases.push_back({"a database that does not exist",
+                   source({t}).conninfo(url_.substr(0, slash) + "/no_such_db_" + name_),
+                   "not recoverable by a restart: the database does not exist"});
+  cases.push_back({"a slot that does not exist with create_slot off", source({t}).create_slot(false),
+                   "not recoverable by a restart: the replication slot does not exist and the source may not "
+                   "create it (create_slot off)"});
+  cases.push_back({"a publication that does not exist with create_publication off",
+                   source({t}).create_publication(false).slot_name(name_ + "_nopub").publication_name(name_ + "_nopub"),
+                   "not recoverable by a restart: the publication does not exist"});
+  cases.push_back(
+      {"a refused connection (transient)", source({t}).conninfo("postgresql://sluice@127.0.0.1:1/sluice"), ""});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Configuration conf = config("3600s", "fixed-delay");
+    if (c.reason.empty()) conf.set(options::kFixedDelayAttempts, 2);
+    StreamEnvironment env(conf);
+    auto out = std::make_shared<Received>();
+    env.from_source(c.builder.build(), "pg").uid("pg").sink_to(receiving_sink(out));
+    const auto started = std::chrono::steady_clock::now();
+    JobResult r = env.execute("non-recoverable");
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+    const std::string err = error_of(r);
+    std::printf("%s: %s after %d restarts in %lld ms\n", c.what.c_str(), job_status_name(r.status), r.restarts,
+                static_cast<long long>(ms));
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    if (c.reason.empty()) {
+      EXPECT_EQ(r.restarts, 2) << err;
+      EXPECT_EQ(err.find("not recoverable by a restart"), std::string::npos) << err;
+    } else {
+      EXPECT_EQ(r.restarts, 0) << err;
+      EXPECT_NE(err.find(c.reason), std::string::npos) << err;
+    }
+  }
+}
+
 TEST_F(PostgresCdcTest, NumericKeepsPrecisionAndTooManyDigitsFailNamingTableAndLsn) {
   const std::string t = table("num");
   pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY, x numeric, y numeric(10,4), z numeric[])");

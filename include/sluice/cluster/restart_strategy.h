@@ -146,6 +146,20 @@ class ExponentialDelayRestartBackoffTimeStrategy final : public RestartBackoffTi
   TimestampMs last_failure_ms_ = 0;
 };
 
+/// What the scheduler does after a failure (Flink's FailureHandlingResult).
+struct FailureHandling {
+  bool restart = false;        ///< whether the failed job (or region) restarts
+  int64_t backoff_ms = 0;      ///< the wait before that restart, from the failure; 0 when !restart
+  bool unrecoverable = false;  ///< the failure was marked non-recoverable: the strategy was not asked
+  std::string reason;          ///< when !restart: why not (the error's non-recoverable reason, or the strategy's end)
+};
+
+/// Decides what follows `error` at `now_ms` (ms since the epoch), as Flink's ExecutionFailureHandler: an error
+/// marked non-recoverable (mark_non_recoverable(), core/non_recoverable.h, on it or any cause) is never restarted and
+/// is not recorded in `strategy` (it counts as no attempt); any other failure is notify_failure(now_ms), then
+/// can_restart() and backoff_time_ms(). Thread-safety: as `strategy` (the scheduler's thread).
+FailureHandling handle_failure(RestartBackoffTimeStrategy& strategy, const Error& error, TimestampMs now_ms);
+
 /// Creates the restart strategy configured in `config` (restart-strategy.type and its restart-strategy.*
 /// options, Flink's keys and defaults). When the type is unset it is exponential-delay if checkpointing is
 /// enabled (execution.checkpointing.interval > 0) and none otherwise, as Flink. Accepts Flink's aliases: none,

@@ -946,20 +946,17 @@ void LocalJob::region_failed_locked(size_t ri, const std::string& task_name) {
     record_exception_locked(*r.failure, task_name, false, now);
     return;
   }
-  restart_strategy_->notify_failure(now);
-  if (restart_strategy_->can_restart()) {
-    const int64_t delay = restart_strategy_->backoff_time_ms();
+  const FailureHandling h = handle_failure(*restart_strategy_, *r.failure, now);
+  if (h.restart) {
     ++restarts_;
-    r.restart_at_ms = now + delay;
+    r.restart_at_ms = now + h.backoff_ms;
     record_exception_locked(*r.failure, task_name, true, now);
     spdlog::warn("job '{}' ({}) RESTARTING: region {} failed ({}); restart {} in {} ms ({})", name_, id_, ri,
-                 r.failure->message(), restarts_, delay, restart_strategy_->describe());
+                 r.failure->message(), restarts_, h.backoff_ms, restart_strategy_->describe());
   } else {
     record_exception_locked(*r.failure, task_name, false, now);
-    fail_job_locked(r.failure->with_context(
-        fmt::format("no more restarts allowed by the restart strategy, {}", restart_strategy_->describe())));
-    spdlog::error("job '{}' ({}) FAILING: no more restarts allowed by the restart strategy, {}", name_, id_,
-                  restart_strategy_->describe());
+    fail_job_locked(r.failure->with_context(h.unrecoverable ? "restart suppressed" : h.reason));
+    spdlog::error("job '{}' ({}) FAILING: {}", name_, id_, h.reason);
   }
 }
 

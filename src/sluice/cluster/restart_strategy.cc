@@ -8,6 +8,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "sluice/core/non_recoverable.h"
+
 namespace sluice {
 namespace {
 
@@ -135,6 +137,25 @@ std::string ExponentialDelayRestartBackoffTimeStrategy::describe() const {
       format_duration(options_.initial_backoff_ms), format_duration(options_.max_backoff_ms),
       options_.backoff_multiplier, options_.jitter_factor, format_duration(options_.reset_backoff_threshold_ms),
       options_.attempts_before_reset_backoff);
+}
+
+// --- failure handling ---
+
+FailureHandling handle_failure(RestartBackoffTimeStrategy& strategy, const Error& error, TimestampMs now_ms) {
+  FailureHandling h;
+  if (std::string reason = non_recoverable_reason(error); !reason.empty()) {
+    h.unrecoverable = true;
+    h.reason = fmt::format("not recoverable by a restart: {}", reason);
+    return h;
+  }
+  strategy.notify_failure(now_ms);
+  if (strategy.can_restart()) {
+    h.restart = true;
+    h.backoff_ms = strategy.backoff_time_ms();
+  } else {
+    h.reason = fmt::format("no more restarts allowed by the restart strategy, {}", strategy.describe());
+  }
+  return h;
 }
 
 // --- factory ---

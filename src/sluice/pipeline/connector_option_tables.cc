@@ -18,6 +18,7 @@ constexpr std::array<std::string_view, 2> kMongoOnDrop{"fail", "end"};
 constexpr std::array<std::string_view, 2> kMongoOnHistoryLost{"fail", "resnapshot"};
 constexpr std::array<std::string_view, 3> kKafkaStarts{"earliest", "latest", "committed"};
 constexpr std::array<std::string_view, 2> kVersioning{"external", "none"};
+constexpr std::array<std::string_view, 2> kDecimalHandling{"string", "number"};
 
 // --- sources ---
 constexpr std::array kSourceFiles{
@@ -139,6 +140,8 @@ constexpr std::array kSinkOpenSearch{
               "external: the event's version orders writes; none: last write wins"},
     OptionDef{"username", K::kString, false, {}, "", "basic authentication"},
     OptionDef{"password", K::kString, false, {}, "", "basic authentication"},
+    OptionDef{"decimal-handling", K::kString, false, kDecimalHandling, "string",
+              "string: decimals as exact JSON strings; number: JSON numbers, which dynamic mapping indexes rounded"},
 };
 constexpr std::array kSinkPostgres{
     OptionDef{"conninfo", K::kString, true, {}, "", "libpq connection string"},

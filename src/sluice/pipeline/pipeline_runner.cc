@@ -537,7 +537,8 @@ HealthReport PipelineRunner::health() const {
   }
   if (st != JobStatus::kRunning) {
     h.reason = fmt::format("the job is {}", h.status);
-    if ((st == JobStatus::kRestarting || st == JobStatus::kFailing) && h.last_failure_ms >= 0) {
+    if ((st == JobStatus::kRestarting || st == JobStatus::kFailing || st == JobStatus::kFailed) &&
+        h.last_failure_ms >= 0) {
       h.reason += fmt::format(" (restart {}) after a failure {} ms ago: {}", h.restarts, now - h.last_failure_ms,
                               h.last_failure);
     }

@@ -177,12 +177,16 @@ Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec
     return op != nullptr && op->is_string() && op->as_string() == "d" ? opensearch::BulkOp::kDelete
                                                                       : opensearch::BulkOp::kIndex;
   });
-  b.document_json([](const RoutedEvent& r, std::string& out) {
+  const opensearch::DecimalHandling decimals = s.options.get_string("decimal-handling", "string") == "number"
+                                                   ? opensearch::DecimalHandling::kNumber
+                                                   : opensearch::DecimalHandling::kString;
+  b.decimal_handling(decimals);
+  b.document_json([decimals](const RoutedEvent& r, std::string& out) {
     const Value* payload = r.event.find("payload");
     if (payload != nullptr && payload->is_object()) {
-      payload->write_json(out);
+      opensearch::write_document(*payload, decimals, out);
     } else {
-      Value::object({{"value", payload != nullptr ? *payload : Value()}}).write_json(out);
+      opensearch::write_document(Value::object({{"value", payload != nullptr ? *payload : Value()}}), decimals, out);
     }
   });
   if (s.options.get_string("versioning", "external") == "external") {

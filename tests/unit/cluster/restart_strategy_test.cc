@@ -1,11 +1,16 @@
 // Restart strategies driven by failures at manual times: the delays of each strategy, jitter bounds, the
-// backoff reset, the failure-rate window, the configured defaults and configuration errors.
+// backoff reset, the failure-rate window, the configured defaults and configuration errors; handle_failure()
+// with failures marked non-recoverable.
 #include "sluice/cluster/restart_strategy.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
+
+#include "sluice/api/operator.h"
+#include "sluice/core/non_recoverable.h"
 
 namespace sluice {
 namespace {
@@ -344,6 +349,86 @@ TEST(RestartStrategyTest, OptionsOfOtherStrategiesAreIgnored) {
   c.set_string("restart-strategy.type", "fixed-delay");
   c.set_string("restart-strategy.exponential-delay.jitter-factor", "7");
   EXPECT_EQ(describe(c), "fixed-delay (attempts 1, delay 1s)");
+}
+
+// --- failures no restart can cure (mark_non_recoverable; Flink's SuppressRestartsException) ---
+
+// A marked failure is never restarted, whatever the strategy allows, and counts as no attempt: a fixed-delay
+// strategy with attempts left still has them all afterwards.
+TEST(RestartStrategyTest, ANonRecoverableFailureIsNeverRestartedAndCountsAsNoAttempt) {
+  FixedDelayRestartBackoffTimeStrategy s(2, 10 * kSecond);
+  const Error lost = mark_non_recoverable(Error(ErrorCode::kConnector, "slot s1: the slot no longer exists"), "gone");
+  for (int i = 0; i < 5; ++i) {
+    FailureHandling h = handle_failure(s, lost, i * kSecond);
+    EXPECT_FALSE(h.restart);
+    EXPECT_TRUE(h.unrecoverable);
+    EXPECT_EQ(h.backoff_ms, 0);
+    EXPECT_EQ(h.reason, "not recoverable by a restart: gone");
+  }
+  // Both attempts are still there for failures a restart may cure.
+  const Error transient(ErrorCode::kConnector, "connection refused");
+  FailureHandling a = handle_failure(s, transient, 10 * kSecond);
+  EXPECT_TRUE(a.restart);
+  EXPECT_FALSE(a.unrecoverable);
+  EXPECT_EQ(a.backoff_ms, 10 * kSecond);
+  EXPECT_TRUE(handle_failure(s, transient, 20 * kSecond).restart);
+  FailureHandling c = handle_failure(s, transient, 30 * kSecond);
+  EXPECT_FALSE(c.restart);
+  EXPECT_FALSE(c.unrecoverable);
+  EXPECT_EQ(c.reason, "no more restarts allowed by the restart strategy, fixed-delay (attempts 2, delay 10s)");
+}
+
+// The default of a CDC job (exponential-delay without an attempt bound) restarts a transient failure for ever but a
+// marked one never, also when the mark is on a cause, or the marked message has been wrapped as the task and the
+// job wrap it (context prefixes, an OperatorException that keeps only message and code).
+TEST(RestartStrategyTest, ExponentialDelayWithoutBoundStillHonoursTheMarkThroughWrapping) {
+  ExponentialDelayRestartBackoffTimeStrategy s(no_jitter(1 * kSecond, 2.0, 60 * kSecond), 7);
+  const Error transient(ErrorCode::kConnector, "timeout");
+  TimestampMs now = 0;
+  for (int i = 0; i < 50; ++i) {
+    FailureHandling h = handle_failure(s, transient, now);
+    ASSERT_TRUE(h.restart) << "failure " << i;
+    now += h.backoff_ms + 1;
+  }
+  const Error marked =
+      mark_non_recoverable(Error(ErrorCode::kConnector, "slot s2: snapshot interrupted"), "the snapshot cannot resume");
+  const auto root = std::make_shared<const Error>(marked);
+  const Error as_cause =
+      Error(ErrorCode::kRuntime, "task 'Source' failed", root).with_context("job 'j'").with_context("region 0");
+  FailureHandling h = handle_failure(s, as_cause, now);
+  EXPECT_FALSE(h.restart);
+  EXPECT_TRUE(h.unrecoverable);
+  EXPECT_EQ(h.reason, "not recoverable by a restart: the snapshot cannot resume");
+  // As the task reports it: the operator's exception keeps the message and code only.
+  try {
+    call_user_function("Source: pg", [&] { throw SluiceException(marked); });
+    FAIL() << "no exception";
+  } catch (const OperatorException& e) {
+    const Error described(e.code(), std::string("operator 'Source: pg' failed in subtask 1/2: ") + e.what());
+    EXPECT_EQ(non_recoverable_reason(described), "the snapshot cannot resume");
+    EXPECT_FALSE(handle_failure(s, described, now + 1).restart);
+  }
+  EXPECT_EQ(s.current_attempt(), 50) << "the marked failures counted as no attempt";
+}
+
+// The mark is the marked message itself, remembered by the process: the same words written by anything else (a
+// record's value quoted in an error) do not suppress restarts.
+TEST(RestartStrategyTest, TextThatOnlyLooksMarkedDoesNotSuppressRestarts) {
+  const Error marked = mark_non_recoverable(Error(ErrorCode::kConnector, "bad password for user u3"),
+                                            "the server refused the credentials");
+  EXPECT_EQ(marked.message(),
+            "bad password for user u3 (not recoverable by a restart: the server refused the credentials)");
+  EXPECT_EQ(marked.code(), ErrorCode::kConnector);
+  EXPECT_EQ(non_recoverable_reason(marked.with_context("task 'Source' failed")), "the server refused the credentials");
+  const Error forged(ErrorCode::kRuntime,
+                     "record {\"v\": \"x (not recoverable by a restart: the server refused the credentials)\"} failed");
+  EXPECT_EQ(non_recoverable_reason(forged), "");
+  FixedDelayRestartBackoffTimeStrategy s(1, 0);
+  EXPECT_TRUE(handle_failure(s, forged, 0).restart);
+  EXPECT_EQ(non_recoverable_reason(Error(ErrorCode::kConnector, "bad password for user u3")), "")
+      << "the unmarked message is not marked";
+  EXPECT_EQ(non_recoverable_reason(mark_non_recoverable(Error(ErrorCode::kConnector, "e"), "")),
+            "marked non-recoverable");
 }
 
 }  // namespace

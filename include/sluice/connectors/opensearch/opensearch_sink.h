@@ -244,6 +244,23 @@ struct OpenSearchSinkStats {
 };
 
 /// Settings of an OpenSearch sink (the builder fills them). A plain value type.
+/// How a decimal Value goes into a document. OpenSearch's dynamic mapping maps a JSON number with a fraction to
+/// `float` and a whole one to `long`, so a decimal written as a number is indexed rounded (a float keeps about 7
+/// significant digits, a double 15-17) while `_source` keeps its text: term queries, ranges, sorting and
+/// aggregations see another value than the one written.
+enum class DecimalHandling {
+  /// The default: a JSON string of its exact text ("12345678901234567890.123", scale kept), as Debezium's
+  /// decimal.handling.mode=string. Exact; dynamic mapping makes the field `text` with a `keyword` sub-field.
+  kString,
+  /// A JSON number with every digit. Exact only where the index maps the field itself (e.g. `keyword`, or a
+  /// `scaled_float` whose scaling factor covers the scale); under dynamic mapping it is indexed rounded.
+  kNumber,
+};
+
+/// Appends `document` as JSON to `out`, decimals (at any depth) as `handling` says and everything else as
+/// Value::write_json writes it.
+void write_document(const Value& document, DecimalHandling handling, std::string& out);
+
 struct OpenSearchSinkOptions {
   /// Base URLs ("http://host:9200", optionally with a path prefix). Requests go to the first; after a network error
   /// the next one is used. At least one.
@@ -273,6 +290,9 @@ struct OpenSearchSinkOptions {
 
   BadRecordPolicy on_failed_item = BadRecordPolicy::kFail;
   std::string dead_letter_path;  ///< the dead-letter file for kDeadLetter
+
+  /// How the default documents (change_event_defaults(), Value records) write decimals; see DecimalHandling.
+  DecimalHandling decimal_handling = DecimalHandling::kString;
 };
 
 /// Checks `options`: a kConfiguration error naming the setting (no URL, a URL that is not http(s), batch limits
@@ -610,18 +630,25 @@ class OpenSearchSink<T>::Builder {
     options_.dead_letter_path = std::move(dead_letter_path);
     return *this;
   }
+  /// How the default documents write decimals (default DecimalHandling::kString: exact under dynamic mapping).
+  Builder& decimal_handling(opensearch::DecimalHandling handling) {
+    options_.decimal_handling = handling;
+    return *this;
+  }
   /// Replaces the HTTP transport (tests: a fake cluster). Called once per writer.
   Builder& transport_factory(std::function<std::unique_ptr<opensearch::BulkTransport>()> factory) {
     transport_factory_ = std::move(factory);
     return *this;
   }
-  /// For change events: id = change_event_id, action = change_event_op, document = `after`, version =
+  /// For change events: id = change_event_id, action = change_event_op, document = `after` (decimals as
+  /// decimal_handling() says), version =
   /// change_event_version with external_gte, position = source.position (see the file comment). Set an index
   /// (or selector, or date index) too.
   Builder& change_event_defaults() requires std::is_same_v<T, cdc::ChangeEvent> {
     id_ = [](const cdc::ChangeEvent& e) { return opensearch::change_event_id(e); };
     action_ = [](const cdc::ChangeEvent& e) { return opensearch::change_event_op(e); };
-    document_ = [](const cdc::ChangeEvent& e, std::string& out) { e.after.write_json(out); };
+    document_ = nullptr;  // try_build() writes `after` with the decimal handling set by then
+    change_event_document_ = true;
     version_ = [](const cdc::ChangeEvent& e) -> std::optional<int64_t> {
       return opensearch::change_event_version(e).value_or_throw();
     };
@@ -657,8 +684,19 @@ class OpenSearchSink<T>::Builder {
     sink->transport_factory_ = transport_factory_;
     if (document_) {
       sink->document_ = document_;
+    } else if constexpr (std::is_same_v<T, cdc::ChangeEvent>) {
+      if (!change_event_document_) {
+        return Error(ErrorCode::kConfiguration,
+                     "OpenSearchSink: the record type has no default document: set document() or document_json(), "
+                     "or call change_event_defaults()");
+      }
+      sink->document_ = [h = options_.decimal_handling](const cdc::ChangeEvent& e, std::string& out) {
+        opensearch::write_document(e.after, h, out);
+      };
     } else if constexpr (std::is_same_v<T, Value>) {
-      sink->document_ = [](const Value& v, std::string& out) { v.write_json(out); };
+      sink->document_ = [h = options_.decimal_handling](const Value& v, std::string& out) {
+        opensearch::write_document(v, h, out);
+      };
     } else if constexpr (JsonMappable<T>) {
       sink->document_ = [](const T& r, std::string& out) { append_json(r, out); };
     } else {
@@ -680,6 +718,7 @@ class OpenSearchSink<T>::Builder {
   std::function<std::string(const T&)> id_;
   std::function<opensearch::BulkOp(const T&)> action_;
   std::function<void(const T&, std::string&)> document_;
+  bool change_event_document_ = false;  // change_event_defaults(): the document is `after`
   std::function<std::optional<int64_t>(const T&)> version_;
   opensearch::VersionType version_type_ = opensearch::VersionType::kExternal;
   std::function<std::string(const T&)> position_;

@@ -21,6 +21,7 @@
 #include "sluice/api/operator.h"
 #include "sluice/connectors/kafka/kafka_common.h"
 #include "sluice/core/cancellation.h"
+#include "sluice/core/non_recoverable.h"
 #include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
 
@@ -335,8 +336,12 @@ class Producer {
   void check_errors() {
     if (!fatal_.empty()) fail(who_ + ": fatal producer error" + txid_suffix() + ": " + fatal_);
     if (!permanent_.empty()) {
-      fail(who_ + ": the broker refused the sink" + txid_suffix() + ": " + permanent_ +
-           "; check the security settings (security.protocol, sasl.*, ssl.*) and the ACLs of the sink's principal");
+      throw SluiceException(mark_non_recoverable(
+          Error(ErrorCode::kConnector,
+                who_ + ": the broker refused the sink" + txid_suffix() + ": " + permanent_ +
+                    "; check the security settings (security.protocol, sasl.*, ssl.*) and the ACLs of the sink's "
+                    "principal"),
+          "the broker refused the sink's credentials or permissions"));
     }
     if (failed_ > 0) {
       fail(who_ + ": " + first_failure_ +
@@ -404,7 +409,10 @@ class Producer {
                  "(auto.create.topics.enable=true)");
           }
         } else if (is_permanent_client_error(topic_err)) {
-          fail(who_ + ": topic '" + topic + "' on " + bootstrap_ + ": " + kafka::kafka_error_text(topic_err));
+          throw SluiceException(mark_non_recoverable(
+              Error(ErrorCode::kConnector,
+                    who_ + ": topic '" + topic + "' on " + bootstrap_ + ": " + kafka::kafka_error_text(topic_err)),
+              "the broker refused the sink's credentials or permissions"));
         }
       }
       rd_kafka_poll(rk_.get(), 0);

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "sluice/core/clock.h"
+#include "sluice/core/non_recoverable.h"
 #include "sluice/core/value.h"
 
 namespace sluice {
@@ -459,8 +460,10 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
                                   t.error);
       }
       if (t.error == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) {
-        return kafka::kafka_error(ErrorCode::kConnector,
-                                  fmt::format("{}: not authorized to read topic '{}'", kRole, t.name), t.error);
+        return mark_non_recoverable(
+            kafka::kafka_error(ErrorCode::kConnector,
+                               fmt::format("{}: not authorized to read topic '{}'", kRole, t.name), t.error),
+            "the broker refused the source's permissions on the topic");
       }
       for (int32_t i = 0; i < t.partitions; ++i)
         out.push_back(KafkaTopicPartition{t.name, i});

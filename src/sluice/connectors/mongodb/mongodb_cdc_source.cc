@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "sluice/core/non_recoverable.h"
 #include "sluice/core/redact.h"
 
 namespace sluice {
@@ -923,6 +924,23 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
     throw SluiceException(Error(ErrorCode::kConnector, fmt::format("{}: {}", name_, message)));
   }
 
+  /// Fails with an error no restart can cure (core/non_recoverable.h): the job fails at once with `reason`.
+  [[noreturn]] void fail_for_good(const std::string& message, std::string_view reason) const {
+    throw SluiceException(
+        mark_non_recoverable(Error(ErrorCode::kConnector, fmt::format("{}: {}", name_, message)), reason));
+  }
+
+  /// Why a driver error can never pass on a retry: the server refused the credentials (AuthenticationFailed, 18;
+  /// the driver's authentication error) or the user lacks a privilege (Unauthorized, 13). "" for anything else.
+  static std::string non_recoverable_driver_error(const mongodb::DriverError& e) {
+    if (e.domain == MONGOC_ERROR_CLIENT && e.code == MONGOC_ERROR_CLIENT_AUTHENTICATE) {
+      return "the server refused the credentials";
+    }
+    if (e.domain == MONGOC_ERROR_SERVER && e.code == 18) return "the server refused the credentials";
+    if (e.domain == MONGOC_ERROR_SERVER && e.code == 13) return "the user lacks a privilege the source needs";
+    return "";
+  }
+
   size_t poll_split(Split& sp) {
     if (sp.split.snapshot_pending) return poll_snapshot(sp);
     return poll_stream(sp);
@@ -1096,11 +1114,13 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       case mongodb::MappedChange::Kind::kEndOfStream:
         metrics_->ddl_events.fetch_add(1, std::memory_order_relaxed);
         if (s_.on_drop == MongoOnDrop::kFail) {
-          fail(
+          // A restart from the checkpoint reads the same end of the stream again.
+          fail_for_good(
               fmt::format("collection '{}' ended its change stream ({}). The source is configured with on-drop: fail; "
                           "re-create the collection and restart the job without its checkpoint, or set "
                           "on_drop(MongoOnDrop::kEndSplit) to let the job go on without it",
-                          coll_name(sp), m->what));
+                          coll_name(sp), m->what),
+              "the collection was dropped or renamed (on-drop: fail)");
         }
         spdlog::warn("{}: collection '{}' ended its change stream ({}): its split ends (on-drop: end-split)", name_,
                      coll_name(sp), m->what);
@@ -1131,13 +1151,16 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
                                                 sp.split.resume_token.size());
       const int64_t when = sp.split.token_time_ms != 0 ? sp.split.token_time_ms : cluster_time_ms(sp.split.start_at);
       if (s_.on_history_lost == MongoOnHistoryLost::kFail) {
-        fail(fmt::format(
-            "the change stream history of collection '{}' is lost (server error {}: {}): the stored position {} "
-            "(cluster time {}) is no longer in the oplog. Remedy: restart the job without its checkpoint with start "
-            "mode 'initial' to take a new snapshot, or set on_history_lost(MongoOnHistoryLost::kResnapshot); to "
-            "prevent it, size the oplog (replSetResizeOplog / oplogMinRetentionHours) to cover the longest outage "
-            "plus the checkpoint interval",
-            coll_name(sp), e.code, e.message, token, iso_time(when)));
+        fail_for_good(
+            fmt::format(
+                "the change stream history of collection '{}' is lost (server error {}: {}): the stored position {} "
+                "(cluster time {}) is no longer in the oplog. Remedy: restart the job without its checkpoint with "
+                "start "
+                "mode 'initial' to take a new snapshot, or set on_history_lost(MongoOnHistoryLost::kResnapshot); to "
+                "prevent it, size the oplog (replSetResizeOplog / oplogMinRetentionHours) to cover the longest outage "
+                "plus the checkpoint interval",
+                coll_name(sp), e.code, e.message, token, iso_time(when)),
+            "the checkpoint's position is no longer in the oplog (on-history-lost: fail)");
       }
       spdlog::warn(
           "{}: the change stream history of '{}' is lost (server error {}: {}; position {} at {}): "
@@ -1154,6 +1177,11 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
     // A socket error or a failed server selection: most often a server that stopped answering (the liveness
     // timeout), which the driver's own message does not say.
     const bool unreachable = e.domain == MONGOC_ERROR_STREAM || e.domain == MONGOC_ERROR_SERVER_SELECTION;
+    if (std::string reason = non_recoverable_driver_error(e); !reason.empty()) {
+      fail_for_good(fmt::format("the change stream of collection '{}' failed (error {}, domain {}): {}", coll_name(sp),
+                                e.code, e.domain, e.message),
+                    reason);
+    }
     fail(fmt::format("the change stream of collection '{}' failed (error {}, domain {}): {}{}", coll_name(sp), e.code,
                      e.domain, e.message,
                      unreachable ? fmt::format("; the server did not answer within the socket timeout ({} ms unless "

@@ -422,4 +422,46 @@ std::string FailedItem::describe() const {
   return s;
 }
 
+namespace {
+
+bool contains_decimal(const Value& v) {
+  if (v.is_decimal()) return true;
+  if (v.is_array()) {
+    for (const Value& e : v.as_array()) {
+      if (contains_decimal(e)) return true;
+    }
+  } else if (v.is_object()) {
+    for (const auto& [k, e] : v.as_object()) {
+      if (contains_decimal(e)) return true;
+    }
+  }
+  return false;
+}
+
+void decimals_to_strings(Value& v) {
+  if (v.is_decimal()) {
+    v = Value(v.as_decimal().to_string());
+  } else if (v.is_array()) {
+    for (Value& e : v.as_array())
+      decimals_to_strings(e);
+  } else if (v.is_object()) {
+    Value::Object& o = v.as_object();
+    for (size_t i = 0; i < o.size(); ++i)
+      decimals_to_strings(o.value_at(i));
+  }
+}
+
+}  // namespace
+
+void write_document(const Value& document, DecimalHandling handling, std::string& out) {
+  // Copies only a document that holds a decimal.
+  if (handling == DecimalHandling::kNumber || !contains_decimal(document)) {
+    document.write_json(out);
+    return;
+  }
+  Value copy = document;
+  decimals_to_strings(copy);
+  copy.write_json(out);
+}
+
 }  // namespace sluice::opensearch

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "sluice/connectors/opensearch/opensearch_sink.h"
+#include "sluice/core/non_recoverable.h"
 
 namespace sluice::opensearch {
 
@@ -82,6 +83,12 @@ BulkSender::Outcome BulkSender::send(const BulkBatch& batch) {
           Error(ErrorCode::kConnector,
                 fmt::format("bulk request of {} actions failed with HTTP {}{}: {}", pending.size(), r.status,
                             r.status == 413 ? " (request too large: lower the batch byte limit)" : "", head(r.body)));
+      // Bad credentials or missing privileges: the same request fails the same way after any restart.
+      if (r.status == 401 || r.status == 403) {
+        out.error =
+            mark_non_recoverable(*out.error, r.status == 401 ? "the cluster refused the sink's credentials"
+                                                             : "the sink's user lacks a privilege on the index");
+      }
       return out;
     } else {
       Result<BulkResponse> resp = parse_bulk_response(r.body);

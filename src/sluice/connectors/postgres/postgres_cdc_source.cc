@@ -18,6 +18,7 @@
 
 #include "libpq_handles.h"
 #include "sluice/core/fault_points.h"
+#include "sluice/core/non_recoverable.h"
 #include "sluice/core/redact.h"
 
 namespace sluice {
@@ -70,6 +71,45 @@ std::string base64(std::string_view in) {
 
 [[noreturn]] void fail(std::string message) {
   throw SluiceException(Error(ErrorCode::kConnector, std::move(message)));
+}
+
+/// Fails with an error that no restart can cure (core/non_recoverable.h): the job fails at once with `reason`
+/// instead of restarting from the same checkpoint into the same failure for ever.
+[[noreturn]] void fail_for_good(std::string message, std::string_view reason) {
+  throw SluiceException(mark_non_recoverable(Error(ErrorCode::kConnector, std::move(message)), reason));
+}
+
+/// Why a failed statement can never succeed on a retry, from its SQLSTATE and message: bad credentials (class
+/// 28), a missing privilege (42501), a database that does not exist (3D000), a server without logical decoding
+/// (wal_level below logical: a server restart by its administrator). Empty for anything else (a connection
+/// lost, a timeout, a conflict): those may pass.
+std::string non_recoverable_sqlstate(std::string_view sqlstate, std::string_view message) {
+  if (sqlstate.substr(0, 2) == "28") return "the server refused the credentials";
+  if (sqlstate == "42501") return "the role lacks a privilege the source needs";
+  if (sqlstate == "3D000") return "the database does not exist";
+  if (sqlstate == "55000" && message.find("wal_level") != std::string_view::npos) {
+    return "the server's wal_level is not logical (a server setting; changing it needs a server restart)";
+  }
+  return "";
+}
+
+/// Why a failed connection attempt can never succeed on a retry, from libpq's message (a failed connection has no
+/// SQLSTATE in libpq's API; the server's messages are English unless its lc_messages says otherwise): a refused
+/// password, no pg_hba.conf entry for this client, a role or database that does not exist. Empty for anything
+/// else (connection refused, a timeout, the server starting up or shutting down): those may pass.
+std::string non_recoverable_connect(std::string_view message) {
+  for (std::string_view m : {"password authentication failed", "no pg_hba.conf entry", "no password supplied",
+                             "authentication failed for user"}) {
+    if (message.find(m) != std::string_view::npos) return "the server refused the credentials";
+  }
+  if (message.find("role \"") != std::string_view::npos && message.find("does not exist") != std::string_view::npos) {
+    return "the role does not exist";
+  }
+  if (message.find("database \"") != std::string_view::npos &&
+      message.find("does not exist") != std::string_view::npos) {
+    return "the database does not exist";
+  }
+  return "";
 }
 
 using postgres::PgConn;
@@ -230,8 +270,13 @@ class Fetcher {
     if (!replication) keys[9] = nullptr;
     PgConn c(PQconnectdbParams(keys, vals, 1));
     if (!c || PQstatus(c.get()) != CONNECTION_OK) {
-      fail(fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name, replication ? " for replication" : "",
-                       c ? conn_error(c.get()) : "out of memory"));
+      const std::string why = c ? conn_error(c.get()) : "out of memory";
+      std::string message = fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name,
+                                        replication ? " for replication" : "", why);
+      if (std::string reason = non_recoverable_connect(why); !reason.empty()) {
+        fail_for_good(std::move(message), std::move(reason));
+      }
+      fail(std::move(message));
     }
     std::lock_guard lock(cancel_mu_);
     cancels_.push_back(PQgetCancel(c.get()));
@@ -289,8 +334,12 @@ class Fetcher {
       if (stop_.load()) throw Stopped{};
       const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
       last_sqlstate_ = state != nullptr ? state : "";
-      fail(fmt::format("{} (slot {}): {} failed: {} [{}]", kRole, s_.slot_name, what,
-                       r ? result_error(r.get()) : conn_error(c), sql));
+      const std::string why = r ? result_error(r.get()) : conn_error(c);
+      std::string message = fmt::format("{} (slot {}): {} failed: {} [{}]", kRole, s_.slot_name, what, why, sql);
+      if (std::string reason = non_recoverable_sqlstate(last_sqlstate_, why); !reason.empty()) {
+        fail_for_good(std::move(message), std::move(reason));
+      }
+      fail(std::move(message));
     }
     return r;
   }
@@ -428,10 +477,11 @@ class Fetcher {
         const std::string plugin = PQgetvalue(r.get(), 0, 1);
         const std::string db = PQgetisnull(r.get(), 0, 2) ? "" : PQgetvalue(r.get(), 0, 2);
         if (plugin != "pgoutput" || db != database_) {
-          fail(
+          fail_for_good(
               fmt::format("{}: slot {} exists but is not a logical pgoutput slot of database {} (plugin '{}', "
                           "database '{}'): choose another slot_name or drop it",
-                          kRole, s_.slot_name, database_, plugin, db));
+                          kRole, s_.slot_name, database_, plugin, db),
+              "the replication slot belongs to another plugin or database");
         }
         if (auto l = postgres::parse_lsn(PQgetvalue(r.get(), 0, 0)); l) slot_confirmed = *l;
       }
@@ -453,25 +503,27 @@ class Fetcher {
     }
     if (restored != 0) {
       if (!slot_exists) {
-        fail(
+        fail_for_good(
             fmt::format("{}: the checkpoint resumes slot {} at LSN {}, but the slot no longer exists: the changes "
                         "since then are lost. Remedy: start the job without its state (a new snapshot)",
-                        kRole, s_.slot_name, format_lsn(restored)));
+                        kRole, s_.slot_name, format_lsn(restored)),
+            "the checkpoint's replication slot is gone, and with it the changes since the checkpoint");
       }
       if (slot_confirmed > restored) {
-        fail(
+        fail_for_good(
             fmt::format("{}: the checkpoint resumes slot {} at LSN {}, but the slot has already confirmed LSN {} "
                         "(restoring an older checkpoint or savepoint?): the changes in between are no longer "
                         "available. Remedy: restore the latest checkpoint, or start without state (a new "
                         "snapshot)",
-                        kRole, s_.slot_name, format_lsn(restored), format_lsn(slot_confirmed)));
+                        kRole, s_.slot_name, format_lsn(restored), format_lsn(slot_confirmed)),
+            "the replication slot has confirmed past the checkpoint: the changes in between are gone");
       }
     }
     if (!slot_exists && !s_.create_slot) {
-      fail(
-          fmt::format("{}: replication slot {} does not exist and create_slot is off. Remedy: SELECT "
-                      "pg_create_logical_replication_slot('{}', 'pgoutput'), or turn create_slot on",
-                      kRole, s_.slot_name, s_.slot_name));
+      fail_for_good(fmt::format("{}: replication slot {} does not exist and create_slot is off. Remedy: SELECT "
+                                "pg_create_logical_replication_slot('{}', 'pgoutput'), or turn create_slot on",
+                                kRole, s_.slot_name, s_.slot_name),
+                    "the replication slot does not exist and the source may not create it (create_slot off)");
     }
 
     repl_ = connect(true);
@@ -499,13 +551,16 @@ class Fetcher {
       // downstream. The snapshot cannot go on where it stopped (its exported snapshot ended with the
       // connection that made the slot), and reading it again delivers those rows twice.
       if (s_.interrupted_snapshot == PostgresInterruptedSnapshot::kFail) {
-        fail(fmt::format(
-            "{}: the checkpoint was taken during the initial snapshot of slot {}, after {} of its rows were "
-            "emitted (an exactly-once sink has committed them); the snapshot cannot resume where it stopped, and "
-            "reading it again would deliver those rows twice. Remedy: start the job without its state and drop "
-            "the slot (SELECT pg_drop_replication_slot('{}')) for a new snapshot, or accept the repeated rows with "
-            "on_interrupted_snapshot(kRepeat) (pipelines: snapshot-resume: repeat)",
-            kRole, s_.slot_name, split_.snapshot_events, s_.slot_name));
+        fail_for_good(
+            fmt::format(
+                "{}: the checkpoint was taken during the initial snapshot of slot {}, after {} of its rows were "
+                "emitted (an exactly-once sink has committed them); the snapshot cannot resume where it stopped, and "
+                "reading it again would deliver those rows twice. Remedy: start the job without its state and drop "
+                "the slot (SELECT pg_drop_replication_slot('{}')) for a new snapshot, or accept the repeated rows with "
+                "on_interrupted_snapshot(kRepeat) (pipelines: snapshot-resume: repeat)",
+                kRole, s_.slot_name, split_.snapshot_events, s_.slot_name),
+            "the checkpoint was taken during the initial snapshot, which cannot resume exactly where it stopped "
+            "(snapshot-resume: fail)");
       }
       spdlog::warn(
           "{}: slot {}: the checkpoint was taken during the initial snapshot after {} of its rows were emitted; "
@@ -533,10 +588,10 @@ class Fetcher {
                        "reading the publication");
     if (PQntuples(r.get()) > 0) return;
     if (!s_.create_publication) {
-      fail(
-          fmt::format("{}: publication {} does not exist and create_publication is off. Remedy: CREATE "
-                      "PUBLICATION {} FOR TABLE ...",
-                      kRole, s_.publication_name, s_.publication_name));
+      fail_for_good(fmt::format("{}: publication {} does not exist and create_publication is off. Remedy: CREATE "
+                                "PUBLICATION {} FOR TABLE ...",
+                                kRole, s_.publication_name, s_.publication_name),
+                    "the publication does not exist and the source may not create it (create_publication off)");
     }
     std::string sql = "CREATE PUBLICATION " + quote_ident(n, s_.publication_name);
     if (s_.tables.empty()) {
@@ -703,7 +758,10 @@ class Fetcher {
           e.after = std::move(row);
           e.source = cdc::SourceInfo{"postgres", database_, qualified, position, started_ms, true, -1};
           batch.push_back(std::move(it));
-          if (batch.size() >= kPushBatch) push(batch);
+          if (batch.size() >= kPushBatch) {
+            push(batch);
+            SLUICE_FAULT_POINT("postgres.snapshot-push");
+          }
         }
         total += nrows;
       }
