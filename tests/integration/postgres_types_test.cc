@@ -568,6 +568,61 @@ TEST_F(PostgresTypesTest, TextFromNonUtf8DatabasesIsConvertedOrFailsTheJob) {
     pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + dbs[1].name +
               "'");
   }
+  // The same bytes in the stream (after a clean snapshot): the job fails with Postgres's error (or the decoder's,
+  // naming the byte), never an event with an altered string. No restart can pass the same WAL record, so the
+  // failure is marked not recoverable by a restart: the job fails at once even under a restart strategy.
+  {
+    sluice::testing::PgClient c(base + dbs[1].name);
+    const std::string t = table() + "_st";
+    c.exec("CREATE TABLE " + t + " (id int PRIMARY KEY, s text)");
+    c.exec("INSERT INTO " + t + " VALUES (1, 'plain')");
+    auto out = std::make_shared<Received>();
+    auto src = PostgresCdcSource::builder()
+                   .conninfo(base + dbs[1].name)
+                   .tables({t})
+                   .slot_name(dbs[1].name + "_st")
+                   .publication_name(dbs[1].name + "_st")
+                   .status_interval(200ms)
+                   .build();
+    Configuration conf = config();
+    conf.set(options::kRestartStrategy, std::string("fixed-delay"));
+    conf.set(options::kFixedDelayAttempts, 1000);
+    conf.set_string(std::string(options::kFixedDelayDelay.key), "0ms");
+    StreamEnvironment env(conf);
+    env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out)).uid("sink");
+    JobClient job = env.execute_async("encodings-stream");
+    ASSERT_TRUE(out->wait_for(1)) << out->size();
+    EXPECT_TRUE(sluice::testing::poll_until(
+        [&] {
+          return pg_->scalar(
+                     "SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT "
+                     "NULL AND slot_name = '" +
+                     dbs[1].name + "_st'") == "1";
+        },
+        kDeadline));
+    c.exec("INSERT INTO " + t + R"( VALUES (2, 'fine'))");
+    c.exec("INSERT INTO " + t + R"( VALUES (3, E'caf\xe9'))");
+    const bool ended = job.wait_for(std::chrono::seconds(60));
+    if (!ended) job.cancel();
+    JobResult r = job.wait();
+    ASSERT_TRUE(ended) << "the job did not end; restarts: " << job.restarts();
+    EXPECT_EQ(r.status, JobStatus::kFailed);
+    ASSERT_TRUE(r.error.has_value());
+    const std::string m = r.error->message();
+    std::printf("stream, SQL_ASCII, byte 0xe9: %s after %d restarts: %s\n", job_status_name(r.status), r.restarts,
+                m.c_str());
+    EXPECT_TRUE(m.find("0xe9") != std::string::npos) << m;
+    EXPECT_EQ(r.restarts, 0) << m;
+    EXPECT_NE(m.find("not recoverable by a restart"), std::string::npos) << m;
+    bool saw_two = false;
+    for (const ChangeEvent& e : out->all()) {
+      EXPECT_NE(e.after.find("id")->as_int64(), 3) << e.after.to_json();
+      saw_two = saw_two || e.after.find("id")->as_int64() == 2;
+    }
+    EXPECT_TRUE(saw_two) << "the valid change before it was delivered";
+    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + dbs[1].name +
+              "_st'");
+  }
   for (const Db& db : dbs)
     pg_->exec("DROP DATABASE IF EXISTS " + db.name + " WITH (FORCE)");
 }

@@ -80,13 +80,17 @@ std::string base64(std::string_view in) {
 }
 
 /// Why a failed statement can never succeed on a retry, from its SQLSTATE and message: bad credentials (class
-/// 28), a missing privilege (42501), a database that does not exist (3D000), a server without logical decoding
+/// 28), a missing privilege (42501), a database that does not exist (3D000), text that is not UTF-8 (22021), a
+/// server without logical decoding
 /// (wal_level below logical: a server restart by its administrator). Empty for anything else (a connection
 /// lost, a timeout, a conflict): those may pass.
 std::string non_recoverable_sqlstate(std::string_view sqlstate, std::string_view message) {
   if (sqlstate.substr(0, 2) == "28") return "the server refused the credentials";
   if (sqlstate == "42501") return "the role lacks a privilege the source needs";
   if (sqlstate == "3D000") return "the database does not exist";
+  // character_not_in_repertoire: stored bytes that are not valid in UTF-8 (a SQL_ASCII database); the same rows or
+  // WAL records are met again after any restart.
+  if (sqlstate == "22021") return "the database holds text that is not valid UTF-8";
   if (sqlstate == "55000" && message.find("wal_level") != std::string_view::npos) {
     return "the server's wal_level is not logical (a server setting; changing it needs a server restart)";
   }
@@ -831,8 +835,15 @@ class Fetcher {
         if (n > 0) last_rx_ = std::chrono::steady_clock::now();
         if (n == -1) {
           PgResult r(PQgetResult(rc));
-          fail(fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole, s_.slot_name,
-                           format_lsn(received_), r ? result_error(r.get()) : "no reason given"));
+          const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
+          const std::string why = r ? result_error(r.get()) : "no reason given";
+          std::string message = fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole,
+                                            s_.slot_name, format_lsn(received_), why);
+          // E.g. bytes of a SQL_ASCII database that are not UTF-8 (22021): every restart meets the same WAL record.
+          if (std::string reason = non_recoverable_sqlstate(state != nullptr ? state : "", why); !reason.empty()) {
+            fail_for_good(std::move(message), reason);
+          }
+          fail(std::move(message));
         }
         if (n < 0) {
           fail(fmt::format("{} (slot {}): reading the replication stream after {} failed: {}", kRole, s_.slot_name,
