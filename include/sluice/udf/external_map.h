@@ -1,0 +1,247 @@
+// map_external: the C++ API's way to run a function written in TypeScript, JavaScript or Python on a DataStream
+// (issue 17; docs/functions.md "From the C++ API"). Each record is turned into a Value by the caller's serializer,
+// sent in batches to an out-of-process worker (one per subtask, the protocol of docs/functions.md), and the
+// function's result for it is turned back into the output type by the caller's deserializer:
+//
+//   udf::ExternalFunction fn{.runtime = "node", .module = "/abs/path/score.js", .export_name = "score"};
+//   DataStream<Scored> scored = udf::map_external<Scored>(orders, fn,
+//       [](const Order& o) { return Value::object({{"id", Value(o.id)}, {"amount", Value(o.amount)}}); },
+//       [](const Value& r) { return Scored{std::string(r.find("id")->as_string()), r.find("score")->as_double()}; });
+//
+// Guarantees as for a pipeline's function: one output per input, in input order per subtask; at most
+// `max_in_flight` batches unanswered (then the task waits: backpressure); every batch sent and answered before a
+// checkpoint barrier passes and at the end of input (no record is inside a worker at a checkpoint); watermarks
+// wait behind the records before them. A function that throws, a worker that dies, hangs (`timeout`) or breaks
+// the protocol, and a serializer or deserializer that throws fail the task (the job restarts from its last
+// checkpoint under its restart strategy). Threading: the operator runs on its task thread; the serializers are
+// called there.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/api/data_stream.h"
+#include "sluice/api/operator.h"
+#include "sluice/udf/function_protocol.h"
+#include "sluice/udf/function_worker.h"
+
+namespace sluice::udf {
+
+/// Which function to run and how to batch (the keys of a pipeline's `function:`; docs/functions.md).
+struct ExternalFunction {
+  std::string runtime = "node";  ///< "node" (TypeScript/JavaScript) or "python"
+  /// Path of the module: node: .ts/.mts/.cts/.js/.mjs/.cjs (a TypeScript module needs `project_dir`'s
+  /// package.json with esbuild); python: .py. Relative paths are taken from the current directory.
+  std::string module;
+  std::string export_name;         ///< the exported function
+  std::string project_dir;         ///< the npm project (package.json, package-lock.json); default: the module's folder
+  int batch_size = 256;            ///< records per batch
+  int64_t batch_max_delay_ms = 2;  ///< a batch is sent at the latest this long after its first record
+  int max_in_flight = 2;           ///< unanswered batches per subtask
+  int64_t timeout_ms = 30'000;     ///< a batch not answered within this fails the task
+  int64_t memory_mb = 512;         ///< node: heap limit; python: address-space limit
+};
+
+/// A function prepared to run (the module bundled when it is TypeScript): what each subtask's worker starts with.
+struct PreparedExternalFunction {
+  ExternalFunction spec;
+  std::vector<std::string> argv;  ///< the worker's command
+  std::string module_path;        ///< what the worker loads
+  std::string display;            ///< "score (/abs/path/score.js)"
+};
+
+/// Checks and prepares `fn` (npm ci and esbuild for TypeScript, as `sluice run` does). kConfiguration naming the
+/// module when it does not exist, does not compile, or an option is out of range.
+[[nodiscard]] Result<PreparedExternalFunction> prepare_external_function(const ExternalFunction& fn);
+
+/// One subtask's worker and batches: records appended to an open batch, batches sent up to `max_in_flight`,
+/// results taken in order. Task thread only, except `on_reply`, which the worker's reader thread calls.
+class ExternalCall {
+ public:
+  ExternalCall(PreparedExternalFunction fn, std::string display);
+  /// Spawns the worker (kRuntime/kConfiguration when it does not start or load the module).
+  Status start(std::function<void()> on_reply);
+  /// Appends one record to the open batch (kSerialization when the protocol cannot carry it exactly).
+  Status append(const Value& record);
+  /// Whether the open batch should go now: it is full or the worker is idle.
+  bool should_send() const;
+  size_t open_count() const { return frame_.count(); }
+  bool idle() const { return in_flight_.empty(); }
+  /// Sends the open batch, first waiting (and taking results into `out`) while `max_in_flight` are unanswered.
+  void send(std::deque<RecordResult>& out);
+  /// Takes every result that arrived, without blocking.
+  void poll(std::deque<RecordResult>& out);
+  /// Sends the open batch and waits for every answer.
+  void flush(std::deque<RecordResult>& out);
+  /// Fails (throws) when the oldest batch is past its timeout.
+  void check_timeout(std::deque<RecordResult>& out);
+  const PreparedExternalFunction& function() const { return fn_; }
+  /// The id of the batch being filled (the delay timer checks it is still the same batch).
+  int64_t open_id() const { return frame_.id(); }
+
+ private:
+  struct InFlight {
+    int64_t id;
+    size_t count;
+    std::chrono::steady_clock::time_point sent;
+  };
+  void await_oldest(std::deque<RecordResult>& out);
+  void take(const std::string& text, std::deque<RecordResult>& out);
+
+  PreparedExternalFunction fn_;
+  std::string display_;
+  std::unique_ptr<FunctionWorker> worker_;
+  BatchFrame frame_;
+  int64_t next_id_ = 1;
+  std::deque<InFlight> in_flight_;
+};
+
+/// The operator behind map_external. One per subtask; task thread only.
+template <class T, class R>
+class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
+ public:
+  ExternalMapOperator(PreparedExternalFunction fn, std::function<Value(const T&)> to_value,
+                      std::function<R(const Value&)> from_value)
+      : fn_(std::move(fn)), to_value_(std::move(to_value)), from_value_(std::move(from_value)) {}
+
+  void open() override {
+    alive_ = std::make_shared<std::atomic<bool>>(true);
+    call_ = std::make_unique<ExternalCall>(fn_, fmt::format("{} subtask {}", fn_.display, this->ctx_->subtask_index()));
+    auto alive = alive_;
+    auto posted = posted_;
+    TaskServices* services = this->services_;
+    Status s = call_->start([this, alive, posted, services] {
+      if (posted->exchange(true)) return;  // one mail per burst of replies
+      services->post_mail([this, alive, posted] {
+        posted->store(false);
+        if (alive->load()) call_user_function(this->name(), [&] { on_replies(); });
+      });
+    });
+    if (!s.ok()) throw OperatorException(this->name(), s.error().message(), s.error().code());
+  }
+
+  void process_element(T&& record, TimestampMs ts) override {
+    call_user_function(this->name(), [&] {
+      Value v = to_value_(record);
+      if (call_->open_count() == 0) arm_delay_timer();
+      if (Status s = call_->append(v); !s.ok()) throw SluiceException(s.error());
+      pending_.push_back(Entry{ts, false});
+      if (call_->should_send()) call_->send(results_);
+      drain();
+    });
+  }
+  void process_watermark(TimestampMs watermark) override {
+    if (pending_.empty()) {
+      StreamOperatorBase::process_watermark(watermark);
+      return;
+    }
+    pending_.push_back(Entry{watermark, true});
+  }
+  void snapshot_state(int64_t /*checkpoint_id*/) override { flush(); }
+  void end_input() override { flush(); }
+  void finish() override { flush(); }
+  void close() override {
+    if (alive_) alive_->store(false);
+    call_.reset();  // kills the worker and joins its threads
+  }
+
+ private:
+  struct Entry {
+    TimestampMs ts;
+    bool watermark;
+  };
+
+  void flush() {
+    call_user_function(this->name(), [&] {
+      call_->flush(results_);
+      drain();
+    });
+  }
+  void on_replies() {
+    call_->poll(results_);
+    if (call_->idle() && call_->open_count() > 0) call_->send(results_);
+    drain();
+  }
+  void arm_delay_timer() {
+    auto alive = alive_;
+    const int64_t id = call_->open_id();
+    this->services_->register_processing_timer(
+        this->services_->processing_clock().now_ms() + fn_.spec.batch_max_delay_ms, [this, alive, id](TimestampMs) {
+          if (!alive->load()) return;
+          call_user_function(this->name(), [&] {
+            call_->check_timeout(results_);
+            if (call_->open_id() == id && call_->open_count() > 0) call_->send(results_);
+            drain();
+          });
+        });
+  }
+  // Emits the results at the head of the queue, in input order, and the watermarks that waited behind them.
+  void drain() {
+    while (!pending_.empty()) {
+      const Entry e = pending_.front();
+      if (e.watermark) {
+        pending_.pop_front();
+        StreamOperatorBase::process_watermark(e.ts);
+        continue;
+      }
+      if (results_.empty()) return;
+      RecordResult r = std::move(results_.front());
+      results_.pop_front();
+      pending_.pop_front();
+      if (r.failed) {
+        throw SluiceException(Error(ErrorCode::kRuntime, fmt::format("function {} threw: {}", fn_.display,
+                                                                     r.stack.empty() ? r.message : r.stack)));
+      }
+      this->metrics_.records_out.inc();
+      this->typed(this->main_output_)->collect(from_value_(r.ok), e.ts);
+    }
+  }
+
+  PreparedExternalFunction fn_;
+  std::function<Value(const T&)> to_value_;
+  std::function<R(const Value&)> from_value_;
+  std::unique_ptr<ExternalCall> call_;
+  std::deque<Entry> pending_;
+  std::deque<RecordResult> results_;
+  std::shared_ptr<std::atomic<bool>> alive_;
+  std::shared_ptr<std::atomic<bool>> posted_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+namespace detail {
+template <class T>
+struct ExternalOperatorAdder : DataStream<T> {
+  explicit ExternalOperatorAdder(const DataStream<T>& s) : DataStream<T>(s) {}
+  template <class U, class Make>
+  DataStream<U> add(std::string name, Make make) {
+    return this->template transform<U>(std::move(name), false, std::move(make));
+  }
+};
+}  // namespace detail
+
+/// Maps each record of `in` through the external function `fn`: `to_value` serializes a record to the Value the
+/// function receives (as JSON: objects, arrays, strings, numbers, exact decimals), `from_value` turns the function's
+/// result into an R. The function is prepared here (a TypeScript module is bundled), so a module that does not
+/// exist or compile throws SluiceException (kConfiguration) while the job is built, not when it runs.
+template <class R, class T>
+DataStream<R> map_external(const DataStream<T>& in, const ExternalFunction& fn,
+                           std::type_identity_t<std::function<Value(const T&)>> to_value,
+                           std::type_identity_t<std::function<R(const Value&)>> from_value,
+                           std::string name = "Map External") {
+  Result<PreparedExternalFunction> prepared = prepare_external_function(fn);
+  if (!prepared.ok()) throw SluiceException(prepared.error());
+  PreparedExternalFunction p = std::move(*prepared);
+  return detail::ExternalOperatorAdder<T>(in).template add<R>(std::move(name), [p, to_value, from_value]() {
+    return std::make_unique<ExternalMapOperator<T, R>>(p, to_value, from_value);
+  });
+}
+
+}  // namespace sluice::udf
