@@ -847,6 +847,22 @@ void LocalJob::run_master() {
                      have_point ? fmt::format("checkpoint {}", point->metadata.checkpoint_id) : "the beginning");
         st = deploy_region(i, have_point ? &*point : nullptr);
       }
+      if (!st.ok() && st.error().code() == ErrorCode::kConnector) {
+        // A source's enumerator could not reach its system while restoring (a broker still down when the backoff
+        // ended): a failure like any other, for the restart strategy to judge, not the end of the job.
+        const TimestampMs now = clock_.now_ms();
+        const FailureHandling h = handle_failure(*restart_strategy_, st.error(), now);
+        if (h.restart) {
+          ++restarts_;
+          r.restart_at_ms = now + h.backoff_ms;
+          record_exception_locked(st.error(), "", true, now);
+          spdlog::warn("job '{}' ({}) RESTARTING: region {} could not restart ({}); restart {} in {} ms ({})", name_,
+                       id_, i, st.error().message(), restarts_, h.backoff_ms, restart_strategy_->describe());
+          next = std::min(next, std::chrono::steady_clock::now() + std::chrono::milliseconds(h.backoff_ms));
+          continue;
+        }
+        st = st.error().with_context(h.unrecoverable ? "restart suppressed" : h.reason);
+      }
       if (!st.ok()) {
         spdlog::error("job '{}': region {} cannot restart: {}", name_, i, st.error().to_string());
         record_exception_locked(st.error(), "", false, clock_.now_ms());

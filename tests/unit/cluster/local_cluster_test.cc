@@ -11,6 +11,7 @@
 
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
+#include "sluice/core/non_recoverable.h"
 #include "sluice/runtime/buffer_pool.h"
 #include "test_util/collect_sink.h"
 
@@ -180,6 +181,74 @@ TEST(FailureTest, ExceptionInMapFailsTheJobNamingOperatorAndSubtask) {
   EXPECT_NE(msg.find("operator 'Explode'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("subtask "), std::string::npos) << msg;
   EXPECT_NE(msg.find("bad record 4242"), std::string::npos) << msg;
+}
+
+/// Delegates to `inner`, but its enumerator cannot be created on calls 2 .. 1 + failures (a source whose system is
+/// still unreachable when a restart deploys it), as a Kafka source whose broker is down; `unrecoverable` marks
+/// that failure as no restart can cure.
+template <class S>
+class FlakyEnumeratorSource final : public Source<typename S::RecordType, typename S::SplitType> {
+ public:
+  using SplitT = typename S::SplitType;
+  FlakyEnumeratorSource(std::shared_ptr<S> inner, int failures, bool unrecoverable)
+      : inner_(std::move(inner)), failures_(failures), unrecoverable_(unrecoverable) {}
+  Boundedness boundedness() const override { return inner_->boundedness(); }
+  std::unique_ptr<SplitEnumerator<SplitT>> create_enumerator(SplitEnumeratorContext<SplitT>& ctx) const override {
+    const int n = calls_.fetch_add(1);
+    if (n >= 1 && n <= failures_) {
+      Error e(ErrorCode::kConnector,
+              "cannot reach the cluster at 'broker:9092' within 30000 ms (call " + std::to_string(n) + ")");
+      throw SluiceException(unrecoverable_ ? mark_non_recoverable(e, "the test says so") : e);
+    }
+    return inner_->create_enumerator(ctx);
+  }
+  std::unique_ptr<SourceReader<typename S::RecordType, SplitT>> create_reader(SourceReaderContext& ctx) const override {
+    return inner_->create_reader(ctx);
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  std::shared_ptr<S> inner_;
+  int failures_;
+  bool unrecoverable_;
+  mutable std::atomic<int> calls_{0};
+};
+
+// A restart whose source enumerator cannot reach its system (a broker still down when the backoff ended) is one more
+// failure for the restart strategy, not the end of the job (found bouncing a Kafka broker under a Kafka-source
+// pipeline: "region 0 cannot restart: restoring the split enumerator ..." and the job FAILED with restarts left).
+// A failure marked non-recoverable there still fails the job at once.
+TEST(RestartTest, ASourceThatCannotBeRestoredYetIsRetriedByTheRestartStrategy) {
+  for (bool unrecoverable : {false, true}) {
+    SCOPED_TRACE(unrecoverable ? "marked non-recoverable" : "transient");
+    Configuration c;
+    c.set(options::kRestartStrategy, std::string("fixed-delay"));
+    c.set(options::kFixedDelayAttempts, 5);
+    c.set(options::kFixedDelayDelay, int64_t{0});
+    StreamEnvironment env(c);
+    env.set_parallelism(1);
+    auto failed = std::make_shared<std::atomic<bool>>(false);
+    auto out = std::make_shared<CollectedRecords<int64_t>>();
+    auto source = std::make_shared<FlakyEnumeratorSource<DataGeneratorSource<int64_t>>>(
+        std::make_shared<DataGeneratorSource<int64_t>>([](int64_t i) { return i; }, 100), 2, unrecoverable);
+    env.from_source(source, "numbers")
+        .map([failed](int64_t v) -> int64_t {
+          if (v == 50 && !failed->exchange(true)) throw std::runtime_error("one failure");
+          return v;
+        })
+        .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+    JobResult r = env.execute("flaky enumerator");
+    const std::string err = r.error ? r.error->to_string() : "";
+    if (!unrecoverable) {
+      EXPECT_EQ(r.status, JobStatus::kFinished) << err;
+      EXPECT_EQ(r.restarts, 3) << "the task's failure, then two restarts that could not deploy the source";
+      EXPECT_EQ(source->calls(), 4);
+    } else {
+      EXPECT_EQ(r.status, JobStatus::kFailed);
+      EXPECT_EQ(r.restarts, 1) << err;
+      EXPECT_NE(err.find("not recoverable by a restart: the test says so"), std::string::npos) << err;
+    }
+  }
 }
 
 // A restart loop is never RUNNING: from the failure on the job is RESTARTING, with each failure (cause, time,
