@@ -16,6 +16,7 @@
 #include <string>
 #include <system_error>
 
+#include "sluice/core/utf8.h"
 #include "sluice/core/value_json.h"
 
 namespace sluice {
@@ -68,35 +69,6 @@ int compare_doubles(double a, double b) noexcept {
 detail::HeapBytes* allocate_heap_bytes(size_t capacity) {
   void* p = ::operator new(sizeof(detail::HeapBytes) + capacity);
   return new (p) detail::HeapBytes{0, capacity};
-}
-
-// Returns the length of the valid UTF-8 sequence starting at p (RFC 3629 §4), or 0 when it is invalid
-// (bad lead byte, bad or missing continuation, overlong form, surrogate, or above U+10FFFF).
-size_t utf8_sequence_length(const unsigned char* p, size_t avail) noexcept {
-  unsigned char c = p[0];
-  if (c < 0x80) return 1;
-  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return i < avail && p[i] >= lo && p[i] <= hi;
-  };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
-size_t first_invalid_utf8(std::string_view s) noexcept {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t n = utf8_sequence_length(p + i, s.size() - i);
-    if (n == 0) return i;
-    i += n;
-  }
-  return s.size();
 }
 
 }  // namespace
@@ -1662,7 +1634,7 @@ Result<Value> Value::from_json(std::string_view json) {
   if (auto e = state.parser.iterate(simdjson::padded_string_view(input.data(), input.size(), state.buffer.size()))
                    .get(doc)) {
     if (e == simdjson::UTF8_ERROR) {
-      return json_error(json, first_invalid_utf8(json), "invalid UTF-8");
+      return json_error(json, std::min(first_invalid_utf8(json), json.size()), "invalid UTF-8");
     }
     return Error(ErrorCode::kSerialization, fmt::format("invalid JSON: {}", simdjson::error_message(e)));
   }

@@ -13,6 +13,7 @@
 
 #include "sluice/core/clock.h"
 #include "sluice/core/non_recoverable.h"
+#include "sluice/core/utf8.h"
 #include "sluice/core/value.h"
 
 namespace sluice {
@@ -88,46 +89,6 @@ Result<int64_t> parse_int(std::string_view key, const std::string& text) {
                  fmt::format("{}: property '{}' = '{}' is not an integer", kRole, key, text));
   }
   return v;
-}
-
-/// The byte index of the first invalid UTF-8 sequence, or nullopt when `s` is valid UTF-8.
-std::optional<size_t> first_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  while (i < s.size()) {
-    const unsigned char c = b[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > s.size()) return i;
-    for (size_t k = 1; k < len; ++k) {
-      if ((b[i + k] & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (b[i + k] & 0x3F);
-    }
-    const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
-bool is_utf8(std::string_view s) {
-  return !first_invalid_utf8(s).has_value();
 }
 
 std::string reset_name(KafkaOffsetReset r) {
@@ -222,10 +183,10 @@ KafkaDeserializer<std::string> string_value() {
       out.clear();
       return ok_status();
     }
-    if (auto bad = first_invalid_utf8(*m.value)) {
+    if (const size_t bad = first_invalid_utf8(*m.value); bad != std::string_view::npos) {
       return Error(ErrorCode::kSerialization,
                    fmt::format("the value is not valid UTF-8: invalid byte 0x{:02x} at byte {} of {}",
-                               static_cast<unsigned char>((*m.value)[*bad]), *bad, m.value->size()));
+                               static_cast<unsigned char>((*m.value)[bad]), bad, m.value->size()));
     }
     out.assign(*m.value);
     return ok_status();
@@ -1256,8 +1217,8 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
                                  {"key", m.key ? Value(*m.key) : Value::null()},
                                  {"record", m.value ? Value(*m.value) : Value::null()}});
     // JSON strings hold UTF-8 text only: keep the exact bytes of a key or value that is not.
-    if (m.key && !is_utf8(*m.key)) entry.set("key_base64", Value::bytes(*m.key));
-    if (m.value && !is_utf8(*m.value)) entry.set("record_base64", Value::bytes(*m.value));
+    if (m.key && !is_valid_utf8(*m.key)) entry.set("key_base64", Value::bytes(*m.key));
+    if (m.value && !is_valid_utf8(*m.value)) entry.set("record_base64", Value::bytes(*m.value));
     dead_letter_->append(entry).value_or_throw();
     unsynced_dead_letters_ = true;
   }

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "sluice/core/utf8.h"
 #include "sluice/core/value_json.h"
 
 namespace sluice::postgres {
@@ -19,42 +20,6 @@ namespace {
 
 Error value_error(std::string message) {
   return Error(ErrorCode::kSerialization, std::move(message));
-}
-
-// The offset of the first byte of `s` that does not start a valid UTF-8 sequence (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF), or npos.
-size_t first_invalid_utf8(std::string_view s) noexcept {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 bool iequals(std::string_view a, std::string_view b) {
