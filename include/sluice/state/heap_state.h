@@ -541,6 +541,11 @@ class HeapKvState : public HeapStateBase<K> {
   }
   // `e` may come from peek_current (the erase then clones the group first).
   void erase(int32_t g, const Entry* e) { table_.erase(g, e); }
+  // Removes the current key's entry in the current namespace (every state kind's clear()).
+  void clear_current() {
+    const int32_t g = group();
+    if (const Entry* pos = peek_current(g); pos != nullptr) erase(g, pos);
+  }
   // The writable entry for `e`, which peek_current returned for group g: `e` itself when the group is
   // private, otherwise the same entry in the group's new private copy.
   Entry* writable(int32_t g, const Entry* e) {
@@ -683,6 +688,86 @@ struct MapSlot {
   absl::flat_hash_map<UK, MapValue<UV>, StateHasher<UK>> map;
 };
 
+/// What the states whose slot is one value with its last-access timestamp (value, reducing, aggregating) share:
+/// the snapshot entry value (the value, then with TTL the timestamp) and expiry of the whole slot; and the
+/// TTL-aware read and namespace merge of ReducingState and AggregatingState.
+template <class K, class N, class V>
+class HeapTtlSlotState : public HeapKvState<K, N, TtlSlot<V>> {
+  using Base = HeapKvState<K, N, TtlSlot<V>>;
+
+ protected:
+  using Slot = TtlSlot<V>;
+  using Entry = typename Base::Entry;
+
+  HeapTtlSlotState(std::string name, StateKind kind, const StateTtlConfig& ttl, const KeyContext<K>& ctx,
+                   const Clock& clock, int32_t num_groups)
+      : Base(std::move(name), kind, ttl, ctx, clock, num_groups, &write_slot) {}
+
+  /// `project(value)` of the current key's value, or nullopt when there is none. An expired value is removed;
+  /// it is projected (as an rvalue) first only when the TTL config returns expired values.
+  template <class R, class Project>
+  std::optional<R> get_current(Project project) {
+    int32_t g = this->group();
+    TimestampMs now = this->begin_access();
+    const Entry* pos = this->peek_current(g);
+    if (pos == nullptr) return std::nullopt;
+    if (this->ttl_on()) {
+      if (this->expired(pos->second.ts, now)) {
+        Entry* w = this->writable(g, pos);
+        std::optional<R> result;
+        if (this->return_expired()) result = project(std::move(w->second.value));
+        this->erase(g, w);
+        return result;
+      }
+      if (this->refresh_on_read()) this->writable(g, pos)->second.ts = now;
+    }
+    return project(std::as_const(pos->second.value));
+  }
+
+  /// Combines the values of `sources` (skipping expired ones) into `target` with `combine(V&& a, const V& b)`
+  /// and removes the sources, for the current key (Flink's mergeNamespaces). `sources` may contain `target`.
+  template <class Combine>
+  void merge_current(const N& target, std::span<const N> sources, Combine combine) {
+    int32_t g = this->group();
+    TimestampMs now = this->begin_access();
+    std::optional<V> merged;
+    for (const N& source : sources) {
+      Entry* pos = this->find_in(g, source);
+      if (pos == nullptr) continue;
+      Slot& slot = pos->second;
+      if (!this->ttl_on() || !this->expired(slot.ts, now)) {
+        if (merged) {
+          merged = combine(std::move(*merged), std::as_const(slot.value));
+        } else {
+          merged = std::move(slot.value);
+        }
+      }
+      this->erase(g, pos);
+    }
+    if (!merged) return;
+    auto [pos, inserted] = this->insert_in(g, target);
+    Slot& slot = pos->second;
+    if (!inserted && !(this->ttl_on() && this->expired(slot.ts, now))) {
+      slot.value = combine(std::move(slot.value), std::as_const(*merged));
+    } else {
+      slot.value = std::move(*merged);
+    }
+    slot.ts = now;
+  }
+
+ private:
+  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
+    TypeSerializer<V>::serialize(slot.value, out);
+    if (ttl) out.write_fixed<int64_t>(slot.ts);
+  }
+  void read_slot(Slot& slot, DataInput& in) final {
+    TypeSerializer<V>::deserialize(slot.value, in);
+    if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
+  }
+  bool has_expired(const Slot& slot, TimestampMs now) const final { return this->expired(slot.ts, now); }
+  bool purge_expired(Slot& slot, TimestampMs now) final { return this->expired(slot.ts, now); }
+};
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------------------
@@ -691,17 +776,17 @@ struct MapSlot {
 
 /// ValueState on the heap backend. Snapshot entry value: the value, then (TTL) the timestamp.
 template <class K, class N, class T>
-class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>>, public ValueState<T> {
-  using Base = detail::HeapKvState<K, N, detail::TtlSlot<T>>;
-  using Slot = detail::TtlSlot<T>;
-  using Entry = typename Base::Entry;
+class HeapValueState final : public detail::HeapTtlSlotState<K, N, T>, public ValueState<T> {
+  using Base = detail::HeapTtlSlotState<K, N, T>;
+  using typename Base::Entry;
+  using typename Base::Slot;
 
  public:
   using ValueType = T;
 
   HeapValueState(const ValueStateDescriptor<T>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                  int32_t num_groups)
-      : Base(d.name, StateKind::kValue, d.ttl, ctx, clock, num_groups, &write_slot), default_(d.default_value) {}
+      : Base(d.name, StateKind::kValue, d.ttl, ctx, clock, num_groups), default_(d.default_value) {}
 
   const T& value() override {
     int32_t g = this->group();
@@ -743,11 +828,7 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
   void update(const T& value) override { write(value); }
   void update(T&& value) override { write(std::move(value)); }
 
-  void clear() override {
-    int32_t g = this->group();
-    const Entry* pos = this->peek_current(g);
-    if (pos != nullptr) this->erase(g, pos);
-  }
+  void clear() override { this->clear_current(); }
 
  private:
   template <class V>
@@ -759,17 +840,6 @@ class HeapValueState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>
     slot.ts = now;
     this->end_write(now);
   }
-
-  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
-    TypeSerializer<T>::serialize(slot.value, out);
-    if (ttl) out.write_fixed<int64_t>(slot.ts);
-  }
-  void read_slot(Slot& slot, DataInput& in) override {
-    TypeSerializer<T>::deserialize(slot.value, in);
-    if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
-  }
-  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
-  bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
 
   T default_;
   T scratch_{};
@@ -846,11 +916,7 @@ class HeapListState final : public detail::HeapKvState<K, N, detail::ListSlot<T>
     this->end_write(now);
   }
 
-  void clear() override {
-    int32_t g = this->group();
-    const Entry* pos = this->peek_current(g);
-    if (pos != nullptr) this->erase(g, pos);
-  }
+  void clear() override { this->clear_current(); }
 
   /// Appends the lists of `sources` (in order, skipping expired elements) to the list of `target` and
   /// removes the sources, for the current key (Flink's mergeNamespaces, used by merging windows).
@@ -1049,11 +1115,7 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
   }
   void for_each(const std::function<void(const UK&, const UV&)>& fn) override { visit(fn); }
 
-  void clear() override {
-    int32_t g = this->group();
-    const Entry* pos = this->peek_current(g);
-    if (pos != nullptr) this->erase(g, pos);
-  }
+  void clear() override { this->clear_current(); }
 
  private:
   // Visits the entries of the current key and namespace, applying TTL: expired entries are skipped (or,
@@ -1125,34 +1187,20 @@ class HeapMapState final : public detail::HeapKvState<K, N, detail::MapSlot<UK, 
 /// ReducingState on the heap backend; TTL applies to the reduced value. An expired value is dropped, not
 /// reduced with. Snapshot entry value: the value, then (TTL) the timestamp.
 template <class K, class N, class T>
-class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot<T>>, public ReducingState<T> {
-  using Base = detail::HeapKvState<K, N, detail::TtlSlot<T>>;
-  using Slot = detail::TtlSlot<T>;
-  using Entry = typename Base::Entry;
+class HeapReducingState final : public detail::HeapTtlSlotState<K, N, T>, public ReducingState<T> {
+  using Base = detail::HeapTtlSlotState<K, N, T>;
+  using typename Base::Entry;
+  using typename Base::Slot;
 
  public:
   using ValueType = T;
 
   HeapReducingState(const ReducingStateDescriptor<T>& d, const detail::KeyContext<K>& ctx, const Clock& clock,
                     int32_t num_groups)
-      : Base(d.name, StateKind::kReducing, d.ttl, ctx, clock, num_groups, &write_slot), reduce_(d.reduce) {}
+      : Base(d.name, StateKind::kReducing, d.ttl, ctx, clock, num_groups), reduce_(d.reduce) {}
 
   std::optional<T> get() override {
-    int32_t g = this->group();
-    TimestampMs now = this->begin_access();
-    const Entry* pos = this->peek_current(g);
-    if (pos == nullptr) return std::nullopt;
-    if (this->ttl_on()) {
-      if (this->expired(pos->second.ts, now)) {
-        Entry* w = this->writable(g, pos);
-        std::optional<T> result;
-        if (this->return_expired()) result = std::move(w->second.value);
-        this->erase(g, w);
-        return result;
-      }
-      if (this->refresh_on_read()) this->writable(g, pos)->second.ts = now;
-    }
-    return pos->second.value;
+    return this->template get_current<T>([](auto&& value) -> T { return std::forward<decltype(value)>(value); });
   }
 
   void add(const T& value) override {
@@ -1175,54 +1223,15 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
     this->end_write(now);
   }
 
-  void clear() override {
-    int32_t g = this->group();
-    const Entry* pos = this->peek_current(g);
-    if (pos != nullptr) this->erase(g, pos);
-  }
+  void clear() override { this->clear_current(); }
 
   /// Reduces the values of `sources` (skipping expired ones) into `target` and removes the sources, for the
   /// current key (Flink's mergeNamespaces). `sources` may contain `target`.
   void merge_namespaces(const N& target, std::span<const N> sources) {
-    int32_t g = this->group();
-    TimestampMs now = this->begin_access();
-    std::optional<T> merged;
-    for (const N& source : sources) {
-      Entry* pos = this->find_in(g, source);
-      if (pos == nullptr) continue;
-      Slot& slot = pos->second;
-      if (!this->ttl_on() || !this->expired(slot.ts, now)) {
-        if (merged) {
-          merged = reduce_(std::as_const(*merged), std::as_const(slot.value));
-        } else {
-          merged = std::move(slot.value);
-        }
-      }
-      this->erase(g, pos);
-    }
-    if (!merged) return;
-    auto [pos, inserted] = this->insert_in(g, target);
-    Slot& slot = pos->second;
-    if (!inserted && !(this->ttl_on() && this->expired(slot.ts, now))) {
-      slot.value = reduce_(std::as_const(slot.value), std::as_const(*merged));
-    } else {
-      slot.value = std::move(*merged);
-    }
-    slot.ts = now;
+    this->merge_current(target, sources, [this](T&& a, const T& b) { return reduce_(std::as_const(a), b); });
   }
 
  private:
-  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
-    TypeSerializer<T>::serialize(slot.value, out);
-    if (ttl) out.write_fixed<int64_t>(slot.ts);
-  }
-  void read_slot(Slot& slot, DataInput& in) override {
-    TypeSerializer<T>::deserialize(slot.value, in);
-    if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
-  }
-  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
-  bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
-
   std::function<T(const T&, const T&)> reduce_;
 };
 
@@ -1233,11 +1242,10 @@ class HeapReducingState final : public detail::HeapKvState<K, N, detail::TtlSlot
 /// AggregatingState on the heap backend; TTL applies to the accumulator. Snapshot entry value: the
 /// accumulator, then (TTL) the timestamp.
 template <class K, class N, class In, class Acc, class Out>
-class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlSlot<Acc>>,
-                                   public AggregatingState<In, Out> {
-  using Base = detail::HeapKvState<K, N, detail::TtlSlot<Acc>>;
-  using Slot = detail::TtlSlot<Acc>;
-  using Entry = typename Base::Entry;
+class HeapAggregatingState final : public detail::HeapTtlSlotState<K, N, Acc>, public AggregatingState<In, Out> {
+  using Base = detail::HeapTtlSlotState<K, N, Acc>;
+  using typename Base::Entry;
+  using typename Base::Slot;
 
  public:
   using InputType = In;
@@ -1246,23 +1254,10 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
 
   HeapAggregatingState(const AggregatingStateDescriptor<In, Acc, Out>& d, const detail::KeyContext<K>& ctx,
                        const Clock& clock, int32_t num_groups)
-      : Base(d.name, StateKind::kAggregating, d.ttl, ctx, clock, num_groups, &write_slot), fn_(d.aggregate) {}
+      : Base(d.name, StateKind::kAggregating, d.ttl, ctx, clock, num_groups), fn_(d.aggregate) {}
 
   std::optional<Out> get() override {
-    int32_t g = this->group();
-    TimestampMs now = this->begin_access();
-    const Entry* pos = this->peek_current(g);
-    if (pos == nullptr) return std::nullopt;
-    if (this->ttl_on()) {
-      if (this->expired(pos->second.ts, now)) {
-        std::optional<Out> result;
-        if (this->return_expired()) result = fn_->get_result(pos->second.value);
-        this->erase(g, pos);
-        return result;
-      }
-      if (this->refresh_on_read()) this->writable(g, pos)->second.ts = now;
-    }
-    return fn_->get_result(pos->second.value);
+    return this->template get_current<Out>([this](const Acc& acc) { return fn_->get_result(acc); });
   }
 
   void add(const In& value) override {
@@ -1289,54 +1284,15 @@ class HeapAggregatingState final : public detail::HeapKvState<K, N, detail::TtlS
     this->end_write(now);
   }
 
-  void clear() override {
-    int32_t g = this->group();
-    const Entry* pos = this->peek_current(g);
-    if (pos != nullptr) this->erase(g, pos);
-  }
+  void clear() override { this->clear_current(); }
 
   /// Merges the accumulators of `sources` (skipping expired ones) into `target` and removes the sources, for
   /// the current key (Flink's mergeNamespaces). `sources` may contain `target`.
   void merge_namespaces(const N& target, std::span<const N> sources) {
-    int32_t g = this->group();
-    TimestampMs now = this->begin_access();
-    std::optional<Acc> merged;
-    for (const N& source : sources) {
-      Entry* pos = this->find_in(g, source);
-      if (pos == nullptr) continue;
-      Slot& slot = pos->second;
-      if (!this->ttl_on() || !this->expired(slot.ts, now)) {
-        if (merged) {
-          merged = fn_->merge(std::move(*merged), std::as_const(slot.value));
-        } else {
-          merged = std::move(slot.value);
-        }
-      }
-      this->erase(g, pos);
-    }
-    if (!merged) return;
-    auto [pos, inserted] = this->insert_in(g, target);
-    Slot& slot = pos->second;
-    if (!inserted && !(this->ttl_on() && this->expired(slot.ts, now))) {
-      slot.value = fn_->merge(std::move(slot.value), std::as_const(*merged));
-    } else {
-      slot.value = std::move(*merged);
-    }
-    slot.ts = now;
+    this->merge_current(target, sources, [this](Acc&& a, const Acc& b) { return fn_->merge(std::move(a), b); });
   }
 
  private:
-  static void write_slot(const Slot& slot, bool ttl, DataOutput& out) {
-    TypeSerializer<Acc>::serialize(slot.value, out);
-    if (ttl) out.write_fixed<int64_t>(slot.ts);
-  }
-  void read_slot(Slot& slot, DataInput& in) override {
-    TypeSerializer<Acc>::deserialize(slot.value, in);
-    if (this->ttl_on()) slot.ts = in.read_fixed<int64_t>();
-  }
-  bool has_expired(const Slot& slot, TimestampMs now) const override { return this->expired(slot.ts, now); }
-  bool purge_expired(Slot& slot, TimestampMs now) override { return this->expired(slot.ts, now); }
-
   std::shared_ptr<AggregateFunction<In, Acc, Out>> fn_;
 };
 
