@@ -23,6 +23,7 @@
 #include "sluice/core/config.h"
 #include "sluice/core/error.h"
 #include "sluice/pipeline/pipeline_spec.h"
+#include "sluice/web/job_health.h"
 
 namespace sluice {
 class StreamGraph;
@@ -30,21 +31,8 @@ class StreamGraph;
 
 namespace sluice::pipeline {
 
-/// The verdict of /health.
-struct HealthReport {
-  bool healthy = false;
-  std::string status;              ///< the job's status ("RUNNING", "FAILED", ...)
-  std::string reason;              ///< why unhealthy ("" when healthy)
-  int64_t checkpoint_age_ms = -1;  ///< since the last completed checkpoint (or since the start), -1 unknown
-  int64_t source_lag_ms = -1;      ///< -1 unknown
-  int restarts = 0;                ///< failover restarts so far
-  std::string last_failure;        ///< the latest failure's message ("" when none)
-  int64_t last_failure_ms = -1;    ///< when it happened (ms since the epoch), -1 when none
-
-  /// {"healthy":..,"status":..,"reason":..,"checkpoint_age_ms":..,"source_lag_ms":..,"restarts":..,
-  /// "last_failure":..,"last_failure_ms":..}
-  std::string to_json() const;
-};
+/// The verdict of /health (web/job_health.h, shared with the REST server).
+using HealthReport = ::sluice::HealthReport;
 
 class PipelineRunner {
  public:
@@ -71,10 +59,12 @@ class PipelineRunner {
   /// last duration and size, age of the last completed), restarts, job status, pipeline counters and the
   /// source's lag and position gauges.
   std::string metrics_text() const;
-  /// Unhealthy while the job is RESTARTING (the reason names the restart count and the latest failure's time
-  /// and cause) or in any state but RUNNING. Healthy when the job is RUNNING, the last completed checkpoint (or the
-  /// start, before the first) is at most max-checkpoint-age old, and the source lag is within max-source-lag when set.
+  /// evaluate_job_health() with the pipeline's health.* bounds and its source's lag and connection: every reason
+  /// named (job-not-running with the restart count and the latest failure's time and cause, recent-failure,
+  /// checkpoint-age, failed-checkpoints, source-lag, source-disconnected). Healthy when none applies.
   HealthReport health() const;
+  /// The health bounds in force (from the pipeline's health.* and checkpoint interval).
+  JobHealthOptions health_options() const;
 
   /// Once this job has completed a checkpoint of its own, deletes the job directories of earlier runs under the
   /// checkpoint storage (`<storage>/<job-id>/`, finished or not): the next run resumes from this job's

@@ -136,6 +136,7 @@ struct PipelineSettings {
   int http_port = -1;                        ///< /metrics and /health; -1 disabled, 0 ephemeral
   int64_t health_max_checkpoint_age_ms = 0;  ///< 0 = 3 x checkpoint interval + 10 s
   int64_t health_max_source_lag_ms = 0;      ///< 0 = no bound
+  int health_max_failed_checkpoints = 3;     ///< consecutive failed checkpoints that make /health fail; 0 = off
   /// /health stays unhealthy for this long after a failure, also once the job is RUNNING again (0 = off).
   int64_t health_restart_grace_ms = 60'000;
   /// Engine options passed through as written (`config:` map of Flink-style keys, e.g.

@@ -112,18 +112,6 @@ std::string find_latest_checkpoint(const std::string& storage) {
   return best;
 }
 
-std::string HealthReport::to_json() const {
-  return Value::object({{"healthy", Value(healthy)},
-                        {"status", Value(status)},
-                        {"reason", Value(reason)},
-                        {"checkpoint_age_ms", Value(checkpoint_age_ms)},
-                        {"source_lag_ms", Value(source_lag_ms)},
-                        {"restarts", Value(restarts)},
-                        {"last_failure", last_failure_ms >= 0 ? Value(last_failure) : Value()},
-                        {"last_failure_ms", Value(last_failure_ms)}})
-      .to_json();
-}
-
 struct PipelineRunner::State {
   PipelineSpec spec;
   Configuration config;
@@ -147,6 +135,9 @@ struct PipelineRunner::State {
   int lock_fd = -1;                 // flock(2)ed while the runner lives: one run per checkpoint storage
   bool superseded_removed = false;  // remove_superseded_checkpoints() ran (once per run)
   std::string kept_job_dir;         // the job directory of an explicit execution.state-recovery.path, kept
+
+  /// The source's lag, for /health.
+  std::vector<SourceHealth> source_health(int64_t now) const;
 
   State() = default;
   State(const State&) = delete;
@@ -482,6 +473,31 @@ std::string PipelineRunner::metrics_text() const {
            "Time since the last completed checkpoint (since the start before the first), ms.");
     out += fmt::format("sluice_checkpoint_age_ms{{job=\"{}\"}} {}\n", job,
                        wall_ms() - (last_completed_ms >= 0 ? last_completed_ms : s_->start_wall_ms));
+    family("sluice_checkpoints_failed_consecutive", "gauge",
+           "The latest checkpoints that failed, counted back to the last completed one (savepoints aside).");
+    out +=
+        fmt::format("sluice_checkpoints_failed_consecutive{{job=\"{}\"}} {}\n", job, failed_checkpoints_in_a_row(cps));
+  }
+  // The bounds of /health, so that alert rules (deploy/monitoring/sluice-alerts.yml) fire on the same conditions
+  // as /health without repeating each job's settings. A bound that is off is not exported.
+  const JobHealthOptions bounds = health_options();
+  if (const int64_t b = bounds.checkpoint_age_bound_ms(); b > 0) {
+    family("sluice_health_checkpoint_age_bound_ms", "gauge",
+           "health.max-checkpoint-age in force (default 3 x checkpoint interval + 10 s), ms.");
+    out += fmt::format("sluice_health_checkpoint_age_bound_ms{{job=\"{}\"}} {}\n", job, b);
+  }
+  if (bounds.max_failed_checkpoints > 0) {
+    family("sluice_health_failed_checkpoints_bound", "gauge", "health.max-failed-checkpoints (consecutive).");
+    out += fmt::format("sluice_health_failed_checkpoints_bound{{job=\"{}\"}} {}\n", job, bounds.max_failed_checkpoints);
+  }
+  if (bounds.max_source_lag_ms > 0) {
+    family("sluice_health_source_lag_bound_ms", "gauge", "health.max-source-lag, ms.");
+    out += fmt::format("sluice_health_source_lag_bound_ms{{job=\"{}\"}} {}\n", job, bounds.max_source_lag_ms);
+  }
+  {
+    const HealthReport h = health();
+    family("sluice_job_healthy", "gauge", "1 when /health answers 200, else 0.");
+    out += fmt::format("sluice_job_healthy{{job=\"{}\"}} {}\n", job, h.healthy ? 1 : 0);
   }
   const PipelineCounters& k = *s_->counters;
   auto counter = [&](std::string_view name, std::string_view help, int64_t v) {
@@ -509,62 +525,39 @@ std::string PipelineRunner::metrics_text() const {
   return out;
 }
 
+JobHealthOptions PipelineRunner::health_options() const {
+  const PipelineSettings& p = s_->spec.pipeline;
+  JobHealthOptions o;
+  o.checkpoint_interval_ms = p.checkpoint_interval_ms;
+  o.max_checkpoint_age_ms = p.health_max_checkpoint_age_ms;
+  o.max_failed_checkpoints = p.health_max_failed_checkpoints;
+  o.max_source_lag_ms = p.health_max_source_lag_ms;
+  o.restart_grace_ms = p.health_restart_grace_ms;
+  return o;
+}
+
+std::vector<SourceHealth> PipelineRunner::State::source_health(int64_t now) const {
+  SourceHealth s;
+  s.name = probe.type;
+  s.lag_ms = probe.lag_ms ? probe.lag_ms(now) : -1;
+  return {s};
+}
+
 HealthReport PipelineRunner::health() const {
-  HealthReport h;
   std::optional<JobClient> c;
   {
     std::lock_guard lock(s_->mu);
     c = s_->client;
   }
-  const JobStatus st = c ? c->status() : JobStatus::kCreated;
-  h.status = job_status_name(st);
   const int64_t now = wall_ms();
-  const PipelineSettings& p = s_->spec.pipeline;
-  h.source_lag_ms = s_->probe.lag_ms(now);
-  if (c && p.checkpoint_interval_ms > 0) {
-    int64_t last = s_->start_wall_ms;
-    for (const auto& cp : c->checkpoint_stats()) {
-      if (cp.completed) last = std::max(last, cp.trigger_time_ms + cp.duration_ms);
-    }
-    h.checkpoint_age_ms = now - last;
-  }
-  if (c) {
-    h.restarts = c->restarts();
-    if (const std::vector<JobExceptionInfo> failures = c->exceptions(); !failures.empty()) {
-      h.last_failure = failures[0].message;
-      h.last_failure_ms = failures[0].timestamp_ms;
-    }
-  }
-  if (st != JobStatus::kRunning) {
-    h.reason = fmt::format("the job is {}", h.status);
-    if ((st == JobStatus::kRestarting || st == JobStatus::kFailing || st == JobStatus::kFailed) &&
-        h.last_failure_ms >= 0) {
-      h.reason += fmt::format(" (restart {}) after a failure {} ms ago: {}", h.restarts, now - h.last_failure_ms,
-                              h.last_failure);
-    }
+  if (!c) {
+    HealthReport h;
+    h.status = job_status_name(JobStatus::kCreated);
+    h.reasons.push_back(HealthReason{"job-not-running", "the job is CREATED"});
+    h.reason = h.reasons.back().message;
     return h;
   }
-  // A job that failed recently is not healthy, even while an attempt runs: in a restart loop each attempt is
-  // RUNNING for a while (re-reading, re-decoding) before it fails again, and /health must not flap green then.
-  if (p.health_restart_grace_ms > 0 && h.last_failure_ms >= 0 && now - h.last_failure_ms < p.health_restart_grace_ms) {
-    h.reason = fmt::format(
-        "the job failed {} ms ago (restart {}) and runs again, but counts as healthy only after {} ms without a "
-        "failure (health.restart-grace); the failure: {}",
-        now - h.last_failure_ms, h.restarts, p.health_restart_grace_ms, h.last_failure);
-    return h;
-  }
-  const int64_t max_age =
-      p.health_max_checkpoint_age_ms > 0 ? p.health_max_checkpoint_age_ms : 3 * p.checkpoint_interval_ms + 10'000;
-  if (p.checkpoint_interval_ms > 0 && h.checkpoint_age_ms > max_age) {
-    h.reason = fmt::format("the last completed checkpoint is {} ms old (bound {} ms)", h.checkpoint_age_ms, max_age);
-    return h;
-  }
-  if (p.health_max_source_lag_ms > 0 && h.source_lag_ms > p.health_max_source_lag_ms) {
-    h.reason = fmt::format("the source lags {} ms behind (bound {} ms)", h.source_lag_ms, p.health_max_source_lag_ms);
-    return h;
-  }
-  h.healthy = true;
-  return h;
+  return evaluate_job_health(*c, health_options(), s_->start_wall_ms, s_->source_health(now), now);
 }
 
 std::string PipelineRunner::summary(const JobResult& result) const {

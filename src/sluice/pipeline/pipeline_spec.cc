@@ -251,7 +251,8 @@ constexpr std::array<std::string_view, 2> kDeliveries{"at-least-once", "exactly-
 constexpr std::array<std::string_view, 4> kRestartKeys{"strategy", "attempts", "delay", "max-delay"};
 constexpr std::array<std::string_view, 3> kRestartStrategies{"none", "fixed-delay", "exponential-delay"};
 constexpr std::array<std::string_view, 2> kHttpKeys{"address", "port"};
-constexpr std::array<std::string_view, 3> kHealthKeys{"max-checkpoint-age", "max-source-lag", "restart-grace"};
+constexpr std::array<std::string_view, 4> kHealthKeys{"max-checkpoint-age", "max-failed-checkpoints", "max-source-lag",
+                                                      "restart-grace"};
 constexpr std::array<std::string_view, 6> kTransformKeys{"match", "filter", "projection", "key", "function", "event"};
 constexpr std::array<std::string_view, 8> kFunctionKeys{"runtime",         "module",        "export",  "batch-size",
                                                         "batch-max-delay", "max-in-flight", "timeout", "memory"};
@@ -523,6 +524,8 @@ class Parser {
         for (const Entry& h : mapping(e)) {
           if (h.key == "max-checkpoint-age") {
             out.health_max_checkpoint_age_ms = duration(h);
+          } else if (h.key == "max-failed-checkpoints") {
+            out.health_max_failed_checkpoints = static_cast<int>(integer(h, 0, 1'000'000));
           } else if (h.key == "max-source-lag") {
             out.health_max_source_lag_ms = duration(h);
           } else if (h.key == "restart-grace") {

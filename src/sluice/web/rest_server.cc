@@ -17,6 +17,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/value.h"
+#include "sluice/web/job_health.h"
 
 namespace sluice {
 namespace {
@@ -455,18 +456,25 @@ class RestServer::Impl {
 
   /// GET /health without a provider: healthy while every registered job is RUNNING or FINISHED.
   HealthResponse default_health() {
+    // Each job by evaluate_job_health (web/job_health.h) with the bounds every job has: not RUNNING, a failure
+    // within the restart grace, consecutive failed checkpoints. The checkpoint interval is the job's own and
+    // unknown here, so there is no checkpoint-age bound; a FINISHED job ended as it should and counts as healthy.
     Value jobs = Value::array();
     std::string reason;
     const auto entries = jobs_in_order();
+    const int64_t now = now_ms();
     for (const auto& j : entries) {
-      const JobStatus s = j->client.status();
+      const HealthReport h = evaluate_job_health(j->client, JobHealthOptions{}, j->start_time_ms, {}, now);
+      const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
+      Value reasons = Value::array();
+      for (const auto& r : h.reasons) reasons.push_back(Value::object({{"code", r.code}, {"message", r.message}}));
       jobs.push_back(Value::object({{"id", j->client.job_id()},
                                     {"name", j->name},
-                                    {"status", job_status_name(s)},
-                                    {"restarts", j->client.restarts()}}));
-      if (s != JobStatus::kRunning && s != JobStatus::kFinished && reason.empty()) {
-        reason = fmt::format("job '{}' ({}) is {}", j->name, j->client.job_id(), job_status_name(s));
-      }
+                                    {"status", h.status},
+                                    {"restarts", h.restarts},
+                                    {"healthy", healthy},
+                                    {"reasons", healthy ? Value::array() : std::move(reasons)}}));
+      if (!healthy && reason.empty()) reason = fmt::format("job '{}' ({}): {}", j->name, j->client.job_id(), h.reason);
     }
     if (entries.empty()) reason = "no job is registered yet";
     const bool healthy = reason.empty();

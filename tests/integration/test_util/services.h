@@ -44,6 +44,7 @@ inline const std::map<std::string, std::vector<std::string>>& known_services() {
       {"mongodb", {"MONGODB_URI"}},
       {"opensearch", {"OPENSEARCH_URL"}},
       {"postgres", {"PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "POSTGRES_URL"}},
+      {"prometheus", {"PROMETHEUS_URL", "PROMETHEUS_TARGETS_DIR", "PROMETHEUS_RULES_DIR"}},
   };
   return services;
 }
