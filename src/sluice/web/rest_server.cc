@@ -467,7 +467,8 @@ class RestServer::Impl {
       const HealthReport h = evaluate_job_health(j->client, JobHealthOptions{}, j->start_time_ms, {}, now);
       const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
       Value reasons = Value::array();
-      for (const auto& r : h.reasons) reasons.push_back(Value::object({{"code", r.code}, {"message", r.message}}));
+      for (const auto& r : h.reasons)
+        reasons.push_back(Value::object({{"code", r.code}, {"message", r.message}}));
       jobs.push_back(Value::object({{"id", j->client.job_id()},
                                     {"name", j->name},
                                     {"status", h.status},

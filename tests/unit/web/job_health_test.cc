@@ -3,10 +3,13 @@
 #include "sluice/web/job_health.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "sluice/web/rest_server.h"
 
 namespace sluice {
 namespace {
@@ -174,6 +177,44 @@ TEST_F(JobHealthTest, JsonNamesEveryReason) {
       << json;
   EXPECT_NE(json.find(R"("failed_checkpoints_in_a_row":0)"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("last_failure":null)"), std::string::npos) << json;
+}
+
+// A REST server without a health provider (the examples, a user's job through RestServer::execute) evaluates every
+// registered job: 503 naming the unhealthy job and its reasons; a FINISHED job counts as healthy.
+TEST(RestServerHealthTest, EveryRegisteredJobIsEvaluatedAndTheUnhealthyOneIsNamed) {
+  auto server = RestServer::start(RestServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  httplib::Client http("127.0.0.1", (*server)->port());
+  auto running = std::make_shared<ScriptedJob>();
+  running->id = "aaaa";
+  (*server)->register_job("steady", JobClient(running));
+  auto finished = std::make_shared<ScriptedJob>();
+  finished->id = "bbbb";
+  finished->st = JobStatus::kFinished;
+  (*server)->register_job("bounded", JobClient(finished));
+  auto res = http.Get("/health");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+
+  auto failing = std::make_shared<ScriptedJob>();
+  failing->id = "cccc";
+  failing->history = {checkpoint(1, 100, false), checkpoint(2, 200, false), checkpoint(3, 300, false)};
+  (*server)->register_job("flaky", JobClient(failing));
+  res = http.Get("/health");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_NE(res->body.find(R"("reason":"job 'flaky' (cccc): the last 3 checkpoints failed (bound 3, )"
+                           R"(health.max-failed-checkpoints); the latest: checkpoint 3 expired before completing")"),
+            std::string::npos)
+      << res->body;
+  EXPECT_NE(res->body.find(R"("code":"failed-checkpoints")"), std::string::npos) << res->body;
+
+  running->st = JobStatus::kRestarting;
+  failing->history.push_back(checkpoint(4, 400, true));
+  res = http.Get("/health");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_NE(res->body.find(R"("reason":"job 'steady' (aaaa): the job is RESTARTING")"), std::string::npos) << res->body;
 }
 
 }  // namespace
