@@ -20,6 +20,7 @@
 
 #include "pipeline_internal.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/connectors/dead_letter_counts.h"
 
 namespace sluice::pipeline {
@@ -96,8 +97,8 @@ std::string find_latest_checkpoint(const std::string& storage) {
       continue;
     }
     for (const auto& chk : fs::directory_iterator(job.path(), ec)) {
-      if (!chk.path().filename().string().starts_with("chk-")) continue;
-      const fs::path meta = chk.path() / "_metadata";
+      if (FileCheckpointStorage::checkpoint_id_of(chk.path()) < 0) continue;
+      const fs::path meta = chk.path() / kMetadataFileName;
       const auto t = fs::last_write_time(meta, ec);
       if (ec) {
         ec.clear();
@@ -274,7 +275,7 @@ Status PipelineRunner::start() {
   if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
     const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
     std::error_code ec;
-    if (!latest.empty() && !fs::exists(fs::path(latest) / "_metadata", ec)) {
+    if (!latest.empty() && !fs::exists(fs::path(latest) / kMetadataFileName, ec)) {
       // Only a stopped job's savepoint can be gone (a checkpoint is found by its _metadata): starting over
       // instead would re-read a CDC source's snapshot and repeat every row.
       return Error(ErrorCode::kCheckpoint,
