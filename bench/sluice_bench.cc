@@ -1,6 +1,8 @@
 // sluice-bench: end-to-end benchmarks on the local mini-cluster.
 //
 //   sluice-bench nexmark --query q1 --events 10000000 --parallelism 2 [--rate 10000] [--format json]
+//                        [--metrics-scrape-ms 1000]
+//   sluice-bench metrics-scrape [--operators 100] [--parallelism 8] [--scrapes 50]
 //   sluice-bench checkpoint state|throughput|recovery [--state-mb 100] [--intervals none,10s,1s,200ms] ...
 //   sluice-bench nexmark-kafka-fill --bootstrap HOST:PORT --topic T --events N [--partitions 2]
 //   sluice-bench nexmark-kafka-q1 --bootstrap HOST:PORT --input T --output T2 [--parallelism 2] ...
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -24,13 +27,18 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "checkpoint_bench.h"
 #include "nexmark/queries.h"
 #include "nexmark/source.h"
 #include "nexmark_kafka_bench.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/metrics/job_metrics.h"
+#include "sluice/metrics/metric_registry.h"
 
 namespace {
 
@@ -121,6 +129,9 @@ struct NexmarkOptions {
   double rate = 10'000;
   uint64_t seed = 0;
   std::string format = "text";
+  /// > 0: the job's metrics are registered (metrics/JobMetrics) and scraped (Prometheus text) every this many ms
+  /// while it runs, as a Prometheus server would; 0: no registry.
+  int64_t metrics_scrape_ms = 0;
 };
 
 int run_nexmark(const NexmarkOptions& opt) {
@@ -163,7 +174,20 @@ int run_nexmark(const NexmarkOptions& opt) {
   rusage after{};
   getrusage(RUSAGE_SELF, &before);
   const auto start = std::chrono::steady_clock::now();
-  sluice::JobResult result = env.execute(fmt::format("nexmark {}", query->name));
+  sluice::JobResult result;
+  int64_t scrapes = 0;
+  if (opt.metrics_scrape_ms > 0) {
+    sluice::JobClient client = env.execute_async(fmt::format("nexmark {}", query->name));
+    sluice::metrics::MetricRegistry registry;
+    auto job_metrics = std::make_unique<sluice::metrics::JobMetrics>(registry, client, query->name);
+    while (!client.wait_for(std::chrono::milliseconds(opt.metrics_scrape_ms))) {
+      const std::string text = registry.prometheus_text();
+      if (!text.empty()) ++scrapes;
+    }
+    result = client.wait();
+  } else {
+    result = env.execute(fmt::format("nexmark {}", query->name));
+  }
   const auto end = std::chrono::steady_clock::now();
   getrusage(RUSAGE_SELF, &after);
   if (!checkpoint_dir.empty()) {
@@ -190,10 +214,61 @@ int run_nexmark(const NexmarkOptions& opt) {
   } else {
     fmt::print(
         "nexmark {}: events {}, parallelism {}, wall {:.3f} s, {:.0f} events/s, cpu {:.3f} s, {:.0f} events/cpu-s, "
-        "peak RSS {:.1f} MiB, output records {}\n",
+        "peak RSS {:.1f} MiB, output records {}, metrics scrapes {}\n",
         query->name, opt.events, opt.parallelism, wall, events / wall, cpu, events / cpu, peak_rss_mib,
-        output_records->load());
+        output_records->load(), scrapes);
   }
+  return 0;
+}
+
+struct MetricsScrapeOptions {
+  int operators = 100;
+  int parallelism = 8;
+  int scrapes = 50;
+};
+
+/// A running job of `operators` chained operators (a rate-limited datagen source, maps, a discarding sink) at
+/// `parallelism`: times MetricRegistry::prometheus_text() (what GET /metrics serves) and prints the median and
+/// the largest of `scrapes` scrapes, the series count and the bytes.
+int run_metrics_scrape(const MetricsScrapeOptions& opt) {
+  sluice::StreamEnvironment env;
+  env.set_parallelism(opt.parallelism);
+  auto source = std::make_shared<sluice::DataGeneratorSource<int64_t>>(
+      [](int64_t i) { return i; }, sluice::DataGeneratorSource<int64_t>::kUnbounded, 1000.0 * opt.parallelism);
+  sluice::DataStream<int64_t> s = env.from_source(source, "numbers");
+  for (int i = 0; i < opt.operators - 2; ++i)
+    s = s.map([](int64_t v) { return v + 1; }).name(fmt::format("map-{}", i));
+  discard(s, std::make_shared<std::atomic<int64_t>>(0));
+  sluice::JobClient client = env.execute_async("metrics scrape");
+  sluice::metrics::MetricRegistry registry;
+  sluice::metrics::JobMetrics job_metrics(registry, client, "metrics scrape");
+  // Wait until every subtask is registered (they appear on the first scrape after deployment).
+  const size_t want_ops = static_cast<size_t>(opt.operators) * static_cast<size_t>(opt.parallelism);
+  size_t series = 0, bytes = 0;
+  for (int i = 0; i < 600; ++i) {
+    const std::string t = registry.prometheus_text();
+    size_t ops = 0;
+    for (size_t p = t.find("\nflink_taskmanager_job_task_operator_numRecordsIn{"); p != std::string::npos;
+         p = t.find("\nflink_taskmanager_job_task_operator_numRecordsIn{", p + 1))
+      ++ops;
+    if (ops >= want_ops) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < opt.scrapes; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string t = registry.prometheus_text();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    bytes = t.size();
+    series = static_cast<size_t>(std::count(t.begin(), t.end(), '\n')) -
+             2 * static_cast<size_t>(std::count(t.begin(), t.end(), '#') / 2);
+  }
+  client.cancel();
+  client.wait();
+  std::sort(ms.begin(), ms.end());
+  fmt::print(
+      "metrics scrape: {} operators x {} subtasks: {} series, {} bytes, median {:.2f} ms, max {:.2f} ms ({} scrapes)\n",
+      opt.operators, opt.parallelism, series, bytes, ms[ms.size() / 2], ms.back(), ms.size());
   return 0;
 }
 
@@ -244,6 +319,18 @@ int main(int argc, char** argv) {
   nexmark->add_option("--format", opt.format, "Output format")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  nexmark
+      ->add_option("--metrics-scrape-ms", opt.metrics_scrape_ms,
+                   "Register the job's metrics and scrape them every N ms while it runs (0: no registry)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+
+  MetricsScrapeOptions scrape_opt;
+  auto* metrics_scrape = app.add_subcommand(
+      "metrics-scrape", "Time /metrics of a running job of N chained operators x P subtasks (Prometheus text)");
+  metrics_scrape->add_option("--operators", scrape_opt.operators, "Operators per chain")->capture_default_str();
+  metrics_scrape->add_option("-p,--parallelism", scrape_opt.parallelism, "Subtasks")->capture_default_str();
+  metrics_scrape->add_option("--scrapes", scrape_opt.scrapes, "Scrapes to time")->capture_default_str();
 
   NexmarkOptions sum_opt;
   auto* nexmark_checksum = app.add_subcommand(
@@ -304,6 +391,7 @@ int main(int argc, char** argv) {
 
   try {
     if (nexmark->parsed()) return run_nexmark(opt);
+    if (metrics_scrape->parsed()) return run_metrics_scrape(scrape_opt);
     if (nexmark_checksum->parsed()) return run_nexmark_checksum(sum_opt);
     if (checkpoint->parsed()) return sluice::bench::run_checkpoint_bench(ck);
     if (kafka_fill->parsed()) return sluice::bench::run_nexmark_kafka_fill(kfill);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,40 @@ struct OperatorStats {
   int parallelism = 1;
   uint64_t records_in = 0;
   uint64_t records_out = 0;
+};
+
+/// Metrics of one chained operator in one subtask (Flink's operator scope).
+struct OperatorSubtaskMetrics {
+  std::string name;
+  std::string uid;
+  uint64_t records_in = 0;   ///< numRecordsIn, summed over the subtask's attempts
+  uint64_t records_out = 0;  ///< numRecordsOut, summed over the subtask's attempts
+  TimestampMs input_watermark = std::numeric_limits<int64_t>::min();   ///< currentInputWatermark (live attempt)
+  TimestampMs output_watermark = std::numeric_limits<int64_t>::min();  ///< currentOutputWatermark (live attempt)
+};
+
+/// Metrics of one subtask of a job vertex (Flink's task scope). Counters and times are summed over the
+/// subtask's attempts (they never decrease between calls); watermarks are the live attempt's.
+struct SubtaskMetrics {
+  int vertex_id = 0;
+  std::string task_name;  ///< the vertex's name: "Source: x -> Map"
+  int subtask_index = 0;  ///< 0-based
+  int parallelism = 1;
+  int attempt = 0;       ///< the current (or last) attempt number
+  bool running = false;  ///< a thread of this subtask runs now
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  int64_t run_ns = 0;                             ///< time its threads have run
+  int64_t idle_ns = 0;                            ///< of which waiting for input
+  int64_t backpressured_ns = 0;                   ///< of which blocked on output credit
+  std::vector<OperatorSubtaskMetrics> operators;  ///< the chain, head first
+};
+
+/// Checkpoints (and savepoints) since the job started: Flink's numberOfCompletedCheckpoints and
+/// numberOfFailedCheckpoints, which, unlike checkpoint_stats(), are not bounded by the history's length.
+struct CheckpointCounts {
+  int64_t completed = 0;
+  int64_t failed = 0;
 };
 
 /// Timings of one subtask in one checkpoint.
@@ -105,6 +140,8 @@ class JobClient {
     virtual int restarts() const = 0;
     virtual std::vector<OperatorStats> operator_stats() const { return {}; }
     virtual std::vector<JobExceptionInfo> exceptions() const { return {}; }
+    virtual std::vector<SubtaskMetrics> subtask_metrics() const { return {}; }
+    virtual CheckpointCounts checkpoint_counts() const { return {}; }
   };
   explicit JobClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -138,6 +175,11 @@ class JobClient {
   /// default), each also logged at error level when it happened.
   std::vector<JobExceptionInfo> exceptions() const { return impl_->exceptions(); }
   static constexpr size_t kMaxExceptionHistory = 16;
+  /// Per-subtask metrics (task and operator scope, Flink's names in metrics/), vertex by vertex, subtask by
+  /// subtask. Cheap: reads the tasks' single-writer counters under the job's lock, no task is stopped.
+  std::vector<SubtaskMetrics> subtask_metrics() const { return impl_->subtask_metrics(); }
+  /// Checkpoints completed and failed since the job started.
+  CheckpointCounts checkpoint_counts() const { return impl_->checkpoint_counts(); }
 
  private:
   std::shared_ptr<Impl> impl_;

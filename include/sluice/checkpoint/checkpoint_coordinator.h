@@ -145,6 +145,9 @@ class CheckpointCoordinator {
   void set_initial_restore_point(RestorePoint point);
   std::vector<CheckpointStats> stats() const;
   int64_t completed_count() const;
+  /// Checkpoints and savepoints that failed or were aborted since the coordinator started (Flink's
+  /// numberOfFailedCheckpoints).
+  int64_t failed_count() const;
   const CheckpointCoordinatorOptions& options() const { return options_; }
 
  private:
@@ -193,6 +196,7 @@ class CheckpointCoordinator {
   bool urgent_ = false;
   int consecutive_failures_ = 0;
   int64_t completed_ = 0;
+  int64_t failed_ = 0;
   std::optional<RestorePoint> latest_;
   std::map<std::string, std::string> last_coordinator_state_;
   std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_;

@@ -35,6 +35,10 @@ class StreamInputProcessor {
 
   /// Processes the elements of one available buffer (round robin over channels that are not blocked).
   Status process_next();
+  /// Bytes of the buffers taken from the channels so far (Flink's numBytesIn). Task-thread only.
+  uint64_t bytes_received() const { return bytes_received_; }
+  /// The combined watermark of this input (INT64_MIN before the first). Task-thread only.
+  TimestampMs combined_watermark() const { return combined_watermark_; }
   /// True once every channel delivered end-of-partition.
   bool finished() const { return finished_channels_ == channels_.size(); }
 
@@ -72,6 +76,7 @@ class StreamInputProcessor {
   size_t finished_channels_ = 0;
   TimestampMs combined_watermark_ = std::numeric_limits<int64_t>::min();
   bool input_idle_ = false;
+  uint64_t bytes_received_ = 0;
 };
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -46,6 +47,11 @@ class RecordWriter final : public RecordWriterBase {
   bool finished() const { return finished_; }
   /// Buffers filled and sent so far.
   uint64_t buffers_sent() const { return buffers_sent_; }
+  /// Bytes of the buffers sent so far (Flink's numBytesOut counts the same: serialized bytes handed to the
+  /// network, headers of stream elements included). Task-thread only.
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  /// The last watermark broadcast (INT64_MIN before the first). Task-thread only.
+  TimestampMs last_watermark() const { return last_watermark_; }
   /// True when some channel holds a partly filled buffer.
   bool has_unflushed_data() const { return unflushed_ > 0; }
 
@@ -57,6 +63,8 @@ class RecordWriter final : public RecordWriterBase {
   std::vector<NetworkBuffer*> current_;
   CreditWaiter& waiter_;
   uint64_t buffers_sent_ = 0;
+  uint64_t bytes_sent_ = 0;
+  TimestampMs last_watermark_ = std::numeric_limits<int64_t>::min();
   int unflushed_ = 0;
   bool finished_ = false;
 };

@@ -87,6 +87,25 @@ class TaskRuntimeContext final : public RuntimeContext {
   bool restored_ = false;
 };
 
+/// Flink's task I/O metrics (TaskIOMetricGroup) of one subtask: time spent waiting for input (idle) and for
+/// output credit (backpressured), bytes through the network, and each chained operator's watermarks. Written
+/// by the task thread only, with relaxed stores (no lock, no read-modify-write); any thread may read them and
+/// sees values at most one publication old. Times are cumulative nanoseconds of the steady clock; bytes and
+/// watermarks are published by the task whenever it flushes its outputs (at least every buffer timeout while
+/// busy) and when it goes idle or ends, so a reader lags by at most that much.
+struct TaskIoMetrics {
+  std::atomic<int64_t> idle_ns{0};           ///< waiting for input or a timer (nothing to do)
+  std::atomic<int64_t> backpressured_ns{0};  ///< blocked on an output channel without credit
+  std::atomic<uint64_t> bytes_in{0};         ///< bytes of the network buffers read (numBytesIn)
+  std::atomic<uint64_t> bytes_out{0};        ///< bytes of the network buffers sent (numBytesOut)
+  std::atomic<int64_t> start_ns{0};          ///< steady clock when the thread started (0 before)
+  std::atomic<int64_t> end_ns{0};            ///< steady clock when the thread ended (0 while it runs)
+  /// Per operator of the chain (head first), one per add_operator(): the last watermark the operator received
+  /// (currentInputWatermark) and the one it passed on (currentOutputWatermark); INT64_MIN before the first.
+  std::deque<std::atomic<int64_t>> input_watermarks;
+  std::deque<std::atomic<int64_t>> output_watermarks;
+};
+
 class Task final : public TaskServices, public CreditWaiter {
  public:
   struct Options {
@@ -122,6 +141,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void add_input(std::vector<ChannelReceiver*> channels, std::unique_ptr<RecordInput> input);
   WakeupSignal& wakeup_signal() { return wakeup_; }
   const std::vector<std::unique_ptr<StreamOperatorBase>>& operators() const { return operators_; }
+  /// The operators' uids, in the order of operators().
+  const std::vector<std::string>& operator_uids() const { return uids_; }
   /// Takes the keyed state of every operator of a task whose thread was joined
   /// (StreamOperatorBase::release_keyed_state), so that the caller may free it on another thread: freeing a
   /// large heap state takes over a second per GiB, and a restart must not wait for it. Everything with
@@ -137,6 +158,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void join();
   TaskState state() const { return state_.load(); }
   const Options& options() const { return options_; }
+  /// I/O and time metrics, readable from any thread (see TaskIoMetrics).
+  const TaskIoMetrics& io_metrics() const { return io_metrics_; }
   /// "Map -> Filter (2/4)" (1-based, as Flink prints subtasks).
   std::string display_name() const;
 
@@ -177,6 +200,8 @@ class Task final : public TaskServices, public CreditWaiter {
   void maybe_flush();
   void flush_outputs();
   void idle_wait();
+  /// Copies the task-thread counters (bytes, watermarks) into io_metrics_.
+  void publish_metrics();
   void check_cancelled() const {
     if (is_cancelled()) throw TaskCancelledException{};
   }
@@ -194,6 +219,7 @@ class Task final : public TaskServices, public CreditWaiter {
   std::vector<std::unique_ptr<StreamInputProcessor>> inputs_;
   size_t next_input_ = 0;
 
+  TaskIoMetrics io_metrics_;
   WakeupSignal wakeup_;
   std::atomic<bool> cancelled_{false};
   std::atomic<TaskState> state_{TaskState::kCreated};

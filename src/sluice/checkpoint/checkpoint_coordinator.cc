@@ -567,7 +567,13 @@ int64_t CheckpointCoordinator::completed_count() const {
   return completed_;
 }
 
+int64_t CheckpointCoordinator::failed_count() const {
+  std::lock_guard lock(mu_);
+  return failed_;
+}
+
 void CheckpointCoordinator::record_stats_locked(CheckpointStats stats) {
+  if (!stats.completed) ++failed_;
   stats_.push_back(std::move(stats));
   while (stats_.size() > kMaxStats)
     stats_.pop_front();

@@ -255,6 +255,44 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
     return out;
   }
 
+  CheckpointCounts checkpoint_counts() const override {
+    if (!coordinator_) return {};
+    return CheckpointCounts{coordinator_->completed_count(), coordinator_->failed_count()};
+  }
+  std::vector<SubtaskMetrics> subtask_metrics() const override {
+    std::lock_guard lock(mu_);
+    std::map<std::pair<int, int>, SubtaskMetrics> out = subtask_totals_;
+    for (const auto& r : regions_) {
+      if (!r.attempt) continue;
+      for (const auto& t : r.attempt->tasks) {
+        SubtaskMetrics& m = subtask_entry(out, *t);
+        add_live(m, *t);
+      }
+    }
+    // An attempt being torn down is neither in its region nor in the totals yet: keep what was reported, so
+    // counters never go down.
+    std::vector<SubtaskMetrics> v;
+    v.reserve(out.size());
+    for (auto& [key, m] : out) {
+      auto prev = reported_subtasks_.find(key);
+      if (prev != reported_subtasks_.end()) {
+        const SubtaskMetrics& p = prev->second;
+        m.bytes_in = std::max(m.bytes_in, p.bytes_in);
+        m.bytes_out = std::max(m.bytes_out, p.bytes_out);
+        m.run_ns = std::max(m.run_ns, p.run_ns);
+        m.idle_ns = std::max(m.idle_ns, p.idle_ns);
+        m.backpressured_ns = std::max(m.backpressured_ns, p.backpressured_ns);
+        for (size_t i = 0; i < m.operators.size() && i < p.operators.size(); ++i) {
+          m.operators[i].records_in = std::max(m.operators[i].records_in, p.operators[i].records_in);
+          m.operators[i].records_out = std::max(m.operators[i].records_out, p.operators[i].records_out);
+        }
+      }
+      reported_subtasks_[key] = m;
+      v.push_back(m);
+    }
+    return v;
+  }
+
   // --- TaskListener (task threads) ---
   void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) override {
     if (state == TaskState::kFinished && coordinator_) {
@@ -423,6 +461,54 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   std::optional<Error> job_error_;
   std::vector<OperatorStats> stats_;                   // per stream node, summed over finished attempts
   mutable std::vector<OperatorStats> reported_stats_;  // the last operator_stats(), so counters never go down
+  // Per (vertex id, subtask): counters summed over torn-down attempts; and the last subtask_metrics().
+  std::map<std::pair<int, int>, SubtaskMetrics> subtask_totals_;
+  mutable std::map<std::pair<int, int>, SubtaskMetrics> reported_subtasks_;
+
+  static SubtaskMetrics& subtask_entry(std::map<std::pair<int, int>, SubtaskMetrics>& m, const Task& t) {
+    const Task::Options& o = t.options();
+    SubtaskMetrics& e = m[{o.vertex_id, o.subtask_index}];
+    e.vertex_id = o.vertex_id;
+    e.task_name = o.vertex_name;
+    e.subtask_index = o.subtask_index;
+    e.parallelism = o.parallelism;
+    e.attempt = o.attempt;
+    if (e.operators.size() != t.operators().size()) {
+      e.operators.resize(t.operators().size());
+      for (size_t i = 0; i < e.operators.size(); ++i) {
+        e.operators[i].name = t.operators()[i]->name();
+        e.operators[i].uid = i < t.operator_uids().size() ? t.operator_uids()[i] : std::string();
+      }
+    }
+    return e;
+  }
+  // Adds a task's counters to `m` (relaxed reads of single-writer values: a scrape never stops a task).
+  static void add_live(SubtaskMetrics& m, const Task& t) {
+    const TaskIoMetrics& io = t.io_metrics();
+    const int64_t start = io.start_ns.load(std::memory_order_relaxed);
+    int64_t end = io.end_ns.load(std::memory_order_relaxed);
+    m.running = start != 0 && end == 0;
+    if (start != 0) {
+      if (end == 0) {
+        end = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+      }
+      m.run_ns += end - start;
+    }
+    m.bytes_in += io.bytes_in.load(std::memory_order_relaxed);
+    m.bytes_out += io.bytes_out.load(std::memory_order_relaxed);
+    m.idle_ns += io.idle_ns.load(std::memory_order_relaxed);
+    m.backpressured_ns += io.backpressured_ns.load(std::memory_order_relaxed);
+    const auto& ops = t.operators();
+    for (size_t i = 0; i < ops.size() && i < m.operators.size(); ++i) {
+      m.operators[i].records_in += ops[i]->metrics().records_in.get();
+      m.operators[i].records_out += ops[i]->metrics().records_out.get();
+      if (i < io.input_watermarks.size()) {
+        m.operators[i].input_watermark = io.input_watermarks[i].load(std::memory_order_relaxed);
+        m.operators[i].output_watermark = io.output_watermarks[i].load(std::memory_order_relaxed);
+      }
+    }
+  }
   JobResult result_;
 };
 
@@ -1013,6 +1099,14 @@ void LocalJob::teardown_locked(Region& r, std::unique_lock<std::mutex>& lock) {
   for (auto& [nid, op] : a->operators) {
     stats_[static_cast<size_t>(nid)].records_in += op->metrics().records_in.get();
     stats_[static_cast<size_t>(nid)].records_out += op->metrics().records_out.get();
+  }
+  for (auto& t : a->tasks) {
+    SubtaskMetrics& m = subtask_entry(subtask_totals_, *t);
+    add_live(m, *t);
+    m.running = false;
+    for (auto& o : m.operators) {  // watermarks are the live attempt's; a restarted one starts from none
+      o.input_watermark = o.output_watermark = std::numeric_limits<int64_t>::min();
+    }
   }
   for (auto& t : a->tasks) {
     if (auto state = t->release_keyed_state()) disposer_.dispose(std::move(state));

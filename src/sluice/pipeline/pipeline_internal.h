@@ -30,6 +30,15 @@ struct RoutedEvent {
 SLUICE_FIELDS(RoutedEvent, event, collection, entity_key, version, sinks);
 
 /// Counters of one pipeline run, shared by the subtasks of its functions. Thread-safe (relaxed atomics).
+/// One of a connector's own metrics under Flink's name, for the registry (metrics/): `group` is a '.'-separated
+/// path below the connector operator's scope ("" = the operator scope itself, e.g.
+/// "KafkaSourceReader.KafkaConsumer" as Flink's Kafka source).
+struct ConnectorMetric {
+  std::string group;
+  std::string name;
+  double value = 0;
+};
+
 struct PipelineCounters {
   std::atomic<int64_t> changes_in{0};         ///< change events that reached the transform
   std::atomic<int64_t> events_out{0};         ///< domain events emitted
@@ -38,6 +47,13 @@ struct PipelineCounters {
   std::atomic<int64_t> dead_letters{0};       ///< sent to the dead-letter sink by the transform
   std::atomic<int64_t> last_source_ts_ms{0};  ///< source timestamp of the latest change seen
   std::atomic<int64_t> tombstones{0};         ///< tombstones written by Kafka sinks after delete events
+  /// Sinks' own metrics: the sink operator's uid and a function returning them (same order and length on every
+  /// call). Filled while the job is built, before it starts; read-only afterwards.
+  struct SinkMetrics {
+    std::string uid;
+    std::function<std::vector<ConnectorMetric>()> read;
+  };
+  std::vector<SinkMetrics> sink_metrics;
 
   /// Domain events per type, merged from the transform's subtasks now and then (add_types) and at close.
   void add_types(std::map<std::string, int64_t>& counts) {
@@ -66,6 +82,9 @@ struct SourceProbe {
   std::function<std::vector<std::pair<std::string, double>>()> gauges;
   /// Records the source diverted to its dead-letter file (empty: the source has none).
   std::function<int64_t()> bad_records;
+  /// The connector's own metrics under Flink's names; the list's order and length never change.
+  using ConnectorMetric = detail::ConnectorMetric;
+  std::function<std::vector<ConnectorMetric>()> connector_metrics;
 };
 
 /// Expands ${NAME} from the environment in `text`; an unset variable is a kConfiguration error naming it.

@@ -22,10 +22,13 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/connectors/dead_letter_counts.h"
+#include "sluice/metrics/job_metrics.h"
+#include "sluice/metrics/metric_registry.h"
 
 namespace sluice::pipeline {
 
 namespace fs = std::filesystem;
+using detail::ConnectorMetric;
 using detail::PipelineCounters;
 using detail::RoutedEvent;
 using detail::SourceProbe;
@@ -136,6 +139,10 @@ struct PipelineRunner::State {
   int lock_fd = -1;                 // flock(2)ed while the runner lives: one run per checkpoint storage
   bool superseded_removed = false;  // remove_superseded_checkpoints() ran (once per run)
   std::string kept_job_dir;         // the job directory of an explicit execution.state-recovery.path, kept
+  // Flink-named metrics of the job (metrics/), appended to metrics_text(); the job's registration goes before
+  // the registry.
+  metrics::MetricRegistry registry;
+  std::unique_ptr<metrics::JobMetrics> job_metrics;
 
   /// The source's lag, for /health.
   std::vector<SourceHealth> source_health(int64_t now) const;
@@ -147,6 +154,81 @@ struct PipelineRunner::State {
     if (lock_fd >= 0) ::close(lock_fd);
   }
 };
+
+namespace {
+
+// Registers the job's metrics (task, operator and job scope, metrics/job_metrics.h) and the pipeline's own:
+// the source connector's metrics in the source operator's scope, dead letters per stage and sink in the job's.
+// Registers `read`'s metrics in the scope of the operator of uid `uid`: its task is the one whose chain holds
+// it. A connector counts over all its subtasks, so with parallelism above 1 the scope's subtask_index is "all".
+void register_connector_metrics(metrics::JobMetrics& jm, const std::vector<SubtaskMetrics>& subtasks,
+                                const std::string& uid, const std::string& fallback_name,
+                                std::function<std::vector<ConnectorMetric>()> read) {
+  std::string task_name = fallback_name, operator_name = fallback_name;
+  int parallelism = 1;
+  for (const SubtaskMetrics& m : subtasks) {
+    for (const auto& o : m.operators) {
+      if (o.uid == uid) {
+        task_name = m.task_name;
+        operator_name = o.name;
+        parallelism = m.parallelism;
+        break;
+      }
+    }
+    if (task_name != fallback_name) break;
+  }
+  metrics::MetricGroup& op =
+      jm.task_job_group()
+          .add_group("task", {{"task_name", task_name}, {"subtask_index", parallelism == 1 ? "0" : "all"}})
+          .add_group("operator", {{"operator_name", operator_name}, {"operator_id", uid}});
+  const std::vector<ConnectorMetric> now = read();
+  for (size_t i = 0; i < now.size(); ++i) {
+    metrics::MetricGroup* g = &op;
+    std::string_view path = now[i].group;
+    while (!path.empty()) {
+      const size_t dot = path.find('.');
+      g = &g->add_group(std::string(path.substr(0, dot)));
+      path = dot == std::string_view::npos ? std::string_view{} : path.substr(dot + 1);
+    }
+    g->gauge(now[i].name, [read, i] {
+      const auto v = read();
+      return i < v.size() ? v[i].value : 0.0;
+    });
+  }
+}
+
+// Registers the job's metrics (task, operator and job scope, metrics/job_metrics.h) and the pipeline's own:
+// the source's and sinks' connector metrics in their operators' scopes, dead letters per stage and sink in the
+// job's.
+template <class State>  // PipelineRunner::State, private: deduced
+void register_metrics(State& s, const JobClient& client) {
+  s.job_metrics = std::make_unique<metrics::JobMetrics>(s.registry, client, s.spec.pipeline.name);
+  const std::vector<SubtaskMetrics> subtasks = client.subtask_metrics();
+  if (s.probe.connector_metrics) {
+    register_connector_metrics(*s.job_metrics, subtasks, "source", s.probe.type, s.probe.connector_metrics);
+  }
+  for (const auto& sink : s.counters->sink_metrics)
+    register_connector_metrics(*s.job_metrics, subtasks, sink.uid, sink.uid, sink.read);
+  metrics::MetricGroup& job = s.job_metrics->job_group();
+  auto counters = s.counters;
+  job.add_group("deadLetters", {{"stage", "transform"}})
+      .counter_function(
+          "numRecords", [counters] { return static_cast<double>(counters->dead_letters.load()); },
+          "Records sent to the dead-letter sink.");
+  if (s.probe.bad_records) {
+    auto bad = s.probe.bad_records;
+    job.add_group("deadLetters", {{"stage", "source"}})
+        .counter_function(
+            "numRecords", [bad] { return static_cast<double>(bad()); }, "Records sent to the dead-letter sink.");
+  }
+  for (const auto& d : s.sink_dead_letters) {
+    job.add_group("deadLetters", {{"stage", "sink"}, {"sink_name", d.sink}})
+        .counter_function(
+            "numRecords", [d] { return static_cast<double>(d.count()); }, "Records sent to the dead-letter sink.");
+  }
+}
+
+}  // namespace
 
 PipelineRunner::PipelineRunner(std::unique_ptr<State> state) : s_(std::move(state)) {}
 PipelineRunner::~PipelineRunner() {
@@ -293,6 +375,7 @@ Status PipelineRunner::start() {
   s_->start_wall_ms = wall_ms();
   try {
     JobClient client = s_->env->execute_async(p.name);
+    register_metrics(*s_, client);
     std::lock_guard lock(s_->mu);
     s_->client.emplace(std::move(client));
   } catch (const SluiceException& e) {
@@ -523,6 +606,7 @@ std::string PipelineRunner::metrics_text() const {
       out += fmt::format("{}{{job=\"{}\",source=\"{}\"}} {}\n", name, job, label(s_->probe.type), v);
     }
   }
+  out += s_->registry.prometheus_text();
   return out;
 }
 

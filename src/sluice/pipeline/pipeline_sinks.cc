@@ -153,7 +153,7 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
 }
 
 Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
-                           const std::string& dead_letter_dir) {
+                           const std::string& dead_letter_dir, PipelineCounters& counters) {
   Result<std::string> url = sink_string(spec, s, "url");
   if (!url.ok()) return url.error();
   auto b = OpenSearchSink<RoutedEvent>::builder();
@@ -210,6 +210,19 @@ Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec
   if (!sink.ok()) return sink_error(spec, s, "type", sink.error().message());
   std::shared_ptr<const Sink<RoutedEvent>> base = *sink;
   in.sink_to(base, "Sink: " + s.name).uid("sink-" + s.name);
+  // Flink's sink writer metrics (numRecordsSend, numBytesSend, numRecordsSendErrors) and the bulk client's own.
+  counters.sink_metrics.push_back(
+      {"sink-" + s.name, [st = (*sink)->stats()] {
+         return std::vector<ConnectorMetric>{
+             {"", "numRecordsSend", static_cast<double>(st->acknowledged.load())},
+             {"", "numBytesSend", static_cast<double>(st->bytes_sent.load())},
+             {"", "numRecordsSendErrors", static_cast<double>(st->dead_letters.load())},
+             {"OpenSearchSink", "bulkRequests", static_cast<double>(st->requests.load())},
+             {"OpenSearchSink", "bulkRetries", static_cast<double>(st->retries.load())},
+             {"OpenSearchSink", "bulkFailedItems", static_cast<double>(st->dead_letters.load())},
+             {"OpenSearchSink", "retriedItems", static_cast<double>(st->retried_items.load())},
+             {"OpenSearchSink", "versionConflicts", static_cast<double>(st->version_conflicts.load())}};
+       }});
   return ok_status();
 }
 
@@ -325,7 +338,8 @@ Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpe
   DataStream<RoutedEvent> in = routed_to(events, s, index);
   const std::string& type = s.options.type;
   if (type == "kafka") return add_kafka_sink(in, spec, s, dead_letter_dir, std::move(counters));
-  if (type == "opensearch" || type == "elasticsearch") return add_opensearch_sink(in, spec, s, dead_letter_dir);
+  if (type == "opensearch" || type == "elasticsearch")
+    return add_opensearch_sink(in, spec, s, dead_letter_dir, *counters);
   if (type == "postgres") return add_postgres_sink(in, spec, s, dead_letter_dir);
   if (type == "files" || type == "print") {
     DataStream<Value> values = in.map([](const RoutedEvent& r) { return r.event; });

@@ -120,6 +120,10 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
       return std::vector<std::pair<std::string, double>>{
           {"sluice_source_bad_records_total", static_cast<double>(stats->bad_records.load())}};
     };
+    probe.connector_metrics = [stats] {
+      return std::vector<SourceProbe::ConnectorMetric>{
+          {"", "numRecordsInErrors", static_cast<double>(stats->bad_records.load())}};
+    };
     return env.from_source(src, "files").uid("source");
   }
   if (o.type == "datagen") {
@@ -177,6 +181,22 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
           {"sluice_source_postgres_received_lsn", static_cast<double>(m.received_lsn)},
           {"sluice_source_postgres_slot_busy_ms", static_cast<double>(m.slot_busy_ms)}};
     };
+    probe.connector_metrics = [s] {
+      const PostgresCdcMetrics m = s->metrics();
+      return std::vector<SourceProbe::ConnectorMetric>{
+          {"", "numRecordsInErrors", static_cast<double>(m.bad_records)},
+          {"", "currentEmitEventTimeLag", static_cast<double>(m.lag_ms)},
+          {"PostgresCdcSource", "events", static_cast<double>(m.events)},
+          {"PostgresCdcSource", "snapshotEvents", static_cast<double>(m.snapshot_events)},
+          {"PostgresCdcSource", "transactions", static_cast<double>(m.transactions)},
+          {"PostgresCdcSource", "replicationLagMs", static_cast<double>(m.lag_ms)},
+          {"PostgresCdcSource", "unconfirmedBytes",
+           static_cast<double>(m.received_lsn > m.confirmed_lsn ? m.received_lsn - m.confirmed_lsn : 0)},
+          {"PostgresCdcSource", "confirmedFlushLsn", static_cast<double>(m.confirmed_lsn)},
+          {"PostgresCdcSource", "receivedLsn", static_cast<double>(m.received_lsn)},
+          {"PostgresCdcSource", "positionLsn", static_cast<double>(m.position)},
+          {"PostgresCdcSource", "slotBusyMs", static_cast<double>(m.slot_busy_ms)}};
+    };
     return env.from_source(s, "postgres").uid("source").set_parallelism(1);
   }
   if (o.type == "mongodb") {
@@ -209,6 +229,19 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
           {"sluice_source_snapshot_reads_total", static_cast<double>(m.snapshot_reads.load())},
           {"sluice_source_bad_records_total", static_cast<double>(m.bad_records.load())},
           {"sluice_source_mongodb_last_event_time_ms", static_cast<double>(m.last_event_time_ms.load())}};
+    };
+    probe.connector_metrics = [s] {
+      const auto& m = *s->metrics();
+      const int64_t now =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      return std::vector<SourceProbe::ConnectorMetric>{
+          {"", "numRecordsInErrors", static_cast<double>(m.bad_records.load())},
+          {"", "currentEmitEventTimeLag", static_cast<double>(m.lag_ms(now))},
+          {"MongoCdcSource", "events", static_cast<double>(m.events.load())},
+          {"MongoCdcSource", "snapshotReads", static_cast<double>(m.snapshot_reads.load())},
+          {"MongoCdcSource", "lagMs", static_cast<double>(m.lag_ms(now))},
+          {"MongoCdcSource", "lastEventTime", static_cast<double>(m.last_event_time_ms.load())}};
     };
     return env.from_source(s, "mongodb").uid("source");
   }
@@ -254,6 +287,17 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
           {"sluice_source_kafka_records_lag_max", static_cast<double>(m.records_lag_max)},
           {"sluice_source_kafka_pending_records", static_cast<double>(m.pending_records)},
           {"sluice_source_kafka_assigned_partitions", static_cast<double>(m.partitions.size())}};
+    };
+    probe.connector_metrics = [s] {
+      const KafkaSourceMetrics m = s->metrics();
+      return std::vector<SourceProbe::ConnectorMetric>{
+          {"", "numRecordsInErrors", static_cast<double>(m.bad_records)},
+          {"", "pendingRecords", static_cast<double>(m.pending_records)},
+          {"", "currentEmitEventTimeLag", static_cast<double>(m.lag_ms)},
+          {"KafkaSourceReader.KafkaConsumer", "records-lag-max", static_cast<double>(m.records_lag_max)},
+          {"KafkaSourceReader.KafkaConsumer", "records-consumed-total", static_cast<double>(m.records_read)},
+          {"KafkaSourceReader.KafkaConsumer", "bytes-consumed-total", static_cast<double>(m.bytes_read)},
+          {"KafkaSourceReader.KafkaConsumer", "assigned-partitions", static_cast<double>(m.partitions.size())}};
     };
     return env.from_source(s, "kafka").uid("source");
   }

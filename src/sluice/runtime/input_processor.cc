@@ -44,6 +44,7 @@ StreamInputProcessor::Status StreamInputProcessor::process_next() {
       b = channels_[c]->poll();
       if (b == nullptr) continue;
       pos = 0;
+      bytes_received_ += b->size;
     }
     // Recycle even when a user function throws mid-buffer, so the sender is never left without credit; keep
     // the buffer instead when a barrier blocked the channel in the middle of it.

@@ -31,6 +31,7 @@ NetworkBuffer* RecordWriter::buffer_for(int channel, uint32_t min_space) {
 void RecordWriter::send_current(int channel) {
   NetworkBuffer*& cur = current_[static_cast<size_t>(channel)];
   if (cur == nullptr) return;
+  bytes_sent_ += cur->size;
   channels_[static_cast<size_t>(channel)]->send(cur);
   cur = nullptr;
   --unflushed_;
@@ -67,6 +68,7 @@ void RecordWriter::broadcast_record(std::span<const uint8_t> bytes, TimestampMs 
 }
 
 void RecordWriter::broadcast_watermark(TimestampMs watermark) {
+  last_watermark_ = watermark;
   for (int c = 0; c < num_channels(); ++c) {
     NetworkBuffer* b = buffer_for(c, kWatermarkElementSize);
     b->data[b->size] = static_cast<uint8_t>(ElementTag::kWatermark);

@@ -54,6 +54,8 @@ StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, s
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
   uids_.push_back(std::move(uid));
+  io_metrics_.input_watermarks.emplace_back(std::numeric_limits<int64_t>::min());
+  io_metrics_.output_watermarks.emplace_back(std::numeric_limits<int64_t>::min());
   return operators_.back().get();
 }
 
@@ -135,8 +137,38 @@ void Task::register_processing_timer(TimestampMs time_ms, std::function<void(Tim
 
 void Task::wait_for_credit() {
   check_cancelled();
+  const int64_t start = steady_ns();
   wakeup_.wait_until(std::chrono::steady_clock::now() + kMaxIdleWait);
+  // Single writer: a relaxed load and store, no read-modify-write.
+  io_metrics_.backpressured_ns.store(io_metrics_.backpressured_ns.load(std::memory_order_relaxed) + steady_ns() - start,
+                                     std::memory_order_relaxed);
+  // A backpressured task may not reach its flush or idle points for long: publish here too (only when blocked).
+  publish_metrics();
   check_cancelled();
+}
+
+void Task::publish_metrics() {
+  uint64_t in = 0, out = 0;
+  for (const auto& i : inputs_)
+    in += i->bytes_received();
+  for (const auto& w : writers_)
+    out += w->bytes_sent();
+  io_metrics_.bytes_in.store(in, std::memory_order_relaxed);
+  io_metrics_.bytes_out.store(out, std::memory_order_relaxed);
+  // An operator's output watermark is what the next operator of the chain received; the tail's is what the
+  // task broadcast downstream (a sink, which sends nothing on, passes on what it received).
+  const size_t n = operators_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const TimestampMs received = operators_[i]->current_watermark();
+    TimestampMs passed = received;
+    if (i + 1 < n) {
+      passed = operators_[i + 1]->current_watermark();
+    } else if (!writers_.empty()) {
+      passed = writers_.front()->last_watermark();
+    }
+    io_metrics_.input_watermarks[i].store(received, std::memory_order_relaxed);
+    io_metrics_.output_watermarks[i].store(passed, std::memory_order_relaxed);
+  }
 }
 
 Error Task::describe_failure(const std::string& operator_name, const std::string& message, ErrorCode code) const {
@@ -150,6 +182,7 @@ void Task::run() {
   pthread_setname_np(pthread_self(), "sluice-task");
   // Blocking connector calls (a Kafka flush) check it between bounded waits (core/cancellation.h).
   set_current_task_cancel_flag(&cancelled_);
+  io_metrics_.start_ns.store(steady_ns(), std::memory_order_relaxed);
   TaskState final_state = TaskState::kFinished;
   std::optional<Error> error;
   try {
@@ -179,6 +212,8 @@ void Task::run() {
     }
   }
   if (final_state == TaskState::kFailed && is_cancelled() && !error) final_state = TaskState::kCanceled;
+  publish_metrics();
+  io_metrics_.end_ns.store(steady_ns(), std::memory_order_relaxed);
   state_.store(final_state);
   listener_.on_task_terminated(*this, final_state, error);
 }
@@ -283,7 +318,11 @@ void Task::wait_for_final_checkpoint() {
     process_mails();
     if (exit_allowed_) break;
     flush_outputs();
+    publish_metrics();
+    const int64_t start = steady_ns();
     wakeup_.wait_until(std::chrono::steady_clock::now() + kMaxIdleWait);
+    io_metrics_.idle_ns.store(io_metrics_.idle_ns.load(std::memory_order_relaxed) + steady_ns() - start,
+                              std::memory_order_relaxed);
   }
 }
 
@@ -400,6 +439,7 @@ void Task::maybe_flush() {
   int64_t now = steady_ns();
   if (now - last_flush_ns_ >= options_.buffer_timeout_ms * 1'000'000) {
     flush_outputs();
+    publish_metrics();
     last_flush_ns_ = now;
   }
 }
@@ -412,7 +452,9 @@ void Task::flush_outputs() {
 void Task::idle_wait() {
   // Nothing to do: send what is buffered (low latency when idle), then sleep until woken or a wakeup is due.
   flush_outputs();
-  last_flush_ns_ = steady_ns();
+  publish_metrics();
+  const int64_t start = steady_ns();
+  last_flush_ns_ = start;
   auto deadline = std::chrono::steady_clock::now() + kMaxIdleWait;
   if (!timers_.empty()) {
     TimestampMs delta = timers_.top().time - options_.clock->now_ms();
@@ -420,6 +462,8 @@ void Task::idle_wait() {
     deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(delta));
   }
   wakeup_.wait_until(deadline);
+  io_metrics_.idle_ns.store(io_metrics_.idle_ns.load(std::memory_order_relaxed) + steady_ns() - start,
+                            std::memory_order_relaxed);
 }
 
 }  // namespace sluice
