@@ -179,7 +179,7 @@ int run_nexmark(const NexmarkOptions& opt) {
   if (opt.metrics_scrape_ms > 0) {
     sluice::JobClient client = env.execute_async(fmt::format("nexmark {}", query->name));
     sluice::metrics::MetricRegistry registry;
-    auto job_metrics = std::make_unique<sluice::metrics::JobMetrics>(registry, client, query->name);
+    auto job_metrics = std::make_unique<sluice::metrics::JobMetrics>(registry, client, std::string(query->name));
     while (!client.wait_for(std::chrono::milliseconds(opt.metrics_scrape_ms))) {
       const std::string text = registry.prometheus_text();
       if (!text.empty()) ++scrapes;
