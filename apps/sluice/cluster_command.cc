@@ -15,9 +15,11 @@
 #include "sluice/api/job.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
+#include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/core/config.h"
+#include "sluice/graph/job_graph.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/rest_server.h"
@@ -89,73 +91,37 @@ std::optional<T> option(const Configuration& c, const ConfigOption<T>& o) {
   }
 }
 
-/// The job of a JobManager that cannot run it yet: CREATED until cancelled (CANCELED). Its status message
-/// says what it waits for.
-class WaitingJob final : public JobClient::Impl {
- public:
-  WaitingJob(std::string id, std::string name) : id_(std::move(id)), name_(std::move(name)) {
-    start_ = std::chrono::steady_clock::now();
-  }
-  const std::string& job_id() const override { return id_; }
-  JobStatus status() const override {
-    std::lock_guard lock(mu_);
-    return status_;
-  }
-  void cancel() override {
-    {
-      std::lock_guard lock(mu_);
-      if (status_ != JobStatus::kCreated) return;
-      status_ = JobStatus::kCanceled;
-    }
-    cv_.notify_all();
-  }
-  JobResult wait() override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return status_ != JobStatus::kCreated; });
-    return result_locked();
-  }
-  bool wait_for(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return status_ != JobStatus::kCreated; });
-  }
-  std::future<Result<std::string>> trigger_savepoint(std::string, bool) override {
-    std::promise<Result<std::string>> p;
-    p.set_value(Error(ErrorCode::kCheckpoint,
-                      fmt::format("job '{}' does not run: the JobManager waits for cluster task deployment, which is "
-                                  "not implemented yet; there is no state to take a savepoint of",
-                                  name_)));
-    return p.get_future();
-  }
-  std::vector<CheckpointStats> checkpoint_stats() const override { return {}; }
-  int restarts() const override { return 0; }
-
- private:
-  JobResult result_locked() const {
-    JobResult r;
-    r.job_id = id_;
-    r.job_name = name_;
-    r.status = status_;
-    r.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
-    return r;
-  }
-
-  const std::string id_;
-  const std::string name_;
-  std::chrono::steady_clock::time_point start_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  JobStatus status_ = JobStatus::kCreated;
+/// The job graph every process builds from the pipeline (build_job_graph fills derived uids in its copy).
+struct BuiltJob {
+  std::unique_ptr<StreamGraph> graph;
+  JobGraph jg;
 };
 
-std::string waiting_message(const SlotSummary& s, int needed) {
-  if (s.slots_total < needed) {
-    return fmt::format("waiting for TaskManagers: needs {} slots, {} registered (on {} TaskManager(s))", needed,
-                       s.slots_total, s.task_managers);
+std::optional<BuiltJob> build_job(const Prepared& p) {
+  const StreamGraph& g = p.runner->stream_graph();
+  if (g.config().get(options::kCheckpointInterval) > 0) {
+    fmt::print(stderr,
+               "error: pipeline '{}' takes checkpoints (checkpoint.interval {} ms), which cluster mode does not do yet "
+               "(issue 21, docs/cluster.md): run it with `sluice run`, or set `pipeline.checkpoint.interval: 0` (and "
+               "at-least-once delivery) for cluster mode\n",
+               p.spec.pipeline.name, g.config().get(options::kCheckpointInterval));
+    return std::nullopt;
   }
-  return fmt::format(
-      "has the {} slots it needs ({} registered on {} TaskManager(s)) but waits for cluster task deployment, which "
-      "is not implemented yet (issue 21): the job does not run",
-      needed, s.slots_total, s.task_managers);
+  BuiltJob b;
+  b.graph = std::make_unique<StreamGraph>(g);
+  Result<JobGraph> jg = [&]() -> Result<JobGraph> {
+    try {
+      return build_job_graph(*b.graph);
+    } catch (const SluiceException& e) {
+      return e.error();
+    }
+  }();
+  if (!jg.ok()) {
+    fmt::print(stderr, "error: {}\n", jg.error().to_string());
+    return std::nullopt;
+  }
+  b.jg = std::move(*jg);
+  return b;
 }
 
 void install_signals() {
@@ -212,6 +178,8 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   if (!address || !port) return 2;
   const std::string& name = p->spec.pipeline.name;
   const int needed = p->fingerprint.required_slots;
+  std::optional<BuiltJob> built = build_job(*p);
+  if (!built) return 2;
 
   JobManagerServerOptions o;
   o.address = *address;
@@ -227,9 +195,17 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   spdlog::info("JobManager of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}", name, p->fingerprint.hex,
                version, jm.target());
 
+  std::optional<int64_t> slot_timeout = option(p->cluster, options::kSlotRequestTimeout);
+  std::optional<bool> evenly = option(p->cluster, options::kEvenlySpreadOutSlots);
+  if (!slot_timeout || !evenly) return 2;
   std::random_device rd;  // a job id, not data
-  auto job = std::make_shared<WaitingJob>(fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd()), name);
-  JobClient client(job);
+  JobMasterOptions mo;
+  mo.job_id = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+  mo.job_name = name;
+  mo.slot_request_timeout_ms = *slot_timeout;
+  mo.evenly_spread = *evenly;
+  auto master = std::make_shared<JobMaster>(mo, built->jg, jm, SystemClock::instance());
+  JobClient client(master);
   std::unique_ptr<RestServer> rest;
   if (f.rest_port >= 0) {
     RestServerOptions ro;
@@ -242,7 +218,7 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     }
     rest = std::move(*r);
     rest->register_job(name, client, operators_of(p->runner->stream_graph()),
-                       [&jm, needed] { return waiting_message(jm.slots(), needed); });
+                       [m = master.get()] { return m->status_message(); });
     rest->serve_task_managers([&jm] {
       std::vector<RestTaskManagerInfo> out;
       for (const auto& t : jm.task_managers()) {
@@ -254,29 +230,34 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     // On a line of its own: scripts and tests find an ephemeral port there.
     spdlog::info("JobManager REST API at {}, job id {}", rest->url(), client.job_id());
   }
-  // Says what the job waits for at the start and after every change of the registered TaskManagers.
-  std::mutex log_mu;
-  std::string last_logged;
-  auto log_state = [&] {
-    const std::string m = waiting_message(jm.slots(), needed);
-    std::lock_guard lock(log_mu);
-    if (m == last_logged) return;
-    last_logged = m;
-    spdlog::warn("job '{}' {}", name, m);
-  };
-  jm.set_listener([&](const SlotSummary&) { log_state(); });
-  log_state();
+  spdlog::info(
+      "job '{}' needs {} slots ({} tasks in {} vertices)", name, needed,
+      [&] {
+        int n = 0;
+        for (const auto& v : built->jg.vertices)
+          n += v.parallelism;
+        return n;
+      }(),
+      built->jg.vertices.size());
+  master->start();
 
   install_signals();
   while (g_signal.load() == 0 && !job_status_terminal(client.status())) {
     client.wait_for(std::chrono::milliseconds(100));
   }
-  if (g_signal.load() != 0) spdlog::info("JobManager: signal {} received, shutting down", g_signal.load());
-  if (client.status() == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
-  jm.set_listener({});
+  if (g_signal.load() != 0) {
+    spdlog::info("JobManager: signal {} received, cancelling the job and shutting down", g_signal.load());
+    client.cancel();
+    client.wait_for(std::chrono::seconds(30));
+  }
+  const JobStatus final_status = client.status();
+  if (final_status == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
+  if (final_status == JobStatus::kFinished) spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
   if (rest) rest->stop();
+  master.reset();
+  client = JobClient(nullptr);
   jm.stop();
-  return 0;
+  return final_status == JobStatus::kFailed ? 1 : 0;
 }
 
 int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_level_given) {
@@ -294,7 +275,15 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   std::optional<int32_t> slots = option(p->cluster, options::kTaskSlots);
   if (!address || !port || !slots) return 2;
 
+  std::optional<BuiltJob> built = build_job(*p);
+  if (!built) return 2;
+  std::optional<int32_t> data_port = option(p->cluster, options::kTaskManagerDataPort);
+  if (!data_port) return 2;
+
   TaskExecutorOptions o;
+  o.graph = built->graph.get();
+  o.job_graph = &built->jg;
+  o.data_port = *data_port;
   o.jobmanager = f.jobmanager;
   o.address = *address;
   o.port = f.rpc_port != -2 ? f.rpc_port : *port;
@@ -307,9 +296,9 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
     fmt::print(stderr, "error: {}\n", executor.error().message());
     return executor.error().code() == ErrorCode::kConfiguration ? 2 : 1;
   }
-  spdlog::info("TaskManager {} of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}",
+  spdlog::info("TaskManager {} of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}, data plane at {}",
                (*executor)->resource_id(), p->spec.pipeline.name, p->fingerprint.hex, version,
-               (*executor)->rpc_address());
+               (*executor)->rpc_address(), (*executor)->data_address());
   install_signals();
   while (g_signal.load() == 0 && !(*executor)->done()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a process waiting for a signal

@@ -1,8 +1,8 @@
 // Cluster mode's control plane with real processes: `sluice jobmanager` and `sluice taskmanager` children of
 // the built binary on free ports (tests/cluster/cluster_harness.h), observed through the JobManager's REST API
 // (GET /taskmanagers, GET /jobs/:id) and the processes' logs, and signalled by pid:
-//  * 3 TaskManagers register with their slots; the job says "needs 8 slots, 6 registered", then, with enough
-//    slots, that it waits for task deployment (not implemented yet) and never claims to run;
+//  * 3 TaskManagers register with their slots; the job says "needs 8 slots, 6 registered"; one leaves with
+//    SIGTERM at once; with 8 slots the job is deployed, finishes and the JobManager exits with 0;
 //  * a TaskManager built from a different pipeline is refused naming both fingerprints and exits non-zero;
 //  * a SIGKILLed TaskManager is declared lost within heartbeat.timeout plus a margin;
 //  * a SIGSTOPped TaskManager is declared lost after the timeout; after SIGCONT its stale registration is
@@ -53,7 +53,7 @@ class ClusterProcessTest : public ::testing::Test {
   std::string pipeline(const std::string& name, int parallelism, const std::string& key = "after.id") {
     const fs::path path = dir_ / (name + ".yaml");
     std::ofstream f(path);
-    f << "pipeline:\n  name: cluster-test\n  parallelism: " << parallelism << "\n"
+    f << "pipeline:\n  name: cluster-test\n  parallelism: " << parallelism << "\n  checkpoint: { interval: 0 }\n"
       << "source:\n  type: files\n  path: " << SLUICE_EXAMPLES_DATA_DIR << "/payments\n  format: json-changes\n"
       << "transform:\n  - match: \"*.public.charges\"\n    key: " << key << "\n"
       << "    event:\n      type: \"'charge.' || after.status\"\n      payload: \"after.id, after.amount_cents\"\n"
@@ -116,22 +116,20 @@ TEST_F(ClusterProcessTest, ThreeTaskManagersRegisterWithTheirSlotsAndTheJobSaysW
       << job_field("status-message");
   EXPECT_TRUE(jm->await_line(std::regex("needs 8 slots, 6 registered"), 5s)) << jm->output();
 
-  c.start_taskmanager(2);
-  ASSERT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 4; }, kStart));
-  EXPECT_TRUE(
-      poll_until([&] { return job_field("status-message").find("not implemented yet") != std::string::npos; }, 5s))
-      << job_field("status-message");
-  EXPECT_NE(job_field("status-message").find("has the 8 slots it needs (8 registered"), std::string::npos)
-      << job_field("status-message");
-  EXPECT_EQ(job_field("state"), "CREATED");
-  EXPECT_TRUE(jm->await_line(std::regex("waits for cluster task deployment, which is not implemented yet"), 5s));
-
   // A TaskManager stopped with SIGTERM leaves at once (its slots do not wait for heartbeat.timeout).
   const auto t0 = Clock::now();
   tms[0]->signal(SIGTERM);
   EXPECT_EQ(tms[0]->wait_exit(10s), 0);
-  EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 3; }, 10s));
+  EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 2; }, 10s));
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(kTimeoutMs)) << "a clean shutdown waited for the timeout";
+  EXPECT_TRUE(jm->await_line(std::regex("needs 8 slots, 4 registered"), 5s)) << jm->output();
+
+  // With 8 slots the job is deployed, runs its bounded source to the end and the JobManager exits with 0.
+  c.start_taskmanager(2);
+  c.start_taskmanager(2);
+  EXPECT_TRUE(jm->await_line(std::regex("RUNNING: \\d+ task\\(s\\) on 4 TaskManager\\(s\\)"), kStart)) << jm->output();
+  EXPECT_EQ(jm->wait_exit(kStart), 0) << jm->output();
+  EXPECT_NE(jm->output().find("FINISHED"), std::string::npos) << jm->output();
 }
 
 TEST_F(ClusterProcessTest, ATaskManagerWithAnotherJobGraphIsRefusedNamingBothFingerprints) {
@@ -159,8 +157,10 @@ TEST_F(ClusterProcessTest, ATaskManagerWithAnotherJobGraphIsRefusedNamingBothFin
   EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart));
 }
 
+// The tests below keep fewer slots registered than the job needs (4), so that it is never deployed and they
+// observe the control plane alone (cluster_job_test deploys).
 TEST_F(ClusterProcessTest, AKilledTaskManagerIsDeclaredLostWithinTheHeartbeatTimeout) {
-  ClusterHarness& c = cluster(pipeline("p2", 2));
+  ClusterHarness& c = cluster(pipeline("p4", 4));
   ChildProcess* jm = c.start_jobmanager();
   ASSERT_NE(jm, nullptr);
   ChildProcess* victim = c.start_taskmanager(2);
@@ -185,7 +185,7 @@ TEST_F(ClusterProcessTest, AKilledTaskManagerIsDeclaredLostWithinTheHeartbeatTim
 }
 
 TEST_F(ClusterProcessTest, AStoppedTaskManagerIsLostAfterTheTimeoutAndComesBackAsANewRegistration) {
-  ClusterHarness& c = cluster(pipeline("p2", 2));
+  ClusterHarness& c = cluster(pipeline("p4", 4));
   ChildProcess* jm = c.start_jobmanager();
   ASSERT_NE(jm, nullptr);
   ChildProcess* sleeper = c.start_taskmanager(2);
@@ -222,7 +222,7 @@ TEST_F(ClusterProcessTest, AStoppedTaskManagerIsLostAfterTheTimeoutAndComesBackA
 }
 
 TEST_F(ClusterProcessTest, TaskManagersDeclareAKilledJobManagerLostRetryAndRegisterWithItsSuccessor) {
-  ClusterHarness& c = cluster(pipeline("p2", 2));
+  ClusterHarness& c = cluster(pipeline("p4", 4));
   ChildProcess* jm = c.start_jobmanager();
   ASSERT_NE(jm, nullptr);
   ChildProcess* a = c.start_taskmanager(1);

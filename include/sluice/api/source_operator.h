@@ -5,6 +5,7 @@
 // reader as a mail on the reader's task thread, so readers never see concurrent calls.
 #pragma once
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "sluice/api/source.h"
 #include "sluice/api/watermark_strategy.h"
 #include "sluice/core/data_io.h"
+#include "sluice/core/error.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/graph/stream_graph.h"
 #include "sluice/state/operator_state.h"
@@ -38,6 +40,14 @@ class SourceCoordinatorBase {
   virtual std::string checkpoint(int64_t checkpoint_id, const std::function<void()>& inject_barriers) = 0;
   /// Stops the enumerator.
   virtual void close() = 0;
+  /// Cluster mode, where each TaskManager runs the enumerator of the sources it has reader subtasks of (the
+  /// enumerator does not run on the JobManager yet): asks the enumerator for every split up front, for subtask
+  /// 0, 1, ..., p-1, 0, ... in turn until each got "no more splits", then serves each reader's requests from
+  /// what was assigned to it. Every TaskManager builds the same fixed split list and asks in the same order, so
+  /// each split goes to the same subtask in every process and is read once. Before any reader registers.
+  /// Fails (kConfiguration) when the enumerator does not answer a request at once with a split or "no more
+  /// splits" (sources that discover splits over time: Kafka, CDC).
+  virtual Status assign_splits_up_front(const std::string& source_name) = 0;
 };
 
 /// The untyped view of a source operator the task drives.
@@ -79,21 +89,61 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
   std::string checkpoint(int64_t checkpoint_id, const std::function<void()>& inject_barriers) override {
     std::lock_guard lock(mu_);
     std::vector<SplitT> unassigned = enumerator_->snapshot_state(checkpoint_id);
+    // Splits assigned up front but not handed to their reader yet are still the enumerator's.
+    for (const UpFront& u : up_front_) {
+      for (size_t i = u.next; i < u.splits.size(); ++i)
+        unassigned.push_back(u.splits[i]);
+    }
     DataOutput out;
     TypeSerializer<std::vector<SplitT>>::serialize(unassigned, out);
     inject_barriers();
     return std::string(out.view());
   }
 
+  Status assign_splits_up_front(const std::string& source_name) override {
+    std::lock_guard lock(mu_);
+    const size_t p = readers_.size();
+    up_front_.assign(p, UpFront{});
+    capturing_ = true;
+    size_t done = 0;
+    for (size_t turn = 0; done < p; turn = (turn + 1) % p) {
+      if (up_front_[turn].no_more) continue;
+      answers_ = 0;
+      enumerator_->handle_split_request(static_cast<int>(turn));
+      if (answers_ != 1) {
+        capturing_ = false;
+        up_front_.clear();
+        return Error(ErrorCode::kConfiguration,
+                     fmt::format("source '{}': its split enumerator does not assign a fixed list of splits on request, "
+                                 "which cluster mode needs in this build (the enumerator runs in each TaskManager, not "
+                                 "yet on the JobManager: issue 21); run this pipeline with `sluice run`",
+                                 source_name));
+      }
+      if (up_front_[turn].no_more) ++done;
+    }
+    capturing_ = false;
+    served_up_front_ = true;
+    return ok_status();
+  }
+
   /// Called by each reader subtask when it opens.
   void register_reader(int subtask, SplitReceiver<SplitT>* receiver, TaskServices* services) {
     std::lock_guard lock(mu_);
     readers_.at(static_cast<size_t>(subtask)) = Reader{receiver, services};
-    enumerator_->add_reader(subtask);
+    if (!served_up_front_) enumerator_->add_reader(subtask);
   }
   /// Called by a reader (any thread) to ask for a split.
   void request_split(int subtask) {
     std::lock_guard lock(mu_);
+    if (served_up_front_) {
+      UpFront& u = up_front_.at(static_cast<size_t>(subtask));
+      if (u.next < u.splits.size()) {
+        deliver_split(std::move(u.splits[u.next++]), subtask);
+      } else {
+        deliver_no_more_splits(subtask);
+      }
+      return;
+    }
     enumerator_->handle_split_request(subtask);
   }
   void close() override {
@@ -122,11 +172,27 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
   };
   int current_parallelism() const override { return static_cast<int>(readers_.size()); }
   void assign_split(SplitT split, int subtask) override {
+    if (capturing_) {
+      ++answers_;
+      up_front_.at(static_cast<size_t>(subtask)).splits.push_back(std::move(split));
+      return;
+    }
+    deliver_split(std::move(split), subtask);
+  }
+  void signal_no_more_splits(int subtask) override {
+    if (capturing_) {
+      ++answers_;
+      up_front_.at(static_cast<size_t>(subtask)).no_more = true;
+      return;
+    }
+    deliver_no_more_splits(subtask);
+  }
+  void deliver_split(SplitT split, int subtask) {
     Reader r = readers_.at(static_cast<size_t>(subtask));
     auto shared = std::make_shared<SplitT>(std::move(split));
     r.services->post_mail([recv = r.receiver, shared] { recv->receive_splits({std::move(*shared)}); });
   }
-  void signal_no_more_splits(int subtask) override {
+  void deliver_no_more_splits(int subtask) {
     Reader r = readers_.at(static_cast<size_t>(subtask));
     r.services->post_mail([recv = r.receiver] { recv->receive_no_more_splits(); });
   }
@@ -188,6 +254,16 @@ class SourceCoordinator final : public SourceCoordinatorBase, SplitEnumeratorCon
   bool closed_ = false;
   std::unique_ptr<SplitEnumerator<SplitT>> enumerator_;
   std::vector<Reader> readers_;
+  // assign_splits_up_front(): the splits of each subtask, asked for before the readers run.
+  struct UpFront {
+    std::vector<SplitT> splits;
+    size_t next = 0;
+    bool no_more = false;
+  };
+  std::vector<UpFront> up_front_;
+  bool capturing_ = false;  // the enumerator's answers go to up_front_
+  int answers_ = 0;
+  bool served_up_front_ = false;
 };
 
 /// Drives a SourceReader on the task thread and emits its records into the chain, applying the source's

@@ -40,6 +40,18 @@ inline const ConfigOption<int64_t> kRegistrationInitialBackoff{
 inline const ConfigOption<int64_t> kRegistrationMaxBackoff{
     "cluster.registration.max-timeout", 5000, "Longest wait between a TaskManager's registration attempts.",
     OptionUnit::kDuration};
+inline const ConfigOption<int32_t> kTaskManagerDataPort{
+    "taskmanager.data.port", 0,
+    "Port of the TaskManager's data plane (TCP between TaskManagers); 0 picks a free port (sent to the JobManager "
+    "at registration)."};
+inline const ConfigOption<int64_t> kSlotRequestTimeout{
+    "slot.request.timeout", 300000,
+    "How long the JobManager waits for enough TaskManager slots before the job fails, naming what it needs and "
+    "what registered.",
+    OptionUnit::kDuration};
+inline const ConfigOption<bool> kEvenlySpreadOutSlots{
+    "cluster.evenly-spread-out-slots", false,
+    "Spread the job's slots over the TaskManagers in turn instead of filling one TaskManager's slots first."};
 }  // namespace options
 
 /// Heartbeat settings of one side of a connection.

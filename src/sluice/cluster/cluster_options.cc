@@ -49,10 +49,13 @@ Result<RegistrationBackoff> registration_backoff(const Configuration& config) {
 }
 
 bool is_cluster_option(std::string_view key) {
-  static const std::array<std::string_view, 8> keys = {
-      options::kHeartbeatInterval.key,          options::kHeartbeatTimeout.key,      options::kJobManagerRpcAddress.key,
-      options::kJobManagerRpcPort.key,          options::kTaskManagerRpcAddress.key, options::kTaskManagerRpcPort.key,
-      options::kRegistrationInitialBackoff.key, options::kRegistrationMaxBackoff.key};
+  static const std::array<std::string_view, 11> keys = {
+      options::kHeartbeatInterval.key,          options::kHeartbeatTimeout.key,
+      options::kJobManagerRpcAddress.key,       options::kJobManagerRpcPort.key,
+      options::kTaskManagerRpcAddress.key,      options::kTaskManagerRpcPort.key,
+      options::kRegistrationInitialBackoff.key, options::kRegistrationMaxBackoff.key,
+      options::kTaskManagerDataPort.key,        options::kSlotRequestTimeout.key,
+      options::kEvenlySpreadOutSlots.key};
   for (auto k : keys) {
     if (k == key) return true;
   }

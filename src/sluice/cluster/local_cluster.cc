@@ -21,6 +21,7 @@
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/failover_regions.h"
 #include "sluice/cluster/restart_strategy.h"
+#include "sluice/cluster/task_deployment.h"
 #include "sluice/core/redact.h"
 #include "sluice/graph/job_graph.h"
 #include "sluice/runtime/buffer_pool.h"
@@ -430,10 +431,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   const Clock& clock_;
   JobGraph jg_;
   std::vector<int> region_of_vertex_;
-  struct EdgePlan {
-    std::vector<std::vector<int>> targets;  // per producer subtask
-  };
-  std::vector<EdgePlan> edge_plans_;
+  std::vector<EdgeChannelPlan> edge_plans_;
   int credits_ = 0;
   bool checkpointing_ = false;
   std::unique_ptr<NetworkBufferPool> pool_;
@@ -532,23 +530,8 @@ Status LocalJob::prepare(JobGraph jg) {
     return Error(ErrorCode::kConfiguration, fmt::format("{} must be at least 1", options::kBuffersPerChannel.key));
   }
   // Channels per job edge: producer i feeds consumers targets[i].
-  edge_plans_.resize(jg_.edges.size());
   size_t channel_count = 0;
-  for (const auto& e : jg_.edges) {
-    int ps = jg_.vertices[static_cast<size_t>(e.source_vertex)].parallelism;
-    int pt = jg_.vertices[static_cast<size_t>(e.target_vertex)].parallelism;
-    auto& plan = edge_plans_[static_cast<size_t>(e.id)];
-    plan.targets.resize(static_cast<size_t>(ps));
-    for (int i = 0; i < ps; ++i) {
-      if (is_pointwise(e.partitioner)) {
-        plan.targets[static_cast<size_t>(i)] = pointwise_targets(ps, pt, i);
-      } else {
-        for (int j = 0; j < pt; ++j)
-          plan.targets[static_cast<size_t>(i)].push_back(j);
-      }
-      channel_count += plan.targets[static_cast<size_t>(i)].size();
-    }
-  }
+  edge_plans_ = plan_channels(jg_, &channel_count);
   const int64_t network_max = config.get(options::kNetworkMemoryMax);
   const long double needed = static_cast<long double>(channel_count) * credits_ * segment_size;
   if (needed > static_cast<long double>(network_max)) {
@@ -704,7 +687,6 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
   }
   auto attempt = std::make_unique<RegionAttempt>();
   attempt->number = region.attempts++;
-  std::set<int> in_region(region.vertices.begin(), region.vertices.end());
 
   // Coordinators of the region's sources, restored with their enumerators' state.
   for (int vid : region.vertices) {
@@ -725,125 +707,30 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
     }
   }
 
-  // Tasks, vertex by vertex.
-  std::vector<std::vector<Task*>> vertex_tasks(jg_.vertices.size());
-  const int64_t buffer_timeout = config.get(options::kBufferTimeout);
-  for (int vid : region.vertices) {
-    const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
-    for (int i = 0; i < v.parallelism; ++i) {
-      Task::Options o;
-      o.vertex_name = v.name;
-      o.vertex_id = v.id;
-      o.subtask_index = i;
-      o.parallelism = v.parallelism;
-      o.attempt = attempt->number;
-      o.clock = &clock_;
-      o.buffer_timeout_ms = buffer_timeout;
-      o.checkpointing_enabled = checkpointing_;
-      if (restore != nullptr) o.restore = restores[static_cast<size_t>(vid)][static_cast<size_t>(i)];
-      attempt->tasks.push_back(std::make_unique<Task>(o, *this));
-      vertex_tasks[static_cast<size_t>(vid)].push_back(attempt->tasks.back().get());
-    }
-  }
-
-  // Channels and writers of the region's edges (every edge of a region's vertex stays inside the region).
-  std::vector<std::vector<RecordWriter*>> writers(jg_.edges.size());
-  std::vector<std::vector<std::vector<std::vector<ChannelReceiver*>>>> receivers(jg_.vertices.size());
-  for (int vid : region.vertices) {
-    receivers[static_cast<size_t>(vid)].assign(static_cast<size_t>(jg_.vertices[static_cast<size_t>(vid)].parallelism),
-                                               std::vector<std::vector<ChannelReceiver*>>(2));
-  }
-  for (const auto& e : jg_.edges) {
-    if (in_region.count(e.source_vertex) == 0) continue;
-    const auto& plan = edge_plans_[static_cast<size_t>(e.id)];
-    for (size_t i = 0; i < plan.targets.size(); ++i) {
-      std::vector<ChannelSender*> senders;
-      for (int j : plan.targets[i]) {
-        auto buffers = pool_->allocate(static_cast<size_t>(credits_));
-        if (!buffers.ok()) return buffers.error();
-        attempt->channels.push_back(std::make_unique<LocalChannel>(*pool_, std::move(*buffers)));
-        senders.push_back(attempt->channels.back().get());
-        const int input_index = graph_->edge(e.stream_edge).input_index;
-        receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)][static_cast<size_t>(input_index)]
-            .push_back(attempt->channels.back().get());
-      }
-      writers[static_cast<size_t>(e.id)].push_back(
-          vertex_tasks[static_cast<size_t>(e.source_vertex)][i]->add_record_writer(std::move(senders)));
-    }
-  }
-
-  // Operators, outputs and inputs per task.
-  std::map<int, int> job_edge_of_stream_edge;
-  for (const auto& e : jg_.edges)
-    job_edge_of_stream_edge[e.stream_edge] = e.id;
-  for (int vid : region.vertices) {
-    const JobVertex& v = jg_.vertices[static_cast<size_t>(vid)];
-    for (int i = 0; i < v.parallelism; ++i) {
-      Task* task = vertex_tasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)];
-      std::map<int, StreamOperatorBase*> op_of_node;
-      std::map<int, TaskRuntimeContext*> ctx_of_node;
-      for (int nid : v.chained_nodes) {
-        const StreamNode& node = graph_->node(nid);
-        auto it = attempt->coordinators.find(nid);
-        auto op = node.factory->create(it == attempt->coordinators.end() ? nullptr : it->second.get());
-        auto ctx = std::make_unique<TaskRuntimeContext>(
-            node.name, i, v.parallelism, jg_.node_max_parallelism[static_cast<size_t>(nid)], attempt->number, clock_);
-        ctx_of_node[nid] = ctx.get();
-        op_of_node[nid] = task->add_operator(std::move(op), std::move(ctx), jg_.node_uid[static_cast<size_t>(nid)]);
-        attempt->operators.emplace_back(nid, op_of_node[nid]);
-      }
-      // Outputs: tail first so chained targets exist; edges grouped by side-output tag.
-      for (auto it = v.chained_nodes.rbegin(); it != v.chained_nodes.rend(); ++it) {
-        const StreamNode& node = graph_->node(*it);
-        std::map<std::string, std::vector<std::pair<const StreamEdge*, OutputBase*>>> by_tag;
-        for (int eid : node.out_edges) {
-          const StreamEdge& se = graph_->edge(eid);
-          OutputBase* out = nullptr;
-          if (jg_.vertex_of_node[static_cast<size_t>(se.target)] == v.id) {
-            out = task->own_output(se.ops->make_chaining_output(op_of_node.at(se.target)));
-          } else {
-            int je = job_edge_of_stream_edge.at(eid);
-            RecordWriter* w = writers[static_cast<size_t>(je)][static_cast<size_t>(i)];
-            out = task->own_output(se.ops->make_network_output(
-                *w, se.partitioner, i, jg_.node_max_parallelism[static_cast<size_t>(se.target)]));
-          }
-          by_tag[se.side_output_tag].push_back({&se, out});
-        }
-        std::unordered_map<std::string, OutputBase*> outputs;
-        if (by_tag.find("") == by_tag.end() && node.output_ops != nullptr) {
-          // Nothing reads the main output (only side outputs, or a dangling operator): drop its records.
-          outputs[""] = task->own_output(node.output_ops->make_discarding_output());
-        }
-        for (auto& [tag, outs] : by_tag) {
-          if (outs.size() == 1) {
-            outputs[tag] = outs[0].second;
-          } else {
-            std::vector<OutputBase*> list;
-            for (auto& p : outs)
-              list.push_back(p.second);
-            outputs[tag] = task->own_output(outs[0].first->ops->make_broadcasting_output(std::move(list)));
-          }
-        }
-        op_of_node.at(*it)->setup(ctx_of_node.at(*it), task, std::move(outputs));
-      }
-      // One input processor per input index of the head (two for connect and joins).
-      for (int input_index = 0; input_index < 2; ++input_index) {
-        const JobEdge* first = nullptr;
-        for (int je : v.inputs) {
-          const JobEdge& e = jg_.edges[static_cast<size_t>(je)];
-          if (graph_->edge(e.stream_edge).input_index == input_index) {
-            first = &e;
-            break;
-          }
-        }
-        if (first == nullptr) continue;
-        auto input =
-            graph_->edge(first->stream_edge).ops->make_record_input(op_of_node.at(v.chained_nodes[0]), input_index);
-        task->add_input(receivers[static_cast<size_t>(v.id)][static_cast<size_t>(i)][static_cast<size_t>(input_index)],
-                        std::move(input));
-      }
-    }
-  }
+  // Tasks, their channels (all LocalChannels: every subtask runs in this process), operators and inputs.
+  SubtaskDeployment d;
+  d.graph = graph_.get();
+  d.jg = &jg_;
+  d.plan = &edge_plans_;
+  d.vertices = region.vertices;
+  RegionAttempt* a = attempt.get();
+  d.make_channel = [this, a](const JobEdge&, int, int) -> Result<ChannelEnds> {
+    auto buffers = pool_->allocate(static_cast<size_t>(credits_));
+    if (!buffers.ok()) return buffers.error();
+    a->channels.push_back(std::make_unique<LocalChannel>(*pool_, std::move(*buffers)));
+    return ChannelEnds{a->channels.back().get(), a->channels.back().get()};
+  };
+  d.coordinators = &attempt->coordinators;
+  d.restores = restore != nullptr ? &restores : nullptr;
+  d.attempt = attempt->number;
+  d.clock = &clock_;
+  d.buffer_timeout_ms = config.get(options::kBufferTimeout);
+  d.checkpointing = checkpointing_;
+  d.listener = this;
+  Result<DeployedSubtasks> built = build_subtasks(d);
+  if (!built.ok()) return built.error();
+  attempt->tasks = std::move(built->tasks);
+  attempt->operators = std::move(built->operators);
   region.attempt = std::move(attempt);
   region.state = RegionState::kRunning;
   for (auto& t : region.attempt->tasks)

@@ -179,7 +179,7 @@ TEST(ControlPlaneTest, CallsOfTheContractThatThisBuildDoesNotServeAnswerUnimplem
     v1::OfferSlotsResponse resp;
     grpc::Status st = stub->OfferSlots(&ctx, req, &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_NE(st.error_message().find("does not deploy tasks"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("does not serve it yet"), std::string::npos) << st.error_message();
   }
   {
     grpc::ClientContext ctx;
@@ -191,12 +191,23 @@ TEST(ControlPlaneTest, CallsOfTheContractThatThisBuildDoesNotServeAnswerUnimplem
   ASSERT_TRUE(tm);
   auto tm_stub =
       v1::TaskManagerService::NewStub(grpc::CreateChannel(tm->rpc_address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    v1::TriggerCheckpointRequest req;
+    v1::Acknowledgement resp;
+    grpc::Status st = tm_stub->TriggerCheckpoint(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_NE(st.error_message().find("checkpoints in cluster mode are not implemented"), std::string::npos)
+        << st.error_message();
+  }
+  // A deployment from a JobManager this TaskManager is not registered with is refused as stale.
   grpc::ClientContext ctx;
-  v1::SubmitTaskRequest req;
+  v1::SubmitTasksRequest req;
+  req.set_jobmanager_id("not-this-one");
   v1::Acknowledgement resp;
-  grpc::Status st = tm_stub->SubmitTask(&ctx, req, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(st.error_message().find("does not run tasks yet"), std::string::npos) << st.error_message();
+  grpc::Status st = tm_stub->SubmitTasks(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("the deployment is stale"), std::string::npos) << st.error_message();
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // with and send heartbeats to (proto/sluice/cluster/v1/jobmanager.proto), over a TaskManagerRegistry, and a
 // heartbeat monitor that declares a TaskManager lost once heartbeat.timeout has passed without a heartbeat.
 //
-// What it does not do yet (issue 21, next step): deploy tasks. OfferSlots, UpdateTaskExecutionState,
-// AcknowledgeCheckpoint and DeclineCheckpoint answer UNIMPLEMENTED with a message saying so.
+// Task deployment itself is the JobMaster's (job_master.h): the server passes the TaskManagers' task state
+// updates (UpdateTaskExecutionState) and every closed registration (lost, replaced, disconnected) to the
+// JobEvents set on it. Not yet (issue 21): OfferSlots, AcknowledgeCheckpoint and DeclineCheckpoint answer
+// UNIMPLEMENTED with a message saying so.
 //
 // Lifecycle: start() binds and serves (gRPC's threads) and starts the monitor thread; stop() (or the
 // destructor) stops both and waits for calls in flight. Threading: every member function is thread-safe; the
@@ -13,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +23,30 @@
 #include "sluice/cluster/jobmanager/task_manager_registry.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
+#include "sluice/runtime/task.h"
 
 namespace sluice {
+
+/// A task's state change as a TaskManager reported it.
+struct TaskStateReport {
+  std::string registration_id;
+  int vertex = 0;
+  int subtask = 0;
+  int attempt = 0;
+  TaskState state = TaskState::kRunning;
+  std::optional<Error> error;  ///< for kFailed: the task's error (its code's name and text)
+};
+
+/// What the job master hears from the control plane (called on gRPC or monitor threads, without the server's
+/// lock held).
+class JobEvents {
+ public:
+  virtual ~JobEvents() = default;
+  virtual void on_task_state(const TaskStateReport& report) = 0;
+  /// A registration ended: the TaskManager was lost (no heartbeat), replaced (it registered again) or
+  /// disconnected.
+  virtual void on_task_manager_closed(const ClosedRegistration& closed) = 0;
+};
 
 struct JobManagerServerOptions {
   std::string address = "127.0.0.1";  ///< jobmanager.rpc.address
@@ -57,6 +82,8 @@ class JobManagerServer {
   /// Declares lost every TaskManager whose heartbeat is overdue at the clock's now; returns them.
   std::vector<ClosedRegistration> check_heartbeats();
   void set_listener(Listener listener);
+  /// Sets (or clears, with nullptr) the job events receiver; it must stay alive until cleared.
+  void set_job_events(JobEvents* events);
 
   /// Stops serving; idempotent.
   void stop();

@@ -1,12 +1,13 @@
-// TaskExecutor: a TaskManager process's control plane (Flink's TaskExecutor, as far as cluster mode goes in
-// this build): serves the gRPC TaskManagerService (proto/sluice/cluster/v1/taskmanager.proto), registers with
-// the JobManager with retries and backoff, sends heartbeats with its slot report, declares the JobManager lost
-// when heartbeat.timeout passes without a reply and registers again (a new registration), and stops for good
-// when the JobManager refuses its job graph.
+// TaskExecutor: a TaskManager process (Flink's TaskExecutor, as far as cluster mode goes in this build):
+// serves the gRPC TaskManagerService (proto/sluice/cluster/v1/taskmanager.proto), registers with the JobManager
+// with retries and backoff, sends heartbeats with its slot report, declares the JobManager lost when
+// heartbeat.timeout passes without a reply and registers again (a new registration), and stops for good when
+// the JobManager refuses its job graph. With a job graph it runs the subtasks the JobManager deploys
+// (SubmitTasks: DeployedTasks over its data plane, a net::ConnectionManager), reports each task's end
+// (UpdateTaskExecutionState), and cancels them on CancelTasks or when it loses its JobManager.
 //
-// Not yet (issue 21, next step): running tasks. Every TaskManagerService call (SubmitTask, CancelTask,
-// TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted, FreeSlot) answers UNIMPLEMENTED with a
-// message saying so; all slots stay free.
+// Not yet (issue 21): TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted and FreeSlot answer
+// UNIMPLEMENTED with a message saying so.
 //
 // Lifecycle: start() serves and starts the connection thread; wait() blocks until it stops (refused, or
 // stop()); stop() disconnects from the JobManager when registered (its slots go at once) and stops.
@@ -22,6 +23,7 @@
 #include "sluice/cluster/job_graph_fingerprint.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
+#include "sluice/graph/job_graph.h"
 
 namespace sluice {
 
@@ -33,6 +35,11 @@ struct TaskExecutorOptions {
   JobGraphIdentity job;
   HeartbeatOptions heartbeat;
   RegistrationBackoff backoff;
+  /// The job this TaskManager runs, built from the same pipeline file as the JobManager's (both must outlive
+  /// the executor); null: it only registers and SubmitTasks is refused.
+  const StreamGraph* graph = nullptr;
+  const JobGraph* job_graph = nullptr;
+  int data_port = 0;  ///< taskmanager.data.port: its data plane (binds `address`); 0 = a free port
 };
 
 /// What the TaskExecutor has seen (for tests and logs).
@@ -43,6 +50,8 @@ struct TaskExecutorStatus {
   int registrations = 0;      ///< successful registrations so far
   int jobmanager_losses = 0;  ///< times the JobManager was declared lost
   int failed_attempts = 0;    ///< failed registration attempts since the last success
+  int deployed_attempt = -1;  ///< the attempt whose tasks it holds (-1: none)
+  size_t running_tasks = 0;   ///< of that attempt
 };
 
 class TaskExecutor {
@@ -58,6 +67,8 @@ class TaskExecutor {
   const std::string& resource_id() const;
   /// host:port of its TaskManagerService.
   std::string rpc_address() const;
+  /// host:port of its data plane ("" without a job graph).
+  std::string data_address() const;
 
   /// Blocks until the executor stopped: returns the refusal when the JobManager refused this TaskManager
   /// (its job graph or build differs), or ok after stop().

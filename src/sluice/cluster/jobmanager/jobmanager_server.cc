@@ -24,9 +24,25 @@ std::string describe(const TaskManagerRegistration& r) {
 
 grpc::Status unimplemented(const char* call) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      fmt::format("{} is part of the control-plane contract but this build does not deploy tasks to "
-                                  "TaskManagers yet (cluster mode, issue 21: see docs/cluster.md)",
+                      fmt::format("{} is part of the control-plane contract but this build does not serve it yet: "
+                                  "slots are offered at registration, and checkpoints in cluster mode are not "
+                                  "implemented (issue 21: see docs/cluster.md)",
                                   call));
+}
+
+std::optional<TaskState> from_proto(v1::ExecutionState s) {
+  switch (s) {
+    case v1::EXECUTION_STATE_RUNNING:
+      return TaskState::kRunning;
+    case v1::EXECUTION_STATE_FINISHED:
+      return TaskState::kFinished;
+    case v1::EXECUTION_STATE_CANCELED:
+      return TaskState::kCanceled;
+    case v1::EXECUTION_STATE_FAILED:
+      return TaskState::kFailed;
+    default:
+      return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -107,6 +123,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     if (replaced) {
       spdlog::info("TaskManager {}: its earlier registration {} is closed ({})", r.resource_id,
                    replaced->registration.registration_id, replaced->reason);
+      notify_closed(*replaced);
     }
     resp->set_registration_id(reg->registration_id);
     resp->set_jobmanager_id(id_);
@@ -150,10 +167,13 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
   grpc::Status DisconnectTaskManager(grpc::ServerContext*, const v1::DisconnectTaskManagerRequest* req,
                                      v1::Acknowledgement*) override {
     bool known;
+    std::optional<ClosedRegistration> closed;
     {
       std::lock_guard lock(mu_);
       known = registry_.disconnect(req->registration_id(), req->reason(), clock_.now_ms());
+      if (known && !registry_.closed().empty()) closed = registry_.closed().back();
     }
+    if (closed) notify_closed(*closed);
     if (!known) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           fmt::format("registration '{}' is not known to this JobManager", req->registration_id()));
@@ -168,9 +188,35 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
   grpc::Status OfferSlots(grpc::ServerContext*, const v1::OfferSlotsRequest*, v1::OfferSlotsResponse*) override {
     return unimplemented("OfferSlots");
   }
-  grpc::Status UpdateTaskExecutionState(grpc::ServerContext*, const v1::TaskExecutionStateUpdate*,
+  grpc::Status UpdateTaskExecutionState(grpc::ServerContext*, const v1::TaskExecutionStateUpdate* req,
                                         v1::Acknowledgement*) override {
-    return unimplemented("UpdateTaskExecutionState");
+    std::optional<TaskState> state = from_proto(req->state());
+    if (!state || !req->has_subtask()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "a task state update needs the subtask and a state (RUNNING, FINISHED, CANCELED or FAILED)");
+    }
+    bool known = false;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& t : registry_.task_managers())
+        known = known || t.registration_id == req->registration_id();
+    }
+    if (!known) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          fmt::format("registration '{}' is not known to this JobManager", req->registration_id()));
+    }
+    TaskStateReport r;
+    r.registration_id = req->registration_id();
+    r.vertex = req->subtask().vertex_id();
+    r.subtask = req->subtask().subtask_index();
+    r.attempt = req->subtask().attempt();
+    r.state = *state;
+    if (*state == TaskState::kFailed) {
+      r.error = Error(ErrorCode::kRuntime, req->error_message().empty() ? "the task failed" : req->error_message());
+    }
+    std::lock_guard lock(listener_mu_);
+    if (events_ != nullptr) events_->on_task_state(r);
+    return grpc::Status::OK;
   }
   grpc::Status AcknowledgeCheckpoint(grpc::ServerContext*, const v1::AcknowledgeCheckpointRequest*,
                                      v1::Acknowledgement*) override {
@@ -206,12 +252,18 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
                    s.slots_free);
     }
     if (!lost.empty()) notify(s);
+    for (const auto& c : lost)
+      notify_closed(c);
     return lost;
   }
 
   void set_listener(Listener l) {
     std::lock_guard lock(listener_mu_);
     listener_ = std::move(l);
+  }
+  void set_job_events(JobEvents* e) {
+    std::lock_guard lock(listener_mu_);
+    events_ = e;
   }
 
   std::string target() const { return fmt::format("{}:{}", options_.address, port_); }
@@ -222,6 +274,10 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
   void notify(const SlotSummary& s) {
     std::lock_guard lock(listener_mu_);
     if (listener_) listener_(s);
+  }
+  void notify_closed(const ClosedRegistration& c) {
+    std::lock_guard lock(listener_mu_);
+    if (events_ != nullptr) events_->on_task_manager_closed(c);
   }
 
   // Sleeps until the next registration could expire (at most one interval, so a clock that jumps is
@@ -253,8 +309,9 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
   TaskManagerRegistry registry_;
   bool stopped_ = false;
 
-  std::mutex listener_mu_;  // guards listener_; calls it, never taken with mu_ held
+  std::mutex listener_mu_;  // guards listener_ and events_; calls them, never taken with mu_ held
   Listener listener_;
+  JobEvents* events_ = nullptr;
 };
 
 Result<std::unique_ptr<JobManagerServer>> JobManagerServer::start(JobManagerServerOptions options, const Clock& clock) {
@@ -289,6 +346,9 @@ std::vector<ClosedRegistration> JobManagerServer::check_heartbeats() {
 }
 void JobManagerServer::set_listener(Listener listener) {
   impl_->set_listener(std::move(listener));
+}
+void JobManagerServer::set_job_events(JobEvents* events) {
+  impl_->set_job_events(events);
 }
 void JobManagerServer::stop() {
   impl_->stop();

@@ -6,14 +6,18 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "sluice/cluster/rpc/rpc_status.h"
+#include "sluice/cluster/taskmanager/deployed_tasks.h"
 #include "sluice/cluster/taskmanager/jobmanager_connection.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
+#include "sluice/core/config.h"
 
 namespace sluice {
 namespace v1 = ::sluice::cluster::v1;
@@ -22,9 +26,42 @@ namespace {
 
 grpc::Status unimplemented(const char* call) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      fmt::format("{}: this TaskManager build does not run tasks yet (cluster task deployment is the "
-                                  "next step of issue 21; see docs/cluster.md)",
+                      fmt::format("{}: checkpoints in cluster mode are not implemented in this build (issue 21; see "
+                                  "docs/cluster.md)",
                                   call));
+}
+
+v1::ExecutionState to_proto(TaskState s) {
+  switch (s) {
+    case TaskState::kFinished:
+      return v1::EXECUTION_STATE_FINISHED;
+    case TaskState::kFailed:
+      return v1::EXECUTION_STATE_FAILED;
+    case TaskState::kCanceled:
+      return v1::EXECUTION_STATE_CANCELED;
+    case TaskState::kRunning:
+      return v1::EXECUTION_STATE_RUNNING;
+    case TaskState::kCreated:
+      return v1::EXECUTION_STATE_DEPLOYING;
+  }
+  return v1::EXECUTION_STATE_UNSPECIFIED;
+}
+
+Result<net::Endpoint> parse_endpoint(const std::string& address) {
+  const auto colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0) {
+    return Error(ErrorCode::kConfiguration, fmt::format("data address '{}' is not HOST:PORT", address));
+  }
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = 0;
+  }
+  if (port < 1 || port > 65535) {
+    return Error(ErrorCode::kConfiguration, fmt::format("data address '{}' has no valid port", address));
+  }
+  return net::Endpoint{address.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
 std::string hostname() {
@@ -57,6 +94,20 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
     std::random_device rd;  // an identity for this process, not data
     resource_id_ = fmt::format("{}:{}-{:06x}", options_.address, port_, rd() & 0xffffff);
+    if (options_.graph != nullptr) {
+      // The data plane names this TaskManager by its resource id, as the JobManager's placement does.
+      net::ConnectionManager::Options co;
+      co.id = resource_id_;
+      co.bind = net::Endpoint{options_.address, static_cast<uint16_t>(options_.data_port)};
+      co.clock = &clock_;
+      auto cm = net::ConnectionManager::start(co);
+      if (!cm.ok()) {
+        server_->Shutdown();
+        server_.reset();
+        return cm.error();
+      }
+      connections_ = std::move(*cm);
+    }
     stub_ = v1::JobManagerService::NewStub(rpc::make_channel(options_.jobmanager));
     spdlog::info("TaskManager {} with {} slots, RPC at {}; registering at JobManager {}", resource_id_, options_.slots,
                  rpc_address(), options_.jobmanager);
@@ -79,6 +130,13 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       server_->Shutdown(rpc::deadline_in(1000));
       server_->Wait();
     }
+    {
+      std::lock_guard lock(deploy_mu_);
+      deployed_.reset();
+    }
+    // The data plane before the buffer pools: its I/O thread may still write a finished sender's buffers.
+    connections_.reset();
+    pools_.clear();
   }
 
   Status wait() {
@@ -93,19 +151,132 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   }
 
   TaskExecutorStatus status() const {
-    std::lock_guard lock(mu_);
-    return status_;
+    TaskExecutorStatus out;
+    {
+      std::lock_guard lock(mu_);
+      out = status_;
+    }
+    std::lock_guard lock(deploy_mu_);
+    out.deployed_attempt = deployed_ ? deployed_->attempt() : -1;
+    out.running_tasks = deployed_ ? deployed_->running() : 0;
+    return out;
   }
 
   const std::string& resource_id() const { return resource_id_; }
   std::string rpc_address() const { return fmt::format("{}:{}", options_.address, port_); }
+  std::string data_address() const { return connections_ ? connections_->endpoint().to_string() : ""; }
 
-  // --- TaskManagerService: the JobManager's calls (none is served in this build) ---
-  grpc::Status SubmitTask(grpc::ServerContext*, const v1::SubmitTaskRequest*, v1::Acknowledgement*) override {
-    return unimplemented("SubmitTask");
+  // --- TaskManagerService: the JobManager's calls ---
+  grpc::Status SubmitTasks(grpc::ServerContext*, const v1::SubmitTasksRequest* req, v1::Acknowledgement*) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!status_.registered || req->jobmanager_id() != status_.jobmanager_id ||
+          req->registration_id() != status_.registration_id) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            fmt::format("TaskManager {} is registered as '{}' with JobManager '{}', not as '{}' with "
+                                        "'{}': the deployment is stale",
+                                        resource_id_, status_.registration_id, status_.jobmanager_id,
+                                        req->registration_id(), req->jobmanager_id()));
+      }
+    }
+    if (options_.graph == nullptr || !connections_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          fmt::format("TaskManager {} was started without a job graph and runs no tasks", resource_id_));
+    }
+    const JobGraph& jg = *options_.job_graph;
+    DeploymentSpec spec;
+    spec.attempt = req->attempt();
+    spec.self = req->self();
+    for (const auto& p : req->peers()) {
+      auto ep = parse_endpoint(p.data_address());
+      if (!ep.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ep.error().message());
+      spec.peers.push_back(net::TaskManagerLocation{p.resource_id(), *ep});
+    }
+    if (spec.self < 0 || spec.self >= static_cast<int>(spec.peers.size())) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "SubmitTasks: 'self' is not an index into 'peers'");
+    }
+    spec.peer_of.resize(jg.vertices.size());
+    for (const auto& v : jg.vertices)
+      spec.peer_of[static_cast<size_t>(v.id)].assign(static_cast<size_t>(v.parallelism), -1);
+    std::set<int> my_slots;
+    for (const auto& pl : req->placement()) {
+      if (pl.vertex_id() < 0 || static_cast<size_t>(pl.vertex_id()) >= jg.vertices.size() || pl.subtask_index() < 0 ||
+          pl.subtask_index() >= jg.vertices[static_cast<size_t>(pl.vertex_id())].parallelism || pl.peer() < 0 ||
+          pl.peer() >= static_cast<int>(spec.peers.size())) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            fmt::format("SubmitTasks: placement of vertex {} subtask {} on TaskManager {} does not "
+                                        "match this TaskManager's job graph",
+                                        pl.vertex_id(), pl.subtask_index(), pl.peer()));
+      }
+      spec.peer_of[static_cast<size_t>(pl.vertex_id())][static_cast<size_t>(pl.subtask_index())] = pl.peer();
+      if (pl.peer() == spec.self) {
+        if (pl.slot_index() < 0 || pl.slot_index() >= options_.slots) {
+          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              fmt::format("SubmitTasks: slot {} does not exist in TaskManager {} ({} slots)",
+                                          pl.slot_index(), resource_id_, options_.slots));
+        }
+        my_slots.insert(pl.slot_index());
+      }
+    }
+    for (const auto& v : jg.vertices) {
+      for (int p : spec.peer_of[static_cast<size_t>(v.id)]) {
+        if (p < 0) {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              fmt::format("SubmitTasks: the placement leaves a subtask of vertex '{}' out", v.name));
+        }
+      }
+    }
+    std::lock_guard lock(deploy_mu_);
+    if (deployed_ && deployed_->running() > 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          fmt::format("TaskManager {} still runs {} task(s) of attempt {}", resource_id_,
+                                      deployed_->running(), deployed_->attempt()));
+    }
+    deployed_.reset();
+    const Configuration& config = options_.graph->config();
+    const int credits = config.get(options::kBuffersPerChannel);
+    const int64_t segment = config.get(options::kBufferSize);
+    const size_t buffers = DeployedTasks::buffers_needed(jg, spec, credits);
+    const long double bytes = static_cast<long double>(buffers) * static_cast<long double>(segment);
+    if (bytes > static_cast<long double>(config.get(options::kNetworkMemoryMax))) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          fmt::format("the subtasks placed on TaskManager {} need {} network buffers of {} bytes, "
+                                      "above {} = {} MiB",
+                                      resource_id_, buffers, segment, options::kNetworkMemoryMax.key,
+                                      config.get(options::kNetworkMemoryMax) >> 20));
+    }
+    pools_.push_back(std::make_unique<NetworkBufferPool>(static_cast<uint32_t>(segment), std::max<size_t>(buffers, 1)));
+    auto d = DeployedTasks::deploy(*options_.graph, jg, spec, *connections_, *pools_.back(), clock_,
+                                   [this](const TaskEnd& end) {
+                                     {
+                                       std::lock_guard l(mu_);
+                                       reports_.push_back(end);
+                                     }
+                                     cv_.notify_all();
+                                   });
+    if (!d.ok()) {
+      spdlog::error("cannot deploy attempt {} on TaskManager {}: {}", spec.attempt, resource_id_,
+                    d.error().to_string());
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, d.error().to_string());
+    }
+    deployed_ = std::move(*d);
+    slots_used_ = static_cast<int>(my_slots.size());
+    spdlog::info("TaskManager {}: attempt {} deployed, {} task(s) in {} slot(s)", resource_id_, spec.attempt,
+                 deployed_->task_count(), slots_used_);
+    return grpc::Status::OK;
   }
-  grpc::Status CancelTask(grpc::ServerContext*, const v1::CancelTaskRequest*, v1::Acknowledgement*) override {
-    return unimplemented("CancelTask");
+  grpc::Status CancelTasks(grpc::ServerContext*, const v1::CancelTasksRequest* req, v1::Acknowledgement*) override {
+    {
+      std::lock_guard lock(mu_);
+      if (req->jobmanager_id() != status_.jobmanager_id) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            fmt::format("TaskManager {} is registered with JobManager '{}', not '{}'", resource_id_,
+                                        status_.jobmanager_id, req->jobmanager_id()));
+      }
+    }
+    release_tasks(req->attempt(), req->reason());
+    return grpc::Status::OK;
   }
   grpc::Status TriggerCheckpoint(grpc::ServerContext*, const v1::TriggerCheckpointRequest*,
                                  v1::Acknowledgement*) override {
@@ -140,7 +311,9 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
             options_.jobmanager, now - connection_.last_reply_ms(), connection_.heartbeat().timeout_ms,
             last_error.empty() ? "none" : last_error);
         publish();
+        release_tasks(-1, "the JobManager was lost");
       }
+      send_reports();
       const JobManagerConnection::Action a = connection_.next_action(now);
       switch (a.kind) {
         case JobManagerConnection::Action::Kind::kStop:
@@ -149,7 +322,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         case JobManagerConnection::Action::Kind::kWait: {
           std::unique_lock lock(mu_);
           cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, a.wait_until_ms - now)),
-                       [&] { return stopping_; });
+                       [&] { return stopping_ || !reports_.empty(); });
           break;
         }
         case JobManagerConnection::Action::Kind::kRegister:
@@ -178,7 +351,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     v1::RegisterTaskManagerRequest req;
     req.set_resource_id(resource_id_);
     req.set_rpc_address(rpc_address());
-    req.set_data_address("");  // the TCP data plane is not wired to cluster mode yet
+    req.set_data_address(data_address());
     req.set_slots(options_.slots);
     req.mutable_job()->set_fingerprint(options_.job.fingerprint);
     req.mutable_job()->set_job_name(options_.job.job_name);
@@ -221,7 +394,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     req.set_registration_id(connection_.registration_id());
     req.set_resource_id(resource_id_);
     req.mutable_slot_report()->set_slots_total(options_.slots);
-    req.mutable_slot_report()->set_slots_free(options_.slots);  // no tasks run here yet: every slot is free
+    req.mutable_slot_report()->set_slots_free(options_.slots - slots_in_use());
     const TimestampMs sent = clock_.now_ms();
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
@@ -249,11 +422,73 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           options_.jobmanager, connection_.registration_id(), st.error_message());
       connection_.on_registration_unknown(now);
       publish();
+      release_tasks(-1, "the JobManager no longer knows this TaskManager's registration");
       return;
     }
     last_error = rpc::to_error(st, "Heartbeat", options_.jobmanager).message();
     spdlog::debug("{}", last_error);
     connection_.on_heartbeat_failed(sent);
+  }
+
+  int slots_in_use() {
+    std::lock_guard lock(deploy_mu_);
+    return deployed_ && deployed_->running() > 0 ? slots_used_ : 0;
+  }
+
+  // Cancels and releases the tasks of `attempt` (-1: whatever runs); their slots are free when it returns.
+  void release_tasks(int attempt, const std::string& reason) {
+    std::unique_ptr<DeployedTasks> gone;
+    {
+      std::lock_guard lock(deploy_mu_);
+      if (!deployed_ || (attempt >= 0 && deployed_->attempt() != attempt)) return;
+      if (deployed_->running() > 0) {
+        spdlog::warn("TaskManager {}: cancelling {} task(s) of attempt {}: {}", resource_id_, deployed_->running(),
+                     deployed_->attempt(), reason);
+      }
+      gone = std::move(deployed_);
+      gone.reset();  // cancels and joins (under deploy_mu_: a SubmitTasks waits until the slots are free)
+    }
+    if (attempt < 0) {
+      // Nobody wants the ends of tasks deployed by a JobManager that is gone.
+      std::lock_guard lock(mu_);
+      reports_.clear();
+    }
+  }
+
+  // Sends the queued task ends to the JobManager (connection thread).
+  void send_reports() {
+    std::deque<TaskEnd> batch;
+    std::string registration;
+    {
+      std::lock_guard lock(mu_);
+      batch.swap(reports_);
+      registration = status_.registration_id;
+    }
+    for (const TaskEnd& e : batch) {
+      v1::TaskExecutionStateUpdate req;
+      req.set_registration_id(registration);
+      req.mutable_subtask()->set_vertex_id(e.vertex);
+      req.mutable_subtask()->set_subtask_index(e.subtask);
+      req.mutable_subtask()->set_attempt(e.attempt);
+      req.mutable_subtask()->set_vertex_uid(
+          options_.job_graph != nullptr
+              ? options_.job_graph->node_uid[static_cast<size_t>(
+                    options_.job_graph->vertices[static_cast<size_t>(e.vertex)].chained_nodes[0])]
+              : "");
+      req.set_state(to_proto(e.state));
+      if (e.error) {
+        req.set_error_code(std::string(error_code_name(e.error->code())));
+        req.set_error_message(e.error->to_string());
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(rpc::deadline_in(std::max<int64_t>(1000, connection_.heartbeat().interval_ms)));
+      v1::Acknowledgement ack;
+      const grpc::Status st = stub_->UpdateTaskExecutionState(&ctx, req, &ack);
+      if (!st.ok()) {
+        spdlog::warn("cannot report the end of subtask {}/{} (attempt {}) to the JobManager: {}", e.vertex, e.subtask,
+                     e.attempt, rpc::to_error(st, "UpdateTaskExecutionState", options_.jobmanager).message());
+      }
+    }
   }
 
   void publish() {
@@ -282,8 +517,15 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   std::thread thread_;
   JobManagerConnection connection_;  // only the connection thread touches it
 
-  mutable std::mutex mu_;  // guards stopping_, done_, refusal_, status_
+  std::unique_ptr<net::ConnectionManager> connections_;
+  std::vector<std::unique_ptr<NetworkBufferPool>> pools_;  // every attempt's; outlive connections_
+  mutable std::mutex deploy_mu_;                           // guards deployed_, slots_used_
+  std::unique_ptr<DeployedTasks> deployed_;
+  int slots_used_ = 0;
+
+  mutable std::mutex mu_;  // guards stopping_, done_, refusal_, status_, reports_
   std::condition_variable cv_;
+  std::deque<TaskEnd> reports_;
   bool stopping_ = false;
   bool done_ = false;
   std::optional<Error> refusal_;
@@ -312,6 +554,9 @@ const std::string& TaskExecutor::resource_id() const {
 }
 std::string TaskExecutor::rpc_address() const {
   return impl_->rpc_address();
+}
+std::string TaskExecutor::data_address() const {
+  return impl_->data_address();
 }
 Status TaskExecutor::wait() {
   return impl_->wait();

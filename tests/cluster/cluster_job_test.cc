@@ -1,0 +1,246 @@
+// A pipeline running across processes: `sluice jobmanager` + `sluice taskmanager` children of the built binary
+// (tests/cluster/cluster_harness.h), the job's subtasks deployed into the TaskManagers' slots and its keyed
+// exchange crossing the TCP data plane between them.
+//  * datagen -> transform -> key_by -> files at parallelism 4 on 2 TaskManagers of 2 slots (and at parallelism 6
+//    on 3, with cluster.evenly-spread-out-slots): the same lines as `sluice run` of the same pipeline, every
+//    record once, and each key's records in the order their source subtask emitted them;
+//  * too few slots: the job fails after slot.request.timeout with "needs 4 slots, 2 registered";
+//  * a SIGKILLed TaskManager fails the job (no restarts across processes yet) instead of hanging, and the
+//    surviving TaskManager's tasks are cancelled.
+// Heartbeats: interval 250 ms, timeout 3 s. About 30-60 s in all on a loaded two-core machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cluster/cluster_harness.h"
+
+namespace sluice::testing::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kStart = 60s;   // process start on a loaded two-core machine
+constexpr auto kFinish = 90s;  // a bounded job's whole run
+const std::vector<std::string> kOptions = {"heartbeat.interval=250ms", "heartbeat.timeout=3s",
+                                           "cluster.registration.initial-timeout=50ms",
+                                           "cluster.registration.max-timeout=500ms"};
+constexpr int64_t kEntities = 97;
+
+class ClusterJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("sluice-cluster-job-test-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(Clock::now().time_since_epoch().count()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (HasFailure() && harness_) std::cerr << harness_->logs();
+    harness_.reset();
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(dir_, ec);
+  }
+
+  /// datagen (`count` charges on kEntities entities; 0 = unbounded at `rate`/s) -> transform keyed by the
+  /// charge id -> files in <dir>/<out>, at `parallelism`, without checkpoints.
+  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate = 0) {
+    const fs::path path = dir_ / (out + ".yaml");
+    std::ofstream f(path);
+    f << "pipeline:\n  name: cluster-job-test\n  parallelism: " << parallelism << "\n"
+      << "  checkpoint: { interval: 0 }\n"
+      << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
+      << ", seed: 7 }\n"
+      << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
+      << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
+      << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / out).string() << "\"\n";
+    return path.string();
+  }
+
+  ClusterHarness& cluster(const std::string& file, std::vector<std::string> extra = {}) {
+    std::vector<std::string> options = kOptions;
+    options.insert(options.end(), extra.begin(), extra.end());
+    harness_ = std::make_unique<ClusterHarness>(file, options);
+    return *harness_;
+  }
+
+  /// Every line of the part files under dir_/out, per part file in name order.
+  std::map<std::string, std::vector<std::string>> read_parts(const std::string& out) {
+    std::map<std::string, std::vector<std::string>> parts;
+    if (!fs::exists(dir_ / out)) return parts;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / out)) {
+      if (!e.is_regular_file()) continue;
+      const std::string name = e.path().filename().string();
+      if (name.starts_with('.')) continue;
+      std::ifstream in(e.path());
+      std::string line;
+      auto& lines = parts[fs::relative(e.path(), dir_ / out).string()];
+      while (std::getline(in, line)) {
+        if (!line.empty()) lines.push_back(line);
+      }
+    }
+    return parts;
+  }
+
+  /// Every line of every part file, sorted, without "occurred_at" (the processing time of the run).
+  static std::vector<std::string> all_lines(const std::map<std::string, std::vector<std::string>>& parts) {
+    static const std::regex occurred_at(R"re("occurred_at":"[^"]*",)re");
+    std::vector<std::string> out;
+    for (const auto& [name, lines] : parts) {
+      for (const auto& line : lines)
+        out.push_back(std::regex_replace(line, occurred_at, ""));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  /// Checks that every record (entity, revision) of `count` is there once and that each entity's records are
+  /// in one part file (its sink subtask's) in the order the source emitted them: revisions 0, 1, 2, ... (the
+  /// pipeline's datagen source runs at parallelism 1, so each entity's revisions leave it in order).
+  void check_records(const std::map<std::string, std::vector<std::string>>& parts, int64_t count) {
+    const std::regex rec(R"re("payload":\{"id":"ch_(\d+)","revision":(\d+)\})re");
+    std::map<int64_t, std::pair<std::string, int64_t>> last;  // entity -> (part file, last revision)
+    int64_t records = 0;
+    int64_t out_of_order = 0;
+    int64_t split = 0;
+    for (const auto& [name, lines] : parts) {
+      for (const auto& line : lines) {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(line, m, rec)) << "unexpected line in " << name << ": " << line;
+        const int64_t entity = std::stoll(m[1]);
+        const int64_t revision = std::stoll(m[2]);
+        ++records;
+        auto [it, fresh] = last.emplace(entity, std::make_pair(name, revision));
+        if (fresh) {
+          if (revision != 0) ++out_of_order;
+          continue;
+        }
+        if (it->second.first != name) ++split;
+        if (revision != it->second.second + 1) ++out_of_order;
+        it->second = {name, revision};
+      }
+    }
+    std::cout << records << " records of " << count << ", " << last.size() << " entities, " << out_of_order
+              << " out of order or missing, " << split << " in another subtask's file\n";
+    EXPECT_EQ(records, count);
+    EXPECT_EQ(static_cast<int64_t>(last.size()), kEntities);
+    EXPECT_EQ(out_of_order, 0);
+    EXPECT_EQ(split, 0);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ClusterHarness> harness_;
+};
+
+/// Runs `sluice run FILE` to its end.
+void run_local(const std::string& file) {
+  ChildProcess run("run", {"run", file});
+  const std::optional<int> code = run.wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "sluice run did not finish:\n" << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+}
+
+TEST_F(ClusterJobTest, AKeyedPipelineOnTwoTaskManagersWritesWhatALocalRunWrites) {
+  constexpr int64_t kCount = 40'000;
+  constexpr int kParallelism = 4;
+  run_local(pipeline("local", kParallelism, kCount));
+  const auto local = read_parts("local");
+  ASSERT_FALSE(local.empty());
+
+  ClusterHarness& c = cluster(pipeline("cluster", kParallelism, kCount));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* a = c.start_taskmanager(2);
+  ChildProcess* b = c.start_taskmanager(2);
+  const std::optional<int> code = jm->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the cluster's job did not finish";
+  ASSERT_EQ(*code, 0) << jm->output();
+  // The source (parallelism 1) and sink subtasks 0 and 1 share the first TaskManager's 2 slots, sink subtasks 2
+  // and 3 the second's: the keyed exchange to 2 and 3 crosses the TCP data plane.
+  EXPECT_NE(jm->output().find("RUNNING: 5 task(s) on 2 TaskManager(s)"), std::string::npos) << jm->output();
+  EXPECT_NE(jm->output().find("deployed 3 task(s) to TaskManager"), std::string::npos) << jm->output();
+  EXPECT_NE(jm->output().find("deployed 2 task(s) to TaskManager"), std::string::npos) << jm->output();
+  for (ChildProcess* tm : {a, b})
+    EXPECT_NE(tm->output().find("attempt 0 deployed"), std::string::npos) << tm->output();
+  const auto clustered = read_parts("cluster");
+  EXPECT_EQ(all_lines(clustered), all_lines(local)) << "the cluster's output differs from the local run's";
+  for (const std::string remote : {"part-2.jsonl", "part-3.jsonl"}) {
+    ASSERT_TRUE(clustered.count(remote)) << remote;
+    EXPECT_GT(clustered.at(remote).size(), 1000u) << "too few records crossed the TCP exchange to " << remote;
+  }
+  check_records(clustered, kCount);
+  check_records(local, kCount);
+}
+
+TEST_F(ClusterJobTest, ParallelismSixOnThreeTaskManagersSpreadEvenly) {
+  constexpr int64_t kCount = 30'000;
+  constexpr int kParallelism = 6;
+  run_local(pipeline("local", kParallelism, kCount));
+  const auto local = read_parts("local");
+
+  ClusterHarness& c = cluster(pipeline("cluster", kParallelism, kCount), {"cluster.evenly-spread-out-slots=true"});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  std::vector<ChildProcess*> tms;
+  for (int i = 0; i < 3; ++i)
+    tms.push_back(c.start_taskmanager(3));  // 9 slots for 6: spread evenly, 2 per TaskManager
+  const std::optional<int> code = jm->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the cluster's job did not finish";
+  ASSERT_EQ(*code, 0) << jm->output();
+  // Evenly spread: 2 of each TaskManager's 3 slots; the first holds the source and sink subtasks 0 and 3.
+  for (ChildProcess* tm : tms)
+    EXPECT_NE(tm->output().find("in 2 slot(s)"), std::string::npos) << tm->output();
+  EXPECT_NE(jm->output().find("RUNNING: 7 task(s) on 3 TaskManager(s)"), std::string::npos) << jm->output();
+  const auto clustered = read_parts("cluster");
+  EXPECT_EQ(clustered.size(), 6u);
+  EXPECT_EQ(all_lines(clustered), all_lines(local));
+  check_records(clustered, kCount);
+}
+
+TEST_F(ClusterJobTest, TooFewSlotsFailTheJobAfterTheSlotRequestTimeoutNamingWhatItNeeds) {
+  ClusterHarness& c = cluster(pipeline("out", 4, 1000), {"slot.request.timeout=3s"});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  c.start_taskmanager(2);
+  EXPECT_TRUE(jm->await_line(std::regex("needs 4 slots, 2 registered \\(on 1 TaskManager\\(s\\)\\)"), kStart))
+      << jm->output();
+  const std::optional<int> code = jm->wait_exit(kStart);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1);
+  EXPECT_NE(jm->output().find("did not get the slots it needs within slot.request.timeout = 3000 ms: needs 4 slots, "
+                              "2 registered (on 1 TaskManager(s))"),
+            std::string::npos)
+      << jm->output();
+}
+
+TEST_F(ClusterJobTest, AKilledTaskManagerFailsTheJobAndTheOtherTaskManagersTasksAreCancelled) {
+  // Unbounded at 2,000 records/s: the job runs until the kill.
+  ClusterHarness& c = cluster(pipeline("out", 4, 0, 2000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* victim = c.start_taskmanager(2);
+  ChildProcess* survivor = c.start_taskmanager(2);
+  ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << jm->output();
+  // Records flow through both TaskManagers before the kill.
+  ASSERT_TRUE(poll_until([&] { return !read_parts("out").empty(); }, kStart));
+  victim->signal(SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(victim->wait_exit(10s).has_value());
+  const std::optional<int> code = jm->wait_exit(30s);
+  ASSERT_TRUE(code.has_value()) << "the JobManager hangs after a TaskManager was killed";
+  EXPECT_EQ(*code, 1);
+  std::cout << "the job failed " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count()
+            << " ms after the kill\n";
+  EXPECT_NE(jm->output().find("FAILED"), std::string::npos) << jm->output();
+  // The survivor's tasks end (they fail on the lost connection or are cancelled), and it keeps running.
+  EXPECT_TRUE(poll_until([&] { return survivor->count("lost") > 0 || survivor->count("cancelling") > 0; }, 30s))
+      << survivor->output();
+  EXPECT_FALSE(survivor->exited());
+}
+
+}  // namespace
+}  // namespace sluice::testing::cluster
