@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "sluice/core/fault_points.h"
+#include "sluice/core/non_recoverable.h"
 
 namespace sluice {
 
@@ -289,12 +290,16 @@ Error bad_line_error(std::string_view format_name, std::string_view path, int64_
   const std::string_view head = utf8_prefix(raw, kExcerptBytes);
   append_json_string(head, excerpt);
   if (head.size() < raw.size()) excerpt += "...";
-  return Error(
-      ErrorCode::kConnector,
-      fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
-                  "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
-                  "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set pipeline.dead-letter)",
-                  path, line, offset, format_name, reason, excerpt));
+  // A restart reads the same line again and fails the same way: restarting would loop for ever (the default
+  // restart strategy never gives up), so the job fails at once naming the line.
+  return mark_non_recoverable(
+      Error(ErrorCode::kConnector,
+            fmt::format("file source: bad record in '{}' at line {} (byte offset {}), read as {}: {}; the line "
+                        "starts with {}. Fix the input, or divert bad lines to a dead-letter file with "
+                        "on_bad_record(BadRecordPolicy::kDeadLetter, path) (in a pipeline file: set "
+                        "pipeline.dead-letter)",
+                        path, line, offset, format_name, reason, excerpt)),
+      "a restart reads the same line again");
 }
 
 Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,

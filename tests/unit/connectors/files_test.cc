@@ -251,6 +251,8 @@ TEST(FileSourceTest, ABadJsonLineFailsTheJobNamingFileLineAndOffset) {
   EXPECT_NE(msg.find("byte offset " + std::to_string(2 * (good.size() + 1))), std::string::npos) << msg;
   EXPECT_NE(msg.find(R"(oops)"), std::string::npos) << msg;  // the excerpt
   EXPECT_NE(msg.find("connector"), std::string::npos) << msg;
+  // A restart would read the same line again: the failure suppresses restarts instead of looping.
+  EXPECT_NE(msg.find("not recoverable by a restart: a restart reads the same line again"), std::string::npos) << msg;
 }
 
 TEST(FileSourceTest, AMappingErrorFailsTheJobNamingTheField) {
