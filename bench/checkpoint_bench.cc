@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -97,6 +98,8 @@ fs::path checkpoint_root(const CheckpointBenchOptions& o, const std::string& nam
 Configuration base_config(const CheckpointBenchOptions& o, const fs::path& dir, const std::string& interval) {
   Configuration c;
   c.set(options::kParallelism, o.parallelism);
+  c.set(options::kStateBackendType, o.backend);
+  if (!o.rocksdb_memory.empty()) c.set_string(std::string(options::kRocksDBMemoryFixedPerSlot.key), o.rocksdb_memory);
   if (interval != "none") {
     c.set_string(std::string(options::kCheckpointInterval.key), interval);
     c.set(options::kCheckpointDir, dir.string());
@@ -144,14 +147,29 @@ bool wait_for(const std::function<bool()>& pred, std::chrono::seconds timeout) {
   return true;
 }
 
+/// Resident set size of this process now, in MiB (/proc/self/statm).
+double rss_mib() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages = 0, resident = 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
 int run_state(const CheckpointBenchOptions& o) {
   const int64_t keys = keys_for(o);
   fs::path dir = checkpoint_root(o, "state");
   g_processed = 0;
   JobClient client = start_fill_job(o, base_config(o, dir, "3s"), keys);
-  if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) {
-    fmt::print(stderr, "error: the state was not filled within 10 minutes\n");
-    return 1;
+  // RSS as the state grows: after each quarter of the keys is written.
+  for (int quarter = 1; quarter <= 4; ++quarter) {
+    if (!wait_for([&] { return g_processed.load() >= keys * quarter / 4; }, std::chrono::minutes(10))) {
+      fmt::print(stderr, "error: the state was not filled within 10 minutes\n");
+      return 1;
+    }
+    fmt::print("checkpoint state: {} backend, {}/4 of the keys written: RSS {:.0f} MiB\n", o.backend, quarter,
+               rss_mib());
   }
   const int64_t filled_ms = SystemClock::instance().now_ms();
   auto after_fill = [&] {
@@ -181,9 +199,9 @@ int run_state(const CheckpointBenchOptions& o) {
   }
   fmt::print(
       "checkpoint state: {} MiB target ({} keys x {} B), parallelism {}, {} checkpoints: median duration {:.0f} ms, "
-      "size {:.1f} MiB, max synchronous pause {:.2f} ms, max alignment {:.2f} ms\n",
+      "size {:.1f} MiB, max synchronous pause {:.2f} ms, max alignment {:.2f} ms; {} backend, RSS now {:.0f} MiB\n",
       o.state_mb, keys, o.value_bytes, o.parallelism, duration.size(), median(duration), median(size), median(pause),
-      median(align));
+      median(align), o.backend, rss_mib());
   fs::remove_all(dir);
   return 0;
 }
@@ -226,10 +244,10 @@ int run_throughput(const CheckpointBenchOptions& o) {
   const double base = median(rate[0]);
   for (size_t i = 0; i < intervals.size(); ++i) {
     fmt::print(
-        "checkpoint throughput: interval {:>5}: {:.0f} records/s (median of {}), {:.0f} records/cpu-s, {:.0f} "
+        "checkpoint throughput ({}): interval {:>5}: {:.0f} records/s (median of {}), {:.0f} records/cpu-s, {:.0f} "
         "checkpoints per run, {:.3f} of '{}'\n",
-        intervals[i], median(rate[i]), rate[i].size(), median(cpu[i]), median(checkpoints[i]), median(rate[i]) / base,
-        intervals[0]);
+        o.backend, intervals[i], median(rate[i]), rate[i].size(), median(cpu[i]), median(checkpoints[i]),
+        median(rate[i]) / base, intervals[0]);
   }
   return 0;
 }

@@ -20,7 +20,9 @@ struct CheckpointBenchOptions {
   std::string intervals = "none,10s,1s,200ms";  ///< checkpoint intervals (throughput)
   int rounds = 3;
   int parallelism = 1;
-  std::string dir;  ///< checkpoint directory; default: a fresh one under the temp dir
+  std::string dir;                  ///< checkpoint directory; default: a fresh one under the temp dir
+  std::string backend = "hashmap";  ///< state.backend.type: hashmap or rocksdb
+  std::string rocksdb_memory;       ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
 };
 
 /// Runs one scenario and prints its figures; returns the process exit code.

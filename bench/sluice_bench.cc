@@ -354,6 +354,11 @@ int main(int argc, char** argv) {
   checkpoint->add_option("--rounds", ck.rounds, "Rounds (throughput)")->capture_default_str();
   checkpoint->add_option("-p,--parallelism", ck.parallelism, "Parallelism")->capture_default_str();
   checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
+  checkpoint->add_option("--backend", ck.backend, "State backend (state.backend.type)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"hashmap", "rocksdb"}));
+  checkpoint->add_option("--rocksdb-memory", ck.rocksdb_memory,
+                         "Memory budget of each RocksDB database (state.backend.rocksdb.memory.fixed-per-slot)");
 
   sluice::bench::NexmarkKafkaOptions kfill;
   auto* kafka_fill = app.add_subcommand("nexmark-kafka-fill", "Write Nexmark bids as JSON into a Kafka topic");

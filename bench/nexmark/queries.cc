@@ -259,8 +259,8 @@ class Q4WinningBid final : public KeyedCoProcessFunction<int64_t, Q4Auction, Q4B
 class Q4CategoryAverage final : public KeyedProcessFunction<int64_t, Q4Winner, Q4Result> {
  public:
   void open(RuntimeContext&) override {
-    totals_ = &keyed_state().get_state(ValueStateDescriptor<Q4Totals>{"totals"});
-    pending_ = &keyed_state().get_state(MapStateDescriptor<TimestampMs, Q4Totals>{"winners-by-time"});
+    totals_ = &keyed_state().heap().get_state(ValueStateDescriptor<Q4Totals>{"totals"});
+    pending_ = &keyed_state().heap().get_state(MapStateDescriptor<TimestampMs, Q4Totals>{"winners-by-time"});
   }
   void process_element(const Q4Winner& w, Context& ctx, Collector<Q4Result>&) override {
     const TimestampMs ts = ctx.timestamp();
@@ -355,8 +355,8 @@ class Q5LocalMaxFilter final : public FilterFunction<Q5Result> {
 class Q5HotItems final : public KeyedProcessFunction<int64_t, Q5Result, Q5Result> {
  public:
   void open(RuntimeContext&) override {
-    max_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"max-count", 0});
-    leaders_ = &keyed_state().get_state(ListStateDescriptor<Q5Result>{"leaders"});
+    max_ = &keyed_state().heap().get_state(ValueStateDescriptor<int64_t>{"max-count", 0});
+    leaders_ = &keyed_state().heap().get_state(ListStateDescriptor<Q5Result>{"leaders"});
   }
   void process_element(const Q5Result& c, Context& ctx, Collector<Q5Result>&) override {
     const int64_t max = max_->value();
@@ -426,9 +426,9 @@ class Q7LocalMaxFilter final : public FlatMapFunction<Event, Q7Candidate> {
 class Q7HighestBid final : public KeyedProcessFunction<int64_t, Q7Candidate, Q7Result> {
  public:
   void open(RuntimeContext&) override {
-    max_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"max-price", kNone});
-    leaders_ = &keyed_state().get_state(ListStateDescriptor<Q7Result>{"highest-bids"});
-    boundary_ = &keyed_state().get_state(ListStateDescriptor<Q7Result>{"bids-at-end"});
+    max_ = &keyed_state().heap().get_state(ValueStateDescriptor<int64_t>{"max-price", kNone});
+    leaders_ = &keyed_state().heap().get_state(ListStateDescriptor<Q7Result>{"highest-bids"});
+    boundary_ = &keyed_state().heap().get_state(ListStateDescriptor<Q7Result>{"bids-at-end"});
   }
   void process_element(const Q7Candidate& c, Context& ctx, Collector<Q7Result>&) override {
     const TimestampMs end = c.window_start + kQ7WindowMs;

@@ -14,6 +14,7 @@
 
 namespace sluice {
 
+class Configuration;
 class OperatorStateStore;
 
 /// "No timestamp" marker for records that carry none.
@@ -46,6 +47,9 @@ class RuntimeContext {
   /// True when this subtask started from a checkpoint or savepoint (Flink's isRestored()): a sink must then
   /// keep what earlier runs wrote.
   virtual bool is_restored() const { return false; }
+  /// The job's configuration (engine options such as state.backend.*; include sluice/core/config.h), or
+  /// nullptr when the subtask runs without one (operator tests): keyed operators then use the defaults.
+  virtual const Configuration* job_configuration() const { return nullptr; }
 };
 
 /// Base of functions with a lifecycle: open() before the first record, close() after the last.

@@ -1,7 +1,10 @@
 // Operators on a KeyedStream. Each record's key is recomputed from the record with the stream's key selector
-// (as Flink does), so keys never travel separately. Per-key values and timers live in the subtask's
-// HeapKeyedStateBackend (partitioned by key group), so checkpoints capture them and a restore, at any
-// parallelism, gives each subtask the key groups of its new range (DESIGN.md §6).
+// (as Flink does), so keys never travel separately. Per-key values live in the subtask's KeyedStateStore, in
+// the backend the job's configuration selects (state.backend.type: hashmap or rocksdb; partitioned by key
+// group either way), and timers on the heap, so checkpoints capture them and a restore, at any parallelism
+// and from either backend's checkpoint, gives each subtask the key groups of its new range (DESIGN.md §6).
+// On rocksdb: keyed process functions and keyed reduce; windows and joins keep a typed heap hot path and
+// refuse rocksdb when they open (KeyedStateStore::heap()).
 #pragma once
 
 #include <memory>
@@ -10,7 +13,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "sluice/api/keyed_process_function.h"
+#include "sluice/api/keyed_process_function.h"  // also KeyedStateStore (state/keyed_state_store.h)
 #include "sluice/api/operators.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
@@ -22,12 +25,15 @@ namespace sluice {
 
 namespace detail {
 
-/// The heap keyed state backend of this subtask: the key groups of its index at the operator's parallelism.
+/// The keyed state of this subtask (the key groups of its index at the operator's parallelism) in the
+/// backend of the job's configuration (RuntimeContext::job_configuration(); none: hashmap). Throws
+/// SluiceException: kConfiguration for bad state.backend.* values, kState when RocksDB cannot open.
 template <class K>
-std::unique_ptr<HeapKeyedStateBackend<K>> make_keyed_backend(const RuntimeContext& ctx) {
-  return std::make_unique<HeapKeyedStateBackend<K>>(
+std::unique_ptr<KeyedStateStore<K>> make_keyed_store(const RuntimeContext& ctx) {
+  return std::make_unique<KeyedStateStore<K>>(
       KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
-      ctx.max_parallelism(), ctx.clock());
+      ctx.max_parallelism(), ctx.clock(), StateBackendOptions::from_config(ctx.job_configuration()),
+      ctx.operator_name(), ctx.subtask_index(), ctx.attempt_number());
 }
 
 /// Throws the error of a failed keyed-state restore as a SluiceException naming the operator and subtask
@@ -54,32 +60,38 @@ class KeyedContextHolder final : public TimerService {
   /// Creates the backend and the timer service for this subtask's key-group range; when `restored` is not
   /// null, restores the keyed state and timers of that range from it (the runtime's
   /// StreamOperatorBase::restored_keyed_state()). Throws SluiceException (kState or kSerialization) naming the
-  /// operator and subtask when the restore fails: the task then fails.
-  void open(RuntimeContext& ctx, TaskServices* services, const KeyedStateRestore* restored) {
+  /// operator and subtask when the restore fails: the task then fails. `rocksdb_capable`: the operator uses
+  /// store() for its state; otherwise it uses backend() (the heap) and a job on rocksdb throws kConfiguration.
+  void open(RuntimeContext& ctx, TaskServices* services, const KeyedStateRestore* restored,
+            bool rocksdb_capable = false) {
     services_ = services;
     clock_ = &ctx.clock();
-    backend_ = detail::make_keyed_backend<K>(ctx);
-    timers_ = std::make_unique<InternalTimerService<K, N>>(*backend_);
-    if (restored != nullptr) {
-      detail::throw_if_restore_failed(restore_keyed_operator(*backend_, timers_.get(), *restored), ctx);
-    }
+    store_ = detail::make_keyed_store<K>(ctx);
+    backend_ = rocksdb_capable ? &store_->timer_key_context() : &store_->heap();
+    timers_ = std::make_unique<InternalTimerService<K, N>>(store_->timer_key_context());
+    if (restored != nullptr) detail::throw_if_restore_failed(store_->restore(timers_.get(), *restored), ctx);
   }
   /// A consistent capture of the keyed state and timers (StreamOperatorBase::snapshot_keyed_state); nullptr
   /// before open().
   std::unique_ptr<KeyedStateSnapshot> snapshot() const {
-    if (backend_ == nullptr) return nullptr;
-    return capture_keyed_operator(*backend_, timers_.get());
+    if (store_ == nullptr) return nullptr;
+    return store_->capture(timers_.get());
   }
+  /// The heap backend: the state of operators that are not rocksdb_capable; for rocksdb-capable operators
+  /// only the current key of the timers (their state is in store()).
   HeapKeyedStateBackend<K>& backend() { return *backend_; }
   const HeapKeyedStateBackend<K>& backend() const { return *backend_; }
-  /// Moves the backend and the timers out (StreamOperatorBase::release_keyed_state); nullptr before open().
+  /// The keyed state in the configured backend.
+  KeyedStateStore<K>& store() { return *store_; }
+  /// Moves the state and the timers out (StreamOperatorBase::release_keyed_state); nullptr before open().
   std::shared_ptr<void> release() {
-    if (backend_ == nullptr) return nullptr;
+    if (store_ == nullptr) return nullptr;
     struct Released {
-      std::unique_ptr<HeapKeyedStateBackend<K>> backend;
+      std::unique_ptr<KeyedStateStore<K>> store;
       std::unique_ptr<InternalTimerService<K, N>> timers;  // declared last: destroyed before the backend it uses
     };
-    return std::make_shared<Released>(Released{std::move(backend_), std::move(timers_)});
+    backend_ = nullptr;
+    return std::make_shared<Released>(Released{std::move(store_), std::move(timers_)});
   }
   InternalTimerService<K, N>& timers() { return *timers_; }
 
@@ -109,7 +121,8 @@ class KeyedContextHolder final : public TimerService {
  private:
   TaskServices* services_ = nullptr;
   const Clock* clock_ = nullptr;
-  std::unique_ptr<HeapKeyedStateBackend<K>> backend_;
+  std::unique_ptr<KeyedStateStore<K>> store_;
+  HeapKeyedStateBackend<K>* backend_ = nullptr;  // in store_
   std::unique_ptr<InternalTimerService<K, N>> timers_;
   std::optional<TimestampMs> armed_;
 };
@@ -117,27 +130,40 @@ class KeyedContextHolder final : public TimerService {
 /// Rolling reduce per key (Flink's StreamGroupedReduceOperator): emits the new aggregate for every record.
 /// The aggregate of each key is the ValueState "reduce-value" of a keyed state backend without timers
 /// (checkpointed and rescaled with it); a record costs one set_current_key and one lookup of the key's entry.
+/// Both backends: the heap path is the typed HeapValueState (no virtual call), the rocksdb path the same code
+/// over RocksDBValueState.
 template <class K, class T, class Sel, class R>
 class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
  public:
   KeyedReduceOperator(Sel selector, R reducer) : selector_(std::move(selector)), reducer_(std::move(reducer)) {}
   void open() override {
-    backend_ = detail::make_keyed_backend<K>(*this->ctx_);
+    store_ = detail::make_keyed_store<K>(*this->ctx_);
     if (const KeyedStateRestore* restored = this->restored_keyed_state()) {
-      detail::throw_if_restore_failed(restore_keyed_operator(*backend_, *restored), *this->ctx_);
+      detail::throw_if_restore_failed(
+          store_->restore(static_cast<InternalTimerService<K, VoidNamespace>*>(nullptr), *restored), *this->ctx_);
     }
-    value_ = &backend_->get_state(ValueStateDescriptor<T>{"reduce-value"});
+    if (RocksDBKeyedStateBackend<K>* rocks = store_->rocksdb()) {
+      rocks_ = rocks;
+      rocks_value_ = &rocks->get_state(ValueStateDescriptor<T>{"reduce-value"});
+    } else {
+      backend_ = &store_->heap();
+      value_ = &backend_->get_state(ValueStateDescriptor<T>{"reduce-value"});
+    }
     out_ = this->typed(this->main_output_);
     detail::open_function(reducer_, *this->ctx_);
   }
   void close() override { detail::close_function(reducer_); }
   void snapshot_state(int64_t id) override { detail::snapshot_function(reducer_, this->name(), id); }
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override {
-    return backend_ == nullptr ? nullptr : capture_keyed_operator(*backend_);
+    return store_ == nullptr ? nullptr
+                             : store_->capture(static_cast<const InternalTimerService<K, VoidNamespace>*>(nullptr));
   }
   std::shared_ptr<void> release_keyed_state() override {
     value_ = nullptr;
-    return std::shared_ptr<void>(std::move(backend_));
+    rocks_value_ = nullptr;
+    backend_ = nullptr;
+    rocks_ = nullptr;
+    return std::shared_ptr<void>(std::move(store_));
   }
   void notify_checkpoint_complete(int64_t id) override {
     detail::notify_function_checkpoint_complete(reducer_, this->name(), id);
@@ -146,33 +172,45 @@ class KeyedReduceOperator final : public OneInputOperator<T>, OutputOf<T> {
     detail::notify_function_checkpoint_aborted(reducer_, this->name(), id);
   }
   void process_element(T&& record, TimestampMs ts) override {
-    backend_->set_current_key(std::invoke(selector_, std::as_const(record)));
+    if (value_ != nullptr) [[likely]] {
+      reduce_into(*backend_, *value_, std::move(record), ts);
+    } else {
+      reduce_into(*rocks_, *rocks_value_, std::move(record), ts);
+    }
+  }
+  /// Number of keys this subtask holds (for tests and metrics); 0 before open().
+  size_t key_count() const { return store_ == nullptr ? 0 : store_->num_entries("reduce-value"); }
+
+ private:
+  template <class Backend, class State>
+  void reduce_into(Backend& backend, State& value, T&& record, TimestampMs ts) {
+    backend.set_current_key(std::invoke(selector_, std::as_const(record)));
     // has_value() finds the key's entry; value() and update() reuse that lookup (the state caches it).
-    if (!value_->has_value()) {
-      value_->update(std::as_const(record));
+    if (!value.has_value()) {
+      value.update(std::as_const(record));
       this->metrics_.records_out.inc();
       out_->collect(std::move(record), ts);
       return;
     }
     T reduced = call_user_function(this->name(), [&]() -> T {
       if constexpr (detail::kIsRich<R>) {
-        return reducer_.reduce(value_->value(), std::as_const(record));
+        return reducer_.reduce(value.value(), std::as_const(record));
       } else {
-        return std::invoke(reducer_, value_->value(), std::as_const(record));
+        return std::invoke(reducer_, value.value(), std::as_const(record));
       }
     });
-    value_->update(std::as_const(reduced));
+    value.update(std::as_const(reduced));
     this->metrics_.records_out.inc();
     out_->collect(std::move(reduced), ts);
   }
-  /// Number of keys this subtask holds (for tests and metrics); 0 before open().
-  size_t key_count() const { return backend_ == nullptr ? 0 : backend_->num_entries("reduce-value"); }
 
- private:
   Sel selector_;
   R reducer_;
-  std::unique_ptr<HeapKeyedStateBackend<K>> backend_;
-  HeapValueState<K, VoidNamespace, T>* value_ = nullptr;
+  std::unique_ptr<KeyedStateStore<K>> store_;
+  HeapKeyedStateBackend<K>* backend_ = nullptr;           // hashmap: the state's backend (in store_)
+  HeapValueState<K, VoidNamespace, T>* value_ = nullptr;  // hashmap
+  RocksDBKeyedStateBackend<K>* rocks_ = nullptr;          // rocksdb (in store_)
+  RocksDBValueState<K, VoidNamespace, T>* rocks_value_ = nullptr;
   Output<T>* out_ = nullptr;
 };
 
@@ -182,8 +220,8 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
  public:
   KeyedProcessOperator(Sel selector, P fn) : selector_(std::move(selector)), fn_(std::move(fn)), context_(this) {}
   void open() override {
-    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
-    fn_.set_keyed_state(&keyed_.backend());
+    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state(), /*rocksdb_capable=*/true);
+    fn_.set_keyed_state(&keyed_.store());
     fn_.open(*this->ctx_);
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
     schedule();  // restored processing-time timers
@@ -200,7 +238,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
   }
   void process_element(In&& record, TimestampMs ts) override {
     K key = std::invoke(selector_, std::as_const(record));
-    keyed_.backend().set_current_key(key);
+    keyed_.store().set_current_key(key);
     context_.ts = ts;
     context_.domain = TimeDomain::kEventTime;
     collector_.set_timestamp(ts);
@@ -209,13 +247,15 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
   }
   void process_watermark(TimestampMs wm) override {
     keyed_.timers().advance_watermark(
-        wm, [this](const K&, const VoidNamespace&, TimestampMs t) { fire(t, TimeDomain::kEventTime); });
+        wm, [this](const K& key, const VoidNamespace&, TimestampMs t) { fire(key, t, TimeDomain::kEventTime); });
     StreamOperatorBase::process_watermark(wm);
     schedule();
   }
 
  private:
-  void fire(TimestampMs t, TimeDomain domain) {
+  void fire(const K& key, TimestampMs t, TimeDomain domain) {
+    // The timer service made `key` current in the heap key context; RocksDB states follow it here.
+    if (RocksDBKeyedStateBackend<K>* rocks = keyed_.store().rocksdb()) rocks->set_current_key(key);
     context_.ts = t;
     context_.domain = domain;
     collector_.set_timestamp(domain == TimeDomain::kEventTime ? t : kNoTimestamp);
@@ -223,7 +263,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
   }
   void schedule() {
     keyed_.schedule_processing_time(
-        [this](const K&, const VoidNamespace&, TimestampMs t) { fire(t, TimeDomain::kProcessingTime); });
+        [this](const K& key, const VoidNamespace&, TimestampMs t) { fire(key, t, TimeDomain::kProcessingTime); });
   }
 
   struct Ctx final : KeyedProcessFunction<K, In, Out>::OnTimerContext {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "sluice/api/functions.h"
-#include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_store.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {
@@ -46,15 +46,17 @@ class KeyedProcessFunction : public RichFunction {
   /// A timer registered for the current key fired at `timestamp`.
   virtual void on_timer(TimestampMs /*timestamp*/, OnTimerContext& /*ctx*/, Collector<Out>& /*out*/) {}
 
-  /// The subtask's keyed state (set before open()): register states in open(), e.g.
-  /// `count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0});`. Each state reads and
-  /// writes the value of the current key.
-  HeapKeyedStateBackend<K>& keyed_state() { return *keyed_state_; }
+  /// The subtask's keyed state (set before open()) in the backend the job's configuration selects
+  /// (state.backend.type): register states in open(), e.g.
+  /// `count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0});` (a ValueState<int64_t>*).
+  /// Each state reads and writes the value of the current key. `keyed_state().heap()` gives the heap
+  /// backend's typed (final, inlinable) states for a hot path; it throws kConfiguration on rocksdb.
+  KeyedStateStore<K>& keyed_state() { return *keyed_state_; }
   /// Used by the operator.
-  void set_keyed_state(HeapKeyedStateBackend<K>* backend) { keyed_state_ = backend; }
+  void set_keyed_state(KeyedStateStore<K>* store) { keyed_state_ = store; }
 
  private:
-  HeapKeyedStateBackend<K>* keyed_state_ = nullptr;
+  KeyedStateStore<K>* keyed_state_ = nullptr;
 };
 
 }  // namespace sluice

@@ -146,6 +146,35 @@ inline const ConfigOption<bool> kIgnoreUnclaimedState{
     "Start even when the savepoint holds state of an operator uid the job no longer has "
     "(Flink's allowNonRestoredState)."};
 
+// --- State backends (Flink keys; docs/checkpoints.md, "State backends") ---
+inline const ConfigOption<std::string> kStateBackendType{
+    "state.backend.type", "hashmap",
+    "Where keyed state lives: hashmap (in memory) or rocksdb (one RocksDB database per keyed operator subtask on "
+    "local disk)."};
+inline const ConfigOption<bool> kStateBackendIncremental{
+    "state.backend.incremental", false, "Incremental checkpoints (RocksDB SST files); true is refused (not built)."};
+inline const ConfigOption<std::string> kRocksDBLocalDir{
+    "state.backend.rocksdb.localdir", "",
+    "Directory for the RocksDB working directories of this process's subtasks; empty: the system temp dir."};
+inline const ConfigOption<std::string> kRocksDBTimerServiceFactory{
+    "state.backend.rocksdb.timer-service.factory", "heap",
+    "Where the timers of the rocksdb backend live: heap (the only one built; rocksdb is refused)."};
+inline const ConfigOption<bool> kRocksDBMemoryManaged{
+    "state.backend.rocksdb.memory.managed", true,
+    "Bound each RocksDB instance's block cache and memtables by one budget (fixed-per-slot); false: RocksDB's "
+    "own defaults, which grow with the state."};
+inline const ConfigOption<int64_t> kRocksDBMemoryFixedPerSlot{
+    "state.backend.rocksdb.memory.fixed-per-slot", 64LL * 1024 * 1024,
+    "The memory budget (block cache + memtables) of one RocksDB instance, i.e. of one keyed operator subtask "
+    "(accepts units: 64mb).",
+    OptionUnit::kMemory};
+inline const ConfigOption<double> kRocksDBWriteBufferRatio{
+    "state.backend.rocksdb.memory.write-buffer-ratio", 0.5,
+    "Share of the budget for memtables (write buffers), in (0, 1)."};
+inline const ConfigOption<double> kRocksDBHighPrioPoolRatio{
+    "state.backend.rocksdb.memory.high-prio-pool-ratio", 0.1,
+    "Share of the block cache reserved for index and filter blocks, in [0, 1)."};
+
 // --- Restart strategies (Flink keys and defaults) ---
 inline const ConfigOption<std::string> kRestartStrategy{
     "restart-strategy.type", "",

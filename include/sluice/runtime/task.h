@@ -70,6 +70,9 @@ class TaskRuntimeContext final : public RuntimeContext {
   /// Marks the subtask as restored from a checkpoint or savepoint (before open()).
   void set_restored(bool restored) { restored_ = restored; }
   bool is_restored() const override { return restored_ || attempt_ > 0; }
+  /// The job's configuration (before open()); it must outlive the context.
+  void set_job_configuration(const Configuration* config) { config_ = config; }
+  const Configuration* job_configuration() const override { return config_; }
   const std::string& operator_name() const override { return name_; }
   int subtask_index() const override { return subtask_; }
   int parallelism() const override { return parallelism_; }
@@ -85,6 +88,7 @@ class TaskRuntimeContext final : public RuntimeContext {
   const Clock& clock_;
   bool checkpointing_ = false;
   bool restored_ = false;
+  const Configuration* config_ = nullptr;
 };
 
 /// Flink's task I/O metrics (TaskIOMetricGroup) of one subtask: time spent waiting for input (idle) and for

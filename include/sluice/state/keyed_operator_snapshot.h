@@ -36,8 +36,9 @@ namespace sluice {
 /// thread; it does not refer to the backend or the timer service, so it may outlive them.
 class KeyedOperatorSnapshot final : public KeyedStateSnapshot {
  public:
+  /// `state` is the capture of either backend (heap or RocksDB; both write canonical key-group blobs);
   /// `timers` may be null (an operator without timers).
-  KeyedOperatorSnapshot(std::unique_ptr<HeapKeyedStateSnapshot> state, std::unique_ptr<TimerServiceSnapshot> timers)
+  KeyedOperatorSnapshot(std::unique_ptr<KeyedStateSnapshot> state, std::unique_ptr<TimerServiceSnapshot> timers)
       : state_(std::move(state)), timers_(std::move(timers)) {}
 
   KeyGroupRange key_group_range() const override { return state_->key_group_range(); }
@@ -57,12 +58,12 @@ class KeyedOperatorSnapshot final : public KeyedStateSnapshot {
   }
 
   /// The captured backend state alone.
-  const HeapKeyedStateSnapshot& state() const noexcept { return *state_; }
+  const KeyedStateSnapshot& state() const noexcept { return *state_; }
   /// The captured timers, or null.
   const TimerServiceSnapshot* timers() const noexcept { return timers_.get(); }
 
  private:
-  std::unique_ptr<HeapKeyedStateSnapshot> state_;
+  std::unique_ptr<KeyedStateSnapshot> state_;
   std::unique_ptr<TimerServiceSnapshot> timers_;
 };
 
@@ -113,9 +114,10 @@ inline void check_no_timers(std::string_view bytes, KeyGroup kg) {
 /// when the max parallelism differs, a key group is outside the backend's range, timers come for an
 /// operator without a timer service, or a state does not match its registration; kSerialization for
 /// corrupt bytes. Every error names the key group. On error part of the state may be restored: the task
-/// should fail. Task thread only.
-template <class K, class N>
-[[nodiscard]] Status restore_keyed_operator(HeapKeyedStateBackend<K>& backend, InternalTimerService<K, N>* timers,
+/// should fail. Task thread only. `Backend` is HeapKeyedStateBackend<K> or RocksDBKeyedStateBackend<K> (the
+/// timers then live on a heap backend of the same range).
+template <class Backend, class K, class N>
+[[nodiscard]] Status restore_keyed_operator(Backend& backend, InternalTimerService<K, N>* timers,
                                             const KeyedStateRestore& restore) {
   if (restore.max_parallelism != backend.max_parallelism()) {
     return Error(ErrorCode::kState, "restoring keyed operator state: it was written with max parallelism " +
@@ -160,7 +162,7 @@ template <class K, class N>
 /// restore_keyed_operator() for an operator without timers (key groups holding timers are an error).
 template <class K>
 [[nodiscard]] Status restore_keyed_operator(HeapKeyedStateBackend<K>& backend, const KeyedStateRestore& restore) {
-  return restore_keyed_operator<K, VoidNamespace>(backend, nullptr, restore);
+  return restore_keyed_operator(backend, static_cast<InternalTimerService<K, VoidNamespace>*>(nullptr), restore);
 }
 
 }  // namespace sluice

@@ -117,6 +117,7 @@ Result<DeployedSubtasks> build_subtasks(const SubtaskDeployment& d) {
         auto op = node.factory->create(coordinator);
         auto ctx = std::make_unique<TaskRuntimeContext>(
             node.name, i, v.parallelism, jg.node_max_parallelism[static_cast<size_t>(nid)], d.attempt, *d.clock);
+        ctx->set_job_configuration(&graph.config());
         ctx_of_node[nid] = ctx.get();
         op_of_node[nid] = task->add_operator(std::move(op), std::move(ctx), jg.node_uid[static_cast<size_t>(nid)]);
         out.operators.emplace_back(nid, op_of_node[nid]);

@@ -162,8 +162,14 @@ Status validate_engine_options(const Configuration& config) {
                                                       options::kExpDelayAttempts.key,
                                                       options::kRestPort.key,
                                                       options::kRestAddress.key,
-                                                      "state.backend.type",
-                                                      "state.backend.incremental"};
+                                                      options::kStateBackendType.key,
+                                                      options::kStateBackendIncremental.key,
+                                                      options::kRocksDBLocalDir.key,
+                                                      options::kRocksDBTimerServiceFactory.key,
+                                                      options::kRocksDBMemoryManaged.key,
+                                                      options::kRocksDBMemoryFixedPerSlot.key,
+                                                      options::kRocksDBWriteBufferRatio.key,
+                                                      options::kRocksDBHighPrioPoolRatio.key};
   try {
     (void)config.get(options::kParallelism);
     (void)config.get(options::kMaxParallelism);
@@ -212,34 +218,50 @@ Status validate_engine_options(const Configuration& config) {
                    fmt::format("{} = '{}'; expected none, fixed-delay, failure-rate or exponential-delay",
                                options::kRestartStrategy.key, restart));
     }
-    // The rocksdb backend exists at the state layer (issue 18) but operators do not create it yet: refuse
-    // it rather than run the job on the heap while the user asked for RocksDB.
-    if (auto backend = config.get_string("state.backend.type")) {
-      std::string b = *backend;
-      std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (b == "rocksdb") {
-        return Error(ErrorCode::kConfiguration,
-                     "state.backend.type = 'rocksdb': the RocksDB state backend is not selectable for jobs yet (its "
-                     "operators still keep keyed state on the heap); remove the key or set it to hashmap");
-      }
-      if (b != "hashmap") {
-        return Error(
-            ErrorCode::kConfiguration,
-            fmt::format("state.backend.type = '{}'; expected hashmap (rocksdb: not selectable yet)", *backend));
-      }
+    // State backend (issue 18). Values are checked here, at execute(), so a typo fails the job before any
+    // task starts; the keyed operators read the same keys (state/keyed_state_store.h).
+    std::string backend = config.get(options::kStateBackendType);
+    std::transform(backend.begin(), backend.end(), backend.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (backend != "hashmap" && backend != "rocksdb") {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{} = '{}'; expected hashmap or rocksdb", options::kStateBackendType.key,
+                               config.get(options::kStateBackendType)));
     }
-    if (auto incremental = config.get_string("state.backend.incremental")) {
-      std::string v = *incremental;
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (v == "true") {
-        return Error(ErrorCode::kConfiguration,
-                     "state.backend.incremental = true: incremental checkpoints are not supported yet; every "
-                     "checkpoint is a full one");
-      }
-      if (v != "false") {
-        return Error(ErrorCode::kConfiguration,
-                     fmt::format("state.backend.incremental = '{}'; expected true or false", *incremental));
-      }
+    if (config.get(options::kStateBackendIncremental)) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{} = true: incremental checkpoints are not supported yet (every checkpoint of "
+                               "either backend is a full one); remove the key or set it to false",
+                               options::kStateBackendIncremental.key));
+    }
+    std::string timers = config.get(options::kRocksDBTimerServiceFactory);
+    std::transform(timers.begin(), timers.end(), timers.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (timers == "rocksdb") {
+      return Error(
+          ErrorCode::kConfiguration,
+          fmt::format("{} = '{}': timers in RocksDB are not supported yet; the rocksdb backend keeps "
+                      "timers on the heap: set it to heap or remove the key",
+                      options::kRocksDBTimerServiceFactory.key, config.get(options::kRocksDBTimerServiceFactory)));
+    }
+    if (timers != "heap") {
+      return Error(ErrorCode::kConfiguration, fmt::format("{} = '{}'; expected heap (rocksdb: not supported yet)",
+                                                          options::kRocksDBTimerServiceFactory.key,
+                                                          config.get(options::kRocksDBTimerServiceFactory)));
+    }
+    (void)config.get(options::kRocksDBMemoryManaged);
+    if (config.get(options::kRocksDBMemoryFixedPerSlot) <= 0) {
+      return Error(ErrorCode::kConfiguration, fmt::format("{} = {}; expected a positive memory size such as 64mb",
+                                                          options::kRocksDBMemoryFixedPerSlot.key,
+                                                          config.get(options::kRocksDBMemoryFixedPerSlot)));
+    }
+    const double write_buffer_ratio = config.get(options::kRocksDBWriteBufferRatio);
+    if (!(write_buffer_ratio > 0 && write_buffer_ratio < 1)) {
+      return Error(ErrorCode::kConfiguration, fmt::format("{} = {}; expected a ratio in (0, 1)",
+                                                          options::kRocksDBWriteBufferRatio.key, write_buffer_ratio));
+    }
+    const double high_prio = config.get(options::kRocksDBHighPrioPoolRatio);
+    if (!(high_prio >= 0 && high_prio < 1)) {
+      return Error(ErrorCode::kConfiguration, fmt::format("{} = {}; expected a ratio in [0, 1)",
+                                                          options::kRocksDBHighPrioPoolRatio.key, high_prio));
     }
   } catch (const SluiceException& e) {
     return e.error();

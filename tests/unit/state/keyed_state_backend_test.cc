@@ -772,24 +772,36 @@ TEST(RocksDBBackendTest, BadMemoryRatiosAreConfigurationErrors) {
   EXPECT_EQ(code_of([&] { RocksDBInstance::open(fresh_dir(), bad); }), ErrorCode::kConfiguration);
 }
 
-// Until operators create RocksDB backends, asking a job for one is an error, not a silent heap run.
-TEST(StateBackendConfigTest, RocksDBAndIncrementalAreRefusedUntilJobsCanUseThem) {
+// state.backend.type: rocksdb is accepted; what is not built (incremental checkpoints, timers in RocksDB) is
+// refused with a reason, and so are typos.
+TEST(StateBackendConfigTest, RocksDBIsAcceptedAndUnbuiltOptionsAreRefused) {
   Configuration config;
   EXPECT_TRUE(validate_engine_options(config).ok());
   config.set_string("state.backend.type", "hashmap");
   EXPECT_TRUE(validate_engine_options(config).ok());
   config.set_string("state.backend.type", "RocksDB");
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  config.set_string("state.backend.type", "heap");
   Status st = validate_engine_options(config);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().code(), ErrorCode::kConfiguration);
-  EXPECT_THAT(st.error().message(), HasSubstr("not selectable for jobs yet"));
-  config.set_string("state.backend.type", "heap");
-  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected hashmap"));
-  config.set_string("state.backend.type", "hashmap");
+  EXPECT_THAT(st.error().message(), HasSubstr("expected hashmap or rocksdb"));
+  config.set_string("state.backend.type", "rocksdb");
   config.set_string("state.backend.incremental", "true");
   EXPECT_THAT(validate_engine_options(config).error().message(),
               HasSubstr("incremental checkpoints are not supported"));
   config.set_string("state.backend.incremental", "false");
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  config.set_string("state.backend.rocksdb.timer-service.factory", "ROCKSDB");
+  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("timers in RocksDB are not supported"));
+  config.set_string("state.backend.rocksdb.timer-service.factory", "HEAP");
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  config.set_string("state.backend.rocksdb.memory.fixed-per-slot", "0");
+  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected a positive memory size"));
+  config.set_string("state.backend.rocksdb.memory.fixed-per-slot", "16mb");
+  config.set_string("state.backend.rocksdb.memory.write-buffer-ratio", "1.5");
+  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected a ratio in (0, 1)"));
+  config.set_string("state.backend.rocksdb.memory.write-buffer-ratio", "0.25");
   EXPECT_TRUE(validate_engine_options(config).ok());
 }
 

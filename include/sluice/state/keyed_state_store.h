@@ -1,0 +1,168 @@
+// KeyedStateStore<K>: the keyed state of one operator subtask in the backend the job's configuration selects
+// (state.backend.type: hashmap or rocksdb), behind one API for keyed operators and user functions (Flink's
+// KeyedStateStore / the RuntimeContext's getState). get_state() returns the user-facing interfaces of state.h
+// (ValueState<T>& ...), implemented by HeapValueState (hashmap) or RocksDBValueState (rocksdb).
+//
+// Timers stay on the heap with both backends (Flink's state.backend.rocksdb.timer-service.factory: heap): the
+// store always owns a HeapKeyedStateBackend, which with rocksdb holds no state and only carries the current
+// key and its hash for the InternalTimerService. Operators that fire timers make the fired key current with
+// set_current_key() so RocksDB states see it too.
+//
+// Operators with a typed hot path on the heap (keyed reduce, windows, joins, hand-written heap functions)
+// reach the heap backend with heap(), which throws kConfiguration when the job runs on rocksdb, so a job is
+// never silently run on the heap when it asked for RocksDB.
+//
+// Threading: the task thread, as the backends. Errors: kConfiguration for bad options, kState as the backends.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "sluice/core/error.h"
+#include "sluice/core/key_group.h"
+#include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_operator_snapshot.h"
+#include "sluice/state/rocksdb_keyed_state_backend.h"
+#include "sluice/state/state.h"
+#include "sluice/state/timer_service.h"
+
+namespace sluice {
+
+class Configuration;
+
+/// The state backend options of a job (the state.backend.* keys of docs/configuration.md).
+struct StateBackendOptions {
+  enum class Type { kHashMap, kRocksDB };
+  Type type = Type::kHashMap;
+  /// state.backend.rocksdb.localdir; empty: std::filesystem::temp_directory_path().
+  std::filesystem::path local_dir;
+  /// The budget of each RocksDB instance (state.backend.rocksdb.memory.*).
+  RocksDBMemoryOptions memory;
+
+  /// Reads the options from `config` (nullptr: the defaults, hashmap). Throws SluiceException
+  /// (kConfiguration) for values validate_engine_options() refuses, with the same reasons.
+  static StateBackendOptions from_config(const Configuration* config);
+};
+
+/// A fresh, unique working directory for one RocksDB instance:
+/// `<local_dir>/sluice-rocksdb-<pid>/<operator>-<subtask>-<attempt>-<n>` (the operator name reduced to
+/// [A-Za-z0-9_.-]). The instance removes it when it closes (finish, cancel, failover). The first call of a
+/// process also removes the `sluice-rocksdb-<pid>` directories of processes that no longer run (left behind
+/// by a SIGKILL). Thread-safe. Throws kState when the directory cannot be created.
+std::filesystem::path make_rocksdb_working_dir(const StateBackendOptions& options, std::string_view operator_name,
+                                               int subtask_index, int attempt);
+
+/// The keyed state of one subtask in the configured backend (see the file comment).
+template <class K>
+class KeyedStateStore {
+ public:
+  /// A store for the key groups `range` of `max_parallelism`; `clock` (TTL, timers) must outlive it. With
+  /// rocksdb, the database lives in make_rocksdb_working_dir(options, operator_name, subtask, attempt).
+  KeyedStateStore(KeyGroupRange range, int max_parallelism, const Clock& clock, const StateBackendOptions& options,
+                  std::string_view operator_name, int subtask_index, int attempt)
+      : operator_name_(operator_name) {
+    heap_ = std::make_unique<HeapKeyedStateBackend<K>>(range, max_parallelism, clock);
+    if (options.type == StateBackendOptions::Type::kRocksDB) {
+      rocks_ = std::make_unique<RocksDBKeyedStateBackend<K>>(
+          range, max_parallelism, clock, make_rocksdb_working_dir(options, operator_name, subtask_index, attempt),
+          options.memory);
+    }
+  }
+  KeyedStateStore(const KeyedStateStore&) = delete;
+  KeyedStateStore& operator=(const KeyedStateStore&) = delete;
+  ~KeyedStateStore() {
+    rocks_.reset();  // closes the database and removes its working directory
+  }
+
+  bool is_rocksdb() const noexcept { return rocks_ != nullptr; }
+  const KeyGroupRange& key_group_range() const noexcept { return heap_->key_group_range(); }
+  int max_parallelism() const noexcept { return heap_->max_parallelism(); }
+
+  /// The heap backend holding the state, for code with a typed heap hot path. Throws SluiceException
+  /// (kConfiguration) naming the operator when the job runs on rocksdb.
+  HeapKeyedStateBackend<K>& heap() {
+    if (rocks_ != nullptr) [[unlikely]]
+      throw_heap_only();
+    return *heap_;
+  }
+  /// The RocksDB backend, or nullptr on hashmap.
+  RocksDBKeyedStateBackend<K>* rocksdb() noexcept { return rocks_.get(); }
+  /// The heap backend that carries the current key for the timer service (with hashmap also the state).
+  HeapKeyedStateBackend<K>& timer_key_context() noexcept { return *heap_; }
+
+  /// Makes `key` current for every state and for timers registered next. Throws kState when the key
+  /// belongs to another subtask.
+  void set_current_key(const K& key) {
+    heap_->set_current_key(key);
+    if (rocks_ != nullptr) rocks_->set_current_key(key);
+  }
+  /// The current key (valid after set_current_key()).
+  const K& current_key() const noexcept { return heap_->current_key(); }
+
+  // States (as the backends: same name -> same object; another kind or type -> kState).
+  template <class T>
+  ValueState<T>& get_state(const ValueStateDescriptor<T>& d) {
+    if (rocks_ != nullptr) return rocks_->get_state(d);
+    return heap_->get_state(d);
+  }
+  template <class T>
+  ListState<T>& get_state(const ListStateDescriptor<T>& d) {
+    if (rocks_ != nullptr) return rocks_->get_state(d);
+    return heap_->get_state(d);
+  }
+  template <class UK, class UV>
+  MapState<UK, UV>& get_state(const MapStateDescriptor<UK, UV>& d) {
+    if (rocks_ != nullptr) return rocks_->get_state(d);
+    return heap_->get_state(d);
+  }
+  template <class T>
+  ReducingState<T>& get_state(const ReducingStateDescriptor<T>& d) {
+    if (rocks_ != nullptr) return rocks_->get_state(d);
+    return heap_->get_state(d);
+  }
+  template <class In, class Acc, class Out>
+  AggregatingState<In, Out>& get_state(const AggregatingStateDescriptor<In, Acc, Out>& d) {
+    if (rocks_ != nullptr) return rocks_->get_state(d);
+    return heap_->get_state(d);
+  }
+
+  /// Entries of state `name` (one per key and namespace); for tests and metrics (RocksDB: a scan).
+  size_t num_entries(std::string_view name) const {
+    return rocks_ != nullptr ? rocks_->num_entries(name) : heap_->num_entries(name);
+  }
+
+  /// Captures the state and `timers` (nullable; built on timer_key_context()) for a checkpoint: the heap's
+  /// copy-on-write capture or a RocksDB snapshot; both write the canonical key-group blobs, so a checkpoint of
+  /// one backend restores into the other.
+  template <class N>
+  std::unique_ptr<KeyedStateSnapshot> capture(const InternalTimerService<K, N>* timers) const {
+    std::unique_ptr<TimerServiceSnapshot> timer_capture = timers != nullptr ? timers->capture() : nullptr;
+    if (rocks_ != nullptr) return std::make_unique<KeyedOperatorSnapshot>(rocks_->capture(), std::move(timer_capture));
+    return std::make_unique<KeyedOperatorSnapshot>(heap_->capture(), std::move(timer_capture));
+  }
+  /// Restores the key groups of `restore` (either backend's checkpoint) and `timers` (nullable).
+  template <class N>
+  [[nodiscard]] Status restore(InternalTimerService<K, N>* timers, const KeyedStateRestore& restore) {
+    if (rocks_ != nullptr) return restore_keyed_operator(*rocks_, timers, restore);
+    return restore_keyed_operator(*heap_, timers, restore);
+  }
+
+ private:
+  [[noreturn]] void throw_heap_only() const {
+    throw SluiceException(
+        Error(ErrorCode::kConfiguration,
+              "operator '" + operator_name_ +
+                  "' keeps its keyed state in the heap backend's typed states, which state.backend.type = rocksdb does "
+                  "not offer yet (supported on rocksdb: keyed process functions using keyed_state().get_state(), and "
+                  "keyed reduce); run this job with state.backend.type = hashmap"));
+  }
+
+  std::string operator_name_;
+  std::unique_ptr<HeapKeyedStateBackend<K>> heap_;
+  std::unique_ptr<RocksDBKeyedStateBackend<K>> rocks_;
+};
+
+}  // namespace sluice

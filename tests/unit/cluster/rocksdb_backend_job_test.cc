@@ -1,0 +1,331 @@
+// Jobs on state.backend.type: rocksdb (issue 18) on the local mini-cluster: keyed process functions (state and
+// event-time timers) and keyed reduce give the same output as on the heap; exactly-once state and file output
+// under injected failures with checkpoints and restores on RocksDB; savepoints moved heap -> rocksdb -> heap
+// while rescaling 2 -> 3 -> 1; each subtask's database lives under state.backend.rocksdb.localdir and is
+// removed when the job ends; operators without a rocksdb path (windows) refuse the backend with a reason.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sluice/api/keyed_process_function.h"
+#include "sluice/api/stream_environment.h"
+#include "sluice/api/windowed_stream.h"
+#include "sluice/connectors/datagen.h"
+#include "sluice/connectors/files.h"
+#include "test_util/collect_sink.h"
+#include "test_util/counting_job.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::CollectedRecords;
+using testing::CollectSink;
+using ::testing::HasSubstr;
+
+constexpr int64_t kKeys = 1'000;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir =
+      fs::temp_directory_path() / ("sluice-rocksjob-test-" + name + "-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// Instance directories (one per subtask database) under a localdir.
+size_t database_dirs(const fs::path& localdir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(localdir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it.depth() == 1 && it->is_directory()) ++n;
+  }
+  return n;
+}
+
+Configuration backend_config(const std::string& backend, const fs::path& localdir) {
+  Configuration c;
+  c.set(options::kParallelism, 2);
+  c.set(options::kStateBackendType, backend);
+  c.set(options::kRocksDBLocalDir, localdir.string());
+  c.set_string(std::string(options::kRocksDBMemoryFixedPerSlot.key), "8mb");
+  return c;
+}
+
+/// The integer mean of the values (sum, count) -> sum / count.
+struct Mean final : AggregateFunction<int64_t, std::pair<int64_t, int64_t>, int64_t> {
+  std::pair<int64_t, int64_t> create_accumulator() override { return {0, 0}; }
+  void add(const int64_t& v, std::pair<int64_t, int64_t>& acc) override {
+    acc.first += v;
+    ++acc.second;
+  }
+  int64_t get_result(const std::pair<int64_t, int64_t>& acc) override {
+    return acc.second == 0 ? 0 : acc.first / acc.second;
+  }
+  std::pair<int64_t, int64_t> merge(std::pair<int64_t, int64_t> a, const std::pair<int64_t, int64_t>& b) override {
+    return {a.first + b.first, a.second + b.second};
+  }
+};
+
+/// Per key: a count and a list of the values in ValueState / ListState, a MapState of value parity, and an
+/// ReducingState (max) and AggregatingState (mean), and an event-time timer (one per key) that emits
+/// "key:count:list-size:odd:max:mean@t". Records which backend it ran on.
+class StateAndTimers final : public KeyedProcessFunction<int64_t, int64_t, std::string> {
+ public:
+  explicit StateAndTimers(std::shared_ptr<std::atomic<int>> rocksdb_subtasks) : rocksdb_(std::move(rocksdb_subtasks)) {}
+  void open(RuntimeContext&) override {
+    if (keyed_state().rocksdb() != nullptr) rocksdb_->fetch_add(1);
+    count_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"count", 0});
+    values_ = &keyed_state().get_state(ListStateDescriptor<int64_t>{"values"});
+    parity_ = &keyed_state().get_state(MapStateDescriptor<bool, int64_t>{"parity"});
+    max_ = &keyed_state().get_state(
+        ReducingStateDescriptor<int64_t>{"max", [](const int64_t& a, const int64_t& b) { return std::max(a, b); }});
+    mean_ = &keyed_state().get_state(
+        AggregatingStateDescriptor<int64_t, std::pair<int64_t, int64_t>, int64_t>{"mean", std::make_shared<Mean>()});
+  }
+  void process_element(const int64_t& v, Context& ctx, Collector<std::string>& out) override {
+    count_->update(count_->value() + 1);
+    values_->add(v);
+    parity_->put(v % 2 == 1, parity_->get(v % 2 == 1).value_or(0) + 1);
+    max_->add(v);
+    mean_->add(v);
+    // Beyond every record's timestamp: it fires at the final watermark, on the key's final state (a timer
+    // within the stream would see a count that depends on when periodic watermarks happen to arrive).
+    ctx.timer_service().register_event_time_timer(1'000'000 + ctx.current_key());
+    out.collect(std::to_string(ctx.current_key()) + "=" + std::to_string(count_->value()));
+  }
+  void on_timer(TimestampMs t, OnTimerContext& ctx, Collector<std::string>& out) override {
+    out.collect(std::to_string(ctx.current_key()) + ":" + std::to_string(count_->value()) + ":" +
+                std::to_string(values_->get().size()) + ":" + std::to_string(parity_->get(true).value_or(0)) + ":" +
+                std::to_string(max_->get().value_or(-1)) + ":" + std::to_string(mean_->get().value_or(-1)) + "@" +
+                std::to_string(t));
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int>> rocksdb_;
+  ValueState<int64_t>* count_ = nullptr;
+  ListState<int64_t>* values_ = nullptr;
+  MapState<bool, int64_t>* parity_ = nullptr;
+  ReducingState<int64_t>* max_ = nullptr;
+  AggregatingState<int64_t, int64_t>* mean_ = nullptr;
+};
+
+struct KeyedOutputs {
+  std::vector<std::string> process;
+  std::vector<std::pair<int64_t, int64_t>> reduced;
+  int rocksdb_subtasks = 0;
+};
+
+KeyedOutputs run_keyed_jobs(const std::string& backend, const fs::path& localdir) {
+  StreamEnvironment env(backend_config(backend, localdir));
+  auto processed = std::make_shared<CollectedRecords<std::string>>();
+  auto reduced = std::make_shared<CollectedRecords<std::pair<int64_t, int64_t>>>();
+  auto rocksdb_subtasks = std::make_shared<std::atomic<int>>(0);
+  auto numbers = env.from_source(datagen::sequence(0, 19'999), "numbers")
+                     .assign_timestamps_and_watermarks(
+                         WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                             [](const int64_t& v, TimestampMs) { return v / 10; }));
+  numbers.key_by([](const int64_t& v) { return v % kKeys; })
+      .process(StateAndTimers(rocksdb_subtasks))
+      .sink_to(std::make_shared<CollectSink<std::string>>(processed));
+  numbers.map([](const int64_t& v) {
+           return std::pair<int64_t, int64_t>{v % kKeys, v};
+         })
+      .key_by([](const std::pair<int64_t, int64_t>& p) { return p.first; })
+      .sum<1>()
+      .sink_to(std::make_shared<CollectSink<std::pair<int64_t, int64_t>>>(reduced));
+  JobResult r = env.execute(backend + " keyed jobs");
+  EXPECT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  KeyedOutputs o{processed->all(), reduced->all(), rocksdb_subtasks->load()};
+  std::sort(o.process.begin(), o.process.end());
+  std::sort(o.reduced.begin(), o.reduced.end());
+  return o;
+}
+
+TEST(RocksDBBackendJobTest, KeyedProcessAndReduceGiveTheHeapsResults) {
+  const fs::path root = fresh_dir("same");
+  KeyedOutputs heap = run_keyed_jobs("hashmap", root / "heap-local");
+  KeyedOutputs rocks = run_keyed_jobs("rocksdb", root / "rocks-local");
+  EXPECT_EQ(heap.rocksdb_subtasks, 0);
+  EXPECT_EQ(rocks.rocksdb_subtasks, 2);  // both subtasks of the process function ran on RocksDB
+  // 20,000 per-record lines + one timer line per key; the reduce emits one sum per record.
+  ASSERT_EQ(heap.process.size(), 20'000u + kKeys);
+  EXPECT_EQ(heap.process, rocks.process);
+  // The rolling sums depend on the order in which the two source subtasks' records interleave; the number of
+  // sums and each key's final sum (its largest: the values are not negative) do not.
+  ASSERT_EQ(heap.reduced.size(), 20'000u);
+  ASSERT_EQ(rocks.reduced.size(), 20'000u);
+  std::map<int64_t, int64_t> heap_final, rocks_final;
+  for (const auto& [k, sum] : heap.reduced)
+    heap_final[k] = std::max(heap_final[k], sum);
+  for (const auto& [k, sum] : rocks.reduced)
+    rocks_final[k] = std::max(rocks_final[k], sum);
+  ASSERT_EQ(heap_final.size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(heap_final[7], 20 * 7 + 1000 * (19 * 20 / 2));  // 7 + 1007 + ... + 19007
+  EXPECT_EQ(heap_final, rocks_final);
+  // Every database was removed when the job finished (the per-process directory may stay, empty).
+  EXPECT_EQ(database_dirs(root / "rocks-local"), 0u);
+  EXPECT_FALSE(fs::exists(root / "heap-local" / ("sluice-rocksdb-" + std::to_string(::getpid())) / "x"));
+  fs::remove_all(root);
+}
+
+/// Fails after a seeded number of records, `failures` times over the whole job.
+struct FailingMap {
+  std::shared_ptr<std::atomic<int>> fired;
+  std::shared_ptr<const std::vector<int64_t>> thresholds;
+  int64_t seen = 0;
+  int64_t operator()(int64_t v) {
+    int k = fired->load();
+    if (k < static_cast<int>(thresholds->size()) && ++seen >= (*thresholds)[static_cast<size_t>(k)]) {
+      if (fired->compare_exchange_strong(k, k + 1))
+        throw std::runtime_error("injected failure " + std::to_string(k + 1));
+    }
+    return v;
+  }
+};
+
+Configuration checkpointing_config(const std::string& backend, const fs::path& root, int parallelism) {
+  Configuration c = backend_config(backend, root / "local");
+  c.set(options::kParallelism, parallelism);
+  c.set_string(std::string(options::kCheckpointInterval.key), "30ms");
+  c.set(options::kCheckpointDir, "file://" + (root / "checkpoints").string());
+  c.set(options::kSavepointDir, (root / "savepoints").string());
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 1000);
+  c.set_string(std::string(options::kFixedDelayDelay.key), "0ms");
+  return c;
+}
+
+void build_counting_job(StreamEnvironment& env, const fs::path& out, int64_t records,
+                        std::shared_ptr<std::atomic<int>> fired, std::shared_ptr<const std::vector<int64_t>> thresholds,
+                        double rate = 0) {
+  env.from_source(datagen::sequence(0, records - 1, rate), "numbers")
+      .uid("numbers")
+      .map(FailingMap{std::move(fired), std::move(thresholds)})
+      .uid("failing-map")
+      .key_by([](const int64_t& v) { return v % kKeys; })
+      .process(testing::CountPerKey(kKeys))
+      .uid("count")
+      .sink_to(FileSink<std::string>::text(out.string()))
+      .uid("sink");
+}
+
+// Every failure restarts the job from its last checkpoint: the RocksDB state is restored from the checkpoint
+// into fresh databases, and the committed output equals a failure-free run's, line for line.
+TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresOnRocksDB) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu (failures after seeded record counts)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kRecords = 200'000;
+  constexpr int kFailures = 5;
+  auto thresholds = std::make_shared<std::vector<int64_t>>();
+  for (int i = 0; i < kFailures; ++i)
+    thresholds->push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(kRecords / kFailures / 4)) + 1);
+  const fs::path root = fresh_dir("eo");
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  StreamEnvironment env(checkpointing_config("rocksdb", root, 2));
+  build_counting_job(env, root / "out", kRecords, fired, thresholds);
+  JobResult r = env.execute("rocksdb exactly-once counting");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  // Each failure fires after its seeded count of one subtask's records; a run that ends first leaves the rest.
+  std::printf("%d injected failures, %d restarts\n", fired->load(), r.restarts);
+  EXPECT_GE(fired->load(), 1);
+  EXPECT_GE(r.restarts, 1);
+  EXPECT_GT(r.completed_checkpoints, 0);
+  EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(kRecords, kKeys))
+      << "output differs from the failure-free run (seed " << seed << ")";
+  EXPECT_EQ(database_dirs(root / "local"), 0u);
+  fs::remove_all(root);
+}
+
+// Snapshots are canonical: a savepoint of the heap restores into RocksDB and back, across rescaling.
+TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
+  const int64_t records = 60'000;
+  const fs::path root = fresh_dir("cross");
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  auto no_failures = std::make_shared<const std::vector<int64_t>>();
+  std::string savepoint;
+  const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
+  for (const auto& [backend, parallelism] : runs) {
+    Configuration c = checkpointing_config(backend, root, parallelism);
+    if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
+    StreamEnvironment env(c);
+    // Slow enough (4 s per run) that a run is still going when its checkpoints complete on a loaded machine.
+    build_counting_job(env, root / "out", records, fired, no_failures, /*rate=*/15'000);
+    JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
+    if (parallelism == 1) {
+      JobResult r = client.wait();
+      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+      break;
+    }
+    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 2; }, 60s));
+    Result<std::string> sp = client.stop_with_savepoint().get();
+    ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+    JobResult r = client.wait();
+    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+    savepoint = *sp;
+  }
+  EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(records, kKeys));
+  fs::remove_all(root);
+}
+
+struct SumWindow final : ProcessWindowFunction<int64_t, int64_t, int64_t, TimeWindow> {
+  void process(const int64_t&, Context&, const std::vector<int64_t>& values, Collector<int64_t>& out) override {
+    int64_t s = 0;
+    for (int64_t v : values)
+      s += v;
+    out.collect(std::move(s));
+  }
+};
+
+// Windows keep a typed heap hot path: on rocksdb they fail the job at open with the reason, never run on the
+// heap silently.
+TEST(RocksDBBackendJobTest, WindowsRefuseRocksDBWithAReason) {
+  const fs::path root = fresh_dir("window");
+  StreamEnvironment env(backend_config("rocksdb", root / "local"));
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(0, 999), "numbers")
+      .assign_timestamps_and_watermarks(WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+          [](const int64_t& v, TimestampMs) { return v; }))
+      .key_by([](const int64_t& v) { return v % 10; })
+      .window(TumblingEventTimeWindows::of(100ms))
+      .process(SumWindow{})
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobResult r = env.execute("window on rocksdb");
+  ASSERT_FALSE(r.ok());
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_THAT(r.error->to_string(), HasSubstr("state.backend.type = rocksdb does not offer yet"));
+  fs::remove_all(root);
+}
+
+TEST(RocksDBBackendJobTest, UnbuiltOptionsAreRefusedAtExecute) {
+  const fs::path root = fresh_dir("refused");
+  for (const auto& [key, value, reason] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"state.backend.incremental", "true", "incremental checkpoints are not supported yet"},
+           {"state.backend.rocksdb.timer-service.factory", "ROCKSDB", "timers in RocksDB are not supported yet"},
+           {"state.backend.type", "forst", "expected hashmap or rocksdb"}}) {
+    Configuration c = backend_config("rocksdb", root / "local");
+    c.set_string(key, value);
+    StreamEnvironment env(c);
+    env.from_source(datagen::sequence(0, 9), "numbers")
+        .key_by([](const int64_t& v) { return v % 2; })
+        .process(testing::CountPerKey(2))
+        .sink_to(std::make_shared<CollectSink<std::string>>(std::make_shared<CollectedRecords<std::string>>()));
+    JobResult r = env.execute("refused");
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_THAT(r.error->to_string(), HasSubstr(reason));
+  }
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace sluice
