@@ -100,6 +100,11 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
   auto* validate = app.add_subcommand("validate", "Check a pipeline file without running it");
   validate->add_option("PIPELINE", f.file, "The pipeline YAML file")->required();
   validate->add_option("-D", f.props, "Engine option key=value (repeatable)");
+  validate
+      ->add_option("--sample", f.sample,
+                   "Also run the transform over the first N records of the `files` source and print what each "
+                   "step did to each (filter, key, event, routes), and the filters' warnings")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   validate->fallthrough();
   return {run, validate};
 }
@@ -108,6 +113,14 @@ int validate_pipeline(const PipelineFlags& f) {
   std::optional<Loaded> loaded = load(f);
   if (!loaded) return 2;
   fmt::print("{}: valid; {}\n", f.file, describe(loaded->spec));
+  if (f.sample > 0) {
+    Result<std::string> sampled = pipeline::sample_transforms(loaded->spec, f.sample);
+    if (!sampled.ok()) {
+      fmt::print(stderr, "error: {}\n", sampled.error().message());
+      return 2;
+    }
+    fmt::print("{}", *sampled);
+  }
   return 0;
 }
 
@@ -172,6 +185,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     const JobStatus s = runner.status();
     if (job_status_terminal(s)) break;  // RESTARTING and FAILING jobs are still live
     runner.remove_superseded_checkpoints();
+    runner.log_transform_warnings();
     if (g_signal.load() != 0 && !signalled) {
       signalled = true;
       spdlog::info("pipeline '{}': signal {} received, cancelling the job", spec->pipeline.name, g_signal.load());
@@ -181,6 +195,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   }
   JobResult result = runner.wait();
   runner.remove_superseded_checkpoints();  // a short run may have completed its first checkpoint only at its end
+  runner.log_transform_warnings();         // a bounded run may end before the loop saw its filters' records
   if (!f.quiet) fmt::print("{}\n", runner.summary(result));
   std::fflush(stdout);  // before a linger: whoever reads the pipe sees the summary when the job ends
   // SIGTERM is how services are stopped: a clean cancel exits 0. SIGINT (Ctrl-C) exits 130, as shells expect,

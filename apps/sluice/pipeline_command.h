@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct PipelineFlags {
   int http_port = -2;  ///< the one port of the REST API, /metrics and /health; -2: as the file says, -1 off, 0 any
   std::string linger = "0";  ///< keep the port serving (the job listed in its final state) this long after it ended
   bool quiet = false;
+  int64_t sample = 0;  ///< validate --sample N: run the transform over the first N records of a files source
 };
 
 /// Adds `run` and `validate` to `app`; returns them (run, validate).

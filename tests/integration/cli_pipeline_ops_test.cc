@@ -202,6 +202,148 @@ TEST(CliPipelineOpsTest, CancelEndsARunningPipelineAndTheNextRunResumesFromTheSt
   EXPECT_EQ(unknown.code, 1);  // the process has exited: nothing listens any more
 }
 
+/// A pipeline with `filter` on the charges: `source` is the source mapping's body, `health` the health keys.
+fs::path write_filter_pipeline(const fs::path& dir, const std::string& source, const std::string& filter,
+                               const std::string& health) {
+  const fs::path file = dir / "f.yaml";
+  std::ofstream(file) << "pipeline:\n  name: filter-test\n  parallelism: 1\n  checkpoint:\n    interval: 1s\n"
+                      << "    storage: \"" << (dir / "checkpoints").string() << "\"\n"
+                      << (health.empty() ? "" : "  health:\n") << health << "source:\n"
+                      << source
+                      << "transform:\n"
+                         "  - match: \"*.public.charges\"\n"
+                         "    key: after.id\n"
+                         "    filter: \""
+                      << filter
+                      << "\"\n"
+                         "sink:\n  out:\n    type: files\n    path: \""
+                      << (dir / "out").string() << "\"\n";
+  return file;
+}
+
+Got await_health_containing(const std::string& host_port, const std::string& what) {
+  Got h;
+  testing::poll_until(
+      [&] {
+        h = get(host_port, "/health");
+        return h.body.find(what) != std::string::npos;
+      },
+      kDeadline);
+  return h;
+}
+
+TEST(CliPipelineOpsTest, AFilterReadingAFieldNoRecordHasIsReportedInTheLogAndInHealth) {
+  const TempDir tmp("typo");
+  const fs::path file = write_filter_pipeline(tmp.path, "  type: datagen\n  count: 0\n  rate: 400\n",
+                                              "after.amout_cents >= 10000", "    filter-window: 1s\n");
+  ChildProcess job(SLUICE_BINARY, {"run", file.string(), "--http-port", "0"});
+  const Served s = await_served(job);
+  ASSERT_FALSE(s.job_id.empty());
+  const Got absent = await_health_containing(s.host_port, "absent from all");
+  EXPECT_NE(absent.body.find("the filter 'after.amout_cents >= 10000' reads 'after.amout_cents', which is absent "
+                             "from all"),
+            std::string::npos)
+      << absent.body;
+  EXPECT_NE(absent.body.find("amount_cents"), std::string::npos) << absent.body;  // the fields the records have
+  EXPECT_EQ(absent.status, 200) << absent.body;                                   // a warning, not a verdict
+  const Got dropped = await_health_containing(s.host_port, "dropped all");
+  EXPECT_NE(dropped.body.find("records of the last 1 s (health.filter-window)"), std::string::npos) << dropped.body;
+  ASSERT_TRUE(testing::poll_until([&] { return job.err().find("dropped all") != std::string::npos; }, kDeadline))
+      << job.err();
+  EXPECT_NE(job.err().find("[warning] pipeline 'filter-test': transform #1 (match '*.public.charges', line"),
+            std::string::npos)
+      << job.err();
+  job.signal(SIGTERM);
+  EXPECT_EQ(job.wait(), 0) << job.err();
+}
+
+TEST(CliPipelineOpsTest, AFilterThatKeepsRecordsHasNoWarnings) {
+  const TempDir tmp("no-typo");
+  const fs::path file = write_filter_pipeline(tmp.path, "  type: datagen\n  count: 0\n  rate: 400\n",
+                                              "after.amount_cents >= 5000", "    filter-window: 1s\n");
+  ChildProcess job(SLUICE_BINARY, {"run", file.string(), "--http-port", "0"});
+  const Served s = await_served(job);
+  ASSERT_FALSE(s.job_id.empty());
+  // Past 100 records and two windows: still no warning.
+  static const std::regex changes(R"(sluice_pipeline_changes_total\{job="filter-test"\} ([0-9]+))");
+  ASSERT_TRUE(testing::poll_until(
+      [&] {
+        const std::string m = get(s.host_port, "/metrics").body;
+        std::smatch x;
+        return std::regex_search(m, x, changes) && std::stoll(x[1]) >= 1000;
+      },
+      kDeadline));
+  const Got h = get(s.host_port, "/health");
+  EXPECT_NE(h.body.find("\"warnings\":[]"), std::string::npos) << h.body;
+  job.signal(SIGTERM);
+  EXPECT_EQ(job.wait(), 0) << job.err();
+  EXPECT_EQ(job.err().find("[warning]"), std::string::npos) << job.err();
+}
+
+TEST(CliPipelineOpsTest, ABoundedRunWhoseFilterDroppedEverythingSaysSo) {
+  const TempDir tmp("bounded");
+  {
+    std::ofstream in(tmp.path / "charges.jsonl");
+    for (int i = 0; i < 150; ++i) {
+      in << R"({"op":"c","key":{"id":"ch_)" << i << R"("},"before":null,"after":{"id":"ch_)" << i
+         << R"(","amount_cents":)" << 100 * i
+         << R"(},"source":{"connector":"postgres","db":"payments","collection":"public.charges","position":")" << i
+         << R"(","ts_ms":1793606554071,"snapshot":false}})"
+         << "\n";
+    }
+  }
+  const fs::path file =
+      write_filter_pipeline(tmp.path, "  type: files\n  path: \"" + (tmp.path / "charges.jsonl").string() + "\"\n",
+                            "after.amout_cents >= 10000", "    restart-grace: 0s\n");
+  Ran ran = sluice({"run", file.string()});
+  EXPECT_EQ(ran.code, 0) << ran.err;
+  EXPECT_NE(ran.err.find("reads 'after.amout_cents', which is absent from all 150 records"), std::string::npos)
+      << ran.err;
+  EXPECT_NE(ran.err.find("after: id amount_cents"), std::string::npos) << ran.err;
+  EXPECT_NE(ran.err.find("dropped all 150 records of the run"), std::string::npos) << ran.err;
+}
+
+TEST(CliPipelineOpsTest, ValidateSampleRunsTheTransformOverTheFirstRecordsOfAFilesSource) {
+  const TempDir tmp("sample");
+  {
+    std::ofstream in(tmp.path / "charges.jsonl");
+    for (int i = 1; i <= 5; ++i) {
+      in << R"({"op":"c","key":{"id":"ch_)" << i << R"("},"before":null,"after":{"id":"ch_)" << i
+         << R"(","amount_cents":)" << 5000 * i
+         << R"(},"source":{"connector":"postgres","db":"payments","collection":"public.charges","position":")" << i
+         << R"(","ts_ms":1793606554071,"snapshot":false}})"
+         << "\n";
+    }
+  }
+  const std::string source = "  type: files\n  path: \"" + (tmp.path / "charges.jsonl").string() + "\"\n";
+  Ran typo = sluice({"validate", write_filter_pipeline(tmp.path, source, "after.amout_cents >= 10000", "").string(),
+                     "--sample", "3"});
+  EXPECT_EQ(typo.code, 0) << typo.err;
+  EXPECT_NE(typo.out.find("record 3 (payments.public.charges"), std::string::npos) << typo.out;
+  EXPECT_EQ(typo.out.find("record 4 ("), std::string::npos) << typo.out;  // only the first 3
+  EXPECT_NE(typo.out.find("filter -> null: dropped"), std::string::npos) << typo.out;
+  EXPECT_NE(typo.out.find("3 records: 3 changes in, 0 events out, 3 filtered"), std::string::npos) << typo.out;
+  EXPECT_NE(typo.out.find("reads 'after.amout_cents', which is absent from all 3 records"), std::string::npos)
+      << typo.out;
+
+  Ran right = sluice({"validate", write_filter_pipeline(tmp.path, source, "after.amount_cents >= 10000", "").string(),
+                      "--sample", "5"});
+  EXPECT_EQ(right.code, 0) << right.err;
+  EXPECT_NE(right.out.find("record 1 (payments.public.charges, op \"c\", position 1): transform #1 (match "
+                           "'*.public.charges'); filter -> false: dropped"),
+            std::string::npos)
+      << right.out;
+  EXPECT_NE(right.out.find("filter -> true: kept; entity ch_2, event"), std::string::npos) << right.out;
+  EXPECT_NE(right.out.find("-> out"), std::string::npos) << right.out;
+  EXPECT_NE(right.out.find("5 records: 5 changes in, 4 events out, 1 filtered"), std::string::npos) << right.out;
+  EXPECT_EQ(right.out.find("warning"), std::string::npos) << right.out;
+
+  Ran not_files =
+      sluice({"validate", write_filter_pipeline(tmp.path, "  type: datagen\n", "TRUE", "").string(), "--sample", "3"});
+  EXPECT_EQ(not_files.code, 2);
+  EXPECT_NE(not_files.err.find("--sample reads a `files` source"), std::string::npos) << not_files.err;
+}
+
 TEST(CliPipelineOpsTest, AnExampleJobServesMetricsAndHealthOnItsRestPort) {
   ChildProcess job(SLUICE_BINARY, {"example", "running-sum", "--rate", "200", "--rest-port", "0"});
   static const std::regex line(R"(REST API at http://([0-9.]+:[0-9]+), job id ([0-9a-f]+))");

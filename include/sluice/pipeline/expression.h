@@ -30,7 +30,8 @@ struct ExpressionError {
 
 namespace detail {
 struct ExprNode;
-}
+struct PathNode;
+}  // namespace detail
 
 /// A compiled scalar expression.
 class Expression {
@@ -54,6 +55,13 @@ class Expression {
   /// The source text.
   const std::string& text() const noexcept { return text_; }
 
+  /// The field paths the expression reads (`after.amount_cents`), in order of first appearance, without
+  /// repeats, in path() syntax. Empty for a projection item.
+  std::vector<std::string> field_paths() const;
+  /// Whether the `i`th of field_paths() is present in `input`, with evaluate()'s row-image resolution; a
+  /// field present with the value NULL counts as present. Thread-safe (reads only).
+  bool has_field(size_t i, const Value& input) const;
+
  private:
   friend class Projection;
   /// Wraps a compiled tree (a projection item); `text` is the item's source text.
@@ -62,6 +70,7 @@ class Expression {
   std::shared_ptr<const detail::ExprNode> root_;
   std::string text_;
   std::string path_;
+  std::shared_ptr<const std::vector<detail::PathNode>> paths_;  // the distinct field paths read
 };
 
 /// A compiled projection: a comma-separated list of `expr [AS name]` items and `*` (every field of the

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sluice/api/job.h"
 #include "sluice/core/config.h"
@@ -66,6 +67,20 @@ class PipelineRunner {
   /// The health bounds in force (from the pipeline's health.* and checkpoint interval).
   JobHealthOptions health_options() const;
 
+  /// A warning about the transform's filters, with a key that names its kind and filter (stable while the
+  /// count in the text changes).
+  struct TransformWarning {
+    std::string key;
+    std::string text;
+  };
+  /// The filters' warnings now: a field the filter reads that is absent from every one of the (at least 100)
+  /// records it saw so far; a filter that dropped every record (at least 100) over the last
+  /// health.filter-window, or over the whole run once the job ended. Thread-safe.
+  std::vector<TransformWarning> transform_warnings() const;
+  /// Logs (warn) each warning of transform_warnings() when it appears; `sluice run` calls it while it waits
+  /// for the job and once after it ended. From one thread.
+  void log_transform_warnings();
+
   /// Once this job has completed a checkpoint of its own, deletes the job directories of earlier runs under the
   /// checkpoint storage (`<storage>/<job-id>/`, finished or not): the next run resumes from this job's
   /// checkpoints, so theirs are superseded. Keeps this job's retained checkpoints
@@ -90,6 +105,13 @@ class PipelineRunner {
   explicit PipelineRunner(std::unique_ptr<State> state);
   std::unique_ptr<State> s_;
 };
+
+/// `sluice validate --sample N`: reads the first `records` change events of the pipeline's `files` source and
+/// runs the transform over them (filter, projection, key, event, routes; functions are not run), saying what
+/// each step did to each record and, per transform, what its filter kept, dropped and reads that no record
+/// has. Errors: kConfiguration when the source is not `files`; kRuntime naming the file and line of a line that
+/// is not a change event.
+[[nodiscard]] Result<std::string> sample_transforms(const PipelineSpec& spec, int64_t records);
 
 /// The latest completed checkpoint under `storage` (a path or file:// URI): the `chk-<n>` directory whose
 /// `_metadata` file was written last, among job directories without a `_finished` marker; "" when none.

@@ -139,6 +139,9 @@ struct PipelineSettings {
   int health_max_failed_checkpoints = 3;     ///< consecutive failed checkpoints that make /health fail; 0 = off
   /// /health stays unhealthy for this long after a failure, also once the job is RUNNING again (0 = off).
   int64_t health_restart_grace_ms = 60'000;
+  /// A filter that dropped every record of this window (at least 100 of them) is reported as a warning in the
+  /// log and in /health's "warnings" (health.filter-window).
+  int64_t health_filter_window_ms = 60'000;
   /// Engine options passed through as written (`config:` map of Flink-style keys, e.g.
   /// `taskmanager.memory.segment-size: 32768`).
   std::vector<std::pair<std::string, std::string>> config;

@@ -61,9 +61,12 @@ struct HealthReport {
   int restarts = 0;                     ///< failover restarts so far
   std::string last_failure;             ///< the latest failure's message ("" when none)
   int64_t last_failure_ms = -1;         ///< when it happened (ms since the epoch), -1 when none
+  /// What looks wrong without making the job unhealthy (a pipeline's filter that reads a field no record had,
+  /// or that dropped every record of health.filter-window).
+  std::vector<std::string> warnings;
 
   /// {"healthy","status","reason","reasons":[{"code","message"}],"checkpoint_age_ms",
-  /// "failed_checkpoints_in_a_row","source_lag_ms","restarts","last_failure","last_failure_ms"}
+  /// "failed_checkpoints_in_a_row","source_lag_ms","restarts","last_failure","last_failure_ms","warnings"}
   std::string to_json() const;
 };
 

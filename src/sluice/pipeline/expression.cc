@@ -31,7 +31,16 @@ Expression::Expression(std::shared_ptr<const detail::ExprNode> root, std::string
 
 bool Expression::compile(std::string_view text, Expression* out, ExpressionError* error) {
   try {
-    *out = Expression(detail::parse_expression(text), std::string(text));
+    std::vector<detail::PathNode> read;
+    *out = Expression(detail::parse_expression(text, &read), std::string(text));
+    auto distinct = std::make_shared<std::vector<detail::PathNode>>();
+    for (detail::PathNode& p : read) {
+      bool seen = false;
+      for (const detail::PathNode& d : *distinct)
+        seen = seen || d.path_text == p.path_text;
+      if (!seen) distinct->push_back(std::move(p));
+    }
+    out->paths_ = std::move(distinct);
     return true;
   } catch (const detail::CompileError& e) {
     *error = ExpressionError{e.offset, e.message};
@@ -44,6 +53,19 @@ Result<Expression> Expression::compile(std::string_view text) {
   ExpressionError error;
   if (!compile(text, &out, &error)) return compile_error(text, error);
   return out;
+}
+
+std::vector<std::string> Expression::field_paths() const {
+  std::vector<std::string> out;
+  if (paths_) {
+    for (const detail::PathNode& p : *paths_)
+      out.push_back(p.path_text);
+  }
+  return out;
+}
+
+bool Expression::has_field(size_t i, const Value& input) const {
+  return paths_ && i < paths_->size() && (*paths_)[i].find(input) != nullptr;
 }
 
 Result<Value> Expression::evaluate(const Value& input) const {

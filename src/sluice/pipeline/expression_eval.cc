@@ -510,6 +510,11 @@ bool like_match(std::string_view text, std::string_view pat) {
 // ---- nodes ----
 
 const Value& PathNode::eval(const Value& input, Value&) const {
+  const Value* cur = find(input);
+  return cur != nullptr ? *cur : null_value();
+}
+
+const Value* PathNode::find(const Value& input) const {
   const PathSegment& first = segments.front();
   const Value* cur = input.find(first.key);
   if (cur == nullptr) {
@@ -525,7 +530,7 @@ const Value& PathNode::eval(const Value& input, Value&) const {
       cur = cur->find(seg.key);
     }
   }
-  return cur != nullptr ? *cur : null_value();
+  return cur;
 }
 
 const Value& BinaryNode::eval(const Value& input, Value& scratch) const {

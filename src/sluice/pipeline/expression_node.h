@@ -96,6 +96,8 @@ struct PathSegment {
 /// is not a field of the input (docs/expressions.md, "Name resolution").
 struct PathNode final : ExprNode {
   const Value& eval(const Value& input, Value& scratch) const override;
+  /// The field in `input`, or nullptr when it is absent (eval() gives NULL for both).
+  const Value* find(const Value& input) const;
   std::vector<PathSegment> segments;  ///< the first is always a field name
   std::string path_text;              ///< canonical text: `a.b[0]`, `["key.with.dots"]` (Value::at_path syntax)
 };

@@ -60,7 +60,8 @@ void append_path_key(std::string& out, const std::string& key, bool first) {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text), toks_(tokenize(text)) {}
+  explicit Parser(std::string_view text, std::vector<PathNode>* paths = nullptr)
+      : text_(text), toks_(tokenize(text)), paths_(paths) {}
 
   NodePtr expression() {
     if (peek().kind == TokenKind::kEnd) throw CompileError{0, "empty expression"};
@@ -498,6 +499,7 @@ class Parser {
         n->segments.push_back(PathSegment{{}, index, true});
         n->path_text += "[" + std::to_string(index) + "]";
       } else {
+        if (paths_ != nullptr) paths_->push_back(*n);
         return n;
       }
     }
@@ -721,14 +723,15 @@ class Parser {
 
   std::string_view text_;
   std::vector<Token> toks_;
+  std::vector<PathNode>* paths_ = nullptr;  // collects every field path parsed, when set
   size_t pos_ = 0;
   uint32_t nesting_ = 0;  // parse_or / NOT / unary sign levels currently on the stack
 };
 
 }  // namespace
 
-NodePtr parse_expression(std::string_view text) {
-  return Parser(text).expression();
+NodePtr parse_expression(std::string_view text, std::vector<PathNode>* paths) {
+  return Parser(text, paths).expression();
 }
 
 std::vector<ParsedItem> parse_projection(std::string_view text) {

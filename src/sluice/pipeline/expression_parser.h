@@ -17,8 +17,9 @@ struct ParsedItem {
   size_t offset = 0;  ///< where the item starts
 };
 
-/// Parses one expression spanning all of `text`. Throws CompileError.
-NodePtr parse_expression(std::string_view text);
+/// Parses one expression spanning all of `text`; appends a copy of every field path it reads to `paths` when
+/// given. Throws CompileError.
+NodePtr parse_expression(std::string_view text, std::vector<PathNode>* paths = nullptr);
 /// Parses a projection: `*` and `expr [AS name]` items separated by commas. Throws CompileError.
 std::vector<ParsedItem> parse_projection(std::string_view text);
 

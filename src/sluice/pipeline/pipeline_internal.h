@@ -29,6 +29,40 @@ struct RoutedEvent {
 };
 SLUICE_FIELDS(RoutedEvent, event, collection, entity_key, version, sinks);
 
+/// What one transform's filter did, for the runner's warnings about a filter that drops everything or reads a
+/// field no record has (a typo). Written by the transform's subtasks (relaxed atomics), read by the runner.
+struct FilterStats {
+  explicit FilterStats(std::vector<std::string> field_paths)
+      : paths(std::move(field_paths)), present(std::make_unique<std::atomic<int64_t>[]>(paths.size())) {}
+  std::atomic<int64_t> seen{0};                     ///< changes the filter evaluated
+  std::atomic<int64_t> kept{0};                     ///< of those, kept (TRUE)
+  const std::vector<std::string> paths;             ///< the field paths the filter reads
+  std::unique_ptr<std::atomic<int64_t>[]> present;  ///< per path: > 0 once a record had it (checked until then)
+
+  /// The field names of the first record the filter saw ("after: id, amount_cents, ..."), for the warning.
+  void sample_once(const Value& input) {
+    std::lock_guard lock(mu);
+    if (!sample.empty()) return;
+    for (const char* image : {"after", "before"}) {
+      const Value* v = input.find(image);
+      if (v == nullptr || !v->is_object()) continue;
+      sample = std::string(image) + ":";
+      for (const auto& [k, unused] : v->as_object())
+        sample += " " + k;
+      return;
+    }
+    sample = "(no row image)";
+  }
+  std::string sample_fields() const {
+    std::lock_guard lock(mu);
+    return sample;
+  }
+
+ private:
+  mutable std::mutex mu;
+  std::string sample;
+};
+
 /// Counters of one pipeline run, shared by the subtasks of its functions. Thread-safe (relaxed atomics).
 /// One of a connector's own metrics under Flink's name, for the registry (metrics/): `group` is a '.'-separated
 /// path below the connector operator's scope ("" = the operator scope itself, e.g.
@@ -40,6 +74,18 @@ struct ConnectorMetric {
 };
 
 struct PipelineCounters {
+  /// Per transform (by index in spec.transforms): its filter's stats, null when it has no filter. Filled once
+  /// before the job starts (init_filters), read-only in shape afterwards.
+  std::vector<std::unique_ptr<FilterStats>> filters;
+  void init_filters(const PipelineSpec& spec) {
+    filters.clear();
+    for (const TransformSpec& t : spec.transforms)
+      filters.push_back(t.filter ? std::make_unique<FilterStats>(t.filter->field_paths()) : nullptr);
+  }
+  FilterStats* filter(size_t transform_index) const {
+    return transform_index < filters.size() ? filters[transform_index].get() : nullptr;
+  }
+
   std::atomic<int64_t> changes_in{0};         ///< change events that reached the transform
   std::atomic<int64_t> events_out{0};         ///< domain events emitted
   std::atomic<int64_t> filtered{0};           ///< dropped by a filter
@@ -107,5 +153,10 @@ Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpe
 
 /// Adds the dead-letter sink for the transform's bad records.
 Status add_dead_letter_sink(DataStream<Value>& bad, const PipelineSpec& spec);
+
+/// `sluice validate --sample`: runs the transform over `changes` as the job's would (filter, projection, key,
+/// event, routes; functions are not run), one line per change saying what each step did, then per transform
+/// how many records it matched and kept, with the warnings the running job would give about its filter.
+std::string sample_transform(const PipelineSpec& spec, const std::vector<cdc::ChangeEvent>& changes);
 
 }  // namespace sluice::pipeline::detail

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/connectors/dead_letter_counts.h"
+#include "sluice/connectors/files.h"
 #include "sluice/metrics/job_metrics.h"
 #include "sluice/metrics/metric_registry.h"
 
@@ -143,6 +145,14 @@ struct PipelineRunner::State {
   // the registry.
   metrics::MetricRegistry registry;
   std::unique_ptr<metrics::JobMetrics> job_metrics;
+  // The filters' (seen, kept) counts over time, for the window of health.filter-window; guarded by diag_mu.
+  struct FilterSnapshot {
+    int64_t at_ms;
+    std::vector<std::pair<int64_t, int64_t>> counts;  // per transform: seen, kept
+  };
+  mutable std::mutex diag_mu;
+  mutable std::vector<FilterSnapshot> filter_history;
+  std::set<std::string> logged_warnings;  // keys logged and still present (log_transform_warnings' thread)
 
   /// The source's lag, for /health.
   std::vector<SourceHealth> source_health(int64_t now) const;
@@ -311,6 +321,7 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
     };
   }
   std::optional<DataStream<Value>> dead_letters;
+  s->counters->init_filters(spec);
   Result<DataStream<RoutedEvent>> transformed = detail::add_transform(*changes, spec, s->counters, &dead_letters);
   if (!transformed.ok()) return transformed.error();
   DataStream<RoutedEvent> events = std::move(*transformed);
@@ -610,6 +621,74 @@ std::string PipelineRunner::metrics_text() const {
   return out;
 }
 
+std::vector<PipelineRunner::TransformWarning> PipelineRunner::transform_warnings() const {
+  constexpr int64_t kMinRecords = 100;  // "after some records": fewer say little about a filter
+  const PipelineCounters& k = *s_->counters;
+  const int64_t now = wall_ms();
+  const bool ended = job_status_terminal(status());
+  std::vector<std::pair<int64_t, int64_t>> counts;
+  for (const auto& f : k.filters) {
+    counts.emplace_back(f ? f->seen.load(std::memory_order_relaxed) : 0,
+                        f ? f->kept.load(std::memory_order_relaxed) : 0);
+  }
+  // The window's start: the newest snapshot at least a window old (snapshots are taken at most once a second).
+  std::vector<std::pair<int64_t, int64_t>> base;
+  int64_t base_at = -1;
+  {
+    std::lock_guard lock(s_->diag_mu);
+    auto& hist = s_->filter_history;
+    if (hist.empty() || now - hist.back().at_ms >= 1000) hist.push_back({now, counts});
+    const int64_t window = s_->spec.pipeline.health_filter_window_ms;
+    size_t keep_from = 0;
+    for (size_t i = 0; i < hist.size(); ++i) {
+      if (now - hist[i].at_ms >= window) keep_from = i;
+    }
+    if (now - hist[keep_from].at_ms >= window) {
+      base = hist[keep_from].counts;
+      base_at = hist[keep_from].at_ms;
+    }
+    hist.erase(hist.begin(), hist.begin() + static_cast<std::ptrdiff_t>(keep_from));
+  }
+  std::vector<TransformWarning> out;
+  for (size_t i = 0; i < k.filters.size(); ++i) {
+    const detail::FilterStats* f = k.filters[i].get();
+    if (f == nullptr) continue;
+    const TransformSpec& t = s_->spec.transforms[i];
+    const std::string which = fmt::format("transform #{} (match '{}', line {})", i + 1, t.match, t.mark.line);
+    const int64_t seen = counts[i].first;
+    const int64_t kept = counts[i].second;
+    if (seen >= kMinRecords) {
+      for (size_t p = 0; p < f->paths.size(); ++p) {
+        if (f->present[p].load(std::memory_order_relaxed) > 0) continue;
+        out.push_back({fmt::format("absent:{}:{}", i, f->paths[p]),
+                       fmt::format("{}: the filter '{}' reads '{}', which is absent from all {} records it saw so far "
+                                   "(a typo?); the records have {}",
+                                   which, t.filter->text(), f->paths[p], seen, f->sample_fields())});
+      }
+    }
+    if (ended && base_at < 0 && seen >= kMinRecords && kept == 0) {
+      out.push_back({fmt::format("dropped:{}", i), fmt::format("{}: the filter '{}' dropped all {} records of the run",
+                                                               which, t.filter->text(), seen)});
+    } else if (base_at >= 0 && i < base.size() && seen - base[i].first >= kMinRecords && kept == base[i].second) {
+      out.push_back({fmt::format("dropped:{}", i),
+                     fmt::format("{}: the filter '{}' dropped all {} records of the last {} s (health.filter-window)",
+                                 which, t.filter->text(), seen - base[i].first, (now - base_at) / 1000)});
+    }
+  }
+  return out;
+}
+
+void PipelineRunner::log_transform_warnings() {
+  std::set<std::string> now;
+  for (const TransformWarning& w : transform_warnings()) {
+    now.insert(w.key);
+    if (!s_->logged_warnings.contains(w.key)) {
+      spdlog::warn("pipeline '{}': {}", s_->spec.pipeline.name, w.text);
+    }
+  }
+  s_->logged_warnings = std::move(now);
+}
+
 JobHealthOptions PipelineRunner::health_options() const {
   const PipelineSettings& p = s_->spec.pipeline;
   JobHealthOptions o;
@@ -642,7 +721,10 @@ HealthReport PipelineRunner::health() const {
     h.reason = h.reasons.back().message;
     return h;
   }
-  return evaluate_job_health(*c, health_options(), s_->start_wall_ms, s_->source_health(now), now);
+  HealthReport h = evaluate_job_health(*c, health_options(), s_->start_wall_ms, s_->source_health(now), now);
+  for (const TransformWarning& w : transform_warnings())
+    h.warnings.push_back(w.text);
+  return h;
 }
 
 std::string PipelineRunner::summary(const JobResult& result) const {
@@ -705,6 +787,40 @@ std::string PipelineRunner::summary(const JobResult& result) const {
       out += fmt::format("\n  {:>10}  {}", n, t);
   }
   return out;
+}
+
+Result<std::string> sample_transforms(const PipelineSpec& spec, int64_t records) {
+  if (spec.source.type != "files") {
+    return Error(
+        ErrorCode::kConfiguration,
+        fmt::format("--sample reads a `files` source; this pipeline's source is `{}` (point a copy of the file "
+                    "at a few change events saved as JSON lines)",
+                    spec.source.type));
+  }
+  Result<std::string> path = detail::expand_env(spec.source.get_string("path"));
+  if (!path.ok()) return path.error();
+  Result<std::vector<std::string>> files = sluice::detail::expand_file_paths({*path});
+  if (!files.ok()) return files.error();
+  std::vector<cdc::ChangeEvent> changes;
+  for (const std::string& file : *files) {
+    std::ifstream in(file);
+    if (!in) return Error(ErrorCode::kRuntime, fmt::format("cannot read '{}': {}", file, std::strerror(errno)));
+    std::string line;
+    int64_t line_no = 0;
+    while (static_cast<int64_t>(changes.size()) < records && std::getline(in, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      Result<Value> v = Value::from_json(line);
+      Result<cdc::ChangeEvent> e = v.ok() ? cdc::ChangeEvent::from_value(*v) : Result<cdc::ChangeEvent>(v.error());
+      if (!e.ok()) {
+        return Error(ErrorCode::kRuntime,
+                     fmt::format("{}:{}: not a change event: {}", file, line_no, e.error().message()));
+      }
+      changes.push_back(std::move(*e));
+    }
+    if (static_cast<int64_t>(changes.size()) >= records) break;
+  }
+  return detail::sample_transform(spec, changes);
 }
 
 }  // namespace sluice::pipeline

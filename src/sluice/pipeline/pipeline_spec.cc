@@ -251,8 +251,8 @@ constexpr std::array<std::string_view, 2> kDeliveries{"at-least-once", "exactly-
 constexpr std::array<std::string_view, 4> kRestartKeys{"strategy", "attempts", "delay", "max-delay"};
 constexpr std::array<std::string_view, 3> kRestartStrategies{"none", "fixed-delay", "exponential-delay"};
 constexpr std::array<std::string_view, 2> kHttpKeys{"address", "port"};
-constexpr std::array<std::string_view, 4> kHealthKeys{"max-checkpoint-age", "max-failed-checkpoints", "max-source-lag",
-                                                      "restart-grace"};
+constexpr std::array<std::string_view, 5> kHealthKeys{"max-checkpoint-age", "max-failed-checkpoints", "max-source-lag",
+                                                      "restart-grace", "filter-window"};
 constexpr std::array<std::string_view, 6> kTransformKeys{"match", "filter", "projection", "key", "function", "event"};
 constexpr std::array<std::string_view, 8> kFunctionKeys{"runtime",         "module",        "export",  "batch-size",
                                                         "batch-max-delay", "max-in-flight", "timeout", "memory"};
@@ -530,6 +530,9 @@ class Parser {
             out.health_max_source_lag_ms = duration(h);
           } else if (h.key == "restart-grace") {
             out.health_restart_grace_ms = duration(h);
+          } else if (h.key == "filter-window") {
+            out.health_filter_window_ms = duration(h);
+            if (out.health_filter_window_ms <= 0) fail(h.value_mark, "health.filter-window must be positive");
           } else {
             fail(h.key_mark, unknown_key("key", h.key, "'health'", kHealthKeys));
           }

@@ -133,6 +133,16 @@ class TransformLogic {
     if (t != nullptr && t->filter) {
       Result<Value> keep = eval(*t->filter, input, "filter");
       if (!keep.ok()) return keep.error();
+      if (FilterStats* fs = counters_->filter(plan.index)) {
+        if (fs->seen.fetch_add(1, std::memory_order_relaxed) == 0) fs->sample_once(input);
+        // Each field is looked for only until one record has it: the cost ends with the first sighting.
+        for (size_t i = 0; i < fs->paths.size(); ++i) {
+          if (fs->present[i].load(std::memory_order_relaxed) == 0 && t->filter->has_field(i, input)) {
+            fs->present[i].fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+        if (keep->is_bool() && keep->as_bool()) fs->kept.fetch_add(1, std::memory_order_relaxed);
+      }
       if (!keep->is_bool() || !keep->as_bool()) {
         if (!keep->is_bool() && !keep->is_null()) {
           return Error(ErrorCode::kRuntime,
@@ -783,6 +793,97 @@ Result<DataStream<RoutedEvent>> add_transform(DataStream<cdc::ChangeEvent>& chan
   // transform subtasks went round-robin, and the events of one entity overtook each other before the key_by.
   if (const int p = changes.graph()->node(changes.node_id()).parallelism; p > 0) out.set_parallelism(p);
   if (has_dead_letter) *dead_letters = out.get_side_output(dead_letter_tag());
+  return out;
+}
+
+std::string sample_transform(const PipelineSpec& spec, const std::vector<cdc::ChangeEvent>& changes) {
+  auto counters = std::make_shared<PipelineCounters>();
+  counters->init_filters(spec);
+  // With a dead-letter sink assumed, a record the transform cannot handle is reported instead of thrown.
+  TransformLogic logic(std::make_shared<const PipelineSpec>(spec), counters, true);
+  std::string out;
+  std::vector<int64_t> matched(spec.transforms.size(), 0);
+  int64_t unmatched = 0;
+  for (size_t n = 0; n < changes.size(); ++n) {
+    const cdc::ChangeEvent& change = changes[n];
+    const CollectionPlan& plan = logic.begin(change);
+    out += fmt::format("record {} ({}.{}, op {}, position {}): ", n + 1, change.source.database,
+                       change.source.collection, change.to_value().find("op")->to_json(), change.source.position);
+    const TransformSpec* t = plan.transform;
+    if (t == nullptr) {
+      ++unmatched;
+      out += "no transform matches (default mapping); ";
+    } else {
+      ++matched[plan.index];
+      out += fmt::format("transform #{} (match '{}'); ", plan.index + 1, t->match);
+      if (t->filter) {
+        Result<Value> v = t->filter->evaluate(change.to_value());
+        out += fmt::format("filter -> {}", v.ok() ? v->to_json() : "error");
+      }
+    }
+    Result<std::optional<Value>> input = logic.prepare_guarded(change, plan);
+    if (!input.ok()) {
+      out += fmt::format(" ERROR: {} (the dead-letter sink, or the job fails)\n", input.error().message());
+      continue;
+    }
+    if (!input->has_value()) {
+      out += ": dropped\n";
+      continue;
+    }
+    if (t != nullptr && t->filter) out += ": kept; ";
+    if (t != nullptr && t->function) {
+      out += fmt::format("function '{}' is not run by --sample (its input: {})\n", t->function->export_name,
+                         (**input).to_json());
+      continue;
+    }
+    Result<std::optional<RoutedEvent>> r = logic.finish_guarded(change, plan, std::move(**input), nullptr, 0);
+    if (!r.ok()) {
+      out += fmt::format("ERROR: {} (the dead-letter sink, or the job fails)\n", r.error().message());
+      continue;
+    }
+    if (!r->has_value()) {
+      out += "no event\n";
+      continue;
+    }
+    RoutedEvent& e = **r;
+    const Value* type = e.event.find("type");
+    out += fmt::format("entity {}, event {}", e.entity_key, type != nullptr ? type->to_json() : "?");
+    std::string sinks;
+    for (size_t i = 0; i < spec.sinks.size(); ++i) {
+      if ((e.sinks >> i) & 1U) sinks += (sinks.empty() ? "" : ", ") + spec.sinks[i].name;
+    }
+    logic.emit_ready(e);  // counts the event, or counts it unrouted
+    out += sinks.empty() ? " -> no route: unrouted, dropped\n" : fmt::format(" -> {}\n", sinks);
+    if (const Value* payload = e.event.find("payload"); payload != nullptr) {
+      out += fmt::format("    payload {}\n", payload->to_json());
+    }
+  }
+  out += fmt::format("{} records: {} changes in, {} events out, {} filtered, {} unrouted, {} errors\n", changes.size(),
+                     counters->changes_in.load(), counters->events_out.load(), counters->filtered.load(),
+                     counters->unrouted.load(), counters->dead_letters.load());
+  for (size_t i = 0; i < spec.transforms.size(); ++i) {
+    const TransformSpec& t = spec.transforms[i];
+    out += fmt::format("transform #{} (match '{}', line {}): {} records", i + 1, t.match, t.mark.line, matched[i]);
+    const FilterStats* f = counters->filter(i);
+    if (f != nullptr) {
+      const int64_t seen = f->seen.load();
+      const int64_t kept = f->kept.load();
+      out += fmt::format(", filter kept {} and dropped {}", kept, seen - kept);
+      for (size_t p = 0; p < f->paths.size(); ++p) {
+        if (seen > 0 && f->present[p].load() == 0) {
+          out += fmt::format(
+              "\n  warning: the filter '{}' reads '{}', which is absent from all {} records (a typo?); "
+              "the records have {}",
+              t.filter->text(), f->paths[p], seen, f->sample_fields());
+        }
+      }
+      if (seen > 0 && kept == 0) {
+        out += fmt::format("\n  warning: the filter '{}' dropped all {} records", t.filter->text(), seen);
+      }
+    }
+    out += "\n";
+  }
+  if (unmatched > 0) out += fmt::format("{} records matched no transform\n", unmatched);
   return out;
 }
 

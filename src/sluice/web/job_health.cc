@@ -13,6 +13,9 @@ std::string HealthReport::to_json() const {
   Value list = Value::array();
   for (const auto& r : reasons)
     list.push_back(Value::object({{"code", Value(r.code)}, {"message", Value(r.message)}}));
+  Value warned = Value::array();
+  for (const auto& w : warnings)
+    warned.push_back(Value(w));
   return Value::object({{"healthy", Value(healthy)},
                         {"status", Value(status)},
                         {"reason", Value(reason)},
@@ -22,7 +25,8 @@ std::string HealthReport::to_json() const {
                         {"source_lag_ms", Value(source_lag_ms)},
                         {"restarts", Value(restarts)},
                         {"last_failure", last_failure_ms >= 0 ? Value(last_failure) : Value()},
-                        {"last_failure_ms", Value(last_failure_ms)}})
+                        {"last_failure_ms", Value(last_failure_ms)},
+                        {"warnings", std::move(warned)}})
       .to_json();
 }
 
