@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "integration/test_util/failures.h"
+#include "integration/test_util/polling.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
@@ -147,17 +148,21 @@ pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::
 /// Waits (deadline) until `pred` holds or the child exits; true when `pred` held. Sets `exited`/`status`.
 template <class Pred>
 bool wait_for(pid_t pid, Pred pred, std::chrono::seconds deadline, bool& exited, int& status) {
-  const auto end = std::chrono::steady_clock::now() + deadline;
   exited = false;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      return pred();
-    }
-    std::this_thread::sleep_for(20ms);  // polling interval of the condition, not a synchronisation
-  }
-  return false;
+  bool held = false;
+  sluice::testing::poll_until(
+      [&] {
+        held = pred();
+        if (held) return true;
+        if (::waitpid(pid, &status, WNOHANG) == pid) {
+          exited = true;
+          held = pred();
+          return true;
+        }
+        return false;
+      },
+      deadline);
+  return held;
 }
 
 TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
