@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "integration/test_util/polling.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/metrics/job_metrics.h"
@@ -27,16 +28,18 @@ using Labels = std::map<std::string, std::string>;
 // Scrapes `scrape` every 200 ms until `pred` holds for a parse of it, or 60 s passed (a loaded machine).
 template <class Scrape, class Pred>
 bool scrape_until(Scrape&& scrape, Pred&& pred, ParsedExposition* last = nullptr) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    Result<ParsedExposition> p = parse_prometheus_text(scrape());
-    EXPECT_TRUE(p.ok()) << p.error().to_string();
-    if (!p.ok()) return false;
-    if (last != nullptr) *last = *p;
-    if (pred(*p)) return true;
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pace of a scraper, not synchronisation
-  }
+  bool held = false;
+  sluice::testing::poll_until(
+      [&] {
+        Result<ParsedExposition> p = parse_prometheus_text(scrape());
+        EXPECT_TRUE(p.ok()) << p.error().to_string();
+        if (!p.ok()) return true;  // a bad exposition ends the wait, failed
+        if (last != nullptr) *last = *p;
+        held = pred(*p);
+        return held;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200));  // the pace of a scraper
+  return held;
 }
 
 double value(const ParsedExposition& p, const std::string& name, const Labels& match) {

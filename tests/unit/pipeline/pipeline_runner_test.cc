@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "integration/test_util/polling.h"
 #include "sluice/core/logging.h"
 #include "sluice/web/metrics_server.h"
 
@@ -362,11 +363,9 @@ sink:
   auto runner = runner_for(yaml);
   ASSERT_TRUE(runner->start().ok());
   // Until the first failure the job is healthy (nothing failed yet).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (runner->health().restarts == 0) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job never failed";
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(sluice::testing::poll_until([&] { return runner->health().restarts > 0; }, std::chrono::seconds(30),
+                                          std::chrono::milliseconds(10)))
+      << "the job never failed";
   // Then sample for 4 s (several attempts): never healthy; RUNNING samples carry the grace reason and the cause.
   int samples = 0, running = 0, healthy = 0;
   std::string running_reason, healthy_json;
@@ -382,7 +381,7 @@ sink:
       ++running;
       running_reason = h.reason;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sampling pace over a fixed 4 s, not a wait
   }
   std::printf("%d samples: %d RUNNING, %d healthy\n", samples, running, healthy);
   EXPECT_GT(running, 0) << "no sample saw an attempt running: the test cannot tell";
