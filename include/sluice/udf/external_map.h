@@ -13,8 +13,17 @@
 // checkpoint barrier passes and at the end of input (no record is inside a worker at a checkpoint); watermarks
 // wait behind the records before them. A function that throws, a worker that dies, hangs (`timeout`) or breaks
 // the protocol, and a serializer or deserializer that throws fail the task (the job restarts from its last
-// checkpoint under its restart strategy). Threading: the operator runs on its task thread; the serializers are
-// called there.
+// checkpoint under its restart strategy). A record on which the function throws fails the task too (the message
+// names the function, the record's position and the stack), or, with `on_error = BadRecordPolicy::kDeadLetter`,
+// becomes a dead letter on the side output `dead_letters(fn)` (the record, its position, the error and the stack)
+// and the rest go on:
+//
+//   fn.on_error = BadRecordPolicy::kDeadLetter;
+//   auto scored = udf::map_external<Scored>(orders, fn, to_value, from_value,
+//                                           [](const Order& o) { return "order " + o.id; });  // the position
+//   scored.get_side_output(udf::dead_letters(fn)).sink_to(dead_letter_sink);
+//
+// Threading: the operator runs on its task thread; the serializers and the position function are called there.
 #pragma once
 
 #include <fmt/format.h>
@@ -31,6 +40,7 @@
 
 #include "sluice/api/data_stream.h"
 #include "sluice/api/operator.h"
+#include "sluice/connectors/bad_record.h"
 #include "sluice/udf/function_protocol.h"
 #include "sluice/udf/function_worker.h"
 
@@ -49,7 +59,23 @@ struct ExternalFunction {
   int max_in_flight = 2;           ///< unanswered batches per subtask
   int64_t timeout_ms = 30'000;     ///< a batch not answered within this fails the task
   int64_t memory_mb = 512;         ///< node: heap limit; python: address-space limit
+  /// A record on which the function throws: kFail (the default) fails the task; kDeadLetter emits a dead letter
+  /// on the side output dead_letters(*this) and goes on (refused when the job reads no such side output).
+  BadRecordPolicy on_error = BadRecordPolicy::kFail;
+  /// The id of the dead letters' side output (two map_external calls with dead letters need two ids).
+  std::string dead_letter_tag = "map-external-dead-letters";
 };
+
+/// The side output of `fn`'s dead letters (on_error = kDeadLetter): one object per record the function threw on,
+/// {"function": "<export> (<module>)", "subtask": N, "position": <the position function's text, or null>,
+/// "error": <message>, "stack": <the JavaScript/Python stack>, "record": <the Value the function received>}.
+inline OutputTag<Value> dead_letters(const ExternalFunction& fn) {
+  return OutputTag<Value>(fn.dead_letter_tag);
+}
+
+/// The position of a record, named by failures and dead letters (e.g. its source offset or its key).
+template <class T>
+using ExternalRecordPosition = std::function<std::string(const T&)>;
 
 /// A function prepared to run (the module bundled when it is TypeScript): what each subtask's worker starts with.
 struct PreparedExternalFunction {
@@ -110,10 +136,24 @@ template <class T, class R>
 class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
  public:
   ExternalMapOperator(PreparedExternalFunction fn, std::function<Value(const T&)> to_value,
-                      std::function<R(const Value&)> from_value)
-      : fn_(std::move(fn)), to_value_(std::move(to_value)), from_value_(std::move(from_value)) {}
+                      std::function<R(const Value&)> from_value, ExternalRecordPosition<T> position = {})
+      : fn_(std::move(fn)),
+        to_value_(std::move(to_value)),
+        from_value_(std::move(from_value)),
+        position_(std::move(position)) {}
 
   void open() override {
+    if (fn_.spec.on_error == BadRecordPolicy::kDeadLetter) {
+      dead_letters_ = this->side_output(fn_.spec.dead_letter_tag);
+      if (dead_letters_ == nullptr) {
+        // Never a silent skip: dead letters nobody reads would be lost.
+        throw OperatorException(this->name(),
+                                fmt::format("function {}: on_error is dead-letter but the job reads no side output "
+                                            "'{}' (get_side_output(udf::dead_letters(fn)))",
+                                            fn_.display, fn_.spec.dead_letter_tag),
+                                ErrorCode::kConfiguration);
+      }
+    }
     alive_ = std::make_shared<std::atomic<bool>>(true);
     call_ = std::make_unique<ExternalCall>(fn_, fmt::format("{} subtask {}", fn_.display, this->ctx_->subtask_index()));
     auto alive = alive_;
@@ -134,7 +174,11 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
       Value v = to_value_(record);
       if (call_->open_count() == 0) arm_delay_timer();
       if (Status s = call_->append(v); !s.ok()) throw SluiceException(s.error());
-      pending_.push_back(Entry{ts, false});
+      Entry e{ts, false};
+      // Kept only for what a failure names (bounded: max_in_flight batches of batch_size records).
+      if (position_) e.position = position_(record);
+      if (dead_letters_ != nullptr) e.record = std::move(v);
+      pending_.push_back(std::move(e));
       if (call_->should_send()) call_->send(results_);
       drain();
     });
@@ -158,6 +202,8 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
   struct Entry {
     TimestampMs ts;
     bool watermark;
+    std::string position;  // when a position function is given
+    Value record;          // under kDeadLetter: what the function received
   };
 
   void flush() {
@@ -187,28 +233,47 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
   // Emits the results at the head of the queue, in input order, and the watermarks that waited behind them.
   void drain() {
     while (!pending_.empty()) {
-      const Entry e = pending_.front();
+      Entry& e = pending_.front();
       if (e.watermark) {
+        const TimestampMs wm = e.ts;
         pending_.pop_front();
-        StreamOperatorBase::process_watermark(e.ts);
+        StreamOperatorBase::process_watermark(wm);
         continue;
       }
       if (results_.empty()) return;
       RecordResult r = std::move(results_.front());
       results_.pop_front();
+      Entry entry = std::move(e);
       pending_.pop_front();
       if (r.failed) {
-        throw SluiceException(Error(ErrorCode::kRuntime, fmt::format("function {} threw: {}", fn_.display,
+        if (dead_letters_ != nullptr) {
+          emit_dead_letter(std::move(entry), std::move(r));
+          continue;
+        }
+        const std::string at = position_ ? fmt::format(" on the record at {}", entry.position) : std::string();
+        throw SluiceException(Error(ErrorCode::kRuntime, fmt::format("function {} threw{}: {}", fn_.display, at,
                                                                      r.stack.empty() ? r.message : r.stack)));
       }
       this->metrics_.records_out.inc();
-      this->typed(this->main_output_)->collect(from_value_(r.ok), e.ts);
+      this->typed(this->main_output_)->collect(from_value_(r.ok), entry.ts);
     }
+  }
+
+  void emit_dead_letter(Entry entry, RecordResult r) {
+    Value letter = Value::object({{"function", Value(fn_.display)},
+                                  {"subtask", Value(int64_t{this->ctx_->subtask_index()})},
+                                  {"position", position_ ? Value(entry.position) : Value()},
+                                  {"error", Value(r.message)},
+                                  {"stack", Value(r.stack)},
+                                  {"record", std::move(entry.record)}});
+    static_cast<Output<Value>*>(dead_letters_)->collect(std::move(letter), entry.ts);
   }
 
   PreparedExternalFunction fn_;
   std::function<Value(const T&)> to_value_;
   std::function<R(const Value&)> from_value_;
+  ExternalRecordPosition<T> position_;
+  OutputBase* dead_letters_ = nullptr;
   std::unique_ptr<ExternalCall> call_;
   std::deque<Entry> pending_;
   std::deque<RecordResult> results_;
@@ -235,13 +300,24 @@ template <class R, class T>
 DataStream<R> map_external(const DataStream<T>& in, const ExternalFunction& fn,
                            std::type_identity_t<std::function<Value(const T&)>> to_value,
                            std::type_identity_t<std::function<R(const Value&)>> from_value,
+                           std::type_identity_t<ExternalRecordPosition<T>> position,
                            std::string name = "Map External") {
   Result<PreparedExternalFunction> prepared = prepare_external_function(fn);
   if (!prepared.ok()) throw SluiceException(prepared.error());
   PreparedExternalFunction p = std::move(*prepared);
-  return detail::ExternalOperatorAdder<T>(in).template add<R>(std::move(name), [p, to_value, from_value]() {
-    return std::make_unique<ExternalMapOperator<T, R>>(p, to_value, from_value);
+  return detail::ExternalOperatorAdder<T>(in).template add<R>(std::move(name), [p, to_value, from_value, position]() {
+    return std::make_unique<ExternalMapOperator<T, R>>(p, to_value, from_value, position);
   });
+}
+
+/// map_external without a position function (failures and dead letters name no position).
+template <class R, class T>
+DataStream<R> map_external(const DataStream<T>& in, const ExternalFunction& fn,
+                           std::type_identity_t<std::function<Value(const T&)>> to_value,
+                           std::type_identity_t<std::function<R(const Value&)>> from_value,
+                           std::string name = "Map External") {
+  return map_external<R, T>(in, fn, std::move(to_value), std::move(from_value), ExternalRecordPosition<T>(),
+                            std::move(name));
 }
 
 }  // namespace sluice::udf

@@ -1,12 +1,15 @@
 // map_external (issue 17, docs/functions.md "From the C++ API"): a DataStream mapped through a JavaScript and a
 // Python function on out-of-process workers. Results equal the function's own computation, in input order per
 // subtask; a 34-digit decimal goes through Python and back exactly; a throw fails the job naming the function and
-// its stack; a missing module is refused while the job is built.
+// its stack and the record's position; with on_error = kDeadLetter, each record the function throws on is a dead
+// letter on the side output (record, position, error, stack) and the others go on; a missing module is refused
+// while the job is built.
 #include "sluice/udf/external_map.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -125,13 +128,14 @@ TEST_F(ExternalMapTest, AThrowFailsTheJobNamingTheFunctionAndAMissingModuleIsRef
       [](const int64_t& n) {
         return Value::object({{"n", Value(n)}});
       },
-      [](const Value& r) { return r.find("n")->as_int64(); })
+      [](const Value& r) { return r.find("n")->as_int64(); }, [](const int64_t& n) { return fmt::format("n={}", n); })
       .sink_to(std::make_shared<CollectSink<int64_t>>(out));
   JobResult r = env.execute();
   ASSERT_FALSE(r.ok());
   ASSERT_TRUE(r.error.has_value());
   const std::string msg = r.error->to_string();
   EXPECT_NE(msg.find("function f ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("threw on the record at n=77: RangeError: no 77"), std::string::npos) << msg;
   EXPECT_NE(msg.find("RangeError: no 77"), std::string::npos) << msg;
   EXPECT_NE(msg.find("at check ("), std::string::npos) << msg;
 
@@ -146,6 +150,70 @@ TEST_F(ExternalMapTest, AThrowFailsTheJobNamingTheFunctionAndAMissingModuleIsRef
   } catch (const SluiceException& e) {
     EXPECT_NE(std::string(e.what()).find("nope.js does not exist"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(ExternalMapTest, WithDeadLettersAThrowOnOneRecordGoesToTheSideOutputWithPositionAndStackAndTheRestGoOn) {
+  ExternalFunction fn;
+  fn.module = write("some_bad.js",
+                    "function check(r) { if (r.n % 100 === 77) throw new TypeError(`bad ${r.n}`); return r; }\n"
+                    "exports.f = (r) => ({ n: check(r).n * 2 });\n");
+  fn.export_name = "f";
+  fn.batch_size = 32;
+  fn.on_error = BadRecordPolicy::kDeadLetter;
+  StreamEnvironment env;
+  env.set_parallelism(2);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  auto letters = std::make_shared<CollectedRecords<Value>>();
+  DataStream<int64_t> doubled = map_external<int64_t>(
+      env.from_source(datagen::sequence(1, 3000), "n"), fn,
+      [](const int64_t& n) {
+        return Value::object({{"n", Value(n)}});
+      },
+      [](const Value& r) { return r.find("n")->as_int64(); }, [](const int64_t& n) { return fmt::format("n={}", n); });
+  doubled.sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  doubled.get_side_output(dead_letters(fn)).sink_to(std::make_shared<CollectSink<Value>>(letters));
+  JobResult r = env.execute();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+
+  std::vector<int64_t> all = out->all();
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> expected;
+  for (int64_t n = 1; n <= 3000; ++n)
+    if (n % 100 != 77) expected.push_back(2 * n);
+  EXPECT_EQ(all, expected);
+
+  std::vector<Value> dead = letters->all();
+  ASSERT_EQ(dead.size(), 30u);
+  std::vector<int64_t> dead_n;
+  for (const Value& d : dead) {
+    const int64_t n = d.find("record")->find("n")->as_int64();
+    dead_n.push_back(n);
+    EXPECT_EQ(d.find("position")->as_string(), fmt::format("n={}", n)) << d.to_json();
+    EXPECT_EQ(d.find("error")->as_string(), fmt::format("bad {}", n)) << d.to_json();
+    EXPECT_NE(d.find("stack")->as_string().find("TypeError: bad"), std::string::npos) << d.to_json();
+    EXPECT_NE(d.find("stack")->as_string().find("at check ("), std::string::npos) << d.to_json();
+    EXPECT_NE(d.find("function")->as_string().find("f ("), std::string::npos) << d.to_json();
+    EXPECT_TRUE(d.find("subtask")->is_int64());
+  }
+  std::sort(dead_n.begin(), dead_n.end());
+  for (size_t i = 0; i < dead_n.size(); ++i)
+    EXPECT_EQ(dead_n[i], static_cast<int64_t>(i) * 100 + 77);
+
+  // Dead letters nobody reads would be lost: the job is refused when it opens.
+  StreamEnvironment env2;
+  env2.set_parallelism(1);
+  map_external<int64_t>(
+      env2.from_source(datagen::sequence(1, 10), "n"), fn,
+      [](const int64_t& n) {
+        return Value::object({{"n", Value(n)}});
+      },
+      [](const Value& v) { return v.find("n")->as_int64(); })
+      .sink_to(std::make_shared<CollectSink<int64_t>>(std::make_shared<CollectedRecords<int64_t>>()));
+  JobResult r2 = env2.execute();
+  ASSERT_FALSE(r2.ok());
+  ASSERT_TRUE(r2.error.has_value());
+  EXPECT_NE(r2.error->to_string().find("on_error is dead-letter but the job reads no side output"), std::string::npos)
+      << r2.error->to_string();
 }
 
 }  // namespace
