@@ -219,6 +219,7 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     rest = std::move(*r);
     rest->register_job(name, client, operators_of(p->runner->stream_graph()),
                        [m = master.get()] { return m->status_message(); });
+    rest->set_plan(client.job_id(), job_plan_of(p->runner->stream_graph()));
     rest->serve_task_managers([&jm] {
       std::vector<RestTaskManagerInfo> out;
       for (const auto& t : jm.task_managers()) {

@@ -2,7 +2,8 @@
 // API so that a Flink user's scripts and habits carry over (docs/operations.md lists every endpoint):
 //
 //   GET   /jobs                               {"jobs": [{"id", "name", "status", "start-time"}]}
-//   GET   /jobs/:id                           status, times, restarts, failure, vertices (operators)
+//   GET   /jobs/:id                           status, times, restarts, failure, vertices (operators), and
+//                                             "plan": the job graph's vertices and edges (set_plan)
 //   GET   /jobs/:id/checkpoints               counts, latest and history of checkpoints and savepoints
 //   POST  /jobs/:id/savepoints                {"target-directory", "cancel-job"} -> 202 {"request-id"}
 //   GET   /jobs/:id/savepoints/:request-id    {"status": {"id": IN_PROGRESS|COMPLETED}, "operation": ...}
@@ -14,6 +15,8 @@
 //                                             metrics)
 //   GET   /health                             200 healthy / 503 not, JSON saying why (serve_health, else from
 //                                             the jobs' states)
+//   GET   /  (and its files)                  the web UI (web-ui/, built by npm) from RestServerOptions::ui_dir;
+//                                             without it, a page saying how to build it
 //
 // One port serves all of it: `sluice run`, the bundled examples and a user's job (RestServer::execute) alike.
 //
@@ -51,6 +54,23 @@ struct RestServerOptions {
   std::string address = "127.0.0.1";  ///< an IP address or host name to bind to (rest.address)
   int port = 0;                       ///< 0 = an ephemeral port chosen by the kernel (see RestServer::port())
   int threads = 4;                    ///< HTTP worker threads (each serves one connection at a time)
+  /// The web UI's built files (index.html and assets/), served at `/`. "" = $SLUICE_WEB_UI_DIR when set, else
+  /// the first `share/sluice/web-ui` holding an index.html in the executable's folder or one of its three
+  /// parents (the build tree and an installed prefix). Not found: `/` answers 404 with a page saying why.
+  std::string ui_dir;
+};
+
+/// One vertex of a job's plan (Flink's JobPlanInfo node): a chain of operators run as one task per subtask.
+struct RestPlanVertex {
+  int id = 0;        ///< the job vertex id (JobVertex::id, SubtaskMetrics::vertex_id)
+  std::string name;  ///< "Source: x -> Map", as the task is named in metrics
+  int parallelism = 1;
+  std::vector<std::string> operator_uids;  ///< its chained operators' uids, head first
+  struct Input {
+    int vertex_id = 0;        ///< the producing vertex
+    std::string partitioner;  ///< "forward", "rebalance", "rescale", "broadcast" or "hash"
+  };
+  std::vector<Input> inputs;
 };
 
 /// One registered TaskManager as GET /taskmanagers shows it.
@@ -99,6 +119,10 @@ class RestServer {
   void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
                     std::function<std::string()> status_message);
 
+  /// Serves `plan` (job_plan_of() of the job's graph) as "plan" in GET /jobs/:id, Flink's shape, so the web UI
+  /// draws the job graph. Unknown job ids are ignored (the job was never registered).
+  void set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan);
+
   /// Builds `env`'s job, starts it (execute_async) and registers it under `name` with its operators: a user's
   /// C++ job served as `sluice run` serves a pipeline. Errors: as StreamEnvironment::execute_async (thrown).
   JobClient execute(StreamEnvironment& env, std::string name);
@@ -135,5 +159,13 @@ class RestServer {
 /// The operators of `graph` (name, uid, parallelism; no counters) in graph order, resolving the default
 /// parallelism from the graph's configuration. Call it before execute_async(), which consumes the graph.
 std::vector<OperatorStats> operators_of(const StreamGraph& graph);
+
+/// The job vertices and edges `graph` runs as (its chaining, on a copy: `graph` is unchanged), for set_plan().
+/// Call it before execute_async(). Empty when the graph does not build (execute() reports why).
+std::vector<RestPlanVertex> job_plan_of(const StreamGraph& graph);
+
+/// The web UI folder RestServer serves for `configured` (RestServerOptions::ui_dir): it when not empty, else
+/// $SLUICE_WEB_UI_DIR, else share/sluice/web-ui beside or above the executable; "" when none has index.html.
+std::string find_web_ui_dir(const std::string& configured);
 
 }  // namespace sluice

@@ -159,9 +159,21 @@ constexpr std::array kSinkFiles{
               {},
               "{ part-size: 128mb, rollover-interval: 1min, inactivity-interval: 1min }",
               "when a part file is finished (with checkpointing): at this size, age, or time without a record"},
+    OptionDef{"throttle",
+              K::kDuration,
+              false,
+              {},
+              "0",
+              "wait this long after each record, per subtask: a deliberately slow sink (demos, backpressure tests)"},
 };
 constexpr std::array kSinkPrint{
     OptionDef{"prefix", K::kString, false, {}, "", "text printed before each record"},
+    OptionDef{"throttle",
+              K::kDuration,
+              false,
+              {},
+              "0",
+              "wait this long after each record, per subtask: a deliberately slow sink (demos, backpressure tests)"},
 };
 
 constexpr std::array kSources{

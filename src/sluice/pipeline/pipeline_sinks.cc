@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "pipeline_internal.h"
 #include "sluice/connectors/files.h"
@@ -285,6 +286,9 @@ Result<RollingPolicy> rolling_policy(const PipelineSpec& spec, const SinkSpec& s
 
 // Sinks of plain values (the events themselves): files and print.
 Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const SinkSpec& s, const std::string& uid) {
+  if (uid == "dead-letter" && s.options.find("throttle")) {
+    return sink_error(spec, s, "throttle", "throttle applies to the pipeline's sinks, not to the dead-letter sink");
+  }
   if (s.options.type == "files") {
     Result<std::string> path = sink_string(spec, s, "path");
     if (!path.ok()) return path.error();
@@ -342,7 +346,13 @@ Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpe
     return add_opensearch_sink(in, spec, s, dead_letter_dir, *counters);
   if (type == "postgres") return add_postgres_sink(in, spec, s, dead_letter_dir);
   if (type == "files" || type == "print") {
-    DataStream<Value> values = in.map([](const RoutedEvent& r) { return r.event; });
+    // `throttle`: a sink made slow on purpose. The wait is in the sink's task, so the sink's input fills up and
+    // backpressure reaches the upstream vertex as it would behind a slow external system.
+    const auto throttle = std::chrono::milliseconds(s.options.get_int("throttle", 0));
+    DataStream<Value> values = in.map([throttle](const RoutedEvent& r) {
+      if (throttle.count() > 0) std::this_thread::sleep_for(throttle);
+      return r.event;
+    });
     values.name("Event: " + s.name).uid("event-" + s.name);
     return add_value_sink(values, spec, s, "sink-" + s.name);
   }

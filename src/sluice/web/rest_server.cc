@@ -4,9 +4,13 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -17,6 +21,7 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/value.h"
+#include "sluice/graph/job_graph.h"
 #include "sluice/web/job_health.h"
 
 namespace sluice {
@@ -100,7 +105,23 @@ struct JobEntry {
   int64_t start_time_ms = 0;
   std::map<std::string, Operation> operations;  // by request id
   std::function<std::string()> status_message;  // what the job waits for; empty when nothing
+  std::vector<RestPlanVertex> plan;             // guarded by RestServer::Impl::mu_
 };
+
+/// What `/` answers when the UI's files were not found: the REST API works, the page says how to get the UI.
+constexpr const char* kNoUiPage = R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>Sluice</title></head>
+<body style="font-family: sans-serif; max-width: 46em; margin: 2em auto">
+<h1>Sluice: the web UI is not installed</h1>
+<p>This process serves the REST API (<a href="/jobs">/jobs</a>, <a href="/metrics">/metrics</a>,
+<a href="/health">/health</a>), but the web UI's files were not found. They are built from <code>web-ui/</code>
+by the CMake build when Node.js and npm are present (<code>npm ci &amp;&amp; npm run build</code>, into
+<code>share/sluice/web-ui</code> of the build folder); this build had none, or the files were moved.</p>
+<p>Point to a built UI with the environment variable <code>SLUICE_WEB_UI_DIR</code> (a folder with
+<code>index.html</code>), or install Node.js (<code>scripts/setup</code>) and build again.
+See docs/operations.md, "Web UI".</p>
+</body></html>
+)";
 
 // Escapes a Prometheus label value (text format 0.0.4: backslash, double quote and newline).
 std::string prometheus_label(std::string_view v) {
@@ -173,6 +194,12 @@ class RestServer::Impl {
       reply_error(res, 500, fmt::format("internal error: {}", what));
     });
     route();
+    ui_dir_ = find_web_ui_dir(options_.ui_dir);
+    if (!ui_dir_.empty()) {
+      server_.set_mount_point("/", ui_dir_);
+    } else {
+      spdlog::info("REST: no web UI files found (set SLUICE_WEB_UI_DIR or build web-ui/ with Node.js); / says so");
+    }
 
     if (options_.port == 0) {
       const int port = server_.bind_to_any_port(options_.address);
@@ -265,6 +292,12 @@ class RestServer::Impl {
 
   const RestServerOptions& options() const { return options_; }
   int port() const { return port_; }
+
+  void set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) it->second->plan = std::move(plan);
+  }
 
  private:
   Error bind_error() const {
@@ -484,6 +517,11 @@ class RestServer::Impl {
   }
 
   void route() {
+    // Reached only when no UI folder is mounted at / (a mounted folder's files are served before routes).
+    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 404;
+      res.set_content(kNoUiPage, "text/html; charset=utf-8");
+    });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::function<std::string()> provider;
       {
@@ -700,7 +738,47 @@ class RestServer::Impl {
     }
   }
 
-  static Value job_details(JobEntry& job) {
+  /// Flink's JobPlanInfo: nodes with their inputs (ids as strings, as Flink's).
+  static Value plan_json(const JobEntry& job, const std::vector<RestPlanVertex>& plan) {
+    Value nodes = Value::array();
+    for (const auto& v : plan) {
+      Value inputs = Value::array();
+      for (size_t i = 0; i < v.inputs.size(); ++i) {
+        const std::string& p = v.inputs[i].partitioner;
+        std::string ship = p;
+        for (auto& c : ship)
+          c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        inputs.push_back(Value::object({{"num", static_cast<int64_t>(i)},
+                                        {"id", std::to_string(v.inputs[i].vertex_id)},
+                                        {"ship_strategy", ship},
+                                        {"exchange", "pipelined_bounded"}}));
+      }
+      Value uids = Value::array();
+      for (const auto& u : v.operator_uids)
+        uids.push_back(Value(u));
+      nodes.push_back(Value::object({{"id", std::to_string(v.id)},
+                                     {"parallelism", v.parallelism},
+                                     {"operator", ""},
+                                     {"description", v.name},
+                                     {"operator_uids", std::move(uids)},
+                                     {"inputs", std::move(inputs)}}));
+    }
+    return Value::object(
+        {{"jid", job.client.job_id()}, {"name", job.name}, {"type", "STREAMING"}, {"nodes", std::move(nodes)}});
+  }
+
+  Value job_details(JobEntry& job) {
+    std::vector<RestPlanVertex> plan;
+    {
+      std::lock_guard lock(mu_);
+      plan = job.plan;
+    }
+    Value v = job_details_without_plan(job);
+    v.set("plan", plan_json(job, plan));
+    return v;
+  }
+
+  static Value job_details_without_plan(JobEntry& job) {
     const JobStatus status = job.client.status();
     const bool ended = job_status_terminal(status);
     Value v = Value::object({{"jid", job.client.job_id()},
@@ -763,6 +841,7 @@ class RestServer::Impl {
   }
 
   RestServerOptions options_;
+  std::string ui_dir_;  // the mounted web UI folder, "" when none
   httplib::Server server_;
   int port_ = 0;
   std::thread listener_;
@@ -834,10 +913,15 @@ void RestServer::register_job(std::string name, JobClient client, std::vector<Op
                               std::function<std::string()> status_message) {
   impl_->register_job(std::move(name), std::move(client), std::move(operators), std::move(status_message));
 }
+void RestServer::set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan) {
+  impl_->set_plan(job_id, std::move(plan));
+}
 JobClient RestServer::execute(StreamEnvironment& env, std::string name) {
   std::vector<OperatorStats> operators = operators_of(env.stream_graph());
+  std::vector<RestPlanVertex> plan = job_plan_of(env.stream_graph());
   JobClient client = env.execute_async(name);
   register_job(std::move(name), client, std::move(operators));
+  set_plan(client.job_id(), std::move(plan));
   return client;
 }
 void RestServer::serve_metrics(std::function<std::string()> provider) {
@@ -870,6 +954,49 @@ std::vector<OperatorStats> operators_of(const StreamGraph& graph) {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::vector<RestPlanVertex> job_plan_of(const StreamGraph& graph) {
+  StreamGraph copy = graph;  // build_job_graph fills derived uids and default partitioners
+  Result<JobGraph> built = build_job_graph(copy);
+  if (!built.ok()) return {};
+  const JobGraph& jg = *built;
+  std::vector<RestPlanVertex> out;
+  for (const auto& v : jg.vertices) {
+    RestPlanVertex p;
+    p.id = v.id;
+    p.name = v.name;
+    p.parallelism = v.parallelism;
+    for (int node : v.chained_nodes)
+      p.operator_uids.push_back(jg.node_uid[static_cast<size_t>(node)]);
+    for (int e : v.inputs) {
+      const JobEdge& edge = jg.edges[static_cast<size_t>(e)];
+      p.inputs.push_back({edge.source_vertex, partitioner_name(edge.partitioner)});
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string find_web_ui_dir(const std::string& configured) {
+  namespace fs = std::filesystem;
+  auto has_index = [](const fs::path& dir) {
+    std::error_code ec;
+    return fs::is_regular_file(dir / "index.html", ec);
+  };
+  if (!configured.empty()) return has_index(configured) ? configured : std::string();
+  if (const char* env = std::getenv("SLUICE_WEB_UI_DIR"); env != nullptr && *env != '\0') {
+    return has_index(env) ? std::string(env) : std::string();
+  }
+  std::error_code ec;
+  fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (ec) return {};
+  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
+    const fs::path candidate = dir / "share" / "sluice" / "web-ui";
+    if (has_index(candidate)) return candidate.string();
+    if (dir == dir.root_path()) break;
+  }
+  return {};
 }
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -47,6 +48,7 @@ struct RunningJob {
   std::shared_ptr<testing::CollectedRecords<Sum>> out = std::make_shared<testing::CollectedRecords<Sum>>();
   std::optional<JobClient> client;
   std::vector<OperatorStats> operators;
+  std::vector<RestPlanVertex> plan;
 
   void start(Configuration config) {
     StreamEnvironment env(std::move(config));
@@ -61,6 +63,7 @@ struct RunningJob {
         .sink_to(std::make_shared<testing::CollectSink<Sum>>(out), "Collect")
         .uid("collect");
     operators = operators_of(env.stream_graph());
+    plan = job_plan_of(env.stream_graph());
     client = env.execute_async("running sums");
   }
   ~RunningJob() {
@@ -274,6 +277,78 @@ TEST(RestServerTest, ARestartingJobShowsItsFailuresAndExceptionHistory) {
   EXPECT_EQ(unknown.status, 404);
   client.cancel();
   EXPECT_EQ(client.wait().status, JobStatus::kCanceled);
+}
+
+// The job graph the web UI draws: Flink's JobPlanInfo in GET /jobs/:id, one node per job vertex (a chain) with
+// its input edges; an empty node list for a job registered without a plan.
+TEST(RestServerTest, JobDetailsCarryThePlanOfJobVerticesAndEdges) {
+  Configuration c;
+  c.set(options::kParallelism, 2);
+  RunningJob job;
+  job.start(c);
+  auto server = start_server();
+  ASSERT_NE(server, nullptr);
+  server->register_job("running sums", *job.client, job.operators);
+  const std::string id = job.client->job_id();
+  httplib::Client http(server->address(), server->port());
+  EXPECT_EQ(call(http, "GET", "/jobs/" + id).body.at_path("plan.nodes")->size(), 0u);
+
+  server->set_plan(id, job.plan);
+  Answer details = call(http, "GET", "/jobs/" + id);
+  ASSERT_EQ(details.status, 200);
+  EXPECT_EQ(str(details.body, "plan.jid"), id);
+  ASSERT_EQ(details.body.at_path("plan.nodes")->size(), 2u) << details.body.to_json();
+  // numbers -> map chain (forward, same parallelism); key_by breaks the chain before sum -> Collect.
+  EXPECT_EQ(str(details.body, "plan.nodes[0].id"), "0");
+  EXPECT_EQ(str(details.body, "plan.nodes[0].description"), "Source: numbers -> Map");
+  EXPECT_EQ(details.body.at_path("plan.nodes[0].inputs")->size(), 0u);
+  EXPECT_EQ(str(details.body, "plan.nodes[0].operator_uids[0]"), "numbers");
+  EXPECT_EQ(str(details.body, "plan.nodes[1].id"), "1");
+  EXPECT_EQ(details.body.at_path("plan.nodes[1].parallelism")->as_int64(), 2);
+  ASSERT_EQ(details.body.at_path("plan.nodes[1].inputs")->size(), 1u);
+  EXPECT_EQ(str(details.body, "plan.nodes[1].inputs[0].id"), "0");
+  EXPECT_EQ(str(details.body, "plan.nodes[1].inputs[0].ship_strategy"), "HASH");
+  EXPECT_EQ(str(details.body, "plan.nodes[1].operator_uids[1]"), "collect");
+  // The names are the tasks' names in /metrics (task_name), which the UI joins on.
+  bool named = false;
+  for (const auto& m : job.client->subtask_metrics())
+    named = named || m.task_name == str(details.body, "plan.nodes[1].description");
+  EXPECT_TRUE(named) << str(details.body, "plan.nodes[1].description");
+}
+
+// `/` serves the web UI's folder when there is one, else a page saying the UI is not installed; the API works
+// either way.
+TEST(RestServerTest, TheWebUiFolderIsServedAtTheRootElseAPageSaysWhy) {
+  const TempDir tmp("ui");
+  std::ofstream(tmp.path / "index.html") << "<html><body>the sluice ui</body></html>";
+  std::ofstream(tmp.path / "app.js") << "console.log(1);";
+  RestServerOptions with_ui;
+  with_ui.ui_dir = tmp.path.string();
+  auto server = RestServer::start(with_ui);
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  httplib::Client http((*server)->address(), (*server)->port());
+  auto index = http.Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_NE(index->body.find("the sluice ui"), std::string::npos);
+  auto js = http.Get("/app.js");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->status, 200);
+  EXPECT_NE(js->get_header_value("Content-Type").find("javascript"), std::string::npos);
+  EXPECT_EQ(call(http, "GET", "/jobs").status, 200);
+
+  RestServerOptions without_ui;
+  without_ui.ui_dir = (tmp.path / "missing").string();
+  EXPECT_EQ(find_web_ui_dir(without_ui.ui_dir), "");
+  auto bare = RestServer::start(without_ui);
+  ASSERT_TRUE(bare.ok()) << bare.error().to_string();
+  httplib::Client http2((*bare)->address(), (*bare)->port());
+  auto root = http2.Get("/");
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->status, 404);
+  EXPECT_NE(root->body.find("the web UI is not installed"), std::string::npos) << root->body;
+  EXPECT_NE(root->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_EQ(call(http2, "GET", "/jobs").status, 200);
 }
 
 TEST(RestServerTest, UnknownJobsRequestsAndPathsAre404) {

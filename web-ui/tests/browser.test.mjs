@@ -1,0 +1,228 @@
+// The web UI in a real browser: Debian's Chromium driven by playwright-core, against a real `sluice run`.
+// Run by ctest (web_ui_browser_test, tests/CMakeLists.txt) with:
+//   SLUICE_BINARY      the sluice executable
+//   SLUICE_WEB_UI_DIR  the built UI (share/sluice/web-ui of the build folder)
+//   CHROMIUM           the browser (default /usr/bin/chromium; scripts/setup installs Debian's chromium)
+//   SLUICE_TEST_ARTIFACTS  where screenshots go (default: the test's temp folder)
+// Every wait is a condition with a deadline (Playwright's waitFor*, or poll()), generous for a loaded machine.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const SLUICE = process.env.SLUICE_BINARY;
+const UI_DIR = process.env.SLUICE_WEB_UI_DIR;
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-web-ui-"));
+const ARTIFACTS = process.env.SLUICE_TEST_ARTIFACTS || path.join(dir, "artifacts");
+fs.mkdirSync(ARTIFACTS, { recursive: true });
+
+const children = [];
+let browser;
+
+/// Polls `fn` until it returns a truthy value or `ms` pass (then throws naming `what`).
+async function poll(what, fn, ms, every = 100) {
+  const deadline = Date.now() + ms;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, every));
+  }
+  throw new Error(`timed out after ${ms} ms waiting for ${what} (last: ${last})`);
+}
+
+/// Starts `sluice run file` with its log in a file; resolves to { child, url, log() }.
+async function runSluice(name, yaml, env = {}) {
+  const file = path.join(dir, `${name}.yaml`);
+  fs.writeFileSync(file, yaml);
+  const logFile = path.join(dir, `${name}.log`);
+  const out = fs.openSync(logFile, "w");
+  const child = spawn(SLUICE, ["run", file], { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
+  children.push(child);
+  const log = () => fs.readFileSync(logFile, "utf8");
+  const m = await poll(
+    `${name}: the REST endpoint line in its log`,
+    () => {
+      if (child.exitCode !== null) throw new Error(`sluice exited with ${child.exitCode}:\n${log()}`);
+      return /REST API, \/metrics and \/health at (http:\/\/[0-9.]+:[0-9]+)/.exec(log());
+    },
+    60_000,
+  );
+  return { child, url: m[1], log };
+}
+
+async function stop(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGTERM");
+  const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  await exited;
+  clearTimeout(t);
+}
+
+before(async () => {
+  assert.ok(SLUICE && fs.existsSync(SLUICE), `SLUICE_BINARY must name the sluice executable (got '${SLUICE}')`);
+  assert.ok(fs.existsSync(CHROMIUM), `no browser at ${CHROMIUM}: install Debian's chromium (scripts/setup)`);
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  for (const c of children) await stop(c);
+  if (process.env.SLUICE_KEEP_TEST_DIR) console.log(`kept ${dir}`);
+  else fs.rmSync(dir, { recursive: true, force: true });
+  console.log(`screenshots in ${ARTIFACTS}`);
+});
+
+test("the UI shows a running pipeline: graph, backpressure, checkpoints, savepoint, exceptions", async () => {
+  assert.ok(UI_DIR && fs.existsSync(path.join(UI_DIR, "index.html")), `SLUICE_WEB_UI_DIR has no index.html: ${UI_DIR}`);
+  const trigger = path.join(dir, "fail-now");
+  // A function that fails the job on demand: the test creates `trigger` to make the next record throw.
+  fs.writeFileSync(
+    path.join(dir, "fail.mjs"),
+    `import fs from "node:fs";
+export function maybeFail(change) {
+  if (fs.existsSync(${JSON.stringify(trigger)})) throw new Error("web-ui test: injected failure");
+  return change.after;
+}
+`,
+  );
+  const name = `web-ui-${process.pid}`;
+  const { url, log } = await runSluice(
+    "pipeline",
+    `pipeline:
+  name: ${name}
+  parallelism: 1
+  checkpoint: { interval: 1s, storage: "${dir}/checkpoints" }
+  delivery: at-least-once
+  restart: { strategy: none }
+  http: { port: 0 }
+source:
+  type: datagen
+  count: 0
+  rate: 2000
+transform:
+  - match: "**"
+    function: { module: ./fail.mjs, export: maybeFail }
+sink:
+  slow: { type: files, path: "${dir}/out", throttle: 2ms }
+`,
+    { SLUICE_WEB_UI_DIR: UI_DIR },
+  );
+  const api = async (p) => (await fetch(url + p)).json();
+  const jobs = (await api("/jobs")).jobs;
+  assert.equal(jobs.length, 1);
+  const jobId = jobs[0].id;
+  const details = await api(`/jobs/${jobId}`);
+  const nodes = details.plan.nodes;
+  assert.ok(nodes.length >= 2, `the plan has the source and the sink vertices: ${JSON.stringify(details.plan)}`);
+
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  const shot = (n) => page.screenshot({ path: path.join(ARTIFACTS, `${n}.png`), fullPage: true });
+  try {
+    // The UI loads at / and lists the job; its link opens the job page.
+    await page.goto(url + "/");
+    await page.locator(`#jobs-table tr[data-job-id="${jobId}"]`).waitFor({ timeout: 30_000 });
+    assert.match(await page.locator(`#jobs-table tr[data-job-id="${jobId}"] .status`).innerText(), /RUNNING/);
+    await shot("01-overview");
+    await page.locator(`#jobs-table a:has-text("${name}")`).click();
+    await page.locator("#graph g.vertex").first().waitFor({ timeout: 30_000 });
+
+    // Every vertex of the plan is drawn, with its name.
+    assert.equal(await page.locator("#graph g.vertex").count(), nodes.length);
+    for (const n of nodes) {
+      const v = page.locator(`#graph g.vertex[data-vertex-id="${n.id}"]`);
+      assert.equal(await v.getAttribute("data-name"), n.description);
+    }
+
+    // The throttled sink (2 ms per record, ~500/s against 2000/s generated) backpressures the vertex before it.
+    const sink = nodes.find((n) => n.description.includes("Sink: slow"));
+    assert.ok(sink, `a vertex for the sink 'slow': ${nodes.map((n) => n.description).join(", ")}`);
+    assert.equal(sink.inputs.length, 1);
+    const upstream = sink.inputs[0].id;
+    const started = Date.now();
+    await page.waitForFunction(
+      (id) => document.querySelector(`#graph g.vertex[data-vertex-id="${id}"]`)?.dataset.state === "backpressured",
+      upstream,
+      { timeout: 60_000, polling: 200 },
+    );
+    console.log(`upstream vertex ${upstream} shown backpressured ${Date.now() - started} ms after the page showed the graph`);
+    const fill = await page.locator(`#graph g.vertex[data-vertex-id="${upstream}"] rect`).getAttribute("fill");
+    assert.equal(fill, "#2b2b2b", "the backpressured colour");
+    // The sink itself is busy, not backpressured; records/s are shown.
+    assert.notEqual(await page.locator(`#graph g.vertex[data-vertex-id="${sink.id}"]`).getAttribute("data-state"), "backpressured");
+    assert.match(await page.locator(`#graph g.vertex[data-vertex-id="${sink.id}"] .l2`).textContent(), /in [0-9][0-9,.]* rec\/s/);
+
+    // Per-subtask detail of the sink.
+    await page.locator(`#graph g.vertex[data-vertex-id="${sink.id}"]`).click();
+    await page.locator("#subtasks-table tr >> nth=1").waitFor({ timeout: 10_000 });
+    assert.equal(await page.locator("#subtasks-table tr").count(), 1 + sink.parallelism);
+
+    // A completed checkpoint appears in the history, with a bar in the chart.
+    await page.locator("#cp-table tr.cp-row.COMPLETED").first().waitFor({ timeout: 90_000 });
+    await page.locator("#cp-chart rect.cp-bar").first().waitFor({ timeout: 10_000 });
+    await shot("02-job-backpressure-checkpoints");
+
+    // The savepoint button: a savepoint directory with its metadata appears.
+    const savepoints = path.join(dir, "savepoints");
+    await page.fill("#savepoint-dir", savepoints);
+    await page.click("#btn-savepoint");
+    const location = await page.locator("#savepoint-location").textContent({ timeout: 120_000 });
+    assert.ok(location.includes(savepoints), `savepoint at ${location}`);
+    const sp = location.replace(/^file:\/\//, "");
+    assert.ok(fs.existsSync(sp) && fs.statSync(sp).isDirectory(), `savepoint directory ${sp}`);
+    assert.ok(fs.readdirSync(savepoints).some((d) => d.startsWith("savepoint-")), fs.readdirSync(savepoints).join(","));
+    await shot("03-savepoint");
+
+    // A failure shows in the exceptions (restart strategy none: the job fails, and the page says so).
+    assert.equal(await page.locator("#exceptions-table").count(), 0, "no exception before the failure");
+    fs.writeFileSync(trigger, "");
+    await page.locator("#exceptions-table tr.exception", { hasText: "injected failure" }).first().waitFor({ timeout: 60_000 });
+    await page.locator("#job-status", { hasText: "FAILED" }).waitFor({ timeout: 60_000 });
+    assert.ok(await page.locator("#btn-savepoint").isDisabled(), "actions are disabled once the job ended");
+    await shot("04-exceptions");
+  } catch (e) {
+    await shot("failure").catch(() => {});
+    e.message += `\n--- sluice log (tail) ---\n${log().slice(-4000)}`;
+    throw e;
+  } finally {
+    await page.close();
+  }
+});
+
+test("without the UI's files, / says how to get them and the REST API still works", async () => {
+  const { url } = await runSluice(
+    "no-ui",
+    `pipeline:
+  name: no-ui-${process.pid}
+  http: { port: 0 }
+source: { type: datagen, count: 0, rate: 10 }
+sink:
+  out: { type: files, path: "${dir}/no-ui-out" }
+`,
+    { SLUICE_WEB_UI_DIR: path.join(dir, "no-such-folder") },
+  );
+  const page = await browser.newPage();
+  try {
+    const res = await page.goto(url + "/");
+    assert.equal(res.status(), 404);
+    await page.locator("h1", { hasText: "the web UI is not installed" }).waitFor({ timeout: 10_000 });
+    assert.match(await page.content(), /SLUICE_WEB_UI_DIR/);
+    const jobs = await (await fetch(url + "/jobs")).json();
+    assert.equal(jobs.jobs.length, 1);
+  } finally {
+    await page.close();
+  }
+});
