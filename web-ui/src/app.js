@@ -80,11 +80,11 @@ export function parseMetrics(text, jobId) {
 
 // Per vertex of the plan: its subtasks' metrics and the vertex's aggregate (busy and backpressured: the highest
 // subtask's, as Flink's UI; rates: the sum; watermark: the lowest subtask's output watermark of the chain's tail).
-function vertexMetrics(node, metrics) {
+// `uids`: the chain's operator uids, head first (the plan node's operator_uids, else the job vertex's operators).
+function vertexMetrics(node, metrics, uids) {
   const subtasks = [];
   for (let i = 0; i < node.parallelism; i++) {
     const t = metrics.tasks.get(`${node.description}|${i}`) || { subtask: i };
-    const uids = node.operator_uids || [];
     const head = metrics.operators.get(`${node.description}|${i}|${uids[0]}`) || {};
     const tail = metrics.operators.get(`${node.description}|${i}|${uids[uids.length - 1]}`) || {};
     subtasks.push({ ...t, subtask: i, inputWatermark: head.currentInputWatermark, outputWatermark: tail.currentOutputWatermark });
@@ -141,9 +141,24 @@ function schedule(fn) {
 }
 
 function overview() {
-  app.innerHTML = `<h1>Jobs</h1><div id="jobs" class="card">Loading…</div>`;
+  app.innerHTML = `<h1>Jobs</h1><div id="jobs" class="card">Loading…</div><div id="taskmanagers"></div>`;
   schedule(async () => {
-    const { jobs } = await getJson("/jobs");
+    const [{ jobs }, tms] = await Promise.all([
+      getJson("/jobs"),
+      // A cluster's JobManager only: 404 in local mode, where the section stays empty.
+      fetch("/taskmanagers").then((r) => (r.ok ? r.json() : null)).catch(() => null),
+    ]);
+    const tmEl = document.getElementById("taskmanagers");
+    if (tmEl && tms) {
+      const list = tms.taskmanagers || [];
+      tmEl.innerHTML = `<h2>TaskManagers and slots</h2><div class="card">${list.length
+        ? `<table id="taskmanagers-table"><tr><th>Id</th><th>Address</th><th>Host</th><th class="num">PID</th>
+            <th class="num">Slots</th><th class="num">Free slots</th><th class="num">Last heartbeat</th></tr>
+            ${list.map((t) => `<tr><td>${esc(t.id)}</td><td>${esc(t.path)}</td><td>${esc(t.hostname)}</td>
+              <td class="num">${t.pid}</td><td class="num">${t.slotsNumber}</td><td class="num">${t.freeSlots}</td>
+              <td class="num">${fmtDuration(t["ms-since-last-heartbeat"])} ago</td></tr>`).join("")}</table>`
+        : `<p class="muted">No TaskManager has registered.</p>`}</div>`;
+    }
     const rows = await Promise.all(jobs.map((j) => getJson(`/jobs/${encodeURIComponent(j.id)}`).catch(() => null)));
     const el = document.getElementById("jobs");
     if (!el) return;
@@ -364,7 +379,10 @@ function jobView(jobId) {
     const plan = job.plan && job.plan.nodes && job.plan.nodes.length ? job.plan : null;
     if (plan) {
       const metrics = parseMetrics(metricsText, job.jid);
-      lastVertexMetrics = new Map(plan.nodes.map((n) => [n.id, vertexMetrics(n, metrics)]));
+      const uidsOf = (n) =>
+        n.operator_uids ||
+        ((job.vertices || []).find((v) => v.id === n.id)?.operators || []).map((o) => o.uid);
+      lastVertexMetrics = new Map(plan.nodes.map((n) => [n.id, vertexMetrics(n, metrics, uidsOf(n))]));
       const key = JSON.stringify(plan.nodes.map((n) => [n.id, n.inputs]));
       if (key !== planKey) { planKey = key; drawGraph(plan); }
       paintGraph(plan);

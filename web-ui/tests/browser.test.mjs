@@ -86,28 +86,32 @@ after(async () => {
   console.log(`screenshots in ${ARTIFACTS}`);
 });
 
-test("the UI shows a running pipeline: graph, backpressure, checkpoints, savepoint, exceptions", async () => {
+test("the UI shows a running pipeline: graph, backpressure, checkpoints, savepoint, exceptions, stop", async () => {
   assert.ok(UI_DIR && fs.existsSync(path.join(UI_DIR, "index.html")), `SLUICE_WEB_UI_DIR has no index.html: ${UI_DIR}`);
   const trigger = path.join(dir, "fail-now");
-  // A function that fails the job on demand: the test creates `trigger` to make the next record throw.
+  // A function that fails the job on demand: the test creates `trigger` to make the next record throw (once: the
+  // worker removes it, so the restarted job runs on).
   fs.writeFileSync(
     path.join(dir, "fail.mjs"),
     `import fs from "node:fs";
 export function maybeFail(change) {
-  if (fs.existsSync(${JSON.stringify(trigger)})) throw new Error("web-ui test: injected failure");
+  if (fs.existsSync(${JSON.stringify(trigger)})) {
+    fs.unlinkSync(${JSON.stringify(trigger)});
+    throw new Error("web-ui test: injected failure");
+  }
   return change.after;
 }
 `,
   );
   const name = `web-ui-${process.pid}`;
-  const { url, log } = await runSluice(
+  const { child, url, log } = await runSluice(
     "pipeline",
     `pipeline:
   name: ${name}
   parallelism: 1
   checkpoint: { interval: 1s, storage: "${dir}/checkpoints" }
   delivery: at-least-once
-  restart: { strategy: none }
+  restart: { strategy: fixed-delay, attempts: 3, delay: 500ms }
   http: { port: 0 }
 source:
   type: datagen
@@ -186,13 +190,24 @@ sink:
     assert.ok(fs.readdirSync(savepoints).some((d) => d.startsWith("savepoint-")), fs.readdirSync(savepoints).join(","));
     await shot("03-savepoint");
 
-    // A failure shows in the exceptions (restart strategy none: the job fails, and the page says so).
+    // A failure shows in the exceptions, and the restart in the count; the job runs again.
     assert.equal(await page.locator("#exceptions-table").count(), 0, "no exception before the failure");
     fs.writeFileSync(trigger, "");
-    await page.locator("#exceptions-table tr.exception", { hasText: "injected failure" }).first().waitFor({ timeout: 60_000 });
-    await page.locator("#job-status", { hasText: "FAILED" }).waitFor({ timeout: 60_000 });
-    assert.ok(await page.locator("#btn-savepoint").isDisabled(), "actions are disabled once the job ended");
+    const row = page.locator("#exceptions-table tr.exception", { hasText: "injected failure" }).first();
+    await row.waitFor({ timeout: 60_000 });
+    assert.equal((await row.locator("td").nth(3).textContent()).trim(), "yes", "restarted after the failure");
+    await page.locator("#restarts", { hasText: "1" }).waitFor({ timeout: 60_000 });
+    await page.locator("#job-status", { hasText: "RUNNING" }).waitFor({ timeout: 60_000 });
     await shot("04-exceptions");
+
+    // Stop with savepoint: the page shows where the savepoint went; the job ends and `sluice run` exits.
+    await page.click("#btn-stop");
+    await page.locator("#op-result", { hasText: "stop completed" }).waitFor({ timeout: 120_000 });
+    const stopped = (await page.locator("#savepoint-location").textContent()).replace(/^file:\/\//, "");
+    assert.ok(stopped.startsWith(savepoints) && stopped !== sp, `stop's savepoint at ${stopped}`);
+    assert.ok(fs.statSync(stopped).isDirectory(), `savepoint directory ${stopped}`);
+    await poll("sluice run to exit after the stop", () => child.exitCode !== null, 60_000);
+    assert.equal(child.exitCode, 0, "sluice run exits 0 after a stop with savepoint");
   } catch (e) {
     await shot("failure").catch(() => {});
     e.message += `\n--- sluice log (tail) ---\n${log().slice(-4000)}`;
