@@ -6,7 +6,9 @@
 //    record once, and each key's records in the order their source subtask emitted them;
 //  * too few slots: the job fails after slot.request.timeout with "needs 4 slots, 2 registered";
 //  * a SIGKILLed TaskManager fails the job (no restarts across processes yet) instead of hanging, and the
-//    surviving TaskManager's tasks are cancelled.
+//    surviving TaskManager's tasks are cancelled;
+//  * a SIGSTOPped TaskManager is declared lost after heartbeat.timeout, the job fails naming it, and when it wakes
+//    (SIGCONT) it cancels its stale tasks at once: no output file changes after the wake.
 // Heartbeats: interval 250 ms, timeout 3 s. About 30-60 s in all on a loaded two-core machine.
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -240,6 +243,82 @@ TEST_F(ClusterJobTest, AKilledTaskManagerFailsTheJobAndTheOtherTaskManagersTasks
   EXPECT_TRUE(poll_until([&] { return survivor->count("lost") > 0 || survivor->count("cancelling") > 0; }, 30s))
       << survivor->output();
   EXPECT_FALSE(survivor->exited());
+}
+
+/// Size and content of every file under dir (hidden in-progress files too), by relative path.
+std::map<std::string, std::string> snapshot_files(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    files[fs::relative(e.path(), dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+TEST_F(ClusterJobTest, AStoppedTaskManagerIsDeclaredLostAndItsStaleTasksWriteNothingAfterItWakes) {
+  // Unbounded at 2,000 records/s: the job runs until the TaskManager holding the source stops.
+  ClusterHarness& c = cluster(pipeline("out", 4, 0, 2000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* a = c.start_taskmanager(2);
+  ChildProcess* b = c.start_taskmanager(2);
+  ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << jm->output();
+  // The victim is the TaskManager with the source (3 tasks): after it wakes, its source and its local sink
+  // subtasks could go on writing without any network peer; they must not.
+  ASSERT_TRUE(
+      poll_until([&] { return a->count("3 task(s) in 2 slot(s)") + b->count("3 task(s) in 2 slot(s)") > 0; }, kStart));
+  ChildProcess* victim = a->count("3 task(s) in 2 slot(s)") > 0 ? a : b;
+  ChildProcess* survivor = victim == a ? b : a;
+  const auto id_line = victim->await_line(std::regex("TaskManager (\\S+) with 2 slots"), 1s);
+  ASSERT_TRUE(id_line.has_value()) << victim->output();
+  const std::string victim_id = std::regex_replace((*id_line)[1], std::regex(R"([.])"), R"(\.)");
+  ASSERT_TRUE(poll_until([&] { return read_parts("out").size() == 4; }, kStart)) << "every sink subtask writes";
+
+  victim->signal(SIGSTOP);
+  const auto stopped = Clock::now();
+  // The JobManager declares it lost after heartbeat.timeout and its tasks are cancelled with that reason.
+  const auto lost = jm->await_line(
+      std::regex("TaskManager " + victim_id + " .*lost: no heartbeat for (\\d+) ms \\(heartbeat\\.timeout 3000 ms\\)"),
+      std::chrono::milliseconds(3000 + 10'000));
+  ASSERT_TRUE(lost.has_value()) << "a SIGSTOPped TaskManager was not declared lost\n" << jm->output();
+  const auto lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stopped).count();
+  std::cout << "declared lost " << lost_after << " ms after SIGSTOP (" << (*lost)[1] << " ms without heartbeat)\n";
+  EXPECT_GE(std::stoll((*lost)[1]), 3000);
+  EXPECT_GE(lost_after, 3000 - 250 - 100);
+  EXPECT_TRUE(survivor->await_line(
+      std::regex("cancelling \\d+ task\\(s\\) of attempt 0: .*TaskManager " + victim_id + ".*no heartbeat for \\d+ ms"),
+      30s))
+      << survivor->output();
+  // The job failed (no failover across processes in this build): the JobManager exits once the survivor's
+  // tasks were cancelled and joined, so nothing but the stopped TaskManager can still write.
+  const std::optional<int> code = jm->wait_exit(60s);
+  ASSERT_TRUE(code.has_value()) << "the JobManager hangs after a TaskManager stopped answering";
+  EXPECT_EQ(*code, 1);
+  EXPECT_NE(jm->output().find("FAILED"), std::string::npos) << jm->output();
+  const auto before = snapshot_files(dir_ / "out");
+  ASSERT_FALSE(before.empty());
+
+  victim->signal(SIGCONT);
+  // Woken, it finds its lease expired and cancels its stale tasks before it writes anything.
+  ASSERT_TRUE(victim->await_line(std::regex("cancelling \\d+ task\\(s\\) of attempt 0: no heartbeat reply for \\d+ ms "
+                                            "\\(heartbeat\\.timeout 3000 ms\\).*stale"),
+                                 30s))
+      << victim->output();
+  ASSERT_TRUE(victim->await_line(std::regex("the tasks of attempt 0 are cancelled and released"), 30s))
+      << victim->output();
+  const auto after = snapshot_files(dir_ / "out");
+  EXPECT_EQ(after.size(), before.size());
+  for (const auto& [name, content] : before) {
+    ASSERT_TRUE(after.count(name)) << name;
+    EXPECT_EQ(after.at(name).size(), content.size()) << name << " changed after the stale TaskManager woke";
+    EXPECT_TRUE(after.at(name) == content) << name << " changed after the stale TaskManager woke";
+  }
+  // Its stale registration is gone with the JobManager; it reports no task end of the old attempt and keeps
+  // running, trying to register again.
+  EXPECT_FALSE(victim->exited());
+  EXPECT_EQ(victim->count("UpdateTaskExecutionState"), 0) << victim->output();
 }
 
 }  // namespace

@@ -48,7 +48,8 @@
 //    what failed attempts wrote after the checkpoint by probing the names `.part-<j>-<n>.inprogress` from the recorded
 //    next number on. One job per directory.
 //  * Without checkpointing, subtask i writes `<directory>/part-<i>.<ext>` directly; flush() writes the
-//    buffer and fsyncs the file (at the end of input); close() writes what is left. The first attempt of a
+//    buffer and fsyncs the file (at the end of input); close() writes what is left, except in a
+//    cancelled task (core/cancellation.h), which writes nothing more. The first attempt of a
 //    subtask truncates its part file; a restarted attempt appends (at-least-once). Part files of subtasks
 //    that no longer exist (a lower parallelism than a previous run) are left alone.
 // Errors (cannot create or list the directory, open, write, sync, rename or delete) throw SluiceException

@@ -18,6 +18,7 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "sluice/core/cancellation.h"
 #include "sluice/core/fault_points.h"
 #include "sluice/core/non_recoverable.h"
 
@@ -373,6 +374,14 @@ void PartFileWriter::flush_and_sync() {
 
 void PartFileWriter::close() {
   if (fd_ < 0) return;
+  // A cancelled task writes nothing more (Flink's cancel never calls finish()): its JobManager may have given
+  // its work to another attempt already (a TaskManager declared lost and woken up, a failover), whose output
+  // this buffer would land in. Whatever was flushed before stays; the buffer (at most kBufferBytes, records
+  // since the last write) is dropped, as a restart replays them anyway.
+  if (current_task_cancelled()) {
+    discard();
+    return;
+  }
   write_buffer();
   const int fd = fd_;
   fd_ = -1;

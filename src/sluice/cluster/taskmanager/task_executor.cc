@@ -304,6 +304,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         if (stopping_) break;
       }
       const TimestampMs now = clock_.now_ms();
+      fence_stale_tasks(now);
       if (connection_.check_jobmanager(now)) {
         spdlog::warn(
             "JobManager {} lost: no heartbeat reply for {} ms (heartbeat.timeout {} ms; last error: {}); this "
@@ -361,9 +362,11 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
     v1::RegisterTaskManagerResponse resp;
+    const TimestampMs sent = clock_.now_ms();
     const grpc::Status st = stub_->RegisterTaskManager(&ctx, req, &resp);
     const TimestampMs now = clock_.now_ms();
     if (st.ok()) {
+      lease_from_ms_ = sent;
       connection_.on_registered(resp.registration_id(), resp.jobmanager_id(),
                                 HeartbeatOptions{resp.heartbeat_interval_ms(), resp.heartbeat_timeout_ms()}, now);
       last_error.clear();
@@ -411,6 +414,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         connection_.on_registration_unknown(now);
       } else {
         connection_.on_heartbeat_ok(now);
+        lease_from_ms_ = std::max(lease_from_ms_, sent);
       }
       last_error.clear();
       return;
@@ -430,6 +434,25 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     connection_.on_heartbeat_failed(sent);
   }
 
+  // The fence of a TaskManager that was paused (SIGSTOP, a frozen VM) or cut off: the JobManager declares it lost
+  // heartbeat.timeout after the last heartbeat it received, which came no earlier than the send of the last
+  // heartbeat answered here. Once that much time has passed since that send, the JobManager may have declared
+  // this TaskManager lost and moved or failed its tasks, so they are cancelled now, before the next heartbeat
+  // asks whether the registration still stands (check_jobmanager waits for that answer): a woken TaskManager's
+  // stale tasks stop within one pass of this thread instead of one heartbeat round trip or timeout later.
+  void fence_stale_tasks(TimestampMs now) {
+    if (connection_.state() != JobManagerConnection::State::kRegistered) return;
+    const int64_t silent = now - lease_from_ms_;
+    if (silent < connection_.heartbeat().timeout_ms) return;
+    {
+      std::lock_guard lock(deploy_mu_);
+      if (!deployed_) return;
+    }
+    release_tasks(-1, fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager has "
+                                  "declared this TaskManager lost by now, so its tasks are stale",
+                                  silent, connection_.heartbeat().timeout_ms));
+  }
+
   int slots_in_use() {
     std::lock_guard lock(deploy_mu_);
     return deployed_ && deployed_->running() > 0 ? slots_used_ : 0;
@@ -446,7 +469,9 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                      deployed_->attempt(), reason);
       }
       gone = std::move(deployed_);
+      const int attempt_gone = gone->attempt();
       gone.reset();  // cancels and joins (under deploy_mu_: a SubmitTasks waits until the slots are free)
+      spdlog::info("TaskManager {}: the tasks of attempt {} are cancelled and released", resource_id_, attempt_gone);
     }
     if (attempt < 0) {
       // Nobody wants the ends of tasks deployed by a JobManager that is gone.
@@ -522,6 +547,8 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   mutable std::mutex deploy_mu_;                           // guards deployed_, slots_used_
   std::unique_ptr<DeployedTasks> deployed_;
   int slots_used_ = 0;
+  // Send time of the last registration or heartbeat the JobManager answered (connection thread only).
+  TimestampMs lease_from_ms_ = 0;
 
   mutable std::mutex mu_;  // guards stopping_, done_, refusal_, status_, reports_
   std::condition_variable cv_;
