@@ -660,6 +660,45 @@ sink:
   EXPECT_EQ(read_events(dir_ / "out").size(), 3000U);
 }
 
+// `throttle` slows a files or print sink by its duration per record and subtask (the web UI's backpressure test
+// uses it); the dead-letter sink refuses it.
+TEST_F(PipelineRunnerTest, AThrottledSinkWaitsPerRecordAndTheDeadLetterSinkRefusesThrottle) {
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: throttled
+  checkpoint: {{ interval: 1s, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 100, entities: 10 }}
+sink:
+  events: {{ type: files, path: "{0}/out", throttle: 10ms }}
+)",
+                                       dir_.string());
+  auto runner = runner_for(yaml);
+  const auto start = std::chrono::steady_clock::now();
+  const Status started = runner->start();
+  ASSERT_TRUE(started.ok()) << started.error().to_string();
+  const JobResult r = runner->wait();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.status, JobStatus::kFinished);
+  EXPECT_EQ(read_events(dir_ / "out").size(), 100U);
+  EXPECT_GE(took, std::chrono::milliseconds(1000)) << "100 records at 10 ms each";
+
+  Result<PipelineSpec> spec = parse_pipeline(fmt::format(R"(pipeline:
+  name: throttled-dead-letters
+  checkpoint: {{ interval: 1s, storage: "{0}/checkpoints2" }}
+  dead-letter: {{ type: files, path: "{0}/dlq", throttle: 10ms }}
+source: {{ type: datagen, count: 10 }}
+sink:
+  events: {{ type: files, path: "{0}/out2" }}
+)",
+                                                         dir_.string()),
+                                             "test.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Result<std::unique_ptr<PipelineRunner>> refused = PipelineRunner::create(*spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("throttle applies to the pipeline's sinks, not to the dead-letter sink"),
+            std::string::npos)
+      << refused.error().message();
+}
+
 TEST_F(PipelineRunnerTest, ABadRollingPolicyNamesTheKey) {
   for (const auto& [policy, expected] : std::vector<std::pair<std::string, std::string>>{
            {"{ part-size: 0 }", "part-size '0' is not a size"},
