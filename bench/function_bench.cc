@@ -7,11 +7,14 @@
 //
 //   build/release/bench/function-bench [--records 400000] [--batch-size 256] [--max-in-flight 2]
 //                                      [--pix examples/pix] [--runs 3] [--only node|python|pix]
+//   build/release/bench/function-bench --ceiling 1 [--records 400000] [--batch-size 256]
 //
 // Prints, for node identity, python identity and node Pix (when --pix names the example's folder and its npm
 // dependencies install): events/s and CPU per event (this process + the worker) at parallelism 1 and 2 (one
 // worker per thread), the added latency (p50/p99/max from a record's arrival to its result being parsed) at
-// 1,000 events/s with a 2 ms batch delay and at full speed, and the worker's peak RSS.
+// 1,000 events/s with a 2 ms batch delay and at full speed, and the worker's peak RSS. `--ceiling 1` prints
+// instead the engine's encode and decode alone (no worker) and a Node.js loop's parse-call-stringify alone (no
+// socket): the two bounds of the events/s one worker can reach.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -45,7 +48,8 @@ struct Options {
   size_t max_in_flight = 2;
   int runs = 3;
   std::string pix;
-  std::string only;  // run only the runtimes whose name contains this
+  std::string only;      // run only the runtimes whose name contains this
+  bool ceiling = false;  // the engine alone and a Node.js loop alone, then stop
 };
 
 struct Runtime {
@@ -293,6 +297,98 @@ void latency(const Runtime& rt, const Options& o, const std::vector<Value>& chan
   std::fflush(stdout);
 }
 
+// The engine's side alone, no worker: encoding `batch_size` records into a batch frame, and parsing the result
+// frame an identity function's worker sends back for them (into one Value per record, then dropped as the
+// operator does after emitting), in µs per record of this thread's CPU. With the worker's own ceiling (a Node.js
+// loop that only parses a batch frame, calls the function and stringifies the results: `--ceiling`), the bound
+// of events/s per worker on two free cores is 1 / max(engine, worker).
+void engine_only(const Options& o, const std::vector<Value>& changes) {
+  udf::BatchFrame frame;
+  std::string reply;
+  const int rounds = static_cast<int>(std::max<int64_t>(1, o.records / static_cast<int64_t>(o.batch_size)));
+  // The reply an identity worker sends: {"type":"result","id":1,"results":[{"ok":<record>},...]}.
+  reply = R"({"type":"result","id":1,"results":[)";
+  for (size_t i = 0; i < o.batch_size; ++i) {
+    if (i > 0) reply += ',';
+    reply += R"({"ok":)";
+    changes[i % changes.size()].write_json(reply);
+    reply += '}';
+  }
+  reply += "]}";
+  double encode = 0, decode = 0;
+  int64_t checksum = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const double t0 = thread_cpu_seconds();
+    frame.open(1);
+    for (size_t i = 0; i < o.batch_size; ++i) {
+      if (!frame.append(changes[(static_cast<size_t>(r) * o.batch_size + i) % changes.size()]).ok()) std::exit(1);
+    }
+    checksum += static_cast<int64_t>(frame.close().size());
+    const double t1 = thread_cpu_seconds();
+    {
+      auto results = udf::parse_result_frame(reply, 1, o.batch_size);
+      if (!results.ok()) {
+        std::fprintf(stderr, "%s\n", results.error().message().c_str());
+        std::exit(1);
+      }
+      checksum += static_cast<int64_t>(results->size());
+    }
+    decode += thread_cpu_seconds() - t1;
+    encode += t1 - t0;
+  }
+  const double n = static_cast<double>(rounds) * static_cast<double>(o.batch_size);
+  std::printf(
+      "engine alone (no worker): encode %.2f us + decode %.2f us = %.2f us per record (%.0f records/s on "
+      "one core; checksum %lld)\n",
+      encode / n * 1e6, decode / n * 1e6, (encode + decode) / n * 1e6, n / (encode + decode),
+      static_cast<long long>(checksum));
+  std::fflush(stdout);
+}
+
+// The Node.js worker's ceiling: the worker's own per-batch work (JSON.parse of the frame's text, the call of an
+// identity function, the {ok} wrappers, one JSON.stringify, the UTF-8 encoding into a frame buffer) in a loop in
+// one node process, without the socket, in µs per record of that process's CPU.
+void node_ceiling(const Options& o, const std::vector<Value>& changes) {
+  udf::BatchFrame frame;
+  frame.open(1);
+  for (size_t i = 0; i < o.batch_size; ++i)
+    if (!frame.append(changes[i % changes.size()]).ok()) std::exit(1);
+  const fs::path dir = fs::temp_directory_path() / fmt::format("sluice-function-ceiling-{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "frame.json") << frame.close();
+  std::ofstream(dir / "ceiling.js") << R"(
+const fs = require('fs');
+const frame = fs.readFileSync(process.argv[2]);
+const rounds = Number(process.argv[3]);
+const fn = (change) => change;
+function once() {
+  const batch = JSON.parse(frame.toString('utf8'));
+  const records = batch.records;
+  const results = new Array(records.length);
+  for (let i = 0; i < records.length; i++) results[i] = { ok: fn(records[i]) };
+  const text = '{"type":"result","id":' + batch.id + ',"results":' + JSON.stringify(results) + '}';
+  const n = Buffer.byteLength(text, 'utf8');
+  const out = Buffer.allocUnsafe(4 + n);
+  out.writeUInt32BE(n, 0);
+  out.write(text, 4, n, 'utf8');
+  return records.length;
+}
+for (let i = 0; i < 200; i++) once();
+const c0 = process.cpuUsage();
+let n = 0;
+for (let i = 0; i < rounds; i++) n += once();
+const c = process.cpuUsage(c0);
+const us = (c.user + c.system) / n;
+console.log(`node alone (parse, call, stringify; no socket): ${us.toFixed(2)} us per record (${Math.round(1e6 / us)} records/s on one core)`);
+)";
+  const int rounds = static_cast<int>(std::max<int64_t>(1, o.records / static_cast<int64_t>(o.batch_size)));
+  const std::string cmd =
+      fmt::format("node {} {} {}", (dir / "ceiling.js").string(), (dir / "frame.json").string(), rounds);
+  std::fflush(stdout);
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "function-bench: %s failed\n", cmd.c_str());
+  fs::remove_all(dir);
+}
+
 int main_impl(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -310,6 +406,8 @@ int main_impl(int argc, char** argv) {
       o.pix = v;
     else if (k == "--only")
       o.only = v;
+    else if (k == "--ceiling")
+      o.ceiling = v == "1" || v == "true";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -337,6 +435,12 @@ int main_impl(int argc, char** argv) {
   std::printf("function-bench: %lld records per run, batch-size %zu, max-in-flight %zu, %d runs (median), %u cores\n",
               static_cast<long long>(o.records), o.batch_size, o.max_in_flight, o.runs,
               std::thread::hardware_concurrency());
+  if (o.ceiling) {
+    engine_only(o, changes);
+    node_ceiling(o, changes);
+    fs::remove_all(dir);
+    return 0;
+  }
   for (const Runtime& rt : runtimes) {
     if (!o.only.empty() && rt.name.find(o.only) == std::string::npos) continue;
     throughput(rt, o, changes, 1);

@@ -11,72 +11,69 @@ bool is_reserved_object(const Value::Object& o) {
   return o.size() == 1 && o.field_at(0).first == kDecimalTag;
 }
 
-// Whether `v` holds a decimal or a reserved object anywhere (the common case, neither, takes Value's own writer).
-bool needs_tagging(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kDecimal:
-      return true;
-    case Value::Kind::kArray:
-      for (const Value& e : v.as_array())
-        if (needs_tagging(e)) return true;
-      return false;
-    case Value::Kind::kObject:
-      if (is_reserved_object(v.as_object())) return true;
-      for (const auto& [k, e] : v.as_object())
-        if (needs_tagging(e)) return true;
-      return false;
-    default:
-      return false;
-  }
-}
-
-Status write_tagged(const Value& v, std::string& out, std::string& path) {
+// Writes `v` as the protocol carries it, in one pass over the tree: Value's own JSON for scalars, a decimal as
+// {"$decimal":"<digits>"} (setting `tagged`). Returns the reserved object met (its text is then incomplete and
+// the caller truncates it), nullptr when none.
+const Value* write_record(const Value& v, std::string& out, bool& tagged) {
   switch (v.kind()) {
     case Value::Kind::kDecimal:
       out += R"({"$decimal":")";
       v.as_decimal().append_to(out);
       out += "\"}";
-      return ok_status();
+      tagged = true;
+      return nullptr;
     case Value::Kind::kArray: {
       out += '[';
-      size_t i = 0;
-      for (const Value& e : v.as_array()) {
-        if (i > 0) out += ',';
-        const size_t mark = path.size();
-        fmt::format_to(std::back_inserter(path), "[{}]", i++);
-        SLUICE_RETURN_IF_ERROR(write_tagged(e, out, path));
-        path.resize(mark);
-      }
-      out += ']';
-      return ok_status();
-    }
-    case Value::Kind::kObject: {
-      if (is_reserved_object(v.as_object())) {
-        return Error(ErrorCode::kSerialization,
-                     fmt::format("the object at {} has the single field \"$decimal\", which the function protocol "
-                                 "reserves for exact decimals; it cannot be sent to a function",
-                                 path.empty() ? std::string("the top") : path));
-      }
-      out += '{';
       bool first = true;
-      for (const auto& [k, e] : v.as_object()) {
+      for (const Value& e : v.as_array()) {
         if (!first) out += ',';
         first = false;
-        Value(k).write_json(out);
+        if (const Value* bad = write_record(e, out, tagged)) return bad;
+      }
+      out += ']';
+      return nullptr;
+    }
+    case Value::Kind::kObject: {
+      const Value::Object& o = v.as_object();
+      if (is_reserved_object(o)) return &v;
+      out += '{';
+      bool first = true;
+      for (const auto& [k, e] : o) {
+        if (!first) out += ',';
+        first = false;
+        append_json_string(k, out);
         out += ':';
-        const size_t mark = path.size();
-        path += '.';
-        path += k;
-        SLUICE_RETURN_IF_ERROR(write_tagged(e, out, path));
-        path.resize(mark);
+        if (const Value* bad = write_record(e, out, tagged)) return bad;
       }
       out += '}';
-      return ok_status();
+      return nullptr;
     }
     default:
       v.write_json(out);
-      return ok_status();
+      return nullptr;
   }
+}
+
+// The path of `target` inside `v` (".after.tags[2]"), for the error message; false when it is not inside.
+bool path_to(const Value& v, const Value* target, std::string& path) {
+  if (&v == target) return true;
+  const size_t mark = path.size();
+  if (v.is_array()) {
+    size_t i = 0;
+    for (const Value& e : v.as_array()) {
+      fmt::format_to(std::back_inserter(path), "[{}]", i++);
+      if (path_to(e, target, path)) return true;
+      path.resize(mark);
+    }
+  } else if (v.is_object()) {
+    for (const auto& [k, e] : v.as_object()) {
+      path += '.';
+      path += k;
+      if (path_to(e, target, path)) return true;
+      path.resize(mark);
+    }
+  }
+  return false;
 }
 
 // Turns every {"$decimal":"<text>"} inside `v` into a decimal; an error names the first one that is not a decimal
@@ -122,17 +119,17 @@ void BatchFrame::open(int64_t id) {
 Status BatchFrame::append(const Value& record) {
   const size_t mark = text_.size();
   if (count_ > 0) text_ += ',';
-  if (!needs_tagging(record)) {
-    record.write_json(text_);
-  } else {
+  bool tagged = false;
+  if (const Value* bad = write_record(record, text_, tagged)) {
+    text_.resize(mark);
     std::string path;
-    Status s = write_tagged(record, text_, path);
-    if (!s.ok()) {
-      text_.resize(mark);
-      return s;
-    }
-    decimals_ = true;
+    path_to(record, bad, path);
+    return Error(ErrorCode::kSerialization,
+                 fmt::format("the object at {} has the single field \"$decimal\", which the function protocol "
+                             "reserves for exact decimals; it cannot be sent to a function",
+                             path.empty() ? std::string("the top") : path));
   }
+  decimals_ = decimals_ || tagged;
   ++count_;
   return ok_status();
 }

@@ -541,6 +541,61 @@ for f in sorted(os.listdir('in')):
   EXPECT_EQ(entry.find("stack")->as_string().find("worker.py"), std::string::npos) << dl;
 }
 
+TEST_F(FunctionPipelineTest, APythonExceptionFailsTheJobNamingThePositionTheFunctionAndThePythonTraceback) {
+  write_changes(50, 5, 1);
+  write_module("throws.py", R"(
+def check(a):
+    if a["amount"] == 120:
+        raise ValueError("amount 120 is not allowed")
+    return {"ok": a["amount"]}
+
+def validate(change):
+    return check(change["after"])
+)");
+  JobResult r =
+      run(pipeline("{ runtime: python, module: ./throws.py, export: validate }", "  restart: { strategy: none }", 1));
+  ASSERT_EQ(r.status, JobStatus::kFailed);
+  ASSERT_TRUE(r.error.has_value());
+  const std::string msg = r.error->to_string();
+  EXPECT_NE(msg.find("public.charges at position 0/15"), std::string::npos) << msg;  // change 20: 0x15
+  EXPECT_NE(msg.find("function validate (./throws.py) threw:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ValueError: amount 120 is not allowed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("in check"), std::string::npos) << msg;  // the traceback names the user's frames
+  EXPECT_NE(msg.find("throws.py\", line 4"), std::string::npos) << msg;
+}
+
+TEST_F(FunctionPipelineTest, ASlowPythonFunctionHoldsTheSourceBackWithinTheInFlightBounds) {
+  write_changes(1000, 20, 1);
+  // About 1 ms per record: without the bound the queue would hold nearly all of the 1,000 changes.
+  write_module("slow.py", R"(
+import time
+def f(change):
+    until = time.perf_counter() + 0.001
+    while time.perf_counter() < until:
+        pass
+    return {"n": change["after"]["amount"]}
+)");
+  JobResult r =
+      run(pipeline("{ runtime: python, module: ./slow.py, export: f, batch-size: 20, max-in-flight: 2 }", "", 1));
+  ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(events().size(), 1000u);
+  // The operator's counters at close: at most max-in-flight batches unanswered, at most
+  // (max-in-flight + 1) x batch-size + 1 = 61 changes queued: the source was held back.
+  const std::string l = logs();
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(l, m,
+                        std::regex(R"(function f \(\./slow\.py\) subtask 0: (\d+) records in (\d+) batches, at )"
+                                   R"(most (\d+) batches in flight \(bound 2\), at most (\d+) changes queued )"
+                                   R"(\(bound (\d+)\))")))
+      << l;
+  EXPECT_EQ(std::stoi(m[1]), 1000);
+  EXPECT_GE(std::stoi(m[2]), 50);
+  EXPECT_EQ(std::stoi(m[3]), 2);
+  EXPECT_LE(std::stoi(m[4]), 61);
+  EXPECT_EQ(std::stoi(m[5]), 61);
+}
+
 TEST_F(FunctionPipelineTest, APythonFunctionThatNeverReturnsOrAWorkerThatDiesFailsTheTaskAndTheJobRecoversExactlyOnce) {
   write_changes(3000, 30, 2);
   write_module("f.py", fmt::format(R"(
