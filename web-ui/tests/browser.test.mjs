@@ -32,6 +32,7 @@ async function poll(what, fn, ms, every = 100) {
       last = await fn();
       if (last) return last;
     } catch (e) {
+      if (e.fatal) throw e;  // no use waiting (a process exited)
       last = e;
     }
     await new Promise((r) => setTimeout(r, every));
@@ -39,24 +40,38 @@ async function poll(what, fn, ms, every = 100) {
   throw new Error(`timed out after ${ms} ms waiting for ${what} (last: ${last})`);
 }
 
-/// Starts `sluice run file` with its log in a file; resolves to { child, url, log() }.
-async function runSluice(name, yaml, env = {}) {
-  const file = path.join(dir, `${name}.yaml`);
-  fs.writeFileSync(file, yaml);
+/// Starts `sluice <args>` with its output in `name`.log; resolves to { child, match, log() } once a line of the log
+/// matches `line` (match: its groups).
+async function startSluice(name, args, line, env = {}) {
   const logFile = path.join(dir, `${name}.log`);
   const out = fs.openSync(logFile, "w");
-  const child = spawn(SLUICE, ["run", file], { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
+  const child = spawn(SLUICE, args, { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
   children.push(child);
   const log = () => fs.readFileSync(logFile, "utf8");
-  const m = await poll(
-    `${name}: the REST endpoint line in its log`,
+  const match = await poll(
+    `${name}: a line matching ${line} in its log`,
     () => {
-      if (child.exitCode !== null) throw new Error(`sluice exited with ${child.exitCode}:\n${log()}`);
-      return /REST API, \/metrics and \/health at (http:\/\/[0-9.]+:[0-9]+)/.exec(log());
+      if (child.exitCode !== null) {
+        throw Object.assign(new Error(`sluice ${args[0]} exited with ${child.exitCode}:\n${log()}`), { fatal: true });
+      }
+      return line.exec(log());
     },
     60_000,
   );
-  return { child, url: m[1], log };
+  return { child, match, log };
+}
+
+/// Starts `sluice run` of `yaml`; resolves to { child, url, log() }.
+async function runSluice(name, yaml, env = {}) {
+  const file = path.join(dir, `${name}.yaml`);
+  fs.writeFileSync(file, yaml);
+  const { child, match, log } = await startSluice(
+    name,
+    ["run", file],
+    /REST API, \/metrics and \/health at (http:\/\/[0-9.]+:[0-9]+)/,
+    env,
+  );
+  return { child, url: match[1], log };
 }
 
 async function stop(child) {
@@ -237,6 +252,52 @@ sink:
     assert.match(await page.content(), /SLUICE_WEB_UI_DIR/);
     const jobs = await (await fetch(url + "/jobs")).json();
     assert.equal(jobs.jobs.length, 1);
+  } finally {
+    await page.close();
+  }
+});
+
+test("a cluster's JobManager: the TaskManagers with their slots, and the job's graph", async () => {
+  const file = path.join(dir, "cluster.yaml");
+  fs.writeFileSync(
+    file,
+    `pipeline:
+  name: web-ui-cluster-${process.pid}
+  parallelism: 2
+  checkpoint: { interval: 0 }
+  delivery: at-least-once
+source: { type: datagen, count: 0, rate: 200 }
+sink:
+  out: { type: files, path: "${dir}/cluster-out" }
+`,
+  );
+  const jm = await startSluice(
+    "jobmanager",
+    ["jobmanager", file, "--rpc-port", "0", "--rest-port", "0"],
+    /JobManager REST API at (http:\/\/[0-9.]+:[0-9]+), job id ([0-9a-f]+)/,
+    { SLUICE_WEB_UI_DIR: UI_DIR },
+  );
+  const rpc = await poll("the JobManager's RPC address", () => /RPC at ([0-9.]+:[0-9]+)/.exec(jm.log()), 30_000);
+  await startSluice("taskmanager", ["taskmanager", file, "--jobmanager", rpc[1], "--slots", "2"], /./);
+  const [url, jobId] = [jm.match[1], jm.match[2]];
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  try {
+    await page.goto(url + "/");
+    await page.locator("#taskmanagers-table tr >> nth=1").waitFor({ timeout: 60_000 });
+    assert.equal(await page.locator("#taskmanagers-table tr").count(), 2, "one TaskManager");
+    const cells = page.locator("#taskmanagers-table tr >> nth=1").locator("td");
+    assert.equal((await cells.nth(4).textContent()).trim(), "2", "its slots");
+    await page.locator(`#jobs-table tr[data-job-id="${jobId}"]`).waitFor({ timeout: 30_000 });
+    await page.screenshot({ path: path.join(ARTIFACTS, "05-cluster-overview.png"), fullPage: true });
+    const plan = (await (await fetch(`${url}/jobs/${jobId}`)).json()).plan;
+    assert.ok(plan.nodes.length >= 2, JSON.stringify(plan));
+    await page.goto(`${url}/#/jobs/${jobId}`);
+    await page.locator("#graph g.vertex").first().waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator("#graph g.vertex").count(), plan.nodes.length);
+  } catch (e) {
+    await page.screenshot({ path: path.join(ARTIFACTS, "failure-cluster.png"), fullPage: true }).catch(() => {});
+    e.message += `\n--- jobmanager log (tail) ---\n${jm.log().slice(-3000)}`;
+    throw e;
   } finally {
     await page.close();
   }
