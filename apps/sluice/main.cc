@@ -29,6 +29,7 @@
 #include "sluice/core/fault_points.h"
 #include "sluice/core/logging.h"
 #include "sluice/web/rest_server.h"
+#include "verify_command.h"
 #include "word_count.h"
 
 #ifndef SLUICE_VERSION
@@ -372,6 +373,8 @@ int main(int argc, char** argv) {
   auto [run_cmd, validate_cmd] = sluice::cli::add_pipeline_commands(app, pipeline_flags);
   sluice::cli::ClusterFlags cluster_flags;
   auto [jobmanager_cmd, taskmanager_cmd] = sluice::cli::add_cluster_commands(app, cluster_flags);
+  sluice::cli::VerifyFlags verify_flags;
+  auto* verify_cmd = sluice::cli::add_verify_command(app, verify_flags);
 
   auto* example = app.add_subcommand("example", "Run a bundled example job on the local mini-cluster");
   example->require_subcommand(1);
@@ -441,6 +444,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (validate_cmd->parsed()) return sluice::cli::validate_pipeline(pipeline_flags);
+  if (verify_cmd->parsed()) return sluice::cli::run_verify(verify_flags);
   if (run_cmd->parsed()) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const int rc = sluice::cli::run_pipeline(pipeline_flags, app.count("--log-level") > 0);
