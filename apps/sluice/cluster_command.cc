@@ -99,14 +99,6 @@ struct BuiltJob {
 
 std::optional<BuiltJob> build_job(const Prepared& p) {
   const StreamGraph& g = p.runner->stream_graph();
-  if (g.config().get(options::kCheckpointInterval) > 0) {
-    fmt::print(stderr,
-               "error: pipeline '{}' takes checkpoints (checkpoint.interval {} ms), which cluster mode does not do yet "
-               "(issue 21, docs/cluster.md): run it with `sluice run`, or set `pipeline.checkpoint.interval: 0` (and "
-               "at-least-once delivery) for cluster mode\n",
-               p.spec.pipeline.name, g.config().get(options::kCheckpointInterval));
-    return std::nullopt;
-  }
   BuiltJob b;
   b.graph = std::make_unique<StreamGraph>(g);
   Result<JobGraph> jg = [&]() -> Result<JobGraph> {
@@ -205,6 +197,10 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   mo.slot_request_timeout_ms = *slot_timeout;
   mo.evenly_spread = *evenly;
   auto master = std::make_shared<JobMaster>(mo, built->jg, jm, SystemClock::instance());
+  if (Status st = master->init_checkpoints(built->graph->config()); !st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.error().to_string());
+    return 2;
+  }
   JobClient client(master);
   std::unique_ptr<RestServer> rest;
   if (f.rest_port >= 0) {

@@ -122,6 +122,19 @@ class CheckpointCoordinator {
 
   /// A task finished the synchronous part of checkpoint `snapshot.checkpoint_id` (task thread).
   void acknowledge(const CheckpointTaskKey& task, std::string task_name, TaskStateSnapshot&& snapshot);
+  /// Cluster mode: the TaskManager of `task` wrote its state of checkpoint `checkpoint_id` into the checkpoint's
+  /// directory (`handles[i]` is the state of operator `uids[i]`) and acknowledged it over RPC. With
+  /// `finished_input` it is the task's final state: the coordinator maps the files (the bytes outlive the
+  /// checkpoint's directory) and writes them into the checkpoints taken after the task closed, as it does with
+  /// a local task's retained snapshot. Any thread; an acknowledgement that is not expected (a duplicate, a
+  /// checkpoint aborted meanwhile) is dropped.
+  void acknowledge_written(const CheckpointTaskKey& task, int64_t checkpoint_id, std::vector<std::string> uids,
+                           std::vector<OperatorSubtaskStateHandle> handles, TaskCheckpointStats stats,
+                           bool finished_input);
+  /// `task` could not take checkpoint `checkpoint_id` (Flink's declineCheckpoint): the checkpoint is aborted
+  /// with the reason (in stats()) and counts as a failed checkpoint. Any thread.
+  void decline(const CheckpointTaskKey& task, const std::string& task_name, int64_t checkpoint_id,
+               const std::string& reason);
   /// A task consumed all its input and waits for a checkpoint of its final state.
   void on_end_of_input(const CheckpointTaskKey& task);
   /// A task closed after its final state was checkpointed; later checkpoints reuse that state, and pending
@@ -153,6 +166,7 @@ class CheckpointCoordinator {
  private:
   struct Pending;
   struct WriteJob;
+  struct RetainedFiles;
   struct Request {
     SnapshotType type;
     std::string target_dir;
@@ -164,7 +178,8 @@ class CheckpointCoordinator {
   void trigger_locked(SnapshotType type, const std::string& target_dir,
                       std::shared_ptr<std::promise<Result<std::string>>> promise);
   void enqueue_write_locked(Pending& p, const CheckpointTaskKey& key, std::string task_name,
-                            std::shared_ptr<const TaskStateSnapshot> snapshot);
+                            std::shared_ptr<const TaskStateSnapshot> snapshot,
+                            std::shared_ptr<const RetainedFiles> files = nullptr);
   void on_written(int64_t id, const CheckpointTaskKey& key, Result<std::vector<OperatorSubtaskStateHandle>> handles,
                   std::vector<std::string> uids, TaskCheckpointStats stats);
   void complete(int64_t id);
@@ -200,6 +215,7 @@ class CheckpointCoordinator {
   std::optional<RestorePoint> latest_;
   std::map<std::string, std::string> last_coordinator_state_;
   std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_;
+  std::map<CheckpointTaskKey, std::shared_ptr<const RetainedFiles>> final_files_;  // cluster mode
   std::map<CheckpointTaskKey, std::string> finished_tasks_;  // key -> task name, final state retained
   std::deque<CheckpointStats> stats_;
 };

@@ -1,11 +1,15 @@
 #include "sluice/checkpoint/checkpoint_coordinator.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 namespace sluice {
 namespace {
@@ -23,6 +27,35 @@ std::string human_bytes(uint64_t b) {
   if (b < (1 << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
   if (b < (1ULL << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
   return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ULL << 30));
+}
+
+// Writes `bytes` into a new file `path` and fsyncs it (a retained final state file copied into a later
+// checkpoint's directory: the same bytes, so the handle's offsets and checksum stay valid).
+Status write_file_synced(const std::filesystem::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Error(ErrorCode::kCheckpoint, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return Error(ErrorCode::kCheckpoint, fmt::format("cannot write {}: {}", path.string(), std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Error(ErrorCode::kCheckpoint, fmt::format("cannot fsync {}: {}", path.string(), std::strerror(err)));
+  }
+  ::close(fd);
+  return ok_status();
 }
 
 }  // namespace
@@ -76,12 +109,23 @@ struct CheckpointCoordinator::Pending {
   bool completing = false;
 };
 
+// The final state of a task of another process (cluster mode), as its TaskManager wrote it: the handles and
+// the files' bytes, mapped (valid after the checkpoint directory they were read from is deleted).
+struct CheckpointCoordinator::RetainedFiles {
+  std::vector<std::string> uids;
+  std::vector<OperatorSubtaskStateHandle> handles;
+  std::vector<std::shared_ptr<const StateFileBytes>> bytes;
+  int64_t alignment_ns = 0;
+  int64_t sync_pause_ns = 0;
+};
+
 struct CheckpointCoordinator::WriteJob {
   int64_t id = 0;
   std::filesystem::path dir;
   CheckpointTaskKey key;
   std::string task_name;
-  std::shared_ptr<const TaskStateSnapshot> snapshot;
+  std::shared_ptr<const TaskStateSnapshot> snapshot;  // or, in cluster mode:
+  std::shared_ptr<const RetainedFiles> files;
 };
 
 CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions options, FileCheckpointStorage& storage,
@@ -247,9 +291,15 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
   // Tasks that already closed contribute their retained final state.
   for (const auto& [key, name] : finished_tasks_) {
     auto it = final_snapshots_.find(key);
-    if (it == final_snapshots_.end()) continue;
+    if (it != final_snapshots_.end()) {
+      ref.not_written.insert(key);
+      enqueue_write_locked(ref, key, name, it->second);
+      continue;
+    }
+    auto f = final_files_.find(key);
+    if (f == final_files_.end()) continue;
     ref.not_written.insert(key);
-    enqueue_write_locked(ref, key, name, it->second);
+    enqueue_write_locked(ref, key, name, nullptr, f->second);
   }
   if (t.tasks.empty() && ref.not_written.empty()) {
     // Every task has closed (a stop-with-savepoint, or the job ended meanwhile): nothing to checkpoint.
@@ -264,13 +314,15 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
 }
 
 void CheckpointCoordinator::enqueue_write_locked(Pending& p, const CheckpointTaskKey& key, std::string task_name,
-                                                 std::shared_ptr<const TaskStateSnapshot> snapshot) {
+                                                 std::shared_ptr<const TaskStateSnapshot> snapshot,
+                                                 std::shared_ptr<const RetainedFiles> files) {
   auto job = std::make_unique<WriteJob>();
   job->id = p.id;
   job->dir = p.dir;
   job->key = key;
   job->task_name = std::move(task_name);
   job->snapshot = std::move(snapshot);
+  job->files = std::move(files);
   write_queue_.push_back(std::move(job));
   writer_cv_.notify_one();
 }
@@ -302,9 +354,32 @@ void CheckpointCoordinator::run_writer() {
     std::vector<std::string> uids;
     TaskCheckpointStats stats;
     stats.task = job->task_name;
+    std::optional<Error> error;
+    if (job->files) {
+      // A finished task of another process: its final state files again, byte for byte, in this checkpoint.
+      stats.alignment_ns = job->files->alignment_ns;
+      stats.sync_pause_ns = job->files->sync_pause_ns;
+      for (size_t i = 0; i < job->files->handles.size() && !error; ++i) {
+        const OperatorSubtaskStateHandle& h = job->files->handles[i];
+        Status st = write_file_synced(job->dir / h.file, job->files->bytes[i]->view());
+        if (!st.ok()) {
+          error = st.error().with_context(
+              fmt::format("writing the final state of '{}' into checkpoint {}", job->task_name, job->id));
+          break;
+        }
+        stats.state_bytes += h.file_size;
+        handles.push_back(h);
+        uids.push_back(job->files->uids[i]);
+      }
+      if (error) {
+        on_written(job->id, job->key, *error, {}, stats);
+      } else {
+        on_written(job->id, job->key, std::move(handles), std::move(uids), stats);
+      }
+      continue;
+    }
     stats.alignment_ns = job->snapshot->alignment_ns;
     stats.sync_pause_ns = job->snapshot->sync_pause_ns;
-    std::optional<Error> error;
     for (const auto& op : job->snapshot->operators) {
       if (op.operator_state.empty() && op.keyed == nullptr) continue;
       Result<OperatorSubtaskStateHandle> h =
@@ -459,6 +534,72 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   }
 }
 
+void CheckpointCoordinator::acknowledge_written(const CheckpointTaskKey& task, int64_t checkpoint_id,
+                                                std::vector<std::string> uids,
+                                                std::vector<OperatorSubtaskStateHandle> handles,
+                                                TaskCheckpointStats stats, bool finished_input) {
+  if (uids.size() != handles.size()) {
+    decline(task, stats.task, checkpoint_id,
+            fmt::format("its acknowledgement has {} operator uids for {} state handles", uids.size(), handles.size()));
+    return;
+  }
+  if (finished_input) {
+    // Map the final state's files now, while the checkpoint's directory exists: a later checkpoint writes
+    // them again after this one is subsumed (outside the lock: it reads and hashes every file).
+    std::filesystem::path dir;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(checkpoint_id);
+      if (it != pending_.end() && it->second->not_acknowledged.count(task) != 0) dir = it->second->dir;
+    }
+    if (!dir.empty()) {
+      auto retained = std::make_shared<RetainedFiles>();
+      retained->uids = uids;
+      retained->handles = handles;
+      retained->alignment_ns = stats.alignment_ns;
+      retained->sync_pause_ns = stats.sync_pause_ns;
+      for (const auto& h : handles) {
+        auto bytes = FileCheckpointStorage::read_state_file(dir, h);
+        if (!bytes.ok()) {
+          decline(task, stats.task, checkpoint_id,
+                  bytes.error().with_context("reading back the final state it wrote").to_string());
+          return;
+        }
+        retained->bytes.push_back(std::move(*bytes));
+      }
+      std::lock_guard lock(mu_);
+      final_files_[task] = std::move(retained);
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(checkpoint_id);
+  if (it == pending_.end() || stopping_) return;  // aborted meanwhile
+  Pending& p = *it->second;
+  if (p.not_acknowledged.erase(task) == 0) return;  // not expected (a duplicate, or a task of another attempt)
+  for (size_t i = 0; i < uids.size(); ++i) {
+    stats.state_bytes += handles[i].file_size;
+    p.handles[uids[i]].push_back(std::move(handles[i]));
+  }
+  p.task_stats.push_back(std::move(stats));
+  p.not_written.erase(task);
+  if (p.not_written.empty() && p.not_acknowledged.empty()) {
+    ready_.push_back(checkpoint_id);
+    cv_.notify_all();
+  }
+}
+
+void CheckpointCoordinator::decline(const CheckpointTaskKey& task, const std::string& task_name, int64_t checkpoint_id,
+                                    const std::string& reason) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(checkpoint_id);
+  if (it == pending_.end() || stopping_ || it->second->completing) return;
+  if (it->second->not_acknowledged.count(task) == 0) return;  // a task of another attempt, or a duplicate
+  abort_locked(checkpoint_id,
+               fmt::format("task '{}' declined {} {}: {}", task_name.empty() ? "?" : task_name,
+                           snapshot_type_name(it->second->type), checkpoint_id, reason),
+               true, true);
+}
+
 void CheckpointCoordinator::on_end_of_input(const CheckpointTaskKey& task) {
   std::lock_guard lock(mu_);
   for (auto& [id, p] : pending_) {
@@ -473,11 +614,12 @@ void CheckpointCoordinator::on_task_finished(const CheckpointTaskKey& task, cons
   std::lock_guard lock(mu_);
   mark_exited();
   auto it = final_snapshots_.find(task);
+  auto files = final_files_.find(task);
   std::string name;
   for (const auto& v : vertices_) {
     if (v.vertex == task.vertex) name = fmt::format("{} ({}/{})", v.name, task.subtask + 1, v.parallelism);
   }
-  if (it != final_snapshots_.end()) finished_tasks_[task] = name;
+  if (it != final_snapshots_.end() || files != final_files_.end()) finished_tasks_[task] = name;
   // Pending checkpoints that still expect this task: its final state stands in for the acknowledgement
   // (without one, a job without periodic checkpoints, it contributes nothing).
   std::vector<int64_t> ready;
@@ -485,6 +627,8 @@ void CheckpointCoordinator::on_task_finished(const CheckpointTaskKey& task, cons
     if (p->not_acknowledged.erase(task) == 0) continue;
     if (it != final_snapshots_.end()) {
       enqueue_write_locked(*p, task, name, it->second);
+    } else if (files != final_files_.end()) {
+      enqueue_write_locked(*p, task, name, nullptr, files->second);
     } else {
       p->not_written.erase(task);
       if (p->not_written.empty() && p->not_acknowledged.empty()) ready.push_back(id);
@@ -499,6 +643,7 @@ void CheckpointCoordinator::on_tasks_reset(const std::vector<CheckpointTaskKey>&
   std::lock_guard lock(mu_);
   for (const auto& t : tasks) {
     final_snapshots_.erase(t);
+    final_files_.erase(t);
     finished_tasks_.erase(t);
   }
 }

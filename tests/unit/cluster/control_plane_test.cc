@@ -168,7 +168,7 @@ TEST(ControlPlaneTest, TaskManagerDeclaresALostJobManagerAndRegistersWithItsSucc
   EXPECT_GE(tm->status().registrations, 2);
 }
 
-TEST(ControlPlaneTest, CallsOfTheContractThatThisBuildDoesNotServeAnswerUnimplemented) {
+TEST(ControlPlaneTest, UnservedCallsAnswerUnimplementedAndCheckpointCallsCheckTheirCaller) {
   const HeartbeatOptions hb{50, 2000};
   auto jm = start_jm(SystemClock::instance(), hb, true);
   ASSERT_TRUE(jm);
@@ -182,23 +182,32 @@ TEST(ControlPlaneTest, CallsOfTheContractThatThisBuildDoesNotServeAnswerUnimplem
     EXPECT_NE(st.error_message().find("does not serve it yet"), std::string::npos) << st.error_message();
   }
   {
+    // A checkpoint acknowledgement needs its subtask, and one from a registration the JobManager does not know
+    // is refused.
     grpc::ClientContext ctx;
     v1::AcknowledgeCheckpointRequest req;
     v1::Acknowledgement resp;
-    EXPECT_EQ(stub->AcknowledgeCheckpoint(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(stub->AcknowledgeCheckpoint(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    grpc::ClientContext ctx2;
+    req.mutable_subtask()->set_vertex_id(0);
+    req.set_registration_id("not-registered");
+    grpc::Status st = stub->AcknowledgeCheckpoint(&ctx2, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(st.error_message().find("not known to this JobManager"), std::string::npos) << st.error_message();
   }
   auto tm = start_tm(jm->target(), 1, hb);
   ASSERT_TRUE(tm);
   auto tm_stub =
       v1::TaskManagerService::NewStub(grpc::CreateChannel(tm->rpc_address(), grpc::InsecureChannelCredentials()));
   {
+    // A checkpoint trigger from a JobManager this TaskManager is not registered with is refused.
     grpc::ClientContext ctx;
     v1::TriggerCheckpointRequest req;
-    v1::Acknowledgement resp;
+    req.set_jobmanager_id("not-this-one");
+    v1::TriggerCheckpointResponse resp;
     grpc::Status st = tm_stub->TriggerCheckpoint(&ctx, req, &resp);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_NE(st.error_message().find("checkpoints in cluster mode are not implemented"), std::string::npos)
-        << st.error_message();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(st.error_message().find("not 'not-this-one'"), std::string::npos) << st.error_message();
   }
   // A deployment from a JobManager this TaskManager is not registered with is refused as stale.
   grpc::ClientContext ctx;

@@ -6,8 +6,16 @@
 // TaskManager holding tasks was lost or disconnected (the tasks left on the other TaskManagers are cancelled
 // with CancelTasks), CANCELED on cancel().
 //
+// Checkpoints (init_checkpoints()): the JobMaster hosts the same CheckpointCoordinator as local mode, as its
+// CheckpointJobHooks: a trigger goes to the TaskManagers holding source subtasks (TriggerCheckpoint, answered
+// with the split enumerators' state), the TaskManagers write their tasks' state files into the shared checkpoint
+// directory and acknowledge with the handles (JobEvents::on_checkpoint_ack; an acknowledgement of another attempt
+// or registration is dropped), the coordinator writes `_metadata` as in local mode, and every TaskManager is told
+// NotifyCheckpointComplete / NotifyCheckpointAborted. A job can start from a checkpoint or savepoint
+// (execution.state-recovery.path): each TaskManager assigns its subtasks' state from its `_metadata`.
+//
 // Not yet (issue 21): restarts (a failure fails the job: there is no region failover across processes in this
-// build), checkpoints and savepoints (refused before deployment), per-operator counters from the TaskManagers.
+// build), savepoints (refused with a message), per-operator counters from the TaskManagers.
 //
 // Threading: one master thread (started by start()) does every RPC; JobEvents and JobClient calls are
 // thread-safe and only queue work for it.
@@ -19,12 +27,15 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
 #include <vector>
 
 #include "sluice/api/job.h"
+#include "sluice/checkpoint/checkpoint_coordinator.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/jobmanager/slot_assignment.h"
 #include "sluice/core/clock.h"
@@ -48,7 +59,7 @@ struct SubtaskLocation {
   int slot = 0;
 };
 
-class JobMaster final : public JobClient::Impl, public JobEvents {
+class JobMaster final : public JobClient::Impl, public JobEvents, public CheckpointJobHooks {
  public:
   /// `jg` and `server` must outlive the JobMaster. Registers itself for the server's job events.
   JobMaster(JobMasterOptions options, const JobGraph& jg, JobManagerServer& server, const Clock& clock);
@@ -56,6 +67,11 @@ class JobMaster final : public JobClient::Impl, public JobEvents {
   JobMaster(const JobMaster&) = delete;
   JobMaster& operator=(const JobMaster&) = delete;
 
+  /// Sets up checkpointing from the job's configuration (execution.checkpointing.*, state.checkpoints.dir,
+  /// execution.state-recovery.path), before start(); a job without it takes no checkpoints. Errors:
+  /// kConfiguration (an interval without a directory, a bad option), kState / kCheckpoint for a restore path
+  /// that holds no restorable checkpoint or state the job does not claim.
+  Status init_checkpoints(const Configuration& config);
   /// Starts the master thread.
   void start();
   /// What the job waits for ("waiting for TaskManagers: needs 8 slots, 6 registered (on 3 TaskManager(s))"),
@@ -70,20 +86,49 @@ class JobMaster final : public JobClient::Impl, public JobEvents {
   JobResult wait() override;
   bool wait_for(std::chrono::milliseconds timeout) override;
   std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) override;
-  std::vector<CheckpointStats> checkpoint_stats() const override { return {}; }
+  std::vector<CheckpointStats> checkpoint_stats() const override {
+    return coordinator_ ? coordinator_->stats() : std::vector<CheckpointStats>{};
+  }
+  CheckpointCounts checkpoint_counts() const override {
+    return coordinator_ ? CheckpointCounts{coordinator_->completed_count(), coordinator_->failed_count()}
+                        : CheckpointCounts{};
+  }
   int restarts() const override { return 0; }
   std::vector<JobExceptionInfo> exceptions() const override;
 
   // --- JobEvents (gRPC / monitor threads) ---
   void on_task_state(const TaskStateReport& report) override;
   void on_task_manager_closed(const ClosedRegistration& closed) override;
+  void on_checkpoint_ack(CheckpointAckReport&& report) override;
+
+  // --- CheckpointJobHooks (the coordinator's thread, its lock held) ---
+  bool ready_for_checkpoint() override;
+  Triggered trigger(const CheckpointBarrier& barrier) override;
+  void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) override;
+  void notify_complete(int64_t checkpoint_id) override;
+  void notify_aborted(int64_t checkpoint_id) override;
+  void fail_job(const Error& error) override;
 
  private:
   struct Deployed {
     TaskManagerRegistration tm;
     int tasks = 0;
   };
-  using Event = std::variant<TaskStateReport, ClosedRegistration>;
+  struct CheckpointFailure {
+    Error error;
+  };
+  using Event = std::variant<TaskStateReport, ClosedRegistration, CheckpointFailure>;
+  /// The TaskManagers of the running attempt and what they hold, copied for RPCs outside mu_.
+  struct Snapshot {
+    int attempt = 0;
+    std::vector<Deployed> tms;
+    std::vector<CheckpointTaskKey> live;  // tasks not finished
+    std::set<int> source_peers;           // peers with a live source subtask
+    std::map<CheckpointTaskKey, int> peer_of;
+    std::set<int> end_of_input_peers;
+  };
+  Snapshot snapshot_locked() const;
+  void notify_all(int64_t checkpoint_id, bool complete);
 
   void run();
   /// Waits for the slots; returns the assignment and the TaskManagers it is on, or nullopt (the job ended).
@@ -112,6 +157,13 @@ class JobMaster final : public JobClient::Impl, public JobEvents {
   bool terminal_ = false;
   std::vector<Deployed> deployed_;  // by peer index
   std::vector<SubtaskLocation> placement_;
+  bool running_ = false;                                // every task deployed, none failed
+  std::set<CheckpointTaskKey> finished_;                // tasks that reported FINISHED
+  std::set<CheckpointTaskKey> end_of_input_;            // tasks waiting for a checkpoint of their final state
+  bool checkpointing_ = false;                          // periodic checkpoints
+  std::unique_ptr<FileCheckpointStorage> storage_;      // null: no checkpoints
+  std::unique_ptr<CheckpointCoordinator> coordinator_;  // stopped before the rest goes
+  std::optional<RestorePoint> initial_restore_;
   std::vector<JobExceptionInfo> exceptions_;
   JobResult result_;
 };

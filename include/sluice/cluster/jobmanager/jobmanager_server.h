@@ -4,8 +4,8 @@
 //
 // Task deployment itself is the JobMaster's (job_master.h): the server passes the TaskManagers' task state
 // updates (UpdateTaskExecutionState) and every closed registration (lost, replaced, disconnected) to the
-// JobEvents set on it. Not yet (issue 21): OfferSlots, AcknowledgeCheckpoint and DeclineCheckpoint answer
-// UNIMPLEMENTED with a message saying so.
+// JobEvents set on it, and so are the tasks' checkpoint acknowledgements and declines. Not yet: OfferSlots
+// answers UNIMPLEMENTED with a message saying so.
 //
 // Lifecycle: start() binds and serves (gRPC's threads) and starts the monitor thread; stop() (or the
 // destructor) stops both and waits for calls in flight. Threading: every member function is thread-safe; the
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/jobmanager/task_manager_registry.h"
 #include "sluice/core/clock.h"
@@ -35,6 +36,24 @@ struct TaskStateReport {
   int attempt = 0;
   TaskState state = TaskState::kRunning;
   std::optional<Error> error;  ///< for kFailed: the task's error (its code's name and text)
+  bool end_of_input = false;   ///< kRunning: the task consumed its input and waits for a final checkpoint
+};
+
+/// A task's acknowledgement (its state files written, with their handles) or decline of a checkpoint.
+struct CheckpointAckReport {
+  std::string registration_id;
+  int vertex = 0;
+  int subtask = 0;
+  int attempt = 0;
+  int64_t checkpoint_id = 0;
+  std::string task_name;
+  bool declined = false;
+  std::string reason;                               ///< declined: why
+  std::vector<std::string> uids;                    ///< per handle: the operator's uid
+  std::vector<OperatorSubtaskStateHandle> handles;  ///< file names relative to the checkpoint's directory
+  int64_t alignment_ns = 0;
+  int64_t sync_pause_ns = 0;
+  bool finished_input = false;
 };
 
 /// What the job master hears from the control plane (called on gRPC or monitor threads, without the server's
@@ -46,6 +65,8 @@ class JobEvents {
   /// A registration ended: the TaskManager was lost (no heartbeat), replaced (it registered again) or
   /// disconnected.
   virtual void on_task_manager_closed(const ClosedRegistration& closed) = 0;
+  /// A task acknowledged or declined a checkpoint (AcknowledgeCheckpoint / DeclineCheckpoint).
+  virtual void on_checkpoint_ack(CheckpointAckReport&& /*report*/) {}
 };
 
 struct JobManagerServerOptions {

@@ -8,6 +8,11 @@
 // assigned up front (SourceCoordinatorBase::assign_splits_up_front), so every process assigns each split to
 // the same subtask; sources that discover splits over time are refused.
 //
+// Checkpoints (with spec.checkpointing or a restore): tasks restore the state the TaskManager assigns them from
+// the restored checkpoint's `_metadata` (checkpoint/state_assignment.h, as local mode does), and each task's
+// synchronous snapshot, its end of input and its end go to the Callbacks. trigger_checkpoint() snapshots each
+// local source's split enumerator and injects the barrier at its reader subtasks here.
+//
 // Lifecycle: deploy() builds and starts the tasks; each task's end is reported to the listener (on the task's
 // thread). cancel() asks every task to stop; the destructor cancels, joins the task threads, clears the remote
 // channels' wakeups (the data plane's I/O thread may notify them at any time), then destroys the tasks and the
@@ -18,7 +23,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +47,8 @@ struct TaskEnd {
 
 struct DeploymentSpec {
   int attempt = 0;
+  bool checkpointing = false;  ///< periodic checkpoints: finished tasks wait for a final checkpoint
+  std::string restore_dir;     ///< a completed checkpoint's directory to restore from; "" = fresh start
   std::vector<net::TaskManagerLocation> peers;  ///< every TaskManager of the deployment
   int self = 0;                                 ///< this TaskManager's index in peers
   std::vector<std::vector<int>> peer_of;        ///< [vertex][subtask]: index into peers
@@ -47,7 +56,14 @@ struct DeploymentSpec {
 
 class DeployedTasks final : private TaskListener {
  public:
-  using Listener = std::function<void(const TaskEnd&)>;
+  /// Every call comes from the task's own thread.
+  struct Listener {
+    std::function<void(const TaskEnd&)> on_end;
+    /// The synchronous part of a checkpoint is done: write the state and acknowledge it.
+    std::function<void(const TaskEnd& task, std::string task_name, TaskStateSnapshot&& snapshot)> on_snapshot;
+    /// The task consumed all its input and waits for a checkpoint of its final state.
+    std::function<void(const TaskEnd& task)> on_end_of_input;
+  };
 
   /// Builds and starts this TaskManager's subtasks. `graph`, `jg`, `connections` and `pool` must outlive the
   /// result; `pool` also outlives every channel the data plane still writes from (keep it as long as
@@ -67,6 +83,14 @@ class DeployedTasks final : private TaskListener {
   DeployedTasks& operator=(const DeployedTasks&) = delete;
 
   void cancel();
+  /// Checkpoint `barrier`: snapshots the split enumerator of every source with a reader subtask here and
+  /// injects the barrier at those subtasks, then triggers every task here whose input ended. Returns each
+  /// enumerator's state by source uid, for the sources whose every subtask runs here. Any thread.
+  std::map<std::string, std::string> trigger_checkpoint(const CheckpointBarrier& barrier);
+  /// Triggers one task (its input ended while checkpoint `barrier` was pending); false when it is not here.
+  bool trigger_task(int vertex, int subtask, const CheckpointBarrier& barrier);
+  void notify_checkpoint_complete(int64_t checkpoint_id);
+  void notify_checkpoint_aborted(int64_t checkpoint_id);
   int attempt() const { return attempt_; }
   size_t task_count() const { return tasks_.size(); }
   /// Tasks that have not terminated yet.
@@ -75,6 +99,8 @@ class DeployedTasks final : private TaskListener {
  private:
   DeployedTasks(int attempt, Listener listener) : attempt_(attempt), listener_(std::move(listener)) {}
   void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) override;
+  void on_checkpoint_snapshot(Task& task, TaskStateSnapshot&& snapshot) override;
+  void on_end_of_input(Task& task) override;
 
   const int attempt_;
   Listener listener_;
@@ -86,6 +112,17 @@ class DeployedTasks final : private TaskListener {
   std::vector<std::unique_ptr<net::RemoteInputChannel>> remote_inputs_;
   std::map<int, std::shared_ptr<SourceCoordinatorBase>> coordinators_;
   std::vector<std::unique_ptr<Task>> tasks_;
+  // Per source coordinator (stream node id): its uid, the vertex of its readers, and whether all run here.
+  struct SourceInfo {
+    std::string uid;
+    int vertex = 0;
+    bool all_here = false;
+  };
+  std::map<int, SourceInfo> sources_;
+  std::vector<bool> source_vertex_;  // by vertex id: has no inputs (triggered directly)
+  std::mutex mu_;                    // guards end_of_input_ and exited_
+  std::set<Task*> end_of_input_;
+  std::set<Task*> exited_;
 };
 
 }  // namespace sluice

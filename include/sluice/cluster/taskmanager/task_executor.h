@@ -6,8 +6,10 @@
 // (SubmitTasks: DeployedTasks over its data plane, a net::ConnectionManager), reports each task's end
 // (UpdateTaskExecutionState), and cancels them on CancelTasks or when it loses its JobManager.
 //
-// Not yet (issue 21): TriggerCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted and FreeSlot answer
-// UNIMPLEMENTED with a message saying so.
+// Checkpoints: TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted reach the tasks of the
+// attempt named in the call (another attempt's call has no effect); a checkpoint writer thread writes each task
+// snapshot's state files into the job's checkpoint directory (from SubmitTasks) and acknowledges them with
+// their handles (AcknowledgeCheckpoint), or declines with the error. FreeSlot answers UNIMPLEMENTED.
 //
 // Lifecycle: start() serves and starts the connection thread; wait() blocks until it stops (refused, or
 // stop()); stop() disconnects from the JobManager when registered (its slots go at once) and stops.

@@ -7,8 +7,10 @@
 
 #include <set>
 
+#include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
+#include "sluice/core/config.h"
 
 namespace sluice {
 namespace v1 = ::sluice::cluster::v1;
@@ -19,8 +21,15 @@ JobMaster::JobMaster(JobMasterOptions options, const JobGraph& jg, JobManagerSer
   server_.set_job_events(this);
 }
 
+namespace {
+// Checkpoint RPCs are made by the coordinator's thread with its lock held: a TaskManager that does not answer
+// must not hold up acknowledgements for long (its loss is the heartbeat monitor's to find).
+constexpr int64_t kCheckpointRpcTimeoutMs = 10'000;
+}  // namespace
+
 JobMaster::~JobMaster() {
   server_.set_job_events(nullptr);
+  if (coordinator_) coordinator_->stop();
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -30,7 +39,69 @@ JobMaster::~JobMaster() {
   if (thread_.joinable()) thread_.join();
 }
 
+Status JobMaster::init_checkpoints(const Configuration& config) {
+  auto ck = CheckpointCoordinatorOptions::from_config(config);
+  if (!ck.ok()) return ck.error();
+  std::string dir;
+  std::string recovery;
+  bool ignore_unclaimed = false;
+  try {
+    dir = config.get(options::kCheckpointDir);
+    recovery = config.get(options::kStateRecoveryPath);
+    ignore_unclaimed = config.get(options::kIgnoreUnclaimedState);
+  } catch (const SluiceException& e) {
+    return e.error();
+  }
+  checkpointing_ = ck->interval_ms > 0;
+  if (checkpointing_ && dir.empty()) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("{} is set but {} is not: checkpoints need a directory that every process of the cluster "
+                             "reaches (file:///path on a shared filesystem)",
+                             options::kCheckpointInterval.key, options::kCheckpointDir.key));
+  }
+  if (dir.empty() && (!ck->savepoint_dir.empty() || !recovery.empty())) {
+    dir = (std::filesystem::temp_directory_path() / "sluice-checkpoints").string();
+  }
+  if (dir.empty()) return ok_status();
+  auto storage = FileCheckpointStorage::create(dir, options_.job_id);
+  if (!storage.ok()) return storage.error();
+  storage_ = std::make_unique<FileCheckpointStorage>(std::move(*storage));
+  std::vector<CheckpointVertexInfo> vertices;
+  for (const auto& v : jg_.vertices) {
+    CheckpointVertexInfo info;
+    info.vertex = v.id;
+    info.name = v.name;
+    info.parallelism = v.parallelism;
+    for (int nid : v.chained_nodes) {
+      info.uids.push_back(jg_.node_uid[static_cast<size_t>(nid)]);
+      info.max_parallelism.push_back(jg_.node_max_parallelism[static_cast<size_t>(nid)]);
+    }
+    vertices.push_back(std::move(info));
+  }
+  int64_t first_id = 1;
+  if (!recovery.empty()) {
+    auto path = FileCheckpointStorage::resolve_restore_path(recovery);
+    if (!path.ok()) return path.error();
+    std::vector<std::filesystem::path> candidates{*path};
+    auto loaded = load_for_restore(candidates, false);
+    if (!loaded.ok()) return loaded.error();
+    std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
+    SLUICE_RETURN_IF_ERROR(check_unclaimed_state(loaded->metadata, uids, ignore_unclaimed));
+    first_id = loaded->metadata.checkpoint_id + 1;
+    initial_restore_ = RestorePoint{loaded->dir, loaded->metadata};
+    spdlog::info("job '{}' starts from {} {} ({})", options_.job_name, snapshot_type_name(loaded->metadata.type),
+                 loaded->metadata.checkpoint_id, loaded->dir.string());
+  }
+  coordinator_ = std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
+  if (initial_restore_) coordinator_->set_initial_restore_point(*initial_restore_);
+  spdlog::info("job '{}': checkpoints {} in {}", options_.job_name,
+               checkpointing_ ? fmt::format("every {} ms", ck->interval_ms) : std::string("off (savepoints only)"),
+               storage_->job_dir().string());
+  return ok_status();
+}
+
 void JobMaster::start() {
+  if (coordinator_) coordinator_->start();
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "sluice-jobmaster");
     run();
@@ -75,10 +146,186 @@ bool JobMaster::wait_for(std::chrono::milliseconds timeout) {
 std::future<Result<std::string>> JobMaster::trigger_savepoint(std::string, bool) {
   std::promise<Result<std::string>> p;
   p.set_value(Error(ErrorCode::kCheckpoint,
-                    fmt::format("job '{}' runs in cluster mode, which does not take checkpoints or savepoints in this "
-                                "build (issue 21)",
+                    fmt::format("job '{}' runs in cluster mode, which takes periodic checkpoints but no savepoints in "
+                                "this build (docs/cluster.md); restore a cluster job from its latest checkpoint "
+                                "(execution.state-recovery.path = the job's checkpoint directory)",
                                 options_.job_name)));
   return p.get_future();
+}
+
+void JobMaster::on_checkpoint_ack(CheckpointAckReport&& r) {
+  {
+    std::lock_guard lock(mu_);
+    // Only the running attempt's tasks, from the registrations it was deployed to, take part in checkpoints.
+    bool known = false;
+    for (const auto& d : deployed_)
+      known = known || d.tm.registration_id == r.registration_id;
+    if (!coordinator_ || !running_ || r.attempt != attempt_ || !known) {
+      spdlog::debug("job '{}': dropped a checkpoint {} acknowledgement of attempt {} (registration {})",
+                    options_.job_name, r.checkpoint_id, r.attempt, r.registration_id);
+      return;
+    }
+  }
+  const CheckpointTaskKey key{r.vertex, r.subtask};
+  if (r.declined) {
+    coordinator_->decline(key, r.task_name, r.checkpoint_id, r.reason);
+    return;
+  }
+  TaskCheckpointStats stats;
+  stats.task = r.task_name;
+  stats.alignment_ns = r.alignment_ns;
+  stats.sync_pause_ns = r.sync_pause_ns;
+  coordinator_->acknowledge_written(key, r.checkpoint_id, std::move(r.uids), std::move(r.handles), std::move(stats),
+                                    r.finished_input);
+}
+
+JobMaster::Snapshot JobMaster::snapshot_locked() const {
+  Snapshot s;
+  s.attempt = attempt_;
+  s.tms = deployed_;
+  for (const auto& loc : placement_) {
+    const CheckpointTaskKey k{loc.vertex, loc.subtask};
+    int peer = -1;
+    for (size_t i = 0; i < deployed_.size(); ++i) {
+      if (deployed_[i].tm.resource_id == loc.task_manager) peer = static_cast<int>(i);
+    }
+    s.peer_of[k] = peer;
+    if (finished_.count(k) != 0) continue;
+    s.live.push_back(k);
+    if (jg_.vertices[static_cast<size_t>(loc.vertex)].inputs.empty()) s.source_peers.insert(peer);
+    if (end_of_input_.count(k) != 0) s.end_of_input_peers.insert(peer);
+  }
+  return s;
+}
+
+bool JobMaster::ready_for_checkpoint() {
+  std::lock_guard lock(mu_);
+  return running_ && !terminal_ && !cancel_requested_;
+}
+
+CheckpointJobHooks::Triggered JobMaster::trigger(const CheckpointBarrier& barrier) {
+  Snapshot s;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_) return {};
+    s = snapshot_locked();
+  }
+  Triggered t;
+  t.tasks = s.live;
+  std::set<int> peers = s.source_peers;
+  peers.insert(s.end_of_input_peers.begin(), s.end_of_input_peers.end());
+  for (int peer : peers) {
+    if (peer < 0) continue;
+    const Deployed& d = s.tms[static_cast<size_t>(peer)];
+    v1::TriggerCheckpointRequest req;
+    req.set_jobmanager_id(server_.jobmanager_id());
+    req.set_checkpoint_id(barrier.checkpoint_id);
+    req.set_timestamp_ms(barrier.timestamp);
+    req.set_savepoint(barrier.type != SnapshotType::kCheckpoint);
+    req.set_stop_after(barrier.type == SnapshotType::kSavepointTerminate);
+    req.set_attempt(s.attempt);
+    req.set_at_least_once(barrier.mode == CheckpointingMode::kAtLeastOnce);
+    auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(rpc::deadline_in(kCheckpointRpcTimeoutMs));
+    v1::TriggerCheckpointResponse resp;
+    const grpc::Status st = stub->TriggerCheckpoint(&ctx, req, &resp);
+    if (!st.ok()) {
+      // Its tasks never acknowledge: the checkpoint expires (execution.checkpointing.timeout), unless the
+      // TaskManager's loss fails the job first.
+      spdlog::warn("job '{}': cannot trigger checkpoint {} on TaskManager {}: {}", options_.job_name,
+                   barrier.checkpoint_id, d.tm.resource_id,
+                   rpc::to_error(st, "TriggerCheckpoint", d.tm.rpc_address).message());
+      continue;
+    }
+    for (const auto& [uid, bytes] : resp.coordinator_state())
+      t.coordinator_state[uid] = bytes;
+  }
+  return t;
+}
+
+void JobMaster::trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) {
+  Snapshot s;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_) return;
+    s = snapshot_locked();
+  }
+  auto it = s.peer_of.find(task);
+  if (it == s.peer_of.end() || it->second < 0) return;
+  const Deployed& d = s.tms[static_cast<size_t>(it->second)];
+  v1::TriggerCheckpointRequest req;
+  req.set_jobmanager_id(server_.jobmanager_id());
+  req.mutable_subtask()->set_vertex_id(task.vertex);
+  req.mutable_subtask()->set_subtask_index(task.subtask);
+  req.mutable_subtask()->set_attempt(s.attempt);
+  req.set_checkpoint_id(barrier.checkpoint_id);
+  req.set_timestamp_ms(barrier.timestamp);
+  req.set_savepoint(barrier.type != SnapshotType::kCheckpoint);
+  req.set_stop_after(barrier.type == SnapshotType::kSavepointTerminate);
+  req.set_attempt(s.attempt);
+  req.set_at_least_once(barrier.mode == CheckpointingMode::kAtLeastOnce);
+  auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::deadline_in(kCheckpointRpcTimeoutMs));
+  v1::TriggerCheckpointResponse resp;
+  const grpc::Status st = stub->TriggerCheckpoint(&ctx, req, &resp);
+  if (!st.ok()) {
+    spdlog::warn("job '{}': cannot trigger checkpoint {} at subtask {}/{} on TaskManager {}: {}", options_.job_name,
+                 barrier.checkpoint_id, task.vertex, task.subtask, d.tm.resource_id,
+                 rpc::to_error(st, "TriggerCheckpoint", d.tm.rpc_address).message());
+  }
+}
+
+void JobMaster::notify_all(int64_t checkpoint_id, bool complete) {
+  Snapshot s;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_) return;
+    s = snapshot_locked();
+  }
+  for (const auto& d : s.tms) {
+    auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(rpc::deadline_in(kCheckpointRpcTimeoutMs));
+    v1::Acknowledgement ack;
+    grpc::Status st;
+    if (complete) {
+      v1::NotifyCheckpointCompleteRequest req;
+      req.set_jobmanager_id(server_.jobmanager_id());
+      req.set_checkpoint_id(checkpoint_id);
+      req.set_attempt(s.attempt);
+      st = stub->NotifyCheckpointComplete(&ctx, req, &ack);
+    } else {
+      v1::NotifyCheckpointAbortedRequest req;
+      req.set_jobmanager_id(server_.jobmanager_id());
+      req.set_checkpoint_id(checkpoint_id);
+      req.set_attempt(s.attempt);
+      st = stub->NotifyCheckpointAborted(&ctx, req, &ack);
+    }
+    if (!st.ok()) {
+      // A sink that misses a completion commits its transactions with the next one (or on restore).
+      const char* call = complete ? "NotifyCheckpointComplete" : "NotifyCheckpointAborted";
+      spdlog::warn("job '{}': {} of checkpoint {} to TaskManager {} failed: {}", options_.job_name, call, checkpoint_id,
+                   d.tm.resource_id, rpc::to_error(st, call, d.tm.rpc_address).message());
+    }
+  }
+}
+
+void JobMaster::notify_complete(int64_t checkpoint_id) {
+  notify_all(checkpoint_id, true);
+}
+
+void JobMaster::notify_aborted(int64_t checkpoint_id) {
+  notify_all(checkpoint_id, false);
+}
+
+void JobMaster::fail_job(const Error& error) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(CheckpointFailure{error});
+  }
+  cv_.notify_all();
 }
 
 std::vector<JobExceptionInfo> JobMaster::exceptions() const {
@@ -146,6 +393,10 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
   v1::SubmitTasksRequest base;
   base.set_jobmanager_id(server_.jobmanager_id());
   base.set_attempt(attempt_);
+  base.set_job_id(options_.job_id);
+  if (storage_) base.set_checkpoint_job_dir(storage_->job_dir().string());
+  base.set_checkpointing(checkpointing_);
+  if (initial_restore_) base.set_restore_dir(initial_restore_->dir.string());
   std::vector<Deployed> deployed;
   for (size_t t = 0; t < tms.size(); ++t) {
     if (a.slots_used[t] == 0) continue;
@@ -163,6 +414,21 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
   }
   std::vector<SubtaskLocation> placement;
   for (const auto& v : jg_.vertices) {
+    // A source's split enumerator runs in each TaskManager with readers of it (with every split assigned up
+    // front); its state in a checkpoint is complete only when one TaskManager holds all the readers.
+    if (coordinator_ && v.inputs.empty()) {
+      std::set<int> tms_of_source;
+      for (int i = 0; i < v.parallelism; ++i)
+        tms_of_source.insert(a.subtasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)].task_manager);
+      if (tms_of_source.size() > 1) {
+        return Error(ErrorCode::kConfiguration,
+                     fmt::format("source '{}' (parallelism {}) is placed on {} TaskManagers, but a checkpointed source "
+                                 "must run in one TaskManager in this build (its split enumerator runs there, not yet "
+                                 "on the JobManager): lower the source's parallelism to at most the slots of one "
+                                 "TaskManager",
+                                 v.name, v.parallelism, tms_of_source.size()));
+      }
+    }
     for (int i = 0; i < v.parallelism; ++i) {
       const SubtaskSlot& s = a.subtasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)];
       const int peer = peer_of_offer[static_cast<size_t>(s.task_manager)];
@@ -226,6 +492,7 @@ void JobMaster::cancel_deployed(const std::string& reason, const std::string& ex
 }
 
 void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
+  running_ = false;
   status_ = status;
   status_message_.clear();
   result_.job_id = options_.job_id;
@@ -233,6 +500,7 @@ void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
   result_.status = status;
   result_.error = std::move(error);
   result_.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+
   if (status == JobStatus::kFailed) {
     spdlog::error("job '{}' ({}) FAILED: {}", options_.job_name, options_.job_id, result_.error->to_string());
   } else {
@@ -253,6 +521,7 @@ void JobMaster::run() {
   lock.lock();
   if (!st.ok()) {
     lock.unlock();
+    if (coordinator_) coordinator_->stop();
     cancel_deployed("the deployment failed", "");
     lock.lock();
     exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(st.error().code())), st.error().message(),
@@ -261,6 +530,7 @@ void JobMaster::run() {
     return;
   }
   status_ = JobStatus::kRunning;
+  running_ = true;
   size_t total = 0;
   std::set<std::string> registrations;
   for (const auto& d : deployed_) {
@@ -269,11 +539,12 @@ void JobMaster::run() {
   }
   spdlog::info("job '{}' ({}) RUNNING: {} task(s) on {} TaskManager(s)", options_.job_name, options_.job_id, total,
                deployed_.size());
-  std::set<std::pair<int, int>> finished;
   for (;;) {
     std::optional<Error> failure;
     std::string lost_registration;
     bool cancel = false;
+    std::vector<CheckpointTaskKey> ended_input;
+    std::vector<CheckpointTaskKey> finished_now;
     cv_.wait(lock, [&] { return !events_.empty() || cancel_requested_; });
     while (!events_.empty() && !failure) {
       Event e = std::move(events_.front());
@@ -282,8 +553,12 @@ void JobMaster::run() {
         if (r->attempt != attempt_ || registrations.count(r->registration_id) == 0) continue;
         const JobVertex& v = jg_.vertices.at(static_cast<size_t>(r->vertex));
         const std::string task = fmt::format("{} ({}/{})", v.name, r->subtask + 1, v.parallelism);
-        if (r->state == TaskState::kFinished) {
-          finished.insert({r->vertex, r->subtask});
+        const CheckpointTaskKey key{r->vertex, r->subtask};
+        if (r->state == TaskState::kRunning && r->end_of_input) {
+          end_of_input_.insert(key);
+          ended_input.push_back(key);
+        } else if (r->state == TaskState::kFinished) {
+          finished_now.push_back(key);
         } else if (r->state == TaskState::kFailed || (r->state == TaskState::kCanceled && !cancel_requested_)) {
           failure =
               r->error.value_or(Error(ErrorCode::kRuntime, fmt::format("task '{}' was cancelled", task)))
@@ -291,30 +566,66 @@ void JobMaster::run() {
           exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(failure->code())), failure->message(),
                                                  failure->to_string(), clock_.now_ms(), task, false});
         }
-      } else {
-        const auto& c = std::get<ClosedRegistration>(e);
-        if (registrations.count(c.registration.registration_id) == 0) continue;
-        lost_registration = c.registration.registration_id;
+      } else if (auto* c = std::get_if<ClosedRegistration>(&e)) {
+        if (registrations.count(c->registration.registration_id) == 0) continue;
+        lost_registration = c->registration.registration_id;
         failure = Error(ErrorCode::kNetwork,
                         fmt::format("TaskManager {} (registration {}, {}) holding tasks of the job is gone: {}; this "
                                     "build does not restart tasks on other slots yet",
-                                    c.registration.resource_id, c.registration.registration_id,
-                                    c.registration.rpc_address, c.reason));
+                                    c->registration.resource_id, c->registration.registration_id,
+                                    c->registration.rpc_address, c->reason));
+        exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(failure->code())), failure->message(),
+                                               failure->to_string(), clock_.now_ms(), "", false});
+      } else {
+        failure = std::get<CheckpointFailure>(e).error;
         exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(failure->code())), failure->message(),
                                                failure->to_string(), clock_.now_ms(), "", false});
       }
     }
-    if (!failure && finished.size() == total) {
-      finish_locked(JobStatus::kFinished, std::nullopt);
-      return;
+    // The coordinator is called without mu_ (lock order: coordinator, then job).
+    if (!ended_input.empty() || !finished_now.empty()) {
+      lock.unlock();
+      for (const auto& key : ended_input) {
+        if (coordinator_) coordinator_->on_end_of_input(key);
+      }
+      for (const auto& key : finished_now) {
+        auto mark = [&] {
+          std::lock_guard l(mu_);
+          finished_.insert(key);
+        };
+        if (coordinator_) {
+          // Atomically (under the coordinator's lock) the task stops being live and its retained final state
+          // takes its place in every later checkpoint.
+          coordinator_->on_task_finished(key, mark);
+        } else {
+          mark();
+        }
+      }
+      lock.lock();
     }
+    const bool all_finished = finished_.size() == total;
     cancel = cancel_requested_;
-    if (!failure && !cancel) continue;
+    if (!failure && !cancel && !all_finished) continue;
+    running_ = false;
     lock.unlock();
-    cancel_deployed(failure ? "the job fails: " + failure->message() : "the job is cancelled", lost_registration);
+    int64_t completed = 0;
+    std::string latest_path;
+    if (coordinator_) {
+      if (failure) coordinator_->abort_pending("the job fails: " + failure->message());
+      coordinator_->stop();
+      completed = coordinator_->completed_count();
+      if (auto latest = coordinator_->latest_restore_point()) latest_path = latest->dir.string();
+    }
+    if (!all_finished || failure) {
+      cancel_deployed(failure ? "the job fails: " + failure->message() : "the job is cancelled", lost_registration);
+    }
     lock.lock();
+    result_.completed_checkpoints = completed;
+    result_.latest_checkpoint_path = latest_path;
     if (failure) {
       finish_locked(JobStatus::kFailed, failure);
+    } else if (all_finished) {
+      finish_locked(JobStatus::kFinished, std::nullopt);
     } else {
       finish_locked(JobStatus::kCanceled, std::nullopt);
     }

@@ -25,8 +25,7 @@ std::string describe(const TaskManagerRegistration& r) {
 grpc::Status unimplemented(const char* call) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                       fmt::format("{} is part of the control-plane contract but this build does not serve it yet: "
-                                  "slots are offered at registration, and checkpoints in cluster mode are not "
-                                  "implemented (issue 21: see docs/cluster.md)",
+                                  "slots are offered at registration (docs/cluster.md)",
                                   call));
 }
 
@@ -211,6 +210,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     r.subtask = req->subtask().subtask_index();
     r.attempt = req->subtask().attempt();
     r.state = *state;
+    r.end_of_input = req->end_of_input();
     if (*state == TaskState::kFailed) {
       r.error = Error(ErrorCode::kRuntime, req->error_message().empty() ? "the task failed" : req->error_message());
     }
@@ -218,13 +218,67 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     if (events_ != nullptr) events_->on_task_state(r);
     return grpc::Status::OK;
   }
-  grpc::Status AcknowledgeCheckpoint(grpc::ServerContext*, const v1::AcknowledgeCheckpointRequest*,
+  grpc::Status AcknowledgeCheckpoint(grpc::ServerContext*, const v1::AcknowledgeCheckpointRequest* req,
                                      v1::Acknowledgement*) override {
-    return unimplemented("AcknowledgeCheckpoint");
+    if (!req->has_subtask())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an acknowledgement needs the subtask");
+    if (grpc::Status st = check_known(req->registration_id()); !st.ok()) return st;
+    CheckpointAckReport r;
+    r.registration_id = req->registration_id();
+    r.vertex = req->subtask().vertex_id();
+    r.subtask = req->subtask().subtask_index();
+    r.attempt = req->subtask().attempt();
+    r.checkpoint_id = req->checkpoint_id();
+    r.task_name = req->task_name();
+    r.alignment_ns = req->alignment_ns();
+    r.sync_pause_ns = req->sync_duration_ns();
+    r.finished_input = req->finished_input();
+    for (const auto& sh : req->state()) {
+      OperatorSubtaskStateHandle h;
+      h.subtask = sh.subtask();
+      h.file = sh.path();
+      h.file_size = sh.size_bytes();
+      h.checksum = sh.checksum();
+      h.operator_state_offset = sh.operator_state_offset();
+      h.operator_state_length = sh.operator_state_length();
+      for (const auto& kg : sh.key_groups())
+        h.key_groups.push_back(KeyGroupHandle{kg.key_group(), kg.offset(), kg.length()});
+      // A file name, never a path: the state must be inside the checkpoint's directory.
+      if (h.file.empty() || h.file.find('/') != std::string::npos || h.file.starts_with('.')) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            fmt::format("state handle '{}' is not a file name in the checkpoint's directory", h.file));
+      }
+      r.uids.push_back(sh.operator_uid());
+      r.handles.push_back(std::move(h));
+    }
+    std::lock_guard lock(listener_mu_);
+    if (events_ != nullptr) events_->on_checkpoint_ack(std::move(r));
+    return grpc::Status::OK;
   }
-  grpc::Status DeclineCheckpoint(grpc::ServerContext*, const v1::DeclineCheckpointRequest*,
+  grpc::Status DeclineCheckpoint(grpc::ServerContext*, const v1::DeclineCheckpointRequest* req,
                                  v1::Acknowledgement*) override {
-    return unimplemented("DeclineCheckpoint");
+    if (!req->has_subtask()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a decline needs the subtask");
+    if (grpc::Status st = check_known(req->registration_id()); !st.ok()) return st;
+    CheckpointAckReport r;
+    r.registration_id = req->registration_id();
+    r.vertex = req->subtask().vertex_id();
+    r.subtask = req->subtask().subtask_index();
+    r.attempt = req->subtask().attempt();
+    r.checkpoint_id = req->checkpoint_id();
+    r.declined = true;
+    r.reason = req->reason().empty() ? "no reason given" : req->reason();
+    std::lock_guard lock(listener_mu_);
+    if (events_ != nullptr) events_->on_checkpoint_ack(std::move(r));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status check_known(const std::string& registration_id) {
+    std::lock_guard lock(mu_);
+    for (const auto& t : registry_.task_managers()) {
+      if (t.registration_id == registration_id) return grpc::Status::OK;
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        fmt::format("registration '{}' is not known to this JobManager", registration_id));
   }
 
   // --- queries ---

@@ -1,8 +1,11 @@
 #include "sluice/cluster/taskmanager/deployed_tasks.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sluice/api/source_operator.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/state_assignment.h"
 #include "sluice/core/config.h"
 
 namespace sluice {
@@ -69,22 +72,64 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
     return spec.peer_of[static_cast<size_t>(vertex)][static_cast<size_t>(subtask)] == spec.self;
   };
 
+  // The restored checkpoint: this TaskManager assigns its own subtasks' state from `_metadata`.
+  std::optional<CheckpointMetadata> restore;
+  std::vector<std::vector<std::shared_ptr<const TaskRestore>>> restores(jg.vertices.size());
+  if (!spec.restore_dir.empty()) {
+    auto meta = FileCheckpointStorage::load_metadata(spec.restore_dir);
+    if (!meta.ok()) return meta.error().with_context("restoring the tasks of attempt " + std::to_string(spec.attempt));
+    for (const auto& v : jg.vertices) {
+      VertexToRestore vr;
+      vr.parallelism = v.parallelism;
+      for (int nid : v.chained_nodes) {
+        vr.operator_uids.push_back(jg.node_uid[static_cast<size_t>(nid)]);
+        vr.max_parallelism.push_back(jg.node_max_parallelism[static_cast<size_t>(nid)]);
+      }
+      bool any_here = false;
+      for (int i = 0; i < v.parallelism; ++i)
+        any_here = any_here || here(v.id, i);
+      if (!any_here) {
+        restores[static_cast<size_t>(v.id)].assign(static_cast<size_t>(v.parallelism), nullptr);
+        continue;
+      }
+      auto assigned = assign_subtask_states(*meta, spec.restore_dir, vr);
+      if (!assigned.ok()) return assigned.error();
+      restores[static_cast<size_t>(v.id)] = std::move(*assigned);
+    }
+    restore = std::move(*meta);
+  }
+  d->source_vertex_.assign(jg.vertices.size(), false);
+  for (const auto& v : jg.vertices)
+    d->source_vertex_[static_cast<size_t>(v.id)] = v.inputs.empty();
+
   // The split enumerators of the sources with a reader subtask here, every split assigned up front.
   std::vector<int> vertices;
   for (const auto& v : jg.vertices) {
     vertices.push_back(v.id);
     bool any_here = false;
-    for (int i = 0; i < v.parallelism; ++i)
+    bool all_here = true;
+    for (int i = 0; i < v.parallelism; ++i) {
       any_here = any_here || here(v.id, i);
+      all_here = all_here && here(v.id, i);
+    }
     if (!any_here) continue;
     for (int nid : v.chained_nodes) {
       const StreamNode& node = graph.node(nid);
       if (!node.factory->is_source()) continue;
+      const std::string& uid = jg.node_uid[static_cast<size_t>(nid)];
+      // Restored: the enumerator starts from the splits it had not assigned at the checkpoint, and every
+      // TaskManager reads the same bytes, so the up-front assignment is the same in each.
+      const std::string* state = nullptr;
+      if (restore) {
+        auto it = restore->coordinator_state.find(uid);
+        if (it != restore->coordinator_state.end()) state = &it->second;
+      }
       try {
-        auto c = node.factory->create_coordinator(jg.node_parallelism[static_cast<size_t>(nid)], nullptr);
+        auto c = node.factory->create_coordinator(jg.node_parallelism[static_cast<size_t>(nid)], state);
         if (!c) continue;
         SLUICE_RETURN_IF_ERROR(c->assign_splits_up_front(node.name));
         d->coordinators_[nid] = std::move(c);
+        d->sources_[nid] = SourceInfo{uid, v.id, all_here};
       } catch (const SluiceException& e) {
         return e.error().with_context(fmt::format("starting the split enumerator of '{}'", node.name));
       }
@@ -126,7 +171,8 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   sd.attempt = spec.attempt;
   sd.clock = &clock;
   sd.buffer_timeout_ms = config.get(options::kBufferTimeout);
-  sd.checkpointing = false;  // checkpoints in cluster mode are refused before deployment (not built yet)
+  sd.checkpointing = spec.checkpointing;
+  if (restore) sd.restores = &restores;
   sd.listener = d.get();
   try {
     Result<DeployedSubtasks> built = build_subtasks(sd);
@@ -141,8 +187,84 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
 }
 
 void DeployedTasks::on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) {
+  {
+    std::lock_guard lock(mu_);
+    exited_.insert(&task);
+  }
   terminated_.fetch_add(1);
-  if (listener_) listener_(TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, state, error});
+  if (listener_.on_end) {
+    listener_.on_end(TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, state, error});
+  }
+}
+
+void DeployedTasks::on_checkpoint_snapshot(Task& task, TaskStateSnapshot&& snapshot) {
+  if (listener_.on_snapshot) {
+    listener_.on_snapshot(
+        TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, TaskState::kRunning, std::nullopt},
+        task.display_name(), std::move(snapshot));
+  }
+}
+
+void DeployedTasks::on_end_of_input(Task& task) {
+  {
+    std::lock_guard lock(mu_);
+    end_of_input_.insert(&task);
+  }
+  if (listener_.on_end_of_input) {
+    listener_.on_end_of_input(
+        TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, TaskState::kRunning, std::nullopt});
+  }
+}
+
+std::map<std::string, std::string> DeployedTasks::trigger_checkpoint(const CheckpointBarrier& barrier) {
+  std::map<std::string, std::string> states;
+  std::set<int> by_coordinator;
+  for (auto& [nid, c] : coordinators_) {
+    const SourceInfo& info = sources_.at(nid);
+    by_coordinator.insert(info.vertex);
+    std::string bytes = c->checkpoint(barrier.checkpoint_id, [&] {
+      std::lock_guard lock(mu_);
+      for (auto& t : tasks_) {
+        if (t->options().vertex_id == info.vertex && exited_.count(t.get()) == 0) t->trigger_checkpoint(barrier);
+      }
+    });
+    // An enumerator whose readers span TaskManagers has only this process's view: the JobManager refuses to
+    // checkpoint such a job (job_master.cc), so only complete states are returned.
+    if (info.all_here) states[info.uid] = std::move(bytes);
+  }
+  std::lock_guard lock(mu_);
+  for (auto& t : tasks_) {
+    if (exited_.count(t.get()) != 0) continue;
+    const int v = t->options().vertex_id;
+    const bool source_without_coordinator = source_vertex_[static_cast<size_t>(v)] && by_coordinator.count(v) == 0;
+    if (source_without_coordinator || end_of_input_.count(t.get()) != 0) t->trigger_checkpoint(barrier);
+  }
+  return states;
+}
+
+bool DeployedTasks::trigger_task(int vertex, int subtask, const CheckpointBarrier& barrier) {
+  std::lock_guard lock(mu_);
+  for (auto& t : tasks_) {
+    if (t->options().vertex_id == vertex && t->options().subtask_index == subtask && exited_.count(t.get()) == 0) {
+      t->trigger_checkpoint(barrier);
+      return true;
+    }
+  }
+  return false;
+}
+
+void DeployedTasks::notify_checkpoint_complete(int64_t checkpoint_id) {
+  std::lock_guard lock(mu_);
+  for (auto& t : tasks_) {
+    if (exited_.count(t.get()) == 0) t->notify_checkpoint_complete(checkpoint_id);
+  }
+}
+
+void DeployedTasks::notify_checkpoint_aborted(int64_t checkpoint_id) {
+  std::lock_guard lock(mu_);
+  for (auto& t : tasks_) {
+    if (exited_.count(t.get()) == 0) t->notify_checkpoint_aborted(checkpoint_id);
+  }
 }
 
 void DeployedTasks::cancel() {

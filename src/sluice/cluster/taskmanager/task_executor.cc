@@ -5,13 +5,16 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/taskmanager/deployed_tasks.h"
 #include "sluice/cluster/taskmanager/jobmanager_connection.h"
@@ -25,10 +28,9 @@ namespace v1 = ::sluice::cluster::v1;
 namespace {
 
 grpc::Status unimplemented(const char* call) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      fmt::format("{}: checkpoints in cluster mode are not implemented in this build (issue 21; see "
-                                  "docs/cluster.md)",
-                                  call));
+  return grpc::Status(
+      grpc::StatusCode::UNIMPLEMENTED,
+      fmt::format("{}: not served in this build (slots are freed with CancelTasks; docs/cluster.md)", call));
 }
 
 v1::ExecutionState to_proto(TaskState s) {
@@ -115,6 +117,10 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       pthread_setname_np(pthread_self(), "sluice-tm-conn");
       run();
     });
+    ckpt_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "sluice-tm-ckpt");
+      run_checkpoint_writer();
+    });
     return ok_status();
   }
 
@@ -126,6 +132,12 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    {
+      std::lock_guard lock(ckpt_mu_);
+      ckpt_stopping_ = true;
+    }
+    ckpt_cv_.notify_all();
+    if (ckpt_thread_.joinable()) ckpt_thread_.join();
     if (server_) {
       server_->Shutdown(rpc::deadline_in(1000));
       server_->Wait();
@@ -188,6 +200,8 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     DeploymentSpec spec;
     spec.attempt = req->attempt();
     spec.self = req->self();
+    spec.checkpointing = req->checkpointing();
+    spec.restore_dir = req->restore_dir();
     for (const auto& p : req->peers()) {
       auto ep = parse_endpoint(p.data_address());
       if (!ep.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ep.error().message());
@@ -247,14 +261,42 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                                       config.get(options::kNetworkMemoryMax) >> 20));
     }
     pools_.push_back(std::make_unique<NetworkBufferPool>(static_cast<uint32_t>(segment), std::max<size_t>(buffers, 1)));
-    auto d = DeployedTasks::deploy(*options_.graph, jg, spec, *connections_, *pools_.back(), clock_,
-                                   [this](const TaskEnd& end) {
-                                     {
-                                       std::lock_guard l(mu_);
-                                       reports_.push_back(end);
-                                     }
-                                     cv_.notify_all();
-                                   });
+    if (!req->checkpoint_job_dir().empty()) {
+      // The job's checkpoint directory, shared by every process: this TaskManager writes its tasks' state files
+      // into its chk-<n>/ directories, the JobManager writes `_metadata`.
+      const std::filesystem::path job_dir(req->checkpoint_job_dir());
+      auto storage = FileCheckpointStorage::create(job_dir.parent_path().string(), job_dir.filename().string());
+      if (!storage.ok()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            storage.error().with_context("TaskManager " + resource_id_).to_string());
+      }
+      std::lock_guard l(ckpt_mu_);
+      storage_ = std::make_shared<const FileCheckpointStorage>(std::move(*storage));
+    }
+    DeployedTasks::Listener listener;
+    listener.on_end = [this](const TaskEnd& end) {
+      {
+        std::lock_guard l(mu_);
+        reports_.push_back(Report{end, false});
+      }
+      cv_.notify_all();
+    };
+    listener.on_end_of_input = [this](const TaskEnd& end) {
+      {
+        std::lock_guard l(mu_);
+        reports_.push_back(Report{end, true});
+      }
+      cv_.notify_all();
+    };
+    listener.on_snapshot = [this](const TaskEnd& task, std::string name, TaskStateSnapshot&& snapshot) {
+      {
+        std::lock_guard l(ckpt_mu_);
+        snapshots_.push_back(SnapshotToWrite{task, std::move(name), std::move(snapshot)});
+      }
+      ckpt_cv_.notify_all();
+    };
+    auto d =
+        DeployedTasks::deploy(*options_.graph, jg, spec, *connections_, *pools_.back(), clock_, std::move(listener));
     if (!d.ok()) {
       spdlog::error("cannot deploy attempt {} on TaskManager {}: {}", spec.attempt, resource_id_,
                     d.error().to_string());
@@ -278,23 +320,153 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     release_tasks(req->attempt(), req->reason());
     return grpc::Status::OK;
   }
-  grpc::Status TriggerCheckpoint(grpc::ServerContext*, const v1::TriggerCheckpointRequest*,
-                                 v1::Acknowledgement*) override {
-    return unimplemented("TriggerCheckpoint");
+  grpc::Status TriggerCheckpoint(grpc::ServerContext*, const v1::TriggerCheckpointRequest* req,
+                                 v1::TriggerCheckpointResponse* resp) override {
+    if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
+    CheckpointBarrier barrier;
+    barrier.checkpoint_id = req->checkpoint_id();
+    barrier.timestamp = req->timestamp_ms();
+    barrier.type = req->stop_after()  ? SnapshotType::kSavepointTerminate
+                   : req->savepoint() ? SnapshotType::kSavepoint
+                                      : SnapshotType::kCheckpoint;
+    barrier.mode = req->at_least_once() ? CheckpointingMode::kAtLeastOnce : CheckpointingMode::kExactlyOnce;
+    std::lock_guard lock(deploy_mu_);
+    // Another attempt's trigger (a JobManager decision overtaken by a restart) reaches no task.
+    if (!deployed_ || deployed_->attempt() != req->attempt()) return grpc::Status::OK;
+    if (req->has_subtask()) {
+      deployed_->trigger_task(req->subtask().vertex_id(), req->subtask().subtask_index(), barrier);
+      return grpc::Status::OK;
+    }
+    for (auto& [uid, bytes] : deployed_->trigger_checkpoint(barrier))
+      (*resp->mutable_coordinator_state())[uid] = std::move(bytes);
+    return grpc::Status::OK;
   }
-  grpc::Status NotifyCheckpointComplete(grpc::ServerContext*, const v1::NotifyCheckpointCompleteRequest*,
+  grpc::Status NotifyCheckpointComplete(grpc::ServerContext*, const v1::NotifyCheckpointCompleteRequest* req,
                                         v1::Acknowledgement*) override {
-    return unimplemented("NotifyCheckpointComplete");
+    if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
+    std::lock_guard lock(deploy_mu_);
+    if (deployed_ && deployed_->attempt() == req->attempt())
+      deployed_->notify_checkpoint_complete(req->checkpoint_id());
+    return grpc::Status::OK;
   }
-  grpc::Status NotifyCheckpointAborted(grpc::ServerContext*, const v1::NotifyCheckpointAbortedRequest*,
+  grpc::Status NotifyCheckpointAborted(grpc::ServerContext*, const v1::NotifyCheckpointAbortedRequest* req,
                                        v1::Acknowledgement*) override {
-    return unimplemented("NotifyCheckpointAborted");
+    if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
+    std::lock_guard lock(deploy_mu_);
+    if (deployed_ && deployed_->attempt() == req->attempt()) deployed_->notify_checkpoint_aborted(req->checkpoint_id());
+    return grpc::Status::OK;
   }
   grpc::Status FreeSlot(grpc::ServerContext*, const v1::FreeSlotRequest*, v1::Acknowledgement*) override {
     return unimplemented("FreeSlot");
   }
 
  private:
+  struct Report {
+    TaskEnd end;
+    bool end_of_input = false;  // not an end: the task waits for a checkpoint of its final state
+  };
+  struct SnapshotToWrite {
+    TaskEnd task;
+    std::string name;
+    TaskStateSnapshot snapshot;
+  };
+
+  grpc::Status check_jobmanager(const std::string& jobmanager_id) {
+    std::lock_guard lock(mu_);
+    if (jobmanager_id == status_.jobmanager_id) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        fmt::format("TaskManager {} is registered with JobManager '{}', not '{}'", resource_id_,
+                                    status_.jobmanager_id, jobmanager_id));
+  }
+
+  // The checkpoint writer thread (the asynchronous part of the tasks' checkpoints here): writes each snapshot's
+  // state files into the checkpoint's directory, then acknowledges it to the JobManager with their handles, or
+  // declines it with the error.
+  void run_checkpoint_writer() {
+    for (;;) {
+      SnapshotToWrite job;
+      std::shared_ptr<const FileCheckpointStorage> storage;
+      {
+        std::unique_lock lock(ckpt_mu_);
+        ckpt_cv_.wait(lock, [&] { return ckpt_stopping_ || !snapshots_.empty(); });
+        if (ckpt_stopping_) return;
+        job = std::move(snapshots_.front());
+        snapshots_.pop_front();
+        storage = storage_;
+      }
+      std::string registration;
+      {
+        std::lock_guard lock(mu_);
+        registration = status_.registration_id;
+      }
+      const int64_t id = job.snapshot.checkpoint_id;
+      v1::SubtaskId subtask;
+      subtask.set_vertex_id(job.task.vertex);
+      subtask.set_subtask_index(job.task.subtask);
+      subtask.set_attempt(job.task.attempt);
+      std::optional<Error> error;
+      v1::AcknowledgeCheckpointRequest ack;
+      if (storage == nullptr) {
+        error = Error(ErrorCode::kCheckpoint, "the TaskManager got no checkpoint directory with its tasks");
+      } else {
+        const std::filesystem::path dir = storage->checkpoint_dir(id);
+        for (const auto& op : job.snapshot.operators) {
+          if (op.operator_state.empty() && op.keyed == nullptr) continue;
+          Result<OperatorSubtaskStateHandle> h =
+              storage->write_subtask_state(dir, op.operator_uid, job.task.subtask, op.operator_state, op.keyed.get());
+          if (!h.ok()) {
+            error = h.error().with_context(
+                fmt::format("TaskManager {} writing the state of '{}' for checkpoint {}", resource_id_, job.name, id));
+            break;
+          }
+          v1::StateHandle* sh = ack.add_state();
+          sh->set_operator_uid(op.operator_uid);
+          sh->set_path(h->file);
+          sh->set_size_bytes(h->file_size);
+          sh->set_subtask(h->subtask);
+          sh->set_checksum(h->checksum);
+          sh->set_operator_state_offset(h->operator_state_offset);
+          sh->set_operator_state_length(h->operator_state_length);
+          for (const auto& kg : h->key_groups) {
+            v1::KeyGroupHandle* k = sh->add_key_groups();
+            k->set_key_group(kg.key_group);
+            k->set_offset(kg.offset);
+            k->set_length(kg.length);
+          }
+        }
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(rpc::deadline_in(std::max<int64_t>(5000, connection_heartbeat_timeout_ms_.load())));
+      v1::Acknowledgement reply;
+      grpc::Status st;
+      const char* call = "AcknowledgeCheckpoint";
+      if (error) {
+        spdlog::warn("declining checkpoint {} of {}: {}", id, job.name, error->to_string());
+        v1::DeclineCheckpointRequest req;
+        req.set_registration_id(registration);
+        *req.mutable_subtask() = subtask;
+        req.set_checkpoint_id(id);
+        req.set_reason(error->to_string());
+        call = "DeclineCheckpoint";
+        st = stub_->DeclineCheckpoint(&ctx, req, &reply);
+      } else {
+        ack.set_registration_id(registration);
+        *ack.mutable_subtask() = subtask;
+        ack.set_checkpoint_id(id);
+        ack.set_alignment_ns(job.snapshot.alignment_ns);
+        ack.set_sync_duration_ns(job.snapshot.sync_pause_ns);
+        ack.set_finished_input(job.snapshot.finished_input);
+        ack.set_task_name(job.name);
+        st = stub_->AcknowledgeCheckpoint(&ctx, ack, &reply);
+      }
+      if (!st.ok()) {
+        // The checkpoint then expires on the JobManager (execution.checkpointing.timeout).
+        spdlog::warn("cannot send {} of checkpoint {} for {}: {}", call, id, job.name,
+                     rpc::to_error(st, call, options_.jobmanager).message());
+      }
+    }
+  }
+
   // The connection thread: asks the state machine what to do, does it, reports the outcome.
   void run() {
     std::string last_error;
@@ -369,6 +541,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       lease_from_ms_ = sent;
       connection_.on_registered(resp.registration_id(), resp.jobmanager_id(),
                                 HeartbeatOptions{resp.heartbeat_interval_ms(), resp.heartbeat_timeout_ms()}, now);
+      connection_heartbeat_timeout_ms_.store(resp.heartbeat_timeout_ms());
       last_error.clear();
       spdlog::info("registered at JobManager {} (jobmanager id {}) as registration {} with {} slots",
                    options_.jobmanager, resp.jobmanager_id(), resp.registration_id(), options_.slots);
@@ -482,15 +655,17 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
 
   // Sends the queued task ends to the JobManager (connection thread).
   void send_reports() {
-    std::deque<TaskEnd> batch;
+    std::deque<Report> batch;
     std::string registration;
     {
       std::lock_guard lock(mu_);
       batch.swap(reports_);
       registration = status_.registration_id;
     }
-    for (const TaskEnd& e : batch) {
+    for (const Report& report : batch) {
+      const TaskEnd& e = report.end;
       v1::TaskExecutionStateUpdate req;
+      req.set_end_of_input(report.end_of_input);
       req.set_registration_id(registration);
       req.mutable_subtask()->set_vertex_id(e.vertex);
       req.mutable_subtask()->set_subtask_index(e.subtask);
@@ -550,9 +725,17 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   // Send time of the last registration or heartbeat the JobManager answered (connection thread only).
   TimestampMs lease_from_ms_ = 0;
 
+  std::atomic<int64_t> connection_heartbeat_timeout_ms_{0};
+  std::mutex ckpt_mu_;  // guards storage_, snapshots_, ckpt_stopping_
+  std::condition_variable ckpt_cv_;
+  std::shared_ptr<const FileCheckpointStorage> storage_;
+  std::deque<SnapshotToWrite> snapshots_;
+  bool ckpt_stopping_ = false;
+  std::thread ckpt_thread_;
+
   mutable std::mutex mu_;  // guards stopping_, done_, refusal_, status_, reports_
   std::condition_variable cv_;
-  std::deque<TaskEnd> reports_;
+  std::deque<Report> reports_;
   bool stopping_ = false;
   bool done_ = false;
   std::optional<Error> refusal_;

@@ -1,0 +1,263 @@
+// Checkpoints across processes: `sluice jobmanager` + `sluice taskmanager` children (tests/cluster/cluster_harness.h)
+// running a pipeline with checkpointing. The JobManager's checkpoint coordinator triggers the source's TaskManager
+// over gRPC, each TaskManager writes its tasks' state files into the shared checkpoint directory and acknowledges
+// with their handles, the JobManager writes `_metadata`, and NotifyCheckpointComplete lets the exactly-once files
+// sink commit its part files.
+//  * datagen -> transform -> key_by -> files (exactly-once) at parallelism 4 on 2 TaskManagers of 2 slots:
+//    checkpoints complete (their `_metadata` read back: every sink subtask's state, from both TaskManagers), the
+//    committed output equals `sluice run`'s, every record once and each key in order;
+//  * the same job restarted from the cluster's latest checkpoint by `sluice run` (execution.state-recovery.path):
+//    local mode reads the cluster's `_metadata` and state files.
+// Heartbeats: interval 250 ms, timeout 3 s. About 20-40 s on a loaded two-core machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cluster/cluster_harness.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
+
+namespace sluice::testing::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kStart = 60s;
+constexpr auto kFinish = 90s;
+const std::vector<std::string> kOptions = {"heartbeat.interval=250ms", "heartbeat.timeout=3s",
+                                           "cluster.registration.initial-timeout=50ms",
+                                           "cluster.registration.max-timeout=500ms"};
+constexpr int64_t kEntities = 97;
+
+class ClusterCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("sluice-cluster-ckpt-test-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(Clock::now().time_since_epoch().count()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (HasFailure() && harness_) std::cerr << harness_->logs();
+    harness_.reset();
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(dir_, ec);
+  }
+
+  /// datagen (`count` charges on kEntities entities at `rate`/s, 0 = unlimited) -> transform keyed by the charge
+  /// id -> files (exactly-once) in <dir>/<out>, at `parallelism`, checkpoints every 200 ms into <dir>/<out>-chk.
+  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate) {
+    const fs::path path = dir_ / (out + ".yaml");
+    std::ofstream f(path);
+    f << "pipeline:\n  name: cluster-ckpt-test\n  parallelism: " << parallelism << "\n"
+      << "  delivery: exactly-once\n"
+      << "  checkpoint: { interval: 200ms, storage: \"file://" << (dir_ / (out + "-chk")).string() << "\" }\n"
+      << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
+      << ", seed: 11 }\n"
+      << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
+      << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
+      << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / out).string() << "\"\n"
+      << "    rolling-policy: { inactivity-interval: 100ms, rollover-interval: 500ms }\n";
+    return path.string();
+  }
+
+  /// Every line of the committed part files under dir_/out (in-progress and pending files start with '.').
+  std::map<std::string, std::vector<std::string>> read_parts(const std::string& out) {
+    std::map<std::string, std::vector<std::string>> parts;
+    if (!fs::exists(dir_ / out)) return parts;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / out)) {
+      if (!e.is_regular_file()) continue;
+      if (e.path().filename().string().starts_with('.')) continue;
+      std::ifstream in(e.path());
+      std::string line;
+      auto& lines = parts[fs::relative(e.path(), dir_ / out).string()];
+      while (std::getline(in, line)) {
+        if (!line.empty()) lines.push_back(line);
+      }
+    }
+    return parts;
+  }
+
+  /// Every committed line, sorted, without "occurred_at" (the processing time of the run).
+  static std::vector<std::string> all_lines(const std::map<std::string, std::vector<std::string>>& parts) {
+    static const std::regex occurred_at(R"re("occurred_at":"[^"]*",)re");
+    std::vector<std::string> out;
+    for (const auto& [name, lines] : parts) {
+      for (const auto& line : lines)
+        out.push_back(std::regex_replace(line, occurred_at, ""));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  /// Counts missing and duplicated records of 0..count-1 and revisions out of order per entity (part files are
+  /// per sink subtask, rolled in order: names sort by subtask, then by their counter).
+  void check_records(const std::map<std::string, std::vector<std::string>>& parts, int64_t count) {
+    const std::regex rec(R"re("payload":\{"id":"ch_(\d+)","revision":(\d+)\})re");
+    std::map<int64_t, std::set<int64_t>> seen;
+    std::map<int64_t, int64_t> last;
+    int64_t records = 0, duplicated = 0, out_of_order = 0;
+    // Part files of one subtask in roll order: part-<subtask>-<n>.jsonl with n increasing.
+    std::vector<std::pair<std::pair<std::string, int64_t>, const std::vector<std::string>*>> ordered;
+    const std::regex part_name(R"re((part-\d+)-(\d+)\.jsonl)re");
+    for (const auto& [name, lines] : parts) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(name, m, part_name)) << name;
+      ordered.push_back({{m[1], std::stoll(m[2])}, &lines});
+    }
+    std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [key, lines] : ordered) {
+      for (const auto& line : *lines) {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(line, m, rec)) << "unexpected line: " << line;
+        const int64_t entity = std::stoll(m[1]);
+        const int64_t revision = std::stoll(m[2]);
+        ++records;
+        if (!seen[entity].insert(revision).second) ++duplicated;
+        auto it = last.find(entity);
+        if (it != last.end() && revision <= it->second) ++out_of_order;
+        last[entity] = revision;
+      }
+    }
+    const int64_t distinct = [&] {
+      int64_t n = 0;
+      for (const auto& [e, revs] : seen)
+        n += static_cast<int64_t>(revs.size());
+      return n;
+    }();
+    std::cout << records << " records of " << count << ": " << (count - distinct) << " missing, " << duplicated
+              << " duplicated, " << out_of_order << " out of order\n";
+    EXPECT_EQ(distinct, count);
+    EXPECT_EQ(duplicated, 0);
+    EXPECT_EQ(out_of_order, 0);
+  }
+
+  ClusterHarness& cluster(const std::string& file, std::vector<std::string> extra = {}) {
+    std::vector<std::string> options = kOptions;
+    options.insert(options.end(), extra.begin(), extra.end());
+    harness_ = std::make_unique<ClusterHarness>(file, options);
+    return *harness_;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ClusterHarness> harness_;
+};
+
+void run_local(const std::string& file, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"run", file};
+  for (auto& e : extra) {
+    args.push_back("-D");
+    args.push_back(e);
+  }
+  ChildProcess run("run", args);
+  const std::optional<int> code = run.wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "sluice run did not finish:\n" << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+}
+
+TEST_F(ClusterCheckpointTest, CheckpointsCompleteAcrossTaskManagersAndTheOutputEqualsLocalMode) {
+  constexpr int64_t kCount = 30'000;
+  constexpr int kParallelism = 4;
+  run_local(pipeline("local", kParallelism, kCount, 10'000));
+  const auto local = read_parts("local");
+  ASSERT_FALSE(local.empty());
+
+  // 10,000 records/s: the job runs about 3 s, so several checkpoints complete while records flow.
+  ClusterHarness& c = cluster(pipeline("cluster", kParallelism, kCount, 10'000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* a = c.start_taskmanager(2);
+  ChildProcess* b = c.start_taskmanager(2);
+  const std::optional<int> code = jm->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the cluster's job did not finish";
+  ASSERT_EQ(*code, 0) << jm->output();
+  EXPECT_NE(jm->output().find("RUNNING: 5 task(s) on 2 TaskManager(s)"), std::string::npos) << jm->output();
+
+  // Checkpoints completed on the JobManager; the retained ones are readable, with every sink subtask's state
+  // (written by both TaskManagers) and the source's.
+  const int completed = jm->count("completed checkpoint ");
+  std::cout << completed << " checkpoints completed in the cluster\n";
+  EXPECT_GE(completed, 3) << jm->output();
+  const fs::path job_dir = dir_ / "cluster-chk" / c.job_id();
+  ASSERT_TRUE(fs::exists(job_dir)) << job_dir;
+  int metadata_files = 0;
+  for (const auto& e : fs::directory_iterator(job_dir)) {
+    if (FileCheckpointStorage::checkpoint_id_of(e.path()) < 0 || !fs::exists(e.path() / kMetadataFileName)) continue;
+    ++metadata_files;
+    auto meta = FileCheckpointStorage::load_metadata(e.path());
+    ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+    EXPECT_EQ(meta->job_id, c.job_id());
+    std::map<std::string, std::set<int>> subtasks;
+    for (const auto& op : meta->operators) {
+      for (const auto& s : op.subtasks) {
+        subtasks[op.uid].insert(s.subtask);
+        EXPECT_TRUE(FileCheckpointStorage::verify_state_file(e.path(), s).ok()) << op.uid << " " << s.file;
+      }
+    }
+    std::string summary;
+    for (const auto& [uid, s] : subtasks)
+      summary += uid + ":" + std::to_string(s.size()) + " ";
+    std::cout << e.path().filename().string() << ": " << summary << "\n";
+    // The sink's 4 subtasks run on both TaskManagers: all 4 wrote their state into this checkpoint.
+    bool sink_complete = false;
+    for (const auto& [uid, s] : subtasks)
+      sink_complete = sink_complete || s.size() == static_cast<size_t>(kParallelism);
+    EXPECT_TRUE(sink_complete) << summary;
+    EXPECT_FALSE(meta->coordinator_state.empty()) << "no split enumerator state in " << e.path();
+  }
+  EXPECT_GE(metadata_files, 1);
+
+  // The committed output is the local run's (the files sink commits on NotifyCheckpointComplete).
+  const auto clustered = read_parts("cluster");
+  EXPECT_EQ(all_lines(clustered), all_lines(local)) << "the cluster's output differs from the local run's";
+  check_records(clustered, kCount);
+  for (ChildProcess* tm : {a, b})
+    EXPECT_EQ(tm->count("declining checkpoint"), 0) << tm->output();
+}
+
+TEST_F(ClusterCheckpointTest, LocalModeResumesFromACheckpointTheClusterTookExactlyOnce) {
+  // 100,000 records at 3,000/s: the JobManager is stopped (SIGTERM cancels the job) once part files were
+  // committed, long before the end; `sluice run` then resumes from the cluster's latest checkpoint and writes the rest.
+  constexpr int64_t kCount = 100'000;
+  ClusterHarness& c = cluster(pipeline("out", 4, kCount, 3'000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  c.start_taskmanager(2);
+  c.start_taskmanager(2);
+  // Some part files committed (on NotifyCheckpointComplete), then one more checkpoint: the one to resume from
+  // has both committed and pending output behind it.
+  ASSERT_TRUE(poll_until([&] { return !read_parts("out").empty(); }, kStart)) << jm->output();
+  const int before = jm->count("completed checkpoint ");
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") > before; }, kStart)) << jm->output();
+  jm->signal(SIGTERM);
+  ASSERT_TRUE(jm->wait_exit(30s).has_value());
+  auto latest = FileCheckpointStorage::resolve_restore_path((dir_ / "out-chk" / c.job_id()).string());
+  ASSERT_TRUE(latest.ok()) << latest.error().to_string();
+  auto meta = FileCheckpointStorage::load_metadata(*latest);
+  ASSERT_TRUE(meta.ok());
+  const size_t committed_by_cluster = all_lines(read_parts("out")).size();
+  std::cout << "the cluster committed " << committed_by_cluster << " records; resuming from " << latest->string()
+            << " in local mode\n";
+  ASSERT_GT(committed_by_cluster, 0u);
+  ASSERT_LT(committed_by_cluster, static_cast<size_t>(kCount));
+  harness_.reset();
+
+  // The same pipeline without the rate limit, from the cluster's checkpoint: local mode reads its `_metadata`
+  // and the state files both TaskManagers wrote, commits what the checkpoint had pending, and writes the rest.
+  const std::string file = pipeline("out", 4, kCount, 0);
+  ChildProcess run("run", {"run", file, "-D", "execution.state-recovery.path=" + latest->string()});
+  const std::optional<int> code = run.wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << run.output();
+  EXPECT_EQ(*code, 0) << run.output();
+  EXPECT_NE(run.output().find("starts from checkpoint " + std::to_string(meta->checkpoint_id)), std::string::npos)
+      << run.output();
+  // Cluster and local output together: every record exactly once, each key in order.
+  check_records(read_parts("out"), kCount);
+}
+
+}  // namespace
+}  // namespace sluice::testing::cluster
