@@ -14,6 +14,7 @@
 
 #include "sluice/api/job.h"
 #include "sluice/cluster/cluster_options.h"
+#include "sluice/cluster/ha/ha_options.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
 #include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
@@ -43,6 +44,7 @@ struct Prepared {
 
 std::optional<Prepared> prepare(const ClusterFlags& f) {
   Configuration engine;
+  Configuration high_availability;
   Prepared p;
   for (const auto& prop : f.props) {
     const auto eq = prop.find('=');
@@ -54,9 +56,25 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
     std::string value = prop.substr(eq + 1);
     if (is_cluster_option(key) || key == options::kTaskSlots.key) {
       p.cluster.set_string(std::move(key), std::move(value));
+    } else if (key.starts_with("high-availability.")) {
+      high_availability.set_string(std::move(key), std::move(value));
     } else {
       engine.set_string(std::move(key), std::move(value));
     }
+  }
+  // The HA services exist (cluster/ha/) but the JobManager does not use them yet: refuse the options rather than
+  // let a user believe a standby would take over (they used to be ignored with a warning).
+  Result<ha::HaOptions> ha_options = ha::HaOptions::from_configuration(high_availability);
+  if (!ha_options.ok()) {
+    fmt::print(stderr, "error: {}\n", ha_options.error().message());
+    return std::nullopt;
+  }
+  if (ha_options->enabled) {
+    fmt::print(stderr,
+               "error: high-availability.type: etcd is not supported by sluice jobmanager/taskmanager yet: the etcd "
+               "leader election and HA store exist, but the JobManager does not campaign, publish its address or keep "
+               "its checkpoint pointer in etcd yet (docs/high-availability.md, 'What is not done yet')\n");
+    return std::nullopt;
   }
   Result<pipeline::PipelineSpec> spec = pipeline::load_pipeline(f.file);
   if (!spec.ok()) {

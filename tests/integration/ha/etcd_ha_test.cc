@@ -308,6 +308,29 @@ TEST_F(EtcdHaTest, TheLeaderKeepsLeadingWhileOneEtcdMemberRestarts) {
   EXPECT_EQ(l->address, "jm-a:4");
 }
 
+// Until the JobManager uses the HA services, `sluice jobmanager` and `sluice taskmanager` refuse HA options instead
+// of ignoring them (a user must not believe a standby would take over); a bad HA option is named.
+TEST_F(EtcdHaTest, ClusterCommandsRefuseHighAvailabilityUntilItIsWired) {
+  const std::string pipeline = SLUICE_SOURCE_DIR "/examples/quickstart.yaml";
+  const std::vector<std::string> ha = {"-D", "high-availability.type=etcd", "-D",
+                                       "high-availability.etcd.endpoints=" + etcd->endpoints()};
+  std::vector<std::string> jm = {"jobmanager", pipeline, "--rpc-port", "0", "--rest-port", "-1"};
+  jm.insert(jm.end(), ha.begin(), ha.end());
+  auto r = sluice::testing::run_to_end(SLUICE_BINARY, jm);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("high-availability.type: etcd is not supported by sluice jobmanager/taskmanager yet"),
+            std::string::npos)
+      << r.err;
+  std::vector<std::string> tm = {"taskmanager", pipeline, "--jobmanager", "127.0.0.1:1"};
+  tm.insert(tm.end(), ha.begin(), ha.end());
+  r = sluice::testing::run_to_end(SLUICE_BINARY, tm);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  r = sluice::testing::run_to_end(SLUICE_BINARY, {"jobmanager", pipeline, "--rpc-port", "0", "--rest-port", "-1", "-D",
+                                                  "high-availability.type=zookeeper"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("high-availability.type: 'zookeeper' is not supported"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace sluice::ha
 
