@@ -192,7 +192,7 @@ function jobView(jobId) {
     </div>
     <h2>Job graph</h2>
     <div class="legend"><span style="--c:hsl(210,70%,88%)">idle</span><span style="--c:hsl(105,70%,74%)">busy 50 %</span>
-      <span style="--c:hsl(0,70%,60%)">busy 100 %</span><span style="--c:${BACKPRESSURED}">backpressured ≥ 50 %</span>
+      <span style="--c:hsl(0,70%,60%)">busy 100 %</span><span style="--c:${BACKPRESSURED}">backpressured ≥ 50 %</span><span style="--c:#dfe5ec">no task metrics (yet)</span>
       <span class="muted" style="--c:transparent">click a vertex for its subtasks</span></div>
     <svg id="graph" class="graph"></svg>
     <div id="subtasks"></div>

@@ -4,7 +4,6 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cctype>
