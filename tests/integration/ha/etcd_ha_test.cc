@@ -204,8 +204,8 @@ TEST_F(EtcdHaTest, WritesWithAFormerLeadersEpochAreFenced) {
 
 // Two contender processes: exactly one leads, and etcd publishes its address.
 TEST_F(EtcdHaTest, OneOfTwoContenderProcessesIsElected) {
-  auto a = contender("jm-a:1", 2);
-  auto b = contender("jm-b:1", 2);
+  auto a = contender("jm-a:1", 3);
+  auto b = contender("jm-b:1", 3);
   ASSERT_TRUE(poll_until([&] { return has_line(*a, "ELECTED") || has_line(*b, "ELECTED"); }, 30s))
       << a->err() << b->err();
   ChildProcess& winner = has_line(*a, "ELECTED") ? *a : *b;
@@ -219,7 +219,7 @@ TEST_F(EtcdHaTest, OneOfTwoContenderProcessesIsElected) {
 
 // kill -9 of the leader: the standby leads within TTL + 2 s and resumes after the leader's last pointer.
 TEST_F(EtcdHaTest, StandbyLeadsWithinTtlPlusTwoSecondsAfterTheLeaderIsKilled) {
-  constexpr int kTtl = 2;
+  constexpr int kTtl = 3;
   auto a = contender("jm-a:2", kTtl);
   ASSERT_TRUE(poll_until([&] { return last_applied(*a) >= 3; }, 30s)) << a->out() << a->err();
   auto b = contender("jm-b:2", kTtl);
@@ -255,7 +255,7 @@ TEST_F(EtcdHaTest, StandbyLeadsWithinTtlPlusTwoSecondsAfterTheLeaderIsKilled) {
 // A leader SIGSTOPped past its TTL wakes up still believing it leads: its next pointer write is refused by etcd
 // (fenced), it learns it lost leadership, and the pointer holds only the new leader's writes.
 TEST_F(EtcdHaTest, APausedLeaderThatWakesAfterItsTtlIsFenced) {
-  constexpr int kTtl = 2;
+  constexpr int kTtl = 3;
   auto a = contender("jm-a:3", kTtl);
   ASSERT_TRUE(poll_until([&] { return last_applied(*a) >= 3; }, 30s)) << a->out() << a->err();
   auto b = contender("jm-b:3", kTtl);
