@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cluster_command.h"
+#include "ha_command.h"
 #include "pipeline_command.h"
 #include "rest_client.h"
 #include "sluice/api/stream_environment.h"
@@ -375,6 +376,8 @@ int main(int argc, char** argv) {
   auto [jobmanager_cmd, taskmanager_cmd] = sluice::cli::add_cluster_commands(app, cluster_flags);
   sluice::cli::VerifyFlags verify_flags;
   auto* verify_cmd = sluice::cli::add_verify_command(app, verify_flags);
+  sluice::cli::HaFlags ha_flags;
+  auto* ha_status_cmd = sluice::cli::add_ha_command(app, ha_flags);
 
   auto* example = app.add_subcommand("example", "Run a bundled example job on the local mini-cluster");
   example->require_subcommand(1);
@@ -445,6 +448,7 @@ int main(int argc, char** argv) {
   }
   if (validate_cmd->parsed()) return sluice::cli::validate_pipeline(pipeline_flags);
   if (verify_cmd->parsed()) return sluice::cli::run_verify(verify_flags);
+  if (ha_status_cmd->parsed()) return sluice::cli::run_ha_status(ha_flags);
   if (run_cmd->parsed()) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const int rc = sluice::cli::run_pipeline(pipeline_flags, app.count("--log-level") > 0);

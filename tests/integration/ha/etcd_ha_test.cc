@@ -308,6 +308,34 @@ TEST_F(EtcdHaTest, TheLeaderKeepsLeadingWhileOneEtcdMemberRestarts) {
   EXPECT_EQ(l->address, "jm-a:4");
 }
 
+// `sluice ha status` prints the leader and what the HA store holds, as an operator reads it.
+TEST_F(EtcdHaTest, SluiceHaStatusPrintsTheLeaderAndTheStoredJobs) {
+  const HaKeys keys(cluster_id_);
+  EtcdHaStore store(*client_, keys);
+  auto none = sluice::testing::run_to_end(
+      SLUICE_BINARY, {"ha", "status", "--endpoints", etcd->endpoints(), "--cluster-id", cluster_id_});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(none.out, "leader: none\njobs: none\n");
+  EtcdLeaderElection e(*client_, LeaderElectionOptions{keys.leader(), "jm-a:6123", 5s, 50ms, {}});
+  auto epoch = e.campaign(10s);
+  ASSERT_TRUE(epoch.ok() && epoch->has_value());
+  ASSERT_TRUE(store.put_job(**epoch, HaJobRecord{"j7", "payments", "pipeline: {}", "pipeline"}, "RUNNING").ok());
+  ASSERT_TRUE(store.set_latest_checkpoint(**epoch, "j7", CheckpointPointer{12, "file:///c/j7/chk-12", 1, 0}).ok());
+  auto r = sluice::testing::run_to_end(SLUICE_BINARY,
+                                       {"ha", "status", "--endpoints", etcd->endpoints(), "--cluster-id", cluster_id_});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("leader: jm-a:6123 (epoch " + std::to_string((*epoch)->create_revision)), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("job j7 (payments): status RUNNING, latest checkpoint 12 at file:///c/j7/chk-12 (written by "
+                       "epoch " +
+                       std::to_string((*epoch)->create_revision) + ")"),
+            std::string::npos)
+      << r.out;
+  auto down = sluice::testing::run_to_end(SLUICE_BINARY, {"ha", "status", "--endpoints", "http://127.0.0.1:1"});
+  EXPECT_EQ(down.code, 2);
+  EXPECT_NE(down.err.find("no endpoint answered"), std::string::npos) << down.err;
+}
+
 // Until the JobManager uses the HA services, `sluice jobmanager` and `sluice taskmanager` refuse HA options instead
 // of ignoring them (a user must not believe a standby would take over); a bad HA option is named.
 TEST_F(EtcdHaTest, ClusterCommandsRefuseHighAvailabilityUntilItIsWired) {
