@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "cluster/cluster_harness.h"
@@ -51,7 +52,8 @@ class ClusterJobTest : public ::testing::Test {
 
   /// datagen (`count` charges on kEntities entities; 0 = unbounded at `rate`/s) -> transform keyed by the
   /// charge id -> files in <dir>/<out>, at `parallelism`, without checkpoints.
-  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate = 0) {
+  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate = 0,
+                       const std::string& sink_extra = "") {
     const fs::path path = dir_ / (out + ".yaml");
     std::ofstream f(path);
     f << "pipeline:\n  name: cluster-job-test\n  parallelism: " << parallelism << "\n"
@@ -60,7 +62,8 @@ class ClusterJobTest : public ::testing::Test {
       << ", seed: 7 }\n"
       << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
       << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
-      << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / out).string() << "\"\n";
+      << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / out).string() << "\"\n"
+      << sink_extra;
     return path.string();
   }
 
@@ -252,6 +255,95 @@ TEST_F(ClusterJobTest, AKilledTaskManagerFailsTheJobAndTheOtherTaskManagersTasks
   EXPECT_TRUE(poll_until([&] { return survivor->count("lost") > 0 || survivor->count("cancelling") > 0; }, 30s))
       << survivor->output();
   EXPECT_FALSE(survivor->exited());
+}
+
+/// The numbers of a TaskManager's "attempt N ended: network buffers: ..." line (DeployedTasks::data_plane_summary).
+struct DataPlaneEnd {
+  int64_t pool = 0, segment = 0, allocated = 0, peak_in_flight = 0;
+  int64_t senders = 0, sender_buffers = 0, credit_received = 0, sent = 0;
+  int64_t inputs = 0, exclusive = 0, credit_announced = 0, received = 0, peak_held = 0;
+  std::map<std::string, std::pair<int64_t, int64_t>> backpressured;  // task -> (backpressured ms, run ms)
+};
+
+std::optional<DataPlaneEnd> data_plane_end(ChildProcess& tm) {
+  const auto m = tm.await_line(
+      std::regex(
+          R"(attempt 0 ended: network buffers: pool of (\d+) x (\d+) bytes, (\d+) allocated, peak in flight )"
+          R"((\d+); remote output channels (\d+): (\d+) own buffers, credit received (\d+), buffers sent (\d+); )"
+          R"(remote input channels (\d+): (\d+) exclusive buffers, credit announced (\d+), buffers received )"
+          R"((\d+), peak held by one channel (\d+)(.*))"),
+      kFinish);
+  if (!m) return std::nullopt;
+  const auto& g = *m;
+  DataPlaneEnd d{std::stoll(g[1]),  std::stoll(g[2]),
+                 std::stoll(g[3]),  std::stoll(g[4]),
+                 std::stoll(g[5]),  std::stoll(g[6]),
+                 std::stoll(g[7]),  std::stoll(g[8]),
+                 std::stoll(g[9]),  std::stoll(g[10]),
+                 std::stoll(g[11]), std::stoll(g[12]),
+                 std::stoll(g[13]), {}};
+  const std::regex task(R"(; task '([^']*)' \((\d+)/\d+\) backpressured (\d+) ms of (\d+) ms)");
+  const std::string rest = g[14];
+  for (auto it = std::sregex_iterator(rest.begin(), rest.end(), task); it != std::sregex_iterator(); ++it)
+    d.backpressured[(*it)[1].str() + "/" + (*it)[2].str()] = {std::stoll((*it)[3]), std::stoll((*it)[4])};
+  return d;
+}
+
+TEST_F(ClusterJobTest, ASlowSinkAcrossTheNetworkSlowsTheSourceWithinTheNetworkMemory) {
+  // Parallelism 2 on two TaskManagers of one slot: the first holds the source and sink subtask 0, the second
+  // sink subtask 1, so half the keyed records cross TCP to a sink that takes 1 ms per record. 8,000 records
+  // (about 1 MB) are far more than the buffers in flight can hold (4 per channel of 32 KiB), so the source
+  // must wait for credit most of its run, and no side may hold more buffers than its pool.
+  constexpr int64_t kCount = 8'000;
+  const int64_t network_max = 8LL << 20;
+  ClusterHarness& c =
+      cluster(pipeline("out", 2, kCount, 0, "    throttle: 1ms\n"), {"taskmanager.memory.network.max=8mb"});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* a = c.start_taskmanager(1);
+  ChildProcess* b = c.start_taskmanager(1);
+  const std::optional<int> code = jm->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the job did not finish";
+  ASSERT_EQ(*code, 0) << jm->output();
+  check_records(read_parts("out"), kCount);  // nothing lost, nothing twice, per key in order
+
+  const auto ea = data_plane_end(*a);
+  const auto eb = data_plane_end(*b);
+  ASSERT_TRUE(ea.has_value() && eb.has_value()) << c.logs();
+  // The source's task (its chain "Source: datagen -> Transform", subtask 1).
+  auto source_of = [](const DataPlaneEnd& d) {
+    for (const auto& [task, bp] : d.backpressured) {
+      if (task.starts_with("Source: datagen")) return std::optional<std::pair<int64_t, int64_t>>(bp);
+    }
+    return std::optional<std::pair<int64_t, int64_t>>();
+  };
+  const DataPlaneEnd& src = source_of(*ea) ? *ea : *eb;
+  const DataPlaneEnd& dst = &src == &*ea ? *eb : *ea;
+  ASSERT_TRUE(source_of(src).has_value()) << c.logs();
+  for (const DataPlaneEnd* d : {&src, &dst}) {
+    // Memory: never more buffers in flight than the pool, whose bytes are within the configured bound.
+    EXPECT_GT(d->peak_in_flight, 0);
+    EXPECT_LE(d->peak_in_flight, d->pool);
+    EXPECT_LE(d->allocated, d->pool);
+    EXPECT_LE(d->pool * d->segment, network_max);
+  }
+  // Credit: the sender wrote only against credit; the receiver never held more than a channel's exclusive
+  // buffers (no floating buffers in cluster mode), and everything sent arrived.
+  EXPECT_EQ(src.senders, 1);
+  EXPECT_EQ(dst.inputs, 1);
+  EXPECT_LE(src.sent, src.credit_received);
+  EXPECT_LE(dst.received, dst.credit_announced);
+  EXPECT_EQ(dst.received, src.sent);
+  EXPECT_LE(dst.peak_held, dst.exclusive);
+  // Far more buffers crossed than fit in flight at once: the exchange ran on returned credit.
+  EXPECT_GT(src.sent, 4 * src.sender_buffers) << "too few buffers crossed to show flow control";
+  // The source slowed down: it spent most of its run waiting for credit.
+  const auto [bp_ms, run_ms] = *source_of(src);
+  std::cout << "source backpressured " << bp_ms << " ms of " << run_ms << " ms; " << src.sent
+            << " buffers sent on credit " << src.credit_received << "; peak in flight " << src.peak_in_flight << "/"
+            << src.pool << " (sender side), " << dst.peak_in_flight << "/" << dst.pool << " (receiver side)\n";
+  EXPECT_GE(run_ms, kCount / 2 / 2) << "the source ran at the sinks' pace (1 ms per record per sink subtask)";
+  EXPECT_GE(bp_ms * 2, run_ms) << "the source was not held back by the slow sinks";
 }
 
 /// Size and content of every file under dir (hidden in-progress files too), by relative path.

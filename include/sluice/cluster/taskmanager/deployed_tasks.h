@@ -96,6 +96,11 @@ class DeployedTasks final : private TaskListener {
   /// Tasks that have not terminated yet.
   size_t running() const { return tasks_.size() - terminated_.load(); }
 
+  /// The data plane's counters of this attempt, logged when its last task ends (the backpressure test reads
+  /// them): the buffer pool's cap and peak in flight, the remote channels' credit and buffers, and how long each
+  /// task was blocked without output credit. Thread-safe; final once every task ended.
+  std::string data_plane_summary() const;
+
  private:
   DeployedTasks(int attempt, Listener listener) : attempt_(attempt), listener_(std::move(listener)) {}
   void on_task_terminated(Task& task, TaskState state, const std::optional<Error>& error) override;
@@ -104,6 +109,7 @@ class DeployedTasks final : private TaskListener {
 
   const int attempt_;
   Listener listener_;
+  NetworkBufferPool* pool_ = nullptr;
   std::atomic<size_t> terminated_{0};
   // Declaration order is teardown order reversed: tasks go first (their input processors recycle held
   // buffers into the channels), then the coordinators, then the channels.

@@ -68,6 +68,7 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   const Configuration& config = graph.config();
   const int credits = config.get(options::kBuffersPerChannel);
   std::unique_ptr<DeployedTasks> d(new DeployedTasks(spec.attempt, std::move(listener)));
+  d->pool_ = &pool;
   auto here = [&](int vertex, int subtask) {
     return spec.peer_of[static_cast<size_t>(vertex)][static_cast<size_t>(subtask)] == spec.self;
   };
@@ -191,7 +192,10 @@ void DeployedTasks::on_task_terminated(Task& task, TaskState state, const std::o
     std::lock_guard lock(mu_);
     exited_.insert(&task);
   }
-  terminated_.fetch_add(1);
+  // The last task's end: every counter is final (the remote channels' are kept by the I/O thread, which still
+  // runs, but a channel whose producer and consumer ended moves no more buffers).
+  if (terminated_.fetch_add(1) + 1 == tasks_.size())
+    spdlog::info("attempt {} ended: {}", attempt_, data_plane_summary());
   if (listener_.on_end) {
     listener_.on_end(TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, state, error});
   }
@@ -265,6 +269,46 @@ void DeployedTasks::notify_checkpoint_aborted(int64_t checkpoint_id) {
   for (auto& t : tasks_) {
     if (exited_.count(t.get()) == 0) t->notify_checkpoint_aborted(checkpoint_id);
   }
+}
+
+std::string DeployedTasks::data_plane_summary() const {
+  std::string out =
+      fmt::format("network buffers: pool of {} x {} bytes, {} allocated, peak in flight {}", pool_->max_buffers(),
+                  pool_->segment_size(), pool_->allocated(), pool_->peak_in_flight());
+  net::RemoteChannelSender::Stats out_total;
+  for (const auto& s : remote_senders_) {
+    const auto st = s->stats();
+    out_total.credit_received += st.credit_received;
+    out_total.buffers_sent += st.buffers_sent;
+    out_total.buffers += st.buffers;
+  }
+  out += fmt::format("; remote output channels {}: {} own buffers, credit received {}, buffers sent {}",
+                     remote_senders_.size(), out_total.buffers, out_total.credit_received, out_total.buffers_sent);
+  int64_t announced = 0;
+  int64_t received = 0;
+  int64_t peak_held = 0;
+  int64_t exclusive = 0;
+  for (const auto& r : remote_inputs_) {
+    const auto st = r->stats();
+    announced += st.credit_announced;
+    received += st.buffers_received;
+    peak_held = std::max(peak_held, st.peak_held);
+    exclusive += st.exclusive;
+  }
+  out += fmt::format(
+      "; remote input channels {}: {} exclusive buffers, credit announced {}, buffers received {}, peak held by one "
+      "channel {}",
+      remote_inputs_.size(), exclusive, announced, received, peak_held);
+  for (const auto& t : tasks_) {
+    const TaskIoMetrics& m = t->io_metrics();
+    const int64_t start = m.start_ns.load(std::memory_order_relaxed);
+    const int64_t end = m.end_ns.load(std::memory_order_relaxed);
+    out += fmt::format("; task '{}' ({}/{}) backpressured {} ms of {} ms", t->options().vertex_name,
+                       t->options().subtask_index + 1, t->options().parallelism,
+                       m.backpressured_ns.load(std::memory_order_relaxed) / 1'000'000,
+                       end > start && start > 0 ? (end - start) / 1'000'000 : 0);
+  }
+  return out;
 }
 
 void DeployedTasks::cancel() {
