@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -234,6 +235,18 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     rest->register_job(name, client, operators_of(p->runner->stream_graph()),
                        [m = master.get()] { return m->status_message(); });
     rest->set_plan(client.job_id(), job_plan_of(p->runner->stream_graph()));
+    rest->serve_subtask_locations(client.job_id(), [&jm, m = master.get()] {
+      std::map<std::string, std::string> address;  // resource id -> RPC address of the registered ones
+      for (const auto& t : jm.task_managers())
+        address[t.resource_id] = t.rpc_address;
+      std::vector<RestSubtaskLocation> out;
+      for (const SubtaskLocation& l : m->placement()) {
+        auto it = address.find(l.task_manager);
+        out.push_back(RestSubtaskLocation{l.vertex, l.subtask, l.task_manager,
+                                          it == address.end() ? std::string() : it->second, l.slot});
+      }
+      return out;
+    });
     rest->serve_task_managers([&jm] {
       std::vector<RestTaskManagerInfo> out;
       for (const auto& t : jm.task_managers()) {

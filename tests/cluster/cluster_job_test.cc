@@ -377,6 +377,49 @@ TEST_F(ClusterJobTest, AStoppedTaskManagerIsDeclaredLostAndItsStaleTasksWriteNot
   const std::string victim_id = std::regex_replace((*id_line)[1], std::regex(R"([.])"), R"(\.)");
   ASSERT_TRUE(poll_until([&] { return read_parts("out").size() == 4; }, kStart)) << "every sink subtask writes";
 
+  // The REST API: GET /taskmanagers (Flink's shape) and each subtask's TaskManager in
+  // GET /jobs/:id/vertices/:vid (vertex 0: the source at parallelism 1, vertex 1: the sink at 4).
+  const std::string victim_raw = (*id_line)[1];
+  // freeSlots comes with each TaskManager's next heartbeat after its deployment.
+  ASSERT_TRUE(c.await_task_managers(
+      [](const std::vector<Value>& t) {
+        return t.size() == 2 && num(t[0], "freeSlots") == 0 && num(t[1], "freeSlots") == 0;
+      },
+      30s))
+      << "both slots of each TaskManager run tasks";
+  const std::vector<Value> tms = c.task_managers();
+  ASSERT_EQ(tms.size(), 2u);
+  std::map<std::string, std::string> path_of;
+  for (const Value& t : tms) {
+    EXPECT_EQ(num(t, "slotsNumber"), 2);
+    EXPECT_GT(num(t, "timeSinceLastHeartbeat"), 0);
+    EXPECT_LT(num(t, "ms-since-last-heartbeat"), 3000);
+    EXPECT_FALSE(str(t, "path").empty());
+    EXPECT_FALSE(str(t, "data-address").empty());
+    path_of[str(t, "id")] = str(t, "path");
+  }
+  ASSERT_TRUE(path_of.count(victim_raw)) << victim_raw;
+  const auto source = c.get("/jobs/" + c.job_id() + "/vertices/0");
+  const auto sink = c.get("/jobs/" + c.job_id() + "/vertices/1");
+  ASSERT_TRUE(source.has_value() && sink.has_value());
+  const Value* source_subtasks = source->find("subtasks");
+  const Value* sink_subtasks = sink->find("subtasks");
+  ASSERT_TRUE(source_subtasks != nullptr && sink_subtasks != nullptr);
+  ASSERT_EQ(source_subtasks->as_array().size(), 1u);
+  EXPECT_EQ(str(source_subtasks->as_array()[0], "taskmanager-id"), victim_raw);
+  EXPECT_EQ(str(source_subtasks->as_array()[0], "host"), path_of[victim_raw]);
+  ASSERT_EQ(sink_subtasks->as_array().size(), 4u);
+  std::map<std::string, std::set<int64_t>> slots;  // TaskManager -> slots of the sink's subtasks
+  for (const Value& st : sink_subtasks->as_array()) {
+    EXPECT_EQ(str(st, "host"), path_of[str(st, "taskmanager-id")]);
+    slots[str(st, "taskmanager-id")].insert(num(st, "slot"));
+  }
+  EXPECT_EQ(slots.size(), 2u) << "the sink's subtasks run on both TaskManagers";
+  for (const auto& [tm, s] : slots)
+    EXPECT_EQ(s, (std::set<int64_t>{0, 1})) << tm;
+  EXPECT_EQ(str(sink_subtasks->as_array()[0], "taskmanager-id"), victim_raw) << "slot sharing: sink 0 with the source";
+  EXPECT_FALSE(c.get("/jobs/" + c.job_id() + "/vertices/7").has_value()) << "no such vertex: 404";
+
   victim->signal(SIGSTOP);
   const auto stopped = Clock::now();
   // The JobManager declares it lost after heartbeat.timeout and its tasks are cancelled with that reason.

@@ -87,6 +87,15 @@ struct RestTaskManagerInfo {
   int64_t last_heartbeat_ms = 0;  ///< ms since the epoch
 };
 
+/// Where one subtask of a job vertex runs in a cluster, for GET /jobs/:id/vertices/:vid.
+struct RestSubtaskLocation {
+  int vertex_id = 0;  ///< JobVertex::id (the plan's node id)
+  int subtask = 0;
+  std::string task_manager_id;  ///< the TaskManager's resource id
+  std::string address;          ///< host:port of its RPC service ("" when it is no longer registered)
+  int slot = 0;                 ///< slot index in that TaskManager
+};
+
 /// The REST API of the jobs of one process. Thread-safe (see the file comment).
 class RestServer {
  public:
@@ -122,6 +131,11 @@ class RestServer {
   /// Serves `plan` (job_plan_of() of the job's graph) as "plan" in GET /jobs/:id, Flink's shape, so the web UI
   /// draws the job graph. Unknown job ids are ignored (the job was never registered).
   void set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan);
+
+  /// Serves where each subtask of `job_id` runs (a cluster's JobManager: JobMaster::placement()) in GET
+  /// /jobs/:id/vertices/:vid's "subtasks" (taskmanager-id, host, slot). `provider` is called on HTTP threads
+  /// (thread-safe); it returns nothing before deployment. Unknown job ids are ignored.
+  void serve_subtask_locations(const std::string& job_id, std::function<std::vector<RestSubtaskLocation>()> provider);
 
   /// Builds `env`'s job, starts it (execute_async) and registers it under `name` with its operators: a user's
   /// C++ job served as `sluice run` serves a pipeline. Errors: as StreamEnvironment::execute_async (thrown).

@@ -102,9 +102,10 @@ struct JobEntry {
   JobClient client;
   std::vector<OperatorStats> operators;
   int64_t start_time_ms = 0;
-  std::map<std::string, Operation> operations;  // by request id
-  std::function<std::string()> status_message;  // what the job waits for; empty when nothing
-  std::vector<RestPlanVertex> plan;             // guarded by RestServer::Impl::mu_
+  std::map<std::string, Operation> operations;                  // by request id
+  std::function<std::string()> status_message;                  // what the job waits for; empty when nothing
+  std::vector<RestPlanVertex> plan;                             // guarded by RestServer::Impl::mu_
+  std::function<std::vector<RestSubtaskLocation>()> locations;  // guarded by mu_; cluster mode only
 };
 
 /// What `/` answers when the UI's files were not found: the REST API works, the page says how to get the UI.
@@ -296,6 +297,11 @@ class RestServer::Impl {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) it->second->plan = std::move(plan);
+  }
+  void serve_subtask_locations(const std::string& job_id, std::function<std::vector<RestSubtaskLocation>()> provider) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) it->second->locations = std::move(provider);
   }
 
  private:
@@ -597,6 +603,51 @@ class RestServer::Impl {
       auto job = job_or_404(req, res);
       if (!job) return;
       reply(res, 200, job_details(*job));
+    });
+
+    // Flink's GET /jobs/:jobid/vertices/:vertexid (JobVertexDetailsInfo): the vertex of the plan and its
+    // subtasks; in a cluster each subtask names the TaskManager (resource id, RPC address) and slot it runs in.
+    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const std::string vid = req.matches[2];
+      std::vector<RestPlanVertex> plan;
+      std::function<std::vector<RestSubtaskLocation>()> locations;
+      {
+        std::lock_guard lock(mu_);
+        plan = job->plan;
+        locations = job->locations;
+      }
+      const RestPlanVertex* vertex = nullptr;
+      for (const auto& v : plan) {
+        if (std::to_string(v.id) == vid) vertex = &v;
+      }
+      if (vertex == nullptr) {
+        reply_error(res, 404,
+                    fmt::format("job '{}' has no vertex '{}' (the ids are the \"nodes\" of GET /jobs/{}'s \"plan\")",
+                                job->client.job_id(), vid, job->client.job_id()));
+        return;
+      }
+      std::vector<RestSubtaskLocation> where = locations ? locations() : std::vector<RestSubtaskLocation>{};
+      Value subtasks = Value::array();
+      for (int i = 0; i < vertex->parallelism; ++i) {
+        Value st = Value::object({{"subtask", i}});
+        for (const auto& l : where) {
+          if (l.vertex_id != vertex->id || l.subtask != i) continue;
+          st.set("taskmanager-id", l.task_manager_id);
+          st.set("host", l.address);
+          st.set("endpoint", l.address);
+          st.set("slot", l.slot);
+        }
+        subtasks.push_back(std::move(st));
+      }
+      reply(res, 200,
+            Value::object({{"id", vid},
+                           {"name", vertex->name},
+                           {"parallelism", vertex->parallelism},
+                           {"maxParallelism", vertex->parallelism},
+                           {"now", now_ms()},
+                           {"subtasks", std::move(subtasks)}}));
     });
 
     server_.Patch(
@@ -914,6 +965,11 @@ void RestServer::register_job(std::string name, JobClient client, std::vector<Op
 }
 void RestServer::set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan) {
   impl_->set_plan(job_id, std::move(plan));
+}
+
+void RestServer::serve_subtask_locations(const std::string& job_id,
+                                         std::function<std::vector<RestSubtaskLocation>()> provider) {
+  impl_->serve_subtask_locations(job_id, std::move(provider));
 }
 JobClient RestServer::execute(StreamEnvironment& env, std::string name) {
   std::vector<OperatorStats> operators = operators_of(env.stream_graph());
