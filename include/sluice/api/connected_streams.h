@@ -6,57 +6,11 @@
 #include <string>
 #include <utility>
 
+#include "sluice/api/co_process_functions.h"
 #include "sluice/api/data_stream.h"
+#include "sluice/operators/co_process_operator.h"
 
 namespace sluice {
-
-/// Processes the elements of two inputs; both calls run on the same task thread, never concurrently.
-template <class In1, class In2, class Out>
-class CoProcessFunction : public RichFunction {
- public:
-  using OutputType = Out;
-  /// Same context as ProcessFunction's: timestamp, watermark, side outputs.
-  using Context = typename ProcessFunction<In1, Out>::Context;
-  virtual void process_element1(const In1& value, Context& ctx, Collector<Out>& out) = 0;
-  virtual void process_element2(const In2& value, Context& ctx, Collector<Out>& out) = 0;
-};
-
-/// Runs a CoProcessFunction (Flink's CoProcessOperator).
-template <class In1, class In2, class Out, class P>
-class CoProcessOperator final : public TwoInputOperator<In1, In2>, OutputOf<Out> {
- public:
-  explicit CoProcessOperator(P fn) : fn_(std::move(fn)), context_(this) {}
-  void open() override {
-    fn_.open(*this->ctx_);
-    collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
-  }
-  void close() override { fn_.close(); }
-  void process_element1(In1&& record, TimestampMs ts) override {
-    prepare(ts);
-    call_user_function(this->name(), [&] { fn_.process_element1(std::as_const(record), context_, collector_); });
-  }
-  void process_element2(In2&& record, TimestampMs ts) override {
-    prepare(ts);
-    call_user_function(this->name(), [&] { fn_.process_element2(std::as_const(record), context_, collector_); });
-  }
-
- private:
-  void prepare(TimestampMs ts) {
-    collector_.set_timestamp(ts);
-    context_.ts = ts;
-  }
-  struct Ctx final : ProcessFunction<In1, Out>::Context {
-    explicit Ctx(CoProcessOperator* o) : op(o) {}
-    TimestampMs timestamp() const override { return ts; }
-    TimestampMs current_watermark() const override { return op->current_watermark(); }
-    void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }
-    CoProcessOperator* op;
-    TimestampMs ts = kNoTimestamp;
-  };
-  P fn_;
-  Ctx context_;
-  detail::TimestampedCollector<Out> collector_;
-};
 
 /// Two streams connected for a two-input operator.
 template <class T1, class T2>

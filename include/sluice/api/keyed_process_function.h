@@ -3,10 +3,11 @@
 #pragma once
 
 #include "sluice/api/functions.h"
-#include "sluice/state/keyed_state_store.h"
-#include "sluice/state/timer_service.h"
 
 namespace sluice {
+
+template <class K>
+class KeyedStateStore;  // state/keyed_state_store.h, included by the keyed operators that set it
 
 /// Registers and deletes timers for the current key (Flink's TimerService). Timers are deduplicated per key
 /// and timestamp and fire once, on the task thread, in timestamp order.

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "sluice/api/functions.h"
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/core/error.h"
-#include "sluice/state/keyed_state_snapshot.h"
 
 namespace sluice {
 

@@ -11,7 +11,7 @@
 #include "sluice/api/data_stream.h"
 #include "sluice/api/job.h"
 #include "sluice/api/joins.h"
-#include "sluice/api/source_operator.h"
+#include "sluice/operators/source_operator.h"
 #include "sluice/api/windowed_stream.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/config.h"

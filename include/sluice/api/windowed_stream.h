@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "sluice/api/data_stream.h"
-#include "sluice/api/window_operator.h"
+#include "sluice/operators/window_operator.h"
 
 namespace sluice {
 

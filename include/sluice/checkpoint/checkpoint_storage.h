@@ -29,9 +29,9 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/core/error.h"
-#include "sluice/state/keyed_state_snapshot.h"
 
 namespace sluice {
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "sluice/api/operator.h"
-#include "sluice/api/source_operator.h"
 #include "sluice/core/clock.h"
+#include "sluice/operators/source_operator.h"
 #include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/input_processor.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/state/keyed_state_snapshot.h"
+#include "sluice/api/keyed_state_snapshot.h"
 
 namespace sluice {
 

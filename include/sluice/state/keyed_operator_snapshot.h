@@ -20,11 +20,11 @@
 #include <string_view>
 #include <utility>
 
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
-#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {

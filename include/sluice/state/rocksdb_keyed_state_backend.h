@@ -42,13 +42,13 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_keyed_state_backend.h"
-#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/rocksdb_instance.h"
 #include "sluice/state/state.h"
 

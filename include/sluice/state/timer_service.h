@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
@@ -46,7 +47,6 @@
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_keyed_state_backend.h"
 #include "sluice/state/heap_state.h"
-#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/state.h"
 
 namespace sluice {

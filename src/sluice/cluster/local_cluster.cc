@@ -15,7 +15,6 @@
 #include <set>
 #include <thread>
 
-#include "sluice/api/source_operator.h"
 #include "sluice/checkpoint/checkpoint_coordinator.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/state_assignment.h"
@@ -24,6 +23,7 @@
 #include "sluice/cluster/task_deployment.h"
 #include "sluice/core/redact.h"
 #include "sluice/graph/job_graph.h"
+#include "sluice/operators/source_operator.h"
 #include "sluice/runtime/buffer_pool.h"
 #include "sluice/runtime/channel.h"
 #include "sluice/runtime/task.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "sluice/api/source_operator.h"
+#include "sluice/operators/source_operator.h"
 
 namespace sluice {
 

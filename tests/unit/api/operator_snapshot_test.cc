@@ -15,16 +15,16 @@
 #include <vector>
 
 #include "sluice/api/joins.h"
-#include "sluice/api/keyed_operators.h"
-#include "sluice/api/operators.h"
-#include "sluice/api/window_operator.h"
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/api/windowing.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
+#include "sluice/operators/keyed_operators.h"
+#include "sluice/operators/operators.h"
+#include "sluice/operators/window_operator.h"
 #include "sluice/runtime/task.h"
-#include "sluice/state/keyed_state_snapshot.h"
 
 namespace sluice {
 namespace {

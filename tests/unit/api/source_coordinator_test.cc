@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "sluice/api/source.h"
-#include "sluice/api/source_operator.h"
+#include "sluice/operators/source_operator.h"
 
 namespace sluice {
 namespace {

@@ -17,10 +17,10 @@
 
 #include "sluice/api/data_stream.h"
 #include "sluice/api/sink.h"
-#include "sluice/api/sink_operator.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/fault_points.h"
+#include "sluice/operators/sink_operator.h"
 #include "sluice/state/operator_state.h"
 
 namespace sluice {

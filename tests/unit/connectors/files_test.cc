@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "sluice/api/sink_operator.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/print.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/fault_points.h"
+#include "sluice/operators/sink_operator.h"
 #include "sluice/state/operator_state.h"
 #include "test_util/collect_sink.h"
 

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "sluice/api/source_operator.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
 #include "sluice/core/clock.h"
+#include "sluice/operators/source_operator.h"
 
 namespace sluice {
 namespace {

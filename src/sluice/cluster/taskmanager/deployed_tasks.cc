@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "sluice/api/source_operator.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/core/config.h"
+#include "sluice/operators/source_operator.h"
 
 namespace sluice {
 

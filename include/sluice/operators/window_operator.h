@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
-#include "sluice/api/keyed_operators.h"
-#include "sluice/api/operators.h"
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/api/windowing.h"
+#include "sluice/operators/keyed_operators.h"
+#include "sluice/operators/operators.h"
 #include "sluice/state/heap_keyed_state_backend.h"
-#include "sluice/state/keyed_state_snapshot.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {

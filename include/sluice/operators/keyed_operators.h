@@ -13,12 +13,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "sluice/api/keyed_process_function.h"  // also KeyedStateStore (state/keyed_state_store.h)
-#include "sluice/api/operators.h"
+#include "sluice/api/keyed_process_function.h"
+#include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/core/key_group.h"
+#include "sluice/operators/operators.h"
 #include "sluice/state/heap_keyed_state_backend.h"
 #include "sluice/state/keyed_operator_snapshot.h"
-#include "sluice/state/keyed_state_snapshot.h"
+#include "sluice/state/keyed_state_store.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {
