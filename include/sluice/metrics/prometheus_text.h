@@ -33,6 +33,13 @@ struct ParsedExposition {
   std::optional<double> sum(std::string_view name, const std::map<std::string, std::string>& match = {}) const;
 };
 
+/// Appends `value` escaped as a label value of the text format 0.0.4 (backslash, double quote and line feed
+/// become \\, \" and \n; every other byte is kept). The one escaping of every /metrics writer (the registry,
+/// `sluice run`'s sluice_* families, the REST server's job metrics). Pure; any thread.
+void append_escaped_label_value(std::string& out, std::string_view value);
+/// The same, as a new string.
+[[nodiscard]] std::string escape_label_value(std::string_view value);
+
 /// Parses `text` strictly: metric and label names must be valid, label values properly quoted and escaped,
 /// values numbers (or NaN, +Inf, -Inf), a family's TYPE must come before its samples and appear once, and no
 /// series (name and labels) may repeat. Errors: kSerialization naming the line and what is wrong with it.

@@ -5,27 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sluice/metrics/prometheus_text.h"
+
 namespace sluice::metrics {
 namespace {
-
-// A label value escaped for the exposition format: backslash, double quote and newline.
-void append_escaped(std::string& out, std::string_view v) {
-  for (char c : v) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-}
 
 void append_help(std::string& out, std::string_view v) {
   for (char c : v) {
@@ -63,7 +46,7 @@ void append_labels(std::string& out, const Labels& labels, const char* extra_nam
     first = false;
     out += k;
     out += "=\"";
-    append_escaped(out, v);
+    append_escaped_label_value(out, v);
     out += '"';
   }
   if (extra_name != nullptr) {

@@ -46,6 +46,31 @@ std::string family_of(const std::string& name, const std::map<std::string, std::
 
 }  // namespace
 
+void append_escaped_label_value(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+std::string escape_label_value(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  append_escaped_label_value(out, value);
+  return out;
+}
+
 std::vector<const ParsedSample*> ParsedExposition::find(std::string_view name,
                                                         const std::map<std::string, std::string>& match) const {
   std::vector<const ParsedSample*> out;

@@ -26,6 +26,7 @@
 #include "sluice/connectors/files.h"
 #include "sluice/metrics/job_metrics.h"
 #include "sluice/metrics/metric_registry.h"
+#include "sluice/metrics/prometheus_text.h"
 
 namespace sluice::pipeline {
 
@@ -50,23 +51,6 @@ constexpr const char* kStoppedMarker = "_stopped";
 
 std::string storage_path(const std::string& storage) {
   return storage.starts_with("file://") ? storage.substr(7) : storage;
-}
-
-// Escapes a Prometheus label value (text format 0.0.4: backslash, double quote and newline).
-std::string label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\' || c == '"') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
 }
 
 // A job directory's name: the 32 lowercase hex digits of a job id (local_cluster.cc). Savepoints
@@ -507,7 +491,7 @@ std::string PipelineRunner::metrics_text() const {
     std::lock_guard lock(s_->mu);
     c = s_->client;
   }
-  const std::string job = label(s_->spec.pipeline.name);
+  const std::string job = metrics::escape_label_value(s_->spec.pipeline.name);
   std::string out;
   auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -521,19 +505,19 @@ std::string PipelineRunner::metrics_text() const {
     family("sluice_operator_records_in_total", "counter", "Records an operator received, over its subtasks.");
     for (const auto& o : ops) {
       out += fmt::format("sluice_operator_records_in_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", job,
-                         label(o.name), label(o.uid), o.records_in);
+                         metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_in);
     }
     family("sluice_operator_records_out_total", "counter", "Records an operator emitted, over its subtasks.");
     for (const auto& o : ops) {
       out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", job,
-                         label(o.name), label(o.uid), o.records_out);
+                         metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_out);
     }
     family("sluice_sink_dead_letters_total", "counter",
            "Records a sink refused and wrote to its dead-letter file (too large for Kafka, failed bulk items, rows "
            "Postgres refuses).");
     for (const auto& d : s_->sink_dead_letters) {
-      out +=
-          fmt::format("sluice_sink_dead_letters_total{{job=\"{}\",sink=\"{}\"}} {}\n", job, label(d.sink), d.count());
+      out += fmt::format("sluice_sink_dead_letters_total{{job=\"{}\",sink=\"{}\"}} {}\n", job,
+                         metrics::escape_label_value(d.sink), d.count());
     }
     family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
     out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", job, c->restarts());
@@ -609,12 +593,13 @@ std::string PipelineRunner::metrics_text() const {
           "Tombstones (null values) Kafka sinks wrote after delete events (tombstones-on-delete).",
           k.tombstones.load());
   family("sluice_source_lag_ms", "gauge", "Now minus the source timestamp of the latest change (-1 unknown).");
-  out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", job, label(s_->probe.type),
-                     s_->probe.lag_ms(wall_ms()));
+  out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", job,
+                     metrics::escape_label_value(s_->probe.type), s_->probe.lag_ms(wall_ms()));
   if (s_->probe.gauges) {
     for (const auto& [name, v] : s_->probe.gauges()) {
       family(name, "gauge", "Reported by the source connector.");
-      out += fmt::format("{}{{job=\"{}\",source=\"{}\"}} {}\n", name, job, label(s_->probe.type), v);
+      out +=
+          fmt::format("{}{{job=\"{}\",source=\"{}\"}} {}\n", name, job, metrics::escape_label_value(s_->probe.type), v);
     }
   }
   out += s_->registry.prometheus_text();

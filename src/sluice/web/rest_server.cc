@@ -21,6 +21,7 @@
 #include "sluice/core/redact.h"
 #include "sluice/core/value.h"
 #include "sluice/graph/job_graph.h"
+#include "sluice/metrics/prometheus_text.h"
 #include "sluice/web/job_health.h"
 
 namespace sluice {
@@ -122,23 +123,6 @@ by the CMake build when Node.js and npm are present (<code>npm ci &amp;&amp; npm
 See docs/operations.md, "Web UI".</p>
 </body></html>
 )";
-
-// Escapes a Prometheus label value (text format 0.0.4: backslash, double quote and newline).
-std::string prometheus_label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\' || c == '"') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 void reply(httplib::Response& res, int status, const Value& body) {
   res.status = status;
@@ -447,7 +431,7 @@ class RestServer::Impl {
     };
     std::vector<Row> rows;
     for (const auto& j : jobs_in_order()) {
-      Row r{prometheus_label(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
+      Row r{metrics::escape_label_value(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
       if (job_status_terminal(r.status)) {
         JobResult result = j->client.wait();  // returns at once: the job has ended
         if (!result.operators.empty()) r.operators = result.operators;
@@ -473,14 +457,14 @@ class RestServer::Impl {
     for (const auto& r : rows) {
       for (const auto& o : r.operators) {
         out += fmt::format("sluice_operator_records_in_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
-                           prometheus_label(o.name), prometheus_label(o.uid), o.records_in);
+                           metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_in);
       }
     }
     family("sluice_operator_records_out_total", "counter", "Records an operator emitted, over its subtasks.");
     for (const auto& r : rows) {
       for (const auto& o : r.operators) {
         out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
-                           prometheus_label(o.name), prometheus_label(o.uid), o.records_out);
+                           metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_out);
       }
     }
     family("sluice_checkpoints_completed", "gauge", "Completed checkpoints among the recent ones kept in history.");

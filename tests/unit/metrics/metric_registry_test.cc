@@ -99,6 +99,21 @@ TEST(MetricRegistryTest, LabelValuesAreEscapedAndNamesSanitized) {
   EXPECT_EQ(p.samples[0].labels.at("job_name"), nasty);
 }
 
+// The one escaping every /metrics writer uses (the registry, sluice run's sluice_* families, the REST server):
+// exactly backslash, double quote and line feed are escaped, and the parser reads the value back unchanged.
+TEST(MetricRegistryTest, EscapeLabelValueEscapesBackslashQuoteAndNewlineOnly) {
+  EXPECT_EQ(escape_label_value("plain ünïcode\ttab"), "plain ünïcode\ttab");  // a tab is kept
+  EXPECT_EQ(escape_label_value("a\"b\nc\\"), "a\\\"b\\nc\\\\");
+  EXPECT_EQ(escape_label_value(std::string_view("\0\r", 2)), std::string("\0\r", 2));
+  std::string appended = "x=";
+  append_escaped_label_value(appended, "\"");
+  EXPECT_EQ(appended, "x=\\\"");
+  const std::string nasty = "q\" b\\ n\n";
+  ParsedExposition p = parse("# TYPE x gauge\nx{l=\"" + escape_label_value(nasty) + "\"} 1\n");
+  ASSERT_EQ(p.samples.size(), 1u);
+  EXPECT_EQ(p.samples[0].labels.at("l"), nasty);
+}
+
 TEST(MetricRegistryTest, RemovingAGroupRemovesItsSeries) {
   MetricRegistry r;
   MetricGroup& tm = r.root().add_group("taskmanager");
