@@ -14,11 +14,6 @@
 namespace sluice {
 namespace {
 
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 constexpr size_t kMaxStats = 100;
 constexpr int kWriterThreads = 2;
 
@@ -144,7 +139,7 @@ CheckpointCoordinator::~CheckpointCoordinator() {
 }
 
 void CheckpointCoordinator::start() {
-  last_trigger_ns_ = steady_ns();
+  last_trigger_ns_ = clock_.monotonic_ns();
   last_end_ns_ = 0;
   thread_ = std::thread([this] { run(); });
   for (int i = 0; i < kWriterThreads; ++i)
@@ -191,7 +186,7 @@ void CheckpointCoordinator::run() {
       lock.lock();
     }
     if (stopping_) break;
-    const int64_t now = steady_ns();
+    const int64_t now = clock_.monotonic_ns();
     // Timeouts.
     std::vector<int64_t> expired;
     for (auto& [id, p] : pending_) {
@@ -239,14 +234,17 @@ void CheckpointCoordinator::run() {
     }
     for (auto& [id, p] : pending_)
       next_ns = std::min(next_ns, p->start_ns + options_.timeout_ms * 1'000'000 + 1);
-    cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(next_ns - steady_ns(), 1'000'000)));
+    // Intervals, pauses and timeouts are read on the job's Clock; the wait is at most 100 ms of real time, so a
+    // ManualClock a test advances is noticed within that (the system clock's waits end when due).
+    cv_.wait_for(
+        lock, std::chrono::nanoseconds(std::clamp<int64_t>(next_ns - clock_.monotonic_ns(), 1'000'000, 100'000'000)));
   }
 }
 
 void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string& target_dir,
                                            std::shared_ptr<std::promise<Result<std::string>>> promise) {
   const int64_t id = next_id_++;
-  last_trigger_ns_ = steady_ns();
+  last_trigger_ns_ = clock_.monotonic_ns();
   Result<std::filesystem::path> dir =
       type == SnapshotType::kCheckpoint
           ? storage_.init_checkpoint(id)
@@ -272,7 +270,7 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
   p->id = id;
   p->type = type;
   p->dir = *dir;
-  p->start_ns = steady_ns();
+  p->start_ns = clock_.monotonic_ns();
   p->promise = std::move(promise);
   p->barrier = CheckpointBarrier{id, clock_.now_ms(), type, options_.mode};
   Pending& ref = *p;
@@ -466,8 +464,8 @@ void CheckpointCoordinator::complete(int64_t id) {
   }
   std::unique_ptr<Pending> p = std::move(it->second);
   pending_.erase(it);
-  const int64_t duration_ms = (steady_ns() - p->start_ns) / 1'000'000;
-  last_end_ns_ = steady_ns();
+  const int64_t duration_ms = (clock_.monotonic_ns() - p->start_ns) / 1'000'000;
+  last_end_ns_ = clock_.monotonic_ns();
   ++completed_;
   if (p->type == SnapshotType::kCheckpoint) consecutive_failures_ = 0;
   store_->add(CompletedCheckpoint{id, dir, meta});
@@ -507,7 +505,7 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   if (it == pending_.end()) return;
   std::unique_ptr<Pending> p = std::move(it->second);
   pending_.erase(it);
-  last_end_ns_ = steady_ns();
+  last_end_ns_ = clock_.monotonic_ns();
   // Writes still queued for it are dropped; a write in flight finds no pending entry when it reports.
   std::erase_if(write_queue_, [&](const std::unique_ptr<WriteJob>& j) { return j->id == id; });
   storage_.discard(p->dir);
@@ -520,7 +518,7 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   s.checkpoint_id = id;
   s.type = snapshot_type_name(p->type);
   s.trigger_time_ms = p->barrier.timestamp;
-  s.duration_ms = (steady_ns() - p->start_ns) / 1'000'000;
+  s.duration_ms = (clock_.monotonic_ns() - p->start_ns) / 1'000'000;
   s.failure = reason;
   s.tasks = std::move(p->task_stats);
   record_stats_locked(std::move(s));

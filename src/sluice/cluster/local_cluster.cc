@@ -441,7 +441,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   OperatorDisposer disposer_;
   bool restore_fallback_ = false;
   int task_count_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  int64_t start_ns_ = 0;  // clock_.monotonic_ns() when the job started: JobResult::duration is on the job's Clock
   std::thread master_;
 
   mutable std::mutex mu_;
@@ -744,7 +744,7 @@ Status LocalJob::start() {
   if (coordinator_) initial = coordinator_->latest_restore_point();
   std::unique_lock lock(mu_);
   status_ = JobStatus::kRunning;
-  start_ = std::chrono::steady_clock::now();
+  start_ns_ = clock_.monotonic_ns();
   spdlog::info("job '{}' ({}) starting with {} tasks in {} failover region(s){}", name_, id_, task_count_,
                regions_.size(), checkpointing_ ? "" : ", checkpointing off");
   for (size_t r = 0; r < regions_.size(); ++r) {
@@ -1045,7 +1045,7 @@ void LocalJob::finalize_locked(std::unique_lock<std::mutex>& lock) {
   if (status_ == JobStatus::kFailed && !result_.error) {
     result_.error = Error(ErrorCode::kRuntime, "the job failed");
   }
-  result_.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+  result_.duration = std::chrono::milliseconds((clock_.monotonic_ns() - start_ns_) / 1'000'000);
   result_.operators = stats_;
   result_.restarts = restarts_;
   if (coordinator_) {

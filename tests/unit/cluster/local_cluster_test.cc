@@ -3,8 +3,10 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -310,6 +312,77 @@ TEST(RestartTest, ARestartLoopIsRestartingWithItsFailuresAndTheInjectedClockDriv
   JobResult r = client.wait();
   EXPECT_EQ(r.status, JobStatus::kCanceled);
   EXPECT_EQ(r.restarts, 2);
+}
+
+// One clock (issue 19): the checkpoint interval and the restart delay are both read on the job's injected Clock.
+// With a 50 ms interval the system clock would take ~20 checkpoints in the first second; a ManualClock that stands
+// still takes none, and each 50 ms it moves takes one. A failure then waits for the 30 s restart delay on the same
+// clock: the job stays RESTARTING until the test moves it.
+TEST(RestartTest, CheckpointIntervalAndRestartDelayFollowTheInjectedManualClock) {
+  constexpr TimestampMs kStart = 1'790'000'000'000;
+  ManualClock clock(kStart);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("sluice-manual-clock-" + std::to_string(::getpid()) + "-" +
+                                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::filesystem::create_directories(dir);
+  Configuration c;
+  c.set(options::kCheckpointInterval, int64_t{50});
+  c.set(options::kCheckpointDir, "file://" + dir.string());
+  c.set(options::kRestartStrategy, std::string("fixed-delay"));
+  c.set(options::kFixedDelayAttempts, 5);
+  c.set(options::kFixedDelayDelay, int64_t{30'000});
+  StreamEnvironment env(c);
+  env.set_clock(clock);
+  env.set_parallelism(1);
+  auto fail = std::make_shared<std::atomic<bool>>(false);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  // Rate-limited on the ManualClock: one record per 1000 ms the clock moves.
+  auto source = std::make_shared<DataGeneratorSource<int64_t>>([](int64_t i) { return i; },
+                                                               DataGeneratorSource<int64_t>::kUnbounded, 1.0);
+  env.from_source(source, "numbers")
+      .uid("numbers")
+      .map([fail](int64_t v) -> int64_t {
+        if (fail->exchange(false)) throw std::runtime_error("injected failure");
+        return v;
+      })
+      .uid("maybe-fail")
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out))
+      .uid("sink");
+  JobClient client = env.execute_async("manual clock");
+  auto within_10s = [](auto pred) { return testing::wait_until(pred, std::chrono::seconds(10)); };
+  auto completed = [&] { return client.checkpoint_counts().completed; };
+
+  ASSERT_TRUE(within_10s([&] { return client.status() == JobStatus::kRunning; })) << job_status_name(client.status());
+  // The clock stands still: no checkpoint, however long the real wait (1 s = 20 intervals of the system clock).
+  EXPECT_FALSE(testing::wait_until([&] { return completed() > 0; }, std::chrono::milliseconds(1000)));
+  clock.advance(50);
+  ASSERT_TRUE(within_10s([&] { return completed() == 1; })) << completed();
+  EXPECT_FALSE(testing::wait_until([&] { return completed() > 1; }, std::chrono::milliseconds(500)));
+  clock.advance(50);
+  ASSERT_TRUE(within_10s([&] { return completed() == 2; })) << completed();
+  const std::vector<CheckpointStats> stats = client.checkpoint_stats();
+  ASSERT_FALSE(stats.empty());
+  EXPECT_EQ(stats.back().trigger_time_ms, kStart + 100);  // triggered on the ManualClock's time
+
+  // A failure: the restart waits 30 s of the job's clock.
+  fail->store(true);
+  clock.advance(1'000);  // the source emits a record, the map throws
+  ASSERT_TRUE(within_10s([&] { return client.restarts() == 1; }));
+  EXPECT_EQ(client.status(), JobStatus::kRestarting);
+  EXPECT_FALSE(
+      testing::wait_until([&] { return client.status() == JobStatus::kRunning; }, std::chrono::milliseconds(500)));
+  clock.advance(30'000);
+  ASSERT_TRUE(within_10s([&] { return client.status() == JobStatus::kRunning; })) << job_status_name(client.status());
+  EXPECT_EQ(client.restarts(), 1);
+  // Checkpoints go on after the restart, on the same clock.
+  const int64_t before = completed();
+  clock.advance(50);
+  ASSERT_TRUE(within_10s([&] { return completed() > before; })) << completed();
+  client.cancel();
+  JobResult r = client.wait();
+  EXPECT_EQ(r.status, JobStatus::kCanceled);
+  EXPECT_EQ(r.restarts, 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RestartTest, WhenTheStrategyGivesUpTheJobFailsWithTheLastFailure) {
