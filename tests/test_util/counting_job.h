@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sluice/api/keyed_process_function.h"
+#include "sluice/state/keyed_state_store.h"  // keyed_state().get_state()
 
 namespace sluice::testing {
 
