@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -58,6 +59,15 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
     if (is_cluster_option(key) || key == options::kTaskSlots.key) {
       p.cluster.set_string(std::move(key), std::move(value));
     } else if (key.starts_with("high-availability.")) {
+      // A misspelt HA key would otherwise pass unnoticed (HA keys are not engine options, so no typo warning).
+      if (!ha::is_ha_option(key)) {
+        fmt::print(stderr,
+                   "error: -D {}: unknown high-availability option (known: {}, {}, {}, {}; "
+                   "docs/high-availability.md)\n",
+                   key, ha::options::kHaType.key, ha::options::kEtcdEndpoints.key, ha::options::kClusterId.key,
+                   ha::options::kLeaseTtl.key);
+        return std::nullopt;
+      }
       high_availability.set_string(std::move(key), std::move(value));
     } else {
       engine.set_string(std::move(key), std::move(value));
@@ -144,8 +154,9 @@ void install_signals() {
 
 std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags& f) {
   auto* jm = app.add_subcommand("jobmanager",
-                                "Run a cluster's JobManager for a pipeline file (control plane only in this build: "
-                                "registration, heartbeats, slots; docs/cluster.md)");
+                                "Run a cluster's JobManager for a pipeline file: waits for TaskManagers' slots, "
+                                "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
+                                "(no restarts or savepoints across processes yet; docs/cluster.md)");
   jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
       ->required();
   jm->add_option("--rpc-port", f.rpc_port,
@@ -161,7 +172,9 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
   jm->fallthrough();
 
   auto* tm = app.add_subcommand(
-      "taskmanager", "Run a cluster's TaskManager: registers its slots with the JobManager (docs/cluster.md)");
+      "taskmanager",
+      "Run a cluster's TaskManager: registers its slots with the JobManager and runs the tasks it deploys "
+      "(docs/cluster.md)");
   tm->add_option("PIPELINE", f.file, "The same pipeline YAML file as the JobManager's")->required();
   tm->add_option("--jobmanager", f.jobmanager, "HOST:PORT of the JobManager's RPC service")->required();
   tm->add_option("--slots", f.slots, "Task slots it offers (taskmanager.numberOfTaskSlots; default 1)")
@@ -290,6 +303,22 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
 
 int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_level_given) {
   if (!log_level_given) spdlog::set_level(spdlog::level::info);
+  // A bad address would only show as endless failed registrations (gRPC wraps port 99999 to 34463 and retries).
+  if (f.jobmanager.find("://") == std::string::npos && !f.jobmanager.starts_with("unix:")) {
+    const auto colon = f.jobmanager.rfind(':');
+    int port = 0;
+    const char* first = colon == std::string::npos ? nullptr : f.jobmanager.data() + colon + 1;
+    const char* last = f.jobmanager.data() + f.jobmanager.size();
+    const bool port_ok = first != nullptr && std::from_chars(first, last, port).ptr == last && first != last &&
+                         port >= 1 && port <= 65535;
+    if (colon == 0 || !port_ok) {
+      fmt::print(stderr,
+                 "error: --jobmanager '{}' is not HOST:PORT with a port of 1..65535 (the JobManager's "
+                 "--rpc-port, default 6123)\n",
+                 f.jobmanager);
+      return 2;
+    }
+  }
   std::optional<Prepared> p = prepare(f);
   if (!p) return 2;
   Result<HeartbeatOptions> hb = heartbeat_options(p->cluster);

@@ -436,7 +436,13 @@ int main(int argc, char** argv) {
   add_jobmanager(cancel);
   cancel->add_option("JOB_ID", job_id, "The job (sluice list shows the ids)")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help prints and exits 0; a malformed command line exits 2 as docs/operations.md and docs/verify.md say
+    // (CLI11's own codes, 101-114, would read as job results to a script).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   sluice::init_logging();
   spdlog::set_level(spdlog::level::from_str(log_level));
   // Crash tests arm named fault points in a child `sluice run` (sluice/core/fault_points.h).

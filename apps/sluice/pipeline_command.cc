@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "sluice/cluster/ha/ha_options.h"
 #include "sluice/core/config.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
@@ -31,7 +32,18 @@ Result<Configuration> overrides(const PipelineFlags& f) {
     if (eq == std::string::npos || eq == 0) {
       return Error(ErrorCode::kConfiguration, fmt::format("-D {} is not of the form key=value", p));
     }
-    c.set_string(p.substr(0, eq), p.substr(eq + 1));
+    std::string key = p.substr(0, eq);
+    std::string value = p.substr(eq + 1);
+    // HA is a cluster's (sluice jobmanager); a single process has no standby. Refused rather than dropped with a
+    // "not an engine option" warning, so that nobody believes a `sluice run` is highly available.
+    if (key.starts_with("high-availability.") && !(key == ha::options::kHaType.key && value == "none")) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("-D {}: high availability is for a cluster's JobManagers (sluice jobmanager, "
+                               "docs/high-availability.md); sluice run runs the job in this one process, with no "
+                               "standby to take over",
+                               key));
+    }
+    c.set_string(std::move(key), std::move(value));
   }
   if (!f.from_savepoint.empty()) c.set_string(std::string(options::kStateRecoveryPath.key), f.from_savepoint);
   if (f.parallelism > 0) c.set(options::kParallelism, f.parallelism);

@@ -120,6 +120,18 @@ TEST(CliVerifyTest, AFilesSinkOutputIsCleanAndABrokenCopyIsCaught) {
   auto missing_dir = run_to_end(SLUICE_BINARY, {"verify", "--files", dir.path() + "/nope", "--id-field", "id"});
   EXPECT_EQ(missing_dir.code, 2);
   EXPECT_NE(missing_dir.err.find("not a directory"), std::string::npos) << missing_dir.err;
+  // Malformed flags too (not CLI11's own codes 104-114), naming the flag; --help is 0.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"verify", "--files", dir.path(), "--id-field"},
+        std::vector<std::string>{"verify", "--files", dir.path(), "--key-field", "entity", "--seq-field", "seq",
+                                 "--seq-start", "abc"},
+        std::vector<std::string>{"verify", "--files", dir.path(), "--id-field", "id", "--no-such-flag"},
+        std::vector<std::string>{"verify", "--files", dir.path(), "--topic", "t", "--id-field", "id"}}) {
+    auto malformed = run_to_end(SLUICE_BINARY, args);
+    EXPECT_EQ(malformed.code, 2) << args.back() << ": " << malformed.out << malformed.err;
+    EXPECT_FALSE(malformed.err.empty());
+  }
+  EXPECT_EQ(run_to_end(SLUICE_BINARY, {"verify", "--help"}).code, 0);
 }
 
 // Writes `records` (JSON values) to `topic` in one transaction, committed or aborted.

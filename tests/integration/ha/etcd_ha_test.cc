@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -357,6 +360,41 @@ TEST_F(EtcdHaTest, ClusterCommandsRefuseHighAvailabilityUntilItIsWired) {
                                                   "high-availability.type=zookeeper"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("high-availability.type: 'zookeeper' is not supported"), std::string::npos) << r.err;
+  // A misspelt HA key is named, not ignored (HA keys are not engine options, so nothing else would warn).
+  r = sluice::testing::run_to_end(SLUICE_BINARY, {"jobmanager", pipeline, "--rpc-port", "0", "--rest-port", "-1", "-D",
+                                                  "high-availability.typ=etcd"});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("-D high-availability.typ: unknown high-availability option (known: high-availability.type"),
+            std::string::npos)
+      << r.err;
+  // `sluice run` (one process, no standby) refuses HA options too, before it starts anything; `none` is accepted.
+  std::vector<std::string> run = {"run", pipeline};
+  run.insert(run.end(), ha.begin(), ha.end());
+  r = sluice::testing::run_to_end(SLUICE_BINARY, run);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("-D high-availability.type: high availability is for a cluster's JobManagers"),
+            std::string::npos)
+      << r.err;
+  {
+    const std::string file = "/tmp/sluice-ha-none-" + std::to_string(::getpid()) + ".yaml";
+    std::ofstream(file) << "pipeline: { name: ha-none }\nsource: { type: datagen, count: 10 }\n"
+                           "sink: { out: { type: print } }\n";
+    r = sluice::testing::run_to_end(SLUICE_BINARY, {"validate", file, "-D", "high-availability.type=none"});
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    r = sluice::testing::run_to_end(SLUICE_BINARY, {"validate", file, "-D", "high-availability.type=etcd"});
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    std::remove(file.c_str());
+  }
+  // A TaskManager given a JobManager address that is no HOST:PORT exits 2 at once instead of registering forever.
+  for (const std::string bad : {"nohost", "127.0.0.1:99999", "127.0.0.1:", ":6123"}) {
+    r = sluice::testing::run_to_end(SLUICE_BINARY, {"taskmanager", pipeline, "--jobmanager", bad});
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("--jobmanager '" + bad + "' is not HOST:PORT"), std::string::npos) << r.err;
+  }
+  // A missing required flag is exit code 2 like every malformed command line (not CLI11's 106).
+  r = sluice::testing::run_to_end(SLUICE_BINARY, {"ha", "status"});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--endpoints is required"), std::string::npos) << r.err;
 }
 
 }  // namespace
