@@ -480,6 +480,9 @@ int main(int argc, char** argv) {
     auto rest = sluice::cli::RestClient::create(jobmanager);
     if (!rest.ok()) return fail(rest.error());
     const std::chrono::seconds timeout(std::max(1, timeout_s));
+    // --timeout bounds each request too, not only the wait for the savepoint (a paused JobManager).
+    if (savepoint->parsed() || stop->parsed())
+      rest->set_request_timeout(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(60)));
     int rc = 0;
     if (list->parsed()) rc = list_jobs(*rest);
     if (savepoint->parsed()) rc = trigger_savepoint(*rest, job_id, target_dir, timeout);

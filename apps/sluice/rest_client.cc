@@ -92,13 +92,22 @@ Result<Value> RestClient::call(std::string_view method, const std::string& path,
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 60'000L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(request_timeout_.count()));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");  // the JobManager is local or on the cluster's network
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
     std::string what = error_buffer[0] != '\0' ? std::string(error_buffer) : curl_easy_strerror(rc);
+    curl_off_t connected_us = 0;
+    curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connected_us);
+    if (rc == CURLE_OPERATION_TIMEDOUT && connected_us > 0) {
+      // Something listens there but does not answer: "is a job running?" would mislead.
+      return Error(ErrorCode::kNetwork,
+                   fmt::format("the JobManager's REST API at {} accepted the connection but did not answer {} {} "
+                               "within {} ms: is that process paused (SIGSTOP) or overloaded? ({})",
+                               base_url_, method, path, request_timeout_.count(), what));
+    }
     return Error(ErrorCode::kNetwork,
                  fmt::format("cannot reach the JobManager's REST API at {}: {}. Is a job running with --rest-port "
                              "{}? Start one with, for example, `sluice example running-sum --rate 100 "

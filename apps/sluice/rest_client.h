@@ -6,6 +6,7 @@
 // before creating one.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,11 +36,16 @@ class RestClient {
   /// that is not JSON.
   [[nodiscard]] Result<Value> call(std::string_view method, const std::string& path, const Value* body = nullptr);
 
+  /// Longest wait for one answer, connection included (default 60 s); a server that accepted the connection and
+  /// did not answer in time (a paused or overloaded process) is a kNetwork error saying so.
+  void set_request_timeout(std::chrono::milliseconds timeout) noexcept { request_timeout_ = timeout; }
+
  private:
   struct Handle;
   RestClient(std::string base_url, std::string port);
   std::string base_url_;
   std::string port_;
+  std::chrono::milliseconds request_timeout_{60'000};
   std::unique_ptr<Handle> handle_;
 };
 

@@ -269,6 +269,28 @@ TEST(CliSavepointTest, ClientErrorsAreClear) {
       << refused.err;
   EXPECT_NE(refused.err.find("--rest-port"), std::string::npos) << refused.err;
 
+  // A server that accepts but never answers (a SIGSTOPped job: the kernel still completes the handshake) is named
+  // as such, within the savepoint's --timeout rather than after the 60 s default.
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(fd, 8), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    const auto start = std::chrono::steady_clock::now();
+    Ran paused = run({"savepoint", "-m", silent, "--timeout", "2", "0123456789abcdef0123456789abcdef"});
+    const auto took = std::chrono::steady_clock::now() - start;
+    ::close(fd);
+    EXPECT_EQ(paused.code, 1);
+    EXPECT_NE(paused.err.find("accepted the connection but did not answer POST"), std::string::npos) << paused.err;
+    EXPECT_NE(paused.err.find("within 2000 ms: is that process paused"), std::string::npos) << paused.err;
+    EXPECT_LT(took, std::chrono::seconds(30));
+  }
+
   const TempDir tmp("errors");
   const fs::path& root = tmp.path;
   // No checkpoint directory: a savepoint fails with the engine's reason.
