@@ -228,8 +228,13 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   mo.job_name = name;
   mo.slot_request_timeout_ms = *slot_timeout;
   mo.evenly_spread = *evenly;
+  mo.unreachable_exclusion_ms = hb->timeout_ms;
   auto master = std::make_shared<JobMaster>(mo, built->jg, jm, SystemClock::instance());
   if (Status st = master->init_checkpoints(built->graph->config()); !st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.error().to_string());
+    return 2;
+  }
+  if (Status st = master->init_restart_strategy(built->graph->config()); !st.ok()) {
     fmt::print(stderr, "error: {}\n", st.error().to_string());
     return 2;
   }

@@ -5,7 +5,8 @@
 //    on 3, with cluster.evenly-spread-out-slots): the same lines as `sluice run` of the same pipeline, every
 //    record once, and each key's records in the order their source subtask emitted them;
 //  * too few slots: the job fails after slot.request.timeout with "needs 4 slots, 2 registered";
-//  * a SIGKILLed TaskManager fails the job (no restarts across processes yet) instead of hanging, and the
+//  * a SIGKILLed TaskManager fails the job (restart strategy none; cluster_failover_test restarts) instead of hanging,
+//  and the
 //    surviving TaskManager's tasks are cancelled;
 //  * a SIGSTOPped TaskManager is declared lost after heartbeat.timeout, the job fails naming it, and when it wakes
 //    (SIGCONT) it cancels its stale tasks at once: no output file changes after the wake.
@@ -58,6 +59,8 @@ class ClusterJobTest : public ::testing::Test {
     std::ofstream f(path);
     f << "pipeline:\n  name: cluster-job-test\n  parallelism: " << parallelism << "\n"
       << "  checkpoint: { interval: 0 }\n"
+      // A failure fails the job here (what these tests check); cluster_failover_test restarts.
+      << "  restart: { strategy: none }\n"
       << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
       << ", seed: 7 }\n"
       << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"

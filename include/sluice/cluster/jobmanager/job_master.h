@@ -14,8 +14,15 @@
 // NotifyCheckpointComplete / NotifyCheckpointAborted. A job can start from a checkpoint or savepoint
 // (execution.state-recovery.path): each TaskManager assigns its subtasks' state from its `_metadata`.
 //
-// Not yet (issue 21): restarts (a failure fails the job: there is no region failover across processes in this
-// build), savepoints (refused with a message), per-operator counters from the TaskManagers.
+// Failover (init_restart_strategy()): a failed task, a lost or disconnected TaskManager with tasks, or too many
+// failed checkpoints fail the running attempt; the JobMaster cancels its remaining tasks (CancelTasks), asks the
+// restart strategy (Flink's restart-strategy.* keys), waits its backoff, waits for enough slots among the
+// registered TaskManagers (a new one may register; up to slot.request.timeout) and deploys the whole job again
+// as the next attempt, restored from the latest completed checkpoint. Full-job restart: region failover across
+// processes is not built. A TaskManager that cannot be reached at deployment is left out of the placement for
+// `unreachable_exclusion_ms` (a killed one is usually still registered until heartbeat.timeout).
+//
+// Not yet (issue 21): savepoints (refused with a message), per-operator counters from the TaskManagers.
 //
 // Threading: one master thread (started by start()) does every RPC; JobEvents and JobClient calls are
 // thread-safe and only queue work for it.
@@ -38,6 +45,7 @@
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/jobmanager/slot_assignment.h"
+#include "sluice/cluster/restart_strategy.h"
 #include "sluice/core/clock.h"
 #include "sluice/graph/job_graph.h"
 
@@ -49,6 +57,9 @@ struct JobMasterOptions {
   int64_t slot_request_timeout_ms = 300000;  ///< slot.request.timeout
   bool evenly_spread = false;                ///< cluster.evenly-spread-out-slots
   int64_t rpc_timeout_ms = 30000;            ///< deadline of SubmitTasks / CancelTasks
+  /// How long a TaskManager that could not be reached at deployment is left out of placements (its loss is
+  /// declared after heartbeat.timeout; use that).
+  int64_t unreachable_exclusion_ms = 10000;
 };
 
 /// Where the JobMaster placed a subtask (for the REST API and logs).
@@ -72,6 +83,10 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   /// kConfiguration (an interval without a directory, a bad option), kState / kCheckpoint for a restore path
   /// that holds no restorable checkpoint or state the job does not claim.
   Status init_checkpoints(const Configuration& config);
+  /// Sets the restart strategy from the job's configuration (restart-strategy.*, Flink's keys and defaults:
+  /// exponential-delay with checkpointing, none without), before start(); without it a failure fails the job.
+  /// Errors: kConfiguration naming the key.
+  Status init_restart_strategy(const Configuration& config);
   /// Starts the master thread.
   void start();
   /// What the job waits for ("waiting for TaskManagers: needs 8 slots, 6 registered (on 3 TaskManager(s))"),
@@ -93,7 +108,7 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
     return coordinator_ ? CheckpointCounts{coordinator_->completed_count(), coordinator_->failed_count()}
                         : CheckpointCounts{};
   }
-  int restarts() const override { return 0; }
+  int restarts() const override;
   std::vector<JobExceptionInfo> exceptions() const override;
 
   // --- JobEvents (gRPC / monitor threads) ---
@@ -134,7 +149,15 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   /// Waits for the slots; returns the assignment and the TaskManagers it is on, or nullopt (the job ended).
   std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> wait_for_slots(
       std::unique_lock<std::mutex>& lock);
-  Status deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms);
+  /// Deploys attempt attempt_; `restore` (nullable) is the checkpoint its tasks restore. On a TaskManager that
+  /// cannot be reached, sets `*unreachable` to its registration id.
+  Status deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms, const RestorePoint* restore,
+                std::string* unreachable);
+  enum class Outcome { kFinished, kCanceled, kFailed };
+  /// Follows the running attempt's events until it ends; for kFailed sets `failure` and `lost_registration`.
+  Outcome follow(std::unique_lock<std::mutex>& lock, std::optional<Error>& failure, std::string& lost_registration);
+  /// Stops the coordinator (without mu_: its thread may wait for mu_ in a hook) and keeps its counts for the result.
+  void stop_coordinator(std::unique_lock<std::mutex>& lock);
   void cancel_deployed(const std::string& reason, const std::string& except_registration);
   void finish_locked(JobStatus status, std::optional<Error> error);
 
@@ -142,7 +165,10 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   const JobGraph& jg_;
   JobManagerServer& server_;
   const Clock& clock_;
-  const int attempt_ = 0;  // one deployment per job in this build (no restarts yet)
+  int attempt_ = 0;  // the deployment attempt (guarded by mu_; written by the master thread only)
+  int restarts_ = 0;
+  std::unique_ptr<RestartBackoffTimeStrategy> restart_strategy_;
+  std::map<std::string, TimestampMs> unreachable_until_;  // registration -> left out of placements until
   std::chrono::steady_clock::time_point start_;
   std::thread thread_;
 

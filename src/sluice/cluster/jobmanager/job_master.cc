@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <random>
 #include <set>
 
 #include "sluice/checkpoint/state_assignment.h"
@@ -98,6 +99,32 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
                checkpointing_ ? fmt::format("every {} ms", ck->interval_ms) : std::string("off (savepoints only)"),
                storage_->job_dir().string());
   return ok_status();
+}
+
+Status JobMaster::init_restart_strategy(const Configuration& config) {
+  const uint64_t seed = std::random_device{}();  // spreads the jitter of different jobs' restarts only
+  auto strategy = make_restart_strategy(config, seed);
+  if (!strategy.ok()) return strategy.error();
+  restart_strategy_ = std::move(*strategy);
+  spdlog::info("job '{}': restart strategy {}", options_.job_name, restart_strategy_->describe());
+  return ok_status();
+}
+
+int JobMaster::restarts() const {
+  std::lock_guard lock(mu_);
+  return restarts_;
+}
+
+void JobMaster::stop_coordinator(std::unique_lock<std::mutex>& lock) {
+  if (!coordinator_) return;
+  lock.unlock();
+  coordinator_->stop();
+  const int64_t completed = coordinator_->completed_count();
+  std::string latest_path;
+  if (auto latest = coordinator_->latest_restore_point()) latest_path = latest->dir.string();
+  lock.lock();
+  result_.completed_checkpoints = completed;
+  result_.latest_checkpoint_path = latest_path;
 }
 
 void JobMaster::start() {
@@ -362,6 +389,11 @@ std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> J
     lock.unlock();
     std::vector<TaskManagerRegistration> tms = server_.task_managers();
     lock.lock();
+    // TaskManagers that could not be reached at the last deployment are left out for a while.
+    const TimestampMs now_ms = clock_.now_ms();
+    std::erase_if(unreachable_until_, [&](const auto& u) { return u.second <= now_ms; });
+    std::erase_if(tms,
+                  [&](const TaskManagerRegistration& t) { return unreachable_until_.count(t.registration_id) != 0; });
     std::vector<SlotOffer> offers;
     for (const auto& t : tms)
       offers.push_back(SlotOffer{t.registration_id, t.slots_total});
@@ -387,7 +419,8 @@ std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> J
   }
 }
 
-Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms) {
+Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms,
+                         const RestorePoint* restore, std::string* unreachable) {
   // Peers: the TaskManagers that hold at least one slot of the job, in registration order.
   std::vector<int> peer_of_offer(tms.size(), -1);
   v1::SubmitTasksRequest base;
@@ -396,7 +429,7 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
   base.set_job_id(options_.job_id);
   if (storage_) base.set_checkpoint_job_dir(storage_->job_dir().string());
   base.set_checkpointing(checkpointing_);
-  if (initial_restore_) base.set_restore_dir(initial_restore_->dir.string());
+  if (restore != nullptr) base.set_restore_dir(restore->dir.string());
   std::vector<Deployed> deployed;
   for (size_t t = 0; t < tms.size(); ++t) {
     if (a.slots_used[t] == 0) continue;
@@ -456,12 +489,15 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
     v1::Acknowledgement ack;
     const grpc::Status st = stub->SubmitTasks(&ctx, req, &ack);
     if (!st.ok()) {
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        *unreachable = deployed[peer].tm.registration_id;
+      }
       return rpc::to_error(st, "SubmitTasks", deployed[peer].tm.rpc_address)
           .with_context(fmt::format("deploying {} task(s) of job '{}' to TaskManager {}", deployed[peer].tasks,
                                     options_.job_name, deployed[peer].tm.resource_id));
     }
-    spdlog::info("job '{}': deployed {} task(s) to TaskManager {}", options_.job_name, deployed[peer].tasks,
-                 deployed[peer].tm.resource_id);
+    spdlog::info("job '{}': deployed {} task(s) to TaskManager {} (attempt {})", options_.job_name,
+                 deployed[peer].tasks, deployed[peer].tm.resource_id, attempt_);
   }
   return ok_status();
 }
@@ -513,22 +549,104 @@ void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
 
 void JobMaster::run() {
   std::unique_lock lock(mu_);
-  auto slots = wait_for_slots(lock);
-  if (!slots) return;
-  status_message_.clear();
-  lock.unlock();
-  Status st = deploy(slots->first, slots->second);
-  lock.lock();
-  if (!st.ok()) {
+  std::optional<RestorePoint> restore = initial_restore_;
+  for (;;) {
+    auto slots = wait_for_slots(lock);
+    if (!slots) {
+      stop_coordinator(lock);  // the job ended while it waited (cancel, slot.request.timeout)
+      return;
+    }
+    status_message_.clear();
     lock.unlock();
-    if (coordinator_) coordinator_->stop();
-    cancel_deployed("the deployment failed", "");
+    std::string unreachable;
+    Status st = deploy(slots->first, slots->second, restore ? &*restore : nullptr, &unreachable);
     lock.lock();
-    exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(st.error().code())), st.error().message(),
-                                           st.error().to_string(), clock_.now_ms(), "", false});
-    finish_locked(JobStatus::kFailed, st.error());
-    return;
+    std::optional<Error> failure;
+    std::string lost_registration;
+    Outcome outcome = Outcome::kFailed;
+    if (!st.ok()) {
+      lock.unlock();
+      cancel_deployed("the deployment failed", unreachable);
+      lock.lock();
+      if (!unreachable.empty() && restart_strategy_) {
+        // A TaskManager that was killed stays registered until heartbeat.timeout: place the job without it
+        // (not a failure of the job; slot.request.timeout bounds the wait for enough slots).
+        spdlog::warn("job '{}': {}; placing the job without that TaskManager", options_.job_name,
+                     st.error().to_string());
+        unreachable_until_[unreachable] = clock_.now_ms() + options_.unreachable_exclusion_ms;
+        continue;
+      }
+      failure = st.error();
+      exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(st.error().code())), st.error().message(),
+                                             st.error().to_string(), clock_.now_ms(), "", false});
+    } else {
+      outcome = follow(lock, failure, lost_registration);
+    }
+    running_ = false;
+    if (outcome != Outcome::kFailed) {
+      stop_coordinator(lock);
+      if (outcome == Outcome::kCanceled) {
+        lock.unlock();
+        cancel_deployed("the job is cancelled", "");
+        lock.lock();
+      }
+      finish_locked(outcome == Outcome::kFinished ? JobStatus::kFinished : JobStatus::kCanceled, std::nullopt);
+      return;
+    }
+    // The attempt failed: nothing of it may keep running or complete a checkpoint.
+    lock.unlock();
+    if (coordinator_) coordinator_->abort_pending("the job fails over: " + failure->message());
+    if (st.ok()) cancel_deployed("the job fails over: " + failure->message(), lost_registration);
+    lock.lock();
+    bool restart = false;
+    if (restart_strategy_ && !cancel_requested_) {
+      restart_strategy_->notify_failure(clock_.now_ms());
+      restart = restart_strategy_->can_restart();
+    }
+    if (!restart) {
+      stop_coordinator(lock);
+      if (restart_strategy_ && !cancel_requested_) {
+        failure = failure->with_context(
+            fmt::format("the restart strategy {} allows no more restarts", restart_strategy_->describe()));
+      }
+      finish_locked(JobStatus::kFailed, failure);
+      return;
+    }
+    const int64_t backoff = restart_strategy_->backoff_time_ms();
+    status_ = JobStatus::kRestarting;
+    ++restarts_;
+    spdlog::warn("job '{}' RESTARTING (restart {}, {}) in {} ms after: {}", options_.job_name, restarts_,
+                 restart_strategy_->describe(), backoff, failure->to_string());
+    const TimestampMs until = clock_.now_ms() + backoff;
+    while (!cancel_requested_ && clock_.now_ms() < until) {
+      cv_.wait_for(lock, std::chrono::milliseconds(std::clamp<int64_t>(until - clock_.now_ms(), 1, 100)));
+    }
+    // The next attempt: a fresh deployment of every task, restored from the latest completed checkpoint.
+    ++attempt_;
+    finished_.clear();
+    end_of_input_.clear();
+    deployed_.clear();
+    events_.clear();
+    lock.unlock();
+    if (coordinator_) {
+      std::vector<CheckpointTaskKey> all;
+      for (const auto& v : jg_.vertices) {
+        for (int i = 0; i < v.parallelism; ++i)
+          all.push_back(CheckpointTaskKey{v.id, i});
+      }
+      coordinator_->on_tasks_reset(all);
+      restore = coordinator_->latest_restore_point();
+    }
+    lock.lock();
+    spdlog::info("job '{}': attempt {} starts from {}", options_.job_name, attempt_,
+                 restore ? fmt::format("{} {} ({})", snapshot_type_name(restore->metadata.type),
+                                       restore->metadata.checkpoint_id, restore->dir.string())
+                         : std::string("the beginning (no completed checkpoint)"));
   }
+}
+
+JobMaster::Outcome JobMaster::follow(std::unique_lock<std::mutex>& lock, std::optional<Error>& failure,
+                                     std::string& lost_registration) {
   status_ = JobStatus::kRunning;
   running_ = true;
   size_t total = 0;
@@ -537,12 +655,9 @@ void JobMaster::run() {
     total += static_cast<size_t>(d.tasks);
     registrations.insert(d.tm.registration_id);
   }
-  spdlog::info("job '{}' ({}) RUNNING: {} task(s) on {} TaskManager(s)", options_.job_name, options_.job_id, total,
-               deployed_.size());
+  spdlog::info("job '{}' ({}) RUNNING: {} task(s) on {} TaskManager(s) (attempt {})", options_.job_name,
+               options_.job_id, total, deployed_.size(), attempt_);
   for (;;) {
-    std::optional<Error> failure;
-    std::string lost_registration;
-    bool cancel = false;
     std::vector<CheckpointTaskKey> ended_input;
     std::vector<CheckpointTaskKey> finished_now;
     cv_.wait(lock, [&] { return !events_.empty() || cancel_requested_; });
@@ -550,6 +665,7 @@ void JobMaster::run() {
       Event e = std::move(events_.front());
       events_.pop_front();
       if (auto* r = std::get_if<TaskStateReport>(&e)) {
+        // Reports of an older attempt (or from a registration this attempt was not deployed to) are stale.
         if (r->attempt != attempt_ || registrations.count(r->registration_id) == 0) continue;
         const JobVertex& v = jg_.vertices.at(static_cast<size_t>(r->vertex));
         const std::string task = fmt::format("{} ({}/{})", v.name, r->subtask + 1, v.parallelism);
@@ -570,8 +686,7 @@ void JobMaster::run() {
         if (registrations.count(c->registration.registration_id) == 0) continue;
         lost_registration = c->registration.registration_id;
         failure = Error(ErrorCode::kNetwork,
-                        fmt::format("TaskManager {} (registration {}, {}) holding tasks of the job is gone: {}; this "
-                                    "build does not restart tasks on other slots yet",
+                        fmt::format("TaskManager {} (registration {}, {}) holding tasks of the job is gone: {}",
                                     c->registration.resource_id, c->registration.registration_id,
                                     c->registration.rpc_address, c->reason));
         exceptions_.push_back(JobExceptionInfo{std::string(error_code_name(failure->code())), failure->message(),
@@ -582,6 +697,7 @@ void JobMaster::run() {
                                                failure->to_string(), clock_.now_ms(), "", false});
       }
     }
+    if (failure) return Outcome::kFailed;
     // The coordinator is called without mu_ (lock order: coordinator, then job).
     if (!ended_input.empty() || !finished_now.empty()) {
       lock.unlock();
@@ -603,33 +719,8 @@ void JobMaster::run() {
       }
       lock.lock();
     }
-    const bool all_finished = finished_.size() == total;
-    cancel = cancel_requested_;
-    if (!failure && !cancel && !all_finished) continue;
-    running_ = false;
-    lock.unlock();
-    int64_t completed = 0;
-    std::string latest_path;
-    if (coordinator_) {
-      if (failure) coordinator_->abort_pending("the job fails: " + failure->message());
-      coordinator_->stop();
-      completed = coordinator_->completed_count();
-      if (auto latest = coordinator_->latest_restore_point()) latest_path = latest->dir.string();
-    }
-    if (!all_finished || failure) {
-      cancel_deployed(failure ? "the job fails: " + failure->message() : "the job is cancelled", lost_registration);
-    }
-    lock.lock();
-    result_.completed_checkpoints = completed;
-    result_.latest_checkpoint_path = latest_path;
-    if (failure) {
-      finish_locked(JobStatus::kFailed, failure);
-    } else if (all_finished) {
-      finish_locked(JobStatus::kFinished, std::nullopt);
-    } else {
-      finish_locked(JobStatus::kCanceled, std::nullopt);
-    }
-    return;
+    if (finished_.size() == total) return Outcome::kFinished;
+    if (cancel_requested_) return Outcome::kCanceled;
   }
 }
 
