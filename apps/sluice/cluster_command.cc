@@ -153,10 +153,11 @@ void install_signals() {
 }  // namespace
 
 std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags& f) {
-  auto* jm = app.add_subcommand("jobmanager",
-                                "Run a cluster's JobManager for a pipeline file: waits for TaskManagers' slots, "
-                                "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
-                                "(no restarts or savepoints across processes yet; docs/cluster.md)");
+  auto* jm = app.add_subcommand(
+      "jobmanager",
+      "Run a cluster's JobManager for a pipeline file: waits for TaskManagers' slots, "
+      "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
+      "(a failure restarts the whole job from its latest checkpoint; no savepoints yet; docs/cluster.md)");
   jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
       ->required();
   jm->add_option("--rpc-port", f.rpc_port,
