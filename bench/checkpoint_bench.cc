@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "bench_util.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/connectors/datagen.h"
 
 namespace sluice::bench {
@@ -87,10 +89,12 @@ class Discard final : public Sink<int64_t> {
 };
 
 fs::path checkpoint_root(const CheckpointBenchOptions& o, const std::string& name) {
+  // An object store (--dir s3://bucket/prefix): each run writes under a job id of its own, nothing to clear.
+  if (is_s3_uri(o.dir)) return fs::path(o.dir + "/" + name);
   fs::path base =
       o.dir.empty() ? fs::temp_directory_path() / fmt::format("sluice-bench-{}", ::getpid()) : fs::path(o.dir);
   fs::path dir = base / name;
-  fs::remove_all(dir);
+  if (!is_s3_uri(dir.native())) fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
@@ -103,6 +107,11 @@ Configuration base_config(const CheckpointBenchOptions& o, const fs::path& dir, 
   if (interval != "none") {
     c.set_string(std::string(options::kCheckpointInterval.key), interval);
     c.set(options::kCheckpointDir, dir.string());
+    // scripts/services/s3's endpoint (S3_ENDPOINT), path-style, as the tests use it.
+    if (const char* endpoint = std::getenv("S3_ENDPOINT"); endpoint != nullptr && is_s3_uri(dir.native())) {
+      c.set(options::kS3Endpoint, std::string(endpoint));
+      c.set(options::kS3PathStyleAccess, true);
+    }
   }
   return c;
 }
@@ -202,7 +211,7 @@ int run_state(const CheckpointBenchOptions& o) {
       "size {:.1f} MiB, max synchronous pause {:.2f} ms, max alignment {:.2f} ms; {} backend, RSS now {:.0f} MiB\n",
       o.state_mb, keys, o.value_bytes, o.parallelism, duration.size(), median(duration), median(size), median(pause),
       median(align), o.backend, rss_mib());
-  fs::remove_all(dir);
+  if (!is_s3_uri(dir.native())) fs::remove_all(dir);
   return 0;
 }
 
@@ -238,7 +247,7 @@ int run_throughput(const CheckpointBenchOptions& o) {
       rate[i].push_back(static_cast<double>(o.records) / wall);
       cpu[i].push_back(static_cast<double>(o.records) / used);
       checkpoints[i].push_back(static_cast<double>(r.completed_checkpoints));
-      fs::remove_all(dir);
+      if (!is_s3_uri(dir.native())) fs::remove_all(dir);
     }
   }
   const double base = median(rate[0]);
@@ -290,7 +299,7 @@ int run_recovery(const CheckpointBenchOptions& o) {
       "checkpoint recovery: {} MiB target ({} keys x {} B, checkpoint {:.1f} MiB), parallelism {}: {:.0f} ms from "
       "the failure to the first record processed by the restored operator\n",
       o.state_mb, keys, o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism, ms);
-  fs::remove_all(dir);
+  if (!is_s3_uri(dir.native())) fs::remove_all(dir);
   return 0;
 }
 

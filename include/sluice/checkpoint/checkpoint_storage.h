@@ -20,6 +20,13 @@
 // Errors: kConfiguration for a bad location, id or argument; kCheckpoint for I/O failures (with the path
 // and the OS error) and for restore paths that do not hold a checkpoint; kState for an unreadable
 // `_metadata` file.
+//
+// Object stores: every location may also be an `s3://bucket/prefix` URI (S3Client, s3_client.h; the process's
+// client is set up from the job configuration by S3Client::configure). Paths are then the URI's text in a
+// std::filesystem::path ("s3://bucket/prefix/<job-id>/chk-<n>"), a "directory" is a key prefix, and the same
+// layout holds: state files are PUT (multipart above s3.multipart.threshold) before `_metadata`, whose PUT is
+// atomic, so its presence again means every state file it references is stored; state files are checked against
+// the size and XXH3-64 checksum in `_metadata` when read. discard() deletes the objects under the prefix.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +45,15 @@ namespace sluice {
 /// Current version of the state file format (docs/state-format.md, "Checkpoint storage layout").
 inline constexpr uint32_t kStateFileVersion = 1;
 
-/// The bytes of one state file, mapped read-only (FileCheckpointStorage::read_state_file). Immutable and
-/// thread-safe; unmapped when destroyed.
+/// The bytes of one state file, mapped read-only from a local file, or downloaded from an object store
+/// (FileCheckpointStorage::read_state_file). Immutable and thread-safe; unmapped when destroyed.
 class StateFileBytes {
  public:
-  StateFileBytes(const void* data, size_t size) noexcept : data_(data), size_(size) {}
+  /// Takes over a mapping of `size` bytes at `data` (munmap'ed when destroyed).
+  StateFileBytes(const void* data, size_t size) noexcept : data_(data), size_(size), mapped_(true) {}
+  /// Holds downloaded bytes.
+  explicit StateFileBytes(std::string owned) noexcept
+      : owned_(std::move(owned)), data_(owned_.data()), size_(owned_.size()), mapped_(false) {}
   ~StateFileBytes();
   StateFileBytes(const StateFileBytes&) = delete;
   StateFileBytes& operator=(const StateFileBytes&) = delete;
@@ -51,8 +62,10 @@ class StateFileBytes {
   std::string_view view() const noexcept { return {static_cast<const char*>(data_), size_}; }
 
  private:
+  std::string owned_;
   const void* data_;
   size_t size_;
+  bool mapped_;
 };
 
 /// Checkpoint and savepoint storage of one job in a directory tree. Thread-safe (see the file comment).
@@ -106,6 +119,7 @@ class FileCheckpointStorage {
   /// Removes a failed or subsumed checkpoint directory and everything in it. Refuses (logs an error, removes
   /// nothing) unless `dir` is a `chk-<n>` directory of this job, or a `savepoint-*` directory without
   /// `_metadata` (a savepoint that failed): completed savepoints are never deleted by the engine.
+  /// On s3:// the objects are deleted in the background (in order; finished before the storage is destroyed).
   /// Never throws; failures are logged.
   void discard(const std::filesystem::path& dir) const noexcept;
 
@@ -148,11 +162,16 @@ class FileCheckpointStorage {
   static int64_t checkpoint_id_of(const std::filesystem::path& dir) noexcept;
 
  private:
-  FileCheckpointStorage(std::filesystem::path job_dir, std::string job_id)
-      : job_dir_(std::move(job_dir)), job_id_(std::move(job_id)) {}
+  class ObjectDeleter;
+  FileCheckpointStorage(std::filesystem::path job_dir, std::string job_id,
+                        std::shared_ptr<ObjectDeleter> deleter = nullptr)
+      : job_dir_(std::move(job_dir)), job_id_(std::move(job_id)), deleter_(std::move(deleter)) {}
 
   std::filesystem::path job_dir_;
   std::string job_id_;
+  // s3:// only: deletes discarded prefixes on a thread of its own, as discard() runs under the checkpoint
+  // coordinator's lock and must not wait on the store. Drained when the last copy of the storage is destroyed.
+  std::shared_ptr<ObjectDeleter> deleter_;
 };
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,15 +15,20 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <system_error>
 #include <thread>
 #include <utility>
 
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/core/data_io.h"
 
 namespace sluice {
@@ -273,7 +279,206 @@ Result<std::vector<NumberedDir>> list_checkpoint_dirs(const fs::path& dir, bool 
   return found;
 }
 
+// --- object stores: a path is the text of an s3:// URI (see the header) ---
+
+bool is_s3(const fs::path& p) {
+  return is_s3_uri(p.native());
+}
+
+// The client and the bucket/key of an s3:// path.
+struct S3Target {
+  std::shared_ptr<const S3Client> client;
+  S3Uri uri;
+  // The key of `name` inside this "directory".
+  std::string child(std::string_view name) const {
+    return uri.key.empty() ? std::string(name) : uri.key + "/" + std::string(name);
+  }
+  std::string prefix() const { return uri.key.empty() ? std::string() : uri.key + "/"; }
+};
+
+Result<S3Target> s3_target(const fs::path& p) {
+  auto client = S3Client::shared();
+  if (!client.ok()) return client.error();
+  auto uri = S3Uri::parse(p.native());
+  if (!uri.ok()) return uri.error();
+  return S3Target{std::move(*client), std::move(*uri)};
+}
+
+// Writes through S3ObjectWriter, hashing every byte (XXH3-64) as HashingFileWriter does.
+class HashingS3Writer {
+ public:
+  HashingS3Writer(std::shared_ptr<const S3Client> client, std::string bucket, std::string key)
+      : writer_(std::move(client), std::move(bucket), std::move(key)), hash_(XXH3_createState()) {
+    if (hash_ == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(hash_);
+  }
+  HashingS3Writer(const HashingS3Writer&) = delete;
+  HashingS3Writer& operator=(const HashingS3Writer&) = delete;
+  ~HashingS3Writer() { XXH3_freeState(hash_); }
+
+  Status append(const void* data, size_t n) {
+    XXH3_64bits_update(hash_, data, n);
+    size_ += n;
+    return writer_.append(data, n);
+  }
+  Status finish() { return writer_.finish(); }
+  void abort() noexcept { writer_.abort(); }
+  uint64_t size() const noexcept { return size_; }
+  uint64_t digest() const noexcept { return XXH3_64bits_digest(hash_); }
+
+ private:
+  S3ObjectWriter writer_;
+  XXH3_state_t* hash_;
+  uint64_t size_ = 0;
+};
+
+// The chk-<n> "directories" under an s3:// job path, ascending n, with whether each has a _metadata object.
+struct S3Checkpoint {
+  int64_t id;
+  fs::path path;
+  bool complete;
+};
+
+Result<std::vector<S3Checkpoint>> s3_list_checkpoints(const fs::path& dir) {
+  auto t = s3_target(dir);
+  if (!t.ok()) return t.error();
+  auto listing = t->client->list(t->uri.bucket, t->prefix());
+  if (!listing.ok()) return listing.error();
+  std::map<int64_t, bool> found;
+  const std::string prefix = t->prefix();
+  for (const S3Object& o : listing->objects) {
+    std::string_view rest = std::string_view(o.key).substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) continue;
+    const int64_t id = FileCheckpointStorage::checkpoint_id_of(fs::path(std::string(rest.substr(0, slash))));
+    if (id < 0) continue;
+    found[id] = found[id] || rest.substr(slash + 1) == kMetadataFileName;
+  }
+  std::vector<S3Checkpoint> out;
+  for (const auto& [id, complete] : found)
+    out.push_back({id, fs::path(dir.native() + "/chk-" + std::to_string(id)), complete});
+  return out;
+}
+
+// Downloads a state file and checks it against `handle` (size, XXH3-64, header).
+Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path& dir,
+                                                                 const OperatorSubtaskStateHandle& handle) {
+  const fs::path path = fs::path(dir.native() + "/" + handle.file);
+  auto t = s3_target(dir);
+  if (!t.ok()) return t.error();
+  bool found = true;
+  auto bytes = t->client->get_object(t->uri.bucket, t->child(handle.file), &found);
+  if (!bytes.ok()) return state_file_error(path, fmt::format("cannot be read: {}", bytes.error().message()));
+  if (!found) return state_file_error(path, "is missing (the checkpoint is incomplete)");
+  if (bytes->size() != handle.file_size) {
+    return state_file_error(path,
+                            fmt::format("{}: the metadata records {} bytes, the object has {} bytes",
+                                        bytes->size() < handle.file_size ? "is truncated" : "has an unexpected size",
+                                        handle.file_size, bytes->size()));
+  }
+  SLUICE_RETURN_IF_ERROR(check_state_file_contents(path, handle, XXH3_64bits(bytes->data(), bytes->size()),
+                                                   std::string_view(*bytes).substr(0, kStateFileHeaderSize)));
+  return std::make_shared<const StateFileBytes>(std::move(*bytes));
+}
+
+// The state file's body (header, operator state, key groups) through `writer` (HashingFileWriter or
+// HashingS3Writer), filling the handle's offsets.
+template <class Writer>
+Status write_state_contents(Writer& writer, OperatorSubtaskStateHandle& handle, const std::string& operator_state,
+                            const KeyedStateSnapshot* keyed) {
+  try {
+    DataOutput header;
+    header.write_bytes(kStateFileMagic, sizeof(kStateFileMagic));
+    header.write_varint(kStateFileVersion);
+    SLUICE_RETURN_IF_ERROR(writer.append(header.data(), header.size()));
+    handle.operator_state_offset = writer.size();
+    handle.operator_state_length = operator_state.size();
+    SLUICE_RETURN_IF_ERROR(writer.append(operator_state.data(), operator_state.size()));
+    if (keyed != nullptr) {
+      const KeyGroupRange range = keyed->key_group_range();
+      DataOutput bytes;
+      for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
+        bytes.clear();
+        keyed->write_key_group(KeyGroup{kg}, bytes);
+        if (bytes.size() == 0) continue;
+        handle.key_groups.push_back(KeyGroupHandle{kg, writer.size(), bytes.size()});
+        SLUICE_RETURN_IF_ERROR(writer.append(bytes.data(), bytes.size()));
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(writer.finish());
+  } catch (const SluiceException& e) {
+    return e.error();
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::kState, fmt::format("the keyed state snapshot threw: {}", e.what()));
+  }
+  handle.file_size = writer.size();
+  handle.checksum = writer.digest();
+  return ok_status();
+}
+
 }  // namespace
+
+// Deletes discarded s3:// prefixes one after the other on its own thread; the destructor finishes the queue (each
+// deletion bounded by the client's retries) and joins.
+class FileCheckpointStorage::ObjectDeleter {
+ public:
+  ObjectDeleter() : thread_([this] { run(); }) {}
+  ~ObjectDeleter() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ObjectDeleter(const ObjectDeleter&) = delete;
+  ObjectDeleter& operator=(const ObjectDeleter&) = delete;
+
+  void enqueue(fs::path dir) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(dir));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    pthread_setname_np(pthread_self(), "sluice-s3-del");
+    for (;;) {
+      fs::path dir;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing left
+        dir = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      auto t = s3_target(dir);
+      if (t.ok() && dir.filename().string().starts_with("savepoint-")) {
+        auto completed = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
+        if (!completed.ok() || *completed) {
+          spdlog::error("not discarding {}: it is a completed savepoint, or its _metadata cannot be checked{}",
+                        dir.string(), completed.ok() ? "" : ": " + completed.error().to_string());
+          continue;
+        }
+      }
+      Result<int64_t> deleted = t.ok() ? t->client->delete_prefix(t->uri.bucket, t->prefix()) : t.error();
+      if (!deleted.ok()) {
+        spdlog::warn("discarding {} failed (its objects stay in the bucket): {}", dir.string(),
+                     deleted.error().to_string());
+      } else {
+        spdlog::debug("discarded {} ({} objects)", dir.string(), *deleted);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<fs::path> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
 
 Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location) {
   auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
@@ -286,6 +491,11 @@ Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location
                  "the checkpoint storage location is empty: pass file:///absolute/path or a plain path");
   }
   std::string_view path = location;
+  if (is_s3_uri(location)) {
+    auto uri = S3Uri::parse(location);
+    if (!uri.ok()) return uri.error();
+    return fs::path(uri->to_string());
+  }
   if (size_t sep = location.find("://"); sep != std::string_view::npos) {
     std::string scheme(location.substr(0, sep));
     std::transform(scheme.begin(), scheme.end(), scheme.begin(),
@@ -293,7 +503,8 @@ Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location
     if (scheme != "file") {
       return Error(ErrorCode::kConfiguration,
                    fmt::format("unsupported storage scheme '{}' in '{}': Sluice stores checkpoints and savepoints "
-                               "on a local or mounted file system only; use file:///absolute/path or a plain path",
+                               "on a local or mounted file system or in S3 (s3://bucket/prefix); use "
+                               "file:///absolute/path, a plain path or s3://bucket/prefix",
                                scheme, location));
     }
     path = location.substr(sep + 3);
@@ -321,6 +532,12 @@ Result<FileCheckpointStorage> FileCheckpointStorage::create(std::string_view bas
   }
   auto base = parse_location(base_location);
   if (!base.ok()) return base.error();
+  if (is_s3(*base)) {
+    auto client = S3Client::shared();  // a bad s3.* option fails here, at the job's start
+    if (!client.ok()) return client.error();
+    fs::path job_dir(base->native() + "/" + job_id);
+    return FileCheckpointStorage(std::move(job_dir), std::move(job_id), std::make_shared<ObjectDeleter>());
+  }
   fs::path job_dir = *base / job_id;
   std::error_code ec;
   fs::create_directories(job_dir / "shared", ec);
@@ -350,6 +567,10 @@ int64_t FileCheckpointStorage::checkpoint_id_of(const fs::path& dir) noexcept {
 Result<fs::path> FileCheckpointStorage::init_checkpoint(int64_t id) const {
   if (id < 0) return Error(ErrorCode::kConfiguration, fmt::format("checkpoint id {} is negative", id));
   fs::path dir = checkpoint_dir(id);
+  // On s3:// nothing to create, and nothing to check: this runs under the coordinator's lock, so it makes no
+  // request. Ids only grow within a job id (a restored job has a new job id) and an aborted checkpoint's objects
+  // are discarded, so chk-<id> of this job is empty; finalize_checkpoint() still refuses an existing _metadata.
+  if (is_s3(dir)) return dir;
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     if (has_metadata(dir)) {
@@ -373,6 +594,22 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
                                                                               const KeyedStateSnapshot* keyed) const {
   OperatorSubtaskStateHandle handle;
   handle.subtask = subtask;
+  auto context = [&](const Error& error) {
+    return error.with_context(fmt::format("writing the state of operator '{}' subtask {}", uid, subtask));
+  };
+  if (is_s3(dir)) {
+    // A random suffix of 16 hex digits: an object PUT never fails on an existing name, so uniqueness is by chance.
+    handle.file = fmt::format("{}-{}-{}", sanitize(uid), subtask, random_hex(16));
+    auto t = s3_target(dir);
+    if (!t.ok()) return context(t.error());
+    HashingS3Writer writer(t->client, t->uri.bucket, t->child(handle.file));
+    Status s = write_state_contents(writer, handle, operator_state, keyed);
+    if (!s.ok()) {
+      writer.abort();
+      return context(s.error());
+    }
+    return handle;
+  }
   HashingFileWriter writer;
   fs::path path;
   for (int attempt = 0;; ++attempt) {
@@ -383,50 +620,28 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
     if (created.ok()) break;
     if (err != EEXIST || attempt + 1 == kCreateAttempts) return created.error();
   }
-
-  auto fail = [&](const Error& error) -> Error {
+  Status s = write_state_contents(writer, handle, operator_state, keyed);
+  if (!s.ok()) {
     std::error_code ec;
     fs::remove(path, ec);
-    return error.with_context(fmt::format("writing the state of operator '{}' subtask {}", uid, subtask));
-  };
-
-  try {
-    DataOutput header;
-    header.write_bytes(kStateFileMagic, sizeof(kStateFileMagic));
-    header.write_varint(kStateFileVersion);
-    Status s = writer.append(header.data(), header.size());
-    if (!s.ok()) return fail(s.error());
-
-    handle.operator_state_offset = writer.size();
-    handle.operator_state_length = operator_state.size();
-    s = writer.append(operator_state.data(), operator_state.size());
-    if (!s.ok()) return fail(s.error());
-
-    if (keyed != nullptr) {
-      const KeyGroupRange range = keyed->key_group_range();
-      DataOutput bytes;
-      for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
-        bytes.clear();
-        keyed->write_key_group(KeyGroup{kg}, bytes);
-        if (bytes.size() == 0) continue;
-        handle.key_groups.push_back(KeyGroupHandle{kg, writer.size(), bytes.size()});
-        s = writer.append(bytes.data(), bytes.size());
-        if (!s.ok()) return fail(s.error());
-      }
-    }
-    s = writer.finish();
-    if (!s.ok()) return fail(s.error());
-  } catch (const SluiceException& e) {
-    return fail(e.error());
-  } catch (const std::exception& e) {
-    return fail(Error(ErrorCode::kState, fmt::format("the keyed state snapshot threw: {}", e.what())));
+    return context(s.error());
   }
-  handle.file_size = writer.size();
-  handle.checksum = writer.digest();
   return handle;
 }
 
 Status FileCheckpointStorage::finalize_checkpoint(const fs::path& dir, const CheckpointMetadata& metadata) const {
+  if (is_s3(dir)) {
+    auto t = s3_target(dir);
+    if (!t.ok()) return t.error();
+    auto there = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
+    if (!there.ok()) return there.error();
+    if (*there) {
+      return Error(ErrorCode::kCheckpoint, fmt::format("{}/{} already exists: checkpoint {} was finalized before",
+                                                       dir.string(), kMetadataFileName, metadata.checkpoint_id));
+    }
+    // One PUT: S3 makes an object visible whole or not at all, the rename of the file system case.
+    return t->client->put_object(t->uri.bucket, t->child(kMetadataFileName), serialize_checkpoint_metadata(metadata));
+  }
   const fs::path target = dir / kMetadataFileName;
   std::error_code ec;
   if (fs::exists(target, ec)) {
@@ -458,6 +673,26 @@ Status FileCheckpointStorage::finalize_checkpoint(const fs::path& dir, const Che
 
 void FileCheckpointStorage::discard(const fs::path& dir) const noexcept {
   try {
+    if (is_s3(dir)) {
+      auto t = s3_target(dir);
+      if (!t.ok()) {
+        spdlog::warn("discarding {} failed: {}", dir.string(), t.error().to_string());
+        return;
+      }
+      const std::string name = dir.filename().string();
+      const bool own_checkpoint = checkpoint_id_of(dir) >= 0 && dir.parent_path().native() == job_dir_.native();
+      // No request here, under the coordinator's lock: the deleting thread checks that a savepoint has no
+      // _metadata before it deletes anything of it.
+      const bool failed_savepoint = name.starts_with("savepoint-");
+      if (!own_checkpoint && !failed_savepoint) {
+        spdlog::error(
+            "not discarding {}: it is neither a chk-<n> location of job {} nor an incomplete savepoint location",
+            dir.string(), job_id_);
+        return;
+      }
+      if (deleter_ != nullptr) deleter_->enqueue(dir);
+      return;
+    }
     const fs::path abs = normalized(dir);
     const std::string name = abs.filename().string();
     const bool own_checkpoint = checkpoint_id_of(abs) >= 0 && abs.parent_path() == normalized(job_dir_);
@@ -483,10 +718,15 @@ Result<fs::path> FileCheckpointStorage::init_savepoint(std::string_view target_d
   }
   auto target = parse_location(target_dir_uri);
   if (!target.ok()) return target.error().with_context("savepoint target");
+  const std::string prefix = fmt::format("savepoint-{}-", std::string_view(job_id_).substr(0, 6));
+  if (is_s3(*target)) {
+    fs::path dir(target->native() + "/" + prefix + random_hex(12));
+    spdlog::info("savepoint {} of job {} goes to {}", id, job_id_, dir.string());
+    return dir;
+  }
   std::error_code ec;
   fs::create_directories(*target, ec);
   if (ec) return io_error("creating the savepoint target directory", *target, ec);
-  const std::string prefix = fmt::format("savepoint-{}-", std::string_view(job_id_).substr(0, 6));
   for (int attempt = 0; attempt < kCreateAttempts; ++attempt) {
     fs::path dir = *target / (prefix + random_hex(12));
     if (fs::create_directory(dir, ec)) {
@@ -506,6 +746,23 @@ Result<fs::path> FileCheckpointStorage::resolve_restore_path(std::string_view ur
   constexpr std::string_view kExpected =
       "expected a checkpoint or savepoint directory (with a _metadata file), a _metadata file, or a job "
       "directory with chk-<n> subdirectories";
+  if (is_s3(p)) {
+    if (p.filename() == kMetadataFileName) return p.parent_path();
+    auto t = s3_target(p);
+    if (!t.ok()) return t.error();
+    auto there = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
+    if (!there.ok()) return there.error().with_context("execution.state-recovery.path");
+    if (*there) return p;
+    auto all = s3_list_checkpoints(p);
+    if (!all.ok()) return all.error().with_context("execution.state-recovery.path");
+    for (auto it = all->rbegin(); it != all->rend(); ++it) {
+      if (it->complete) return it->path;
+    }
+    return Error(ErrorCode::kCheckpoint,
+                 fmt::format("restore path {} has no {} object and no chk-<n> prefix with one ({} chk-<n> prefixes "
+                             "without one: incomplete checkpoints); {}",
+                             p.string(), kMetadataFileName, all->size(), kExpected));
+  }
   std::error_code ec;
   fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
@@ -536,6 +793,22 @@ Result<fs::path> FileCheckpointStorage::resolve_restore_path(std::string_view ur
 }
 
 Result<CheckpointMetadata> FileCheckpointStorage::load_metadata(const fs::path& dir) {
+  if (is_s3(dir)) {
+    const std::string path = dir.native() + "/" + std::string(kMetadataFileName);
+    auto t = s3_target(dir);
+    if (!t.ok()) return t.error();
+    bool found = true;
+    auto bytes = t->client->get_object(t->uri.bucket, t->child(kMetadataFileName), &found);
+    if (!bytes.ok()) {
+      return Error(ErrorCode::kState,
+                   fmt::format("checkpoint metadata {}: cannot be read: {}", path, bytes.error().message()));
+    }
+    if (!found) {
+      return Error(ErrorCode::kState,
+                   fmt::format("checkpoint metadata {}: is missing (not a completed checkpoint or savepoint)", path));
+    }
+    return deserialize_checkpoint_metadata(*bytes, path);
+  }
   const fs::path path = dir / kMetadataFileName;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -564,6 +837,14 @@ Result<CheckpointMetadata> FileCheckpointStorage::load_metadata(const fs::path& 
 }
 
 Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() const {
+  if (is_s3(job_dir_)) {
+    auto all = s3_list_checkpoints(job_dir_);
+    if (!all.ok()) return all.error();
+    std::vector<fs::path> paths;
+    for (S3Checkpoint& c : *all)
+      if (c.complete) paths.push_back(std::move(c.path));
+    return paths;
+  }
   auto found = list_checkpoint_dirs(job_dir_, /*complete=*/true);
   if (!found.ok()) return found.error();
   std::vector<fs::path> paths;
@@ -574,11 +855,12 @@ Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() con
 }
 
 StateFileBytes::~StateFileBytes() {
-  if (size_ > 0) ::munmap(const_cast<void*>(data_), size_);
+  if (mapped_ && size_ > 0) ::munmap(const_cast<void*>(data_), size_);
 }
 
 Result<std::shared_ptr<const StateFileBytes>> FileCheckpointStorage::read_state_file(
     const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
+  if (is_s3(dir)) return s3_read_state_file(dir, handle);
   const fs::path path = dir / handle.file;
   uint64_t size = 0;
   auto opened = open_state_file(path, handle, size);
@@ -600,6 +882,10 @@ Result<std::shared_ptr<const StateFileBytes>> FileCheckpointStorage::read_state_
 }
 
 Status FileCheckpointStorage::verify_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
+  if (is_s3(dir)) {
+    auto bytes = s3_read_state_file(dir, handle);
+    return bytes.ok() ? ok_status() : Status(bytes.error());
+  }
   return check_state_file(dir, handle);
 }
 

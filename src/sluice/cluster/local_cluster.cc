@@ -17,6 +17,7 @@
 
 #include "sluice/checkpoint/checkpoint_coordinator.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/failover_regions.h"
 #include "sluice/cluster/restart_strategy.h"
@@ -581,6 +582,8 @@ Status LocalJob::prepare(JobGraph jg) {
     dir = (std::filesystem::temp_directory_path() / "sluice-checkpoints").string();
   }
   if (!dir.empty()) {
+    // The process's S3 client (s3.* options, AWS environment), for s3:// checkpoint, savepoint and restore paths.
+    SLUICE_RETURN_IF_ERROR(S3Client::configure(config));
     auto storage = FileCheckpointStorage::create(dir, id_);
     if (!storage.ok()) return storage.error();
     storage_ = std::make_unique<FileCheckpointStorage>(std::move(*storage));

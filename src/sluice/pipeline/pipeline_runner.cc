@@ -22,6 +22,7 @@
 #include "pipeline_internal.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/connectors/dead_letter_counts.h"
 #include "sluice/connectors/files.h"
 #include "sluice/metrics/job_metrics.h"
@@ -59,9 +60,104 @@ bool is_job_id(std::string_view name) {
   return name.size() == 32 && name.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+// find_latest_checkpoint() on s3://bucket/prefix: the same choice from one listing of the prefix (the newest
+// _metadata of a chk-<n>, or a stopped job's savepoint, by the objects' LastModified; finished jobs skipped).
+std::string find_latest_s3_checkpoint(const std::string& storage) {
+  auto client = S3Client::shared();
+  auto uri = S3Uri::parse(storage);
+  if (!client.ok() || !uri.ok()) return {};
+  const std::string prefix = uri->key.empty() ? std::string() : uri->key + "/";
+  auto listing = (*client)->list(uri->bucket, prefix);
+  if (!listing.ok()) {
+    spdlog::warn("cannot list the checkpoint storage {}: {}", storage, listing.error().to_string());
+    return {};
+  }
+  struct Job {
+    bool finished = false;
+    std::string stopped_key, stopped_time, best, best_time;
+  };
+  std::map<std::string, Job> jobs;
+  for (const S3Object& o : listing->objects) {
+    std::string_view rest = std::string_view(o.key).substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || !is_job_id(rest.substr(0, slash))) continue;
+    Job& job = jobs[std::string(rest.substr(0, slash))];
+    std::string_view inside = rest.substr(slash + 1);
+    if (inside == kFinishedMarker) job.finished = true;
+    if (inside == kStoppedMarker) {
+      job.stopped_key = o.key;
+      job.stopped_time = o.last_modified;
+    }
+    const size_t chk_end = inside.find('/');
+    if (chk_end != std::string_view::npos && inside.substr(chk_end + 1) == kMetadataFileName &&
+        FileCheckpointStorage::checkpoint_id_of(fs::path(std::string(inside.substr(0, chk_end)))) >= 0 &&
+        o.last_modified > job.best_time) {
+      job.best = "s3://" + uri->bucket + "/" + o.key.substr(0, o.key.size() - kMetadataFileName.size() - 1);
+      job.best_time = o.last_modified;
+    }
+  }
+  std::string best, best_time;
+  for (auto& [id, job] : jobs) {
+    if (job.finished) continue;
+    if (!job.stopped_key.empty()) {
+      auto savepoint = (*client)->get_object(uri->bucket, job.stopped_key);
+      if (savepoint.ok() && !savepoint->empty() && (best.empty() || job.stopped_time > best_time)) {
+        best = *savepoint;
+        best_time = job.stopped_time;
+      }
+      continue;
+    }
+    if (!job.best.empty() && (best.empty() || job.best_time > best_time)) {
+      best = job.best;
+      best_time = job.best_time;
+    }
+  }
+  return best;
+}
+
+// The local lock file standing for an s3:// storage: one run per storage on this machine (an object store has
+// no lock; two machines sharing one storage must be kept apart by whoever deploys them).
+fs::path s3_lock_path(const std::string& storage) {
+  return fs::temp_directory_path() / fmt::format("sluice-s3-{:016x}.lock", std::hash<std::string>{}(storage));
+}
+
+// remove_superseded_checkpoints() on s3://bucket/prefix: deletes the objects of every other job prefix.
+int remove_superseded_s3_checkpoints(const std::string& pipeline, const std::string& storage, const std::string& own,
+                                     const std::string& kept_job_dir) {
+  auto client = S3Client::shared();
+  auto uri = S3Uri::parse(storage);
+  if (!client.ok() || !uri.ok()) return 0;
+  const std::string prefix = uri->key.empty() ? std::string() : uri->key + "/";
+  auto listing = (*client)->list(uri->bucket, prefix, "/");
+  if (!listing.ok()) {
+    spdlog::warn("pipeline '{}': cannot list the checkpoint storage {} to remove superseded checkpoints: {}", pipeline,
+                 storage, listing.error().to_string());
+    return 0;
+  }
+  int removed = 0;
+  for (const std::string& job_prefix : listing->common_prefixes) {
+    std::string name = job_prefix.substr(prefix.size());
+    if (!name.empty() && name.back() == '/') name.pop_back();
+    if (name == own || name == kept_job_dir || !is_job_id(name)) continue;
+    auto deleted = (*client)->delete_prefix(uri->bucket, job_prefix);
+    if (!deleted.ok()) {
+      spdlog::warn("pipeline '{}': cannot remove the superseded checkpoints in s3://{}/{}: {}", pipeline, uri->bucket,
+                   job_prefix, deleted.error().to_string());
+      continue;
+    }
+    ++removed;
+  }
+  if (removed > 0) {
+    spdlog::info("pipeline '{}': removed the checkpoints of {} earlier job(s) from {} (superseded by job {})", pipeline,
+                 removed, storage, own);
+  }
+  return removed;
+}
+
 }  // namespace
 
 std::string find_latest_checkpoint(const std::string& storage) {
+  if (is_s3_uri(storage)) return find_latest_s3_checkpoint(storage);
   const fs::path root = storage_path(storage);
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return {};
@@ -326,10 +422,16 @@ Status PipelineRunner::start() {
   if (p.checkpoint_interval_ms > 0) {
     // One run per checkpoint storage: a second run would resume from the first one's checkpoints while it
     // still writes them, and both would commit the same sink files and transactions.
-    const fs::path root = storage_path(s_->config.get(options::kCheckpointDir));
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    const std::string lock_path = (root / ".lock").string();
+    const std::string storage = s_->config.get(options::kCheckpointDir);
+    const fs::path root = storage_path(storage);
+    std::string lock_path = (root / ".lock").string();
+    if (is_s3_uri(storage)) {
+      SLUICE_RETURN_IF_ERROR(S3Client::configure(s_->config));
+      lock_path = s3_lock_path(storage).string();
+    } else {
+      std::error_code ec;
+      fs::create_directories(root, ec);
+    }
     s_->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (s_->lock_fd < 0) {
       return Error(ErrorCode::kCheckpoint, fmt::format("cannot open the lock file '{}' of the checkpoint storage: {}",
@@ -352,7 +454,12 @@ Status PipelineRunner::start() {
   if (p.checkpoint_interval_ms > 0 && !s_->config.contains(options::kStateRecoveryPath.key)) {
     const std::string latest = find_latest_checkpoint(s_->config.get(options::kCheckpointDir));
     std::error_code ec;
-    if (!latest.empty() && !fs::exists(fs::path(latest) / kMetadataFileName, ec)) {
+    bool latest_exists = !latest.empty() && fs::exists(fs::path(latest) / kMetadataFileName, ec);
+    if (!latest.empty() && is_s3_uri(latest)) {
+      auto meta = FileCheckpointStorage::load_metadata(latest);
+      latest_exists = meta.ok();
+    }
+    if (!latest.empty() && !latest_exists) {
       // Only a stopped job's savepoint can be gone (a checkpoint is found by its _metadata): starting over
       // instead would re-read a CDC source's snapshot and repeat every row.
       return Error(ErrorCode::kCheckpoint,
@@ -394,11 +501,21 @@ JobResult PipelineRunner::wait() {
     for (const CheckpointStats& st : c->checkpoint_stats()) {
       if (st.completed && st.type == "stop-with-savepoint") stop_savepoint = st.path;
     }
-    const fs::path job_dir = fs::path(storage_path(s_->config.get(options::kCheckpointDir))) / r.job_id;
+    const std::string storage = s_->config.get(options::kCheckpointDir);
+    const fs::path job_dir = fs::path(storage_path(storage)) / r.job_id;
     std::error_code ec;
-    fs::create_directories(job_dir, ec);
+    if (!is_s3_uri(storage)) fs::create_directories(job_dir, ec);
     const fs::path marker = job_dir / (stop_savepoint.empty() ? kFinishedMarker : kStoppedMarker);
-    if (FILE* f = std::fopen(marker.c_str(), "w")) {
+    if (is_s3_uri(storage)) {
+      auto client = S3Client::shared();
+      auto uri = S3Uri::parse(marker.native());
+      Status put = client.ok() && uri.ok() ? (*client)->put_object(uri->bucket, uri->key, stop_savepoint)
+                                           : Status(client.ok() ? uri.error() : client.error());
+      if (!put.ok()) {
+        spdlog::warn("pipeline '{}': cannot write {}: {}", s_->spec.pipeline.name, marker.string(),
+                     put.error().to_string());
+      }
+    } else if (FILE* f = std::fopen(marker.c_str(), "w")) {
       if (!stop_savepoint.empty()) std::fputs(stop_savepoint.c_str(), f);
       if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
         spdlog::warn("pipeline '{}': cannot write {}: {}", s_->spec.pipeline.name, marker.string(),
@@ -431,6 +548,9 @@ int PipelineRunner::remove_superseded_checkpoints() {
   // the next run resumes from it: earlier jobs' checkpoints will never be restored by `sluice run` again.
   const fs::path root = storage_path(s_->config.get(options::kCheckpointDir));
   const std::string own = c->job_id();
+  if (is_s3_uri(root.native())) {
+    return remove_superseded_s3_checkpoints(s_->spec.pipeline.name, root.native(), own, s_->kept_job_dir);
+  }
   std::vector<fs::path> superseded;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {

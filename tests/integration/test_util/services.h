@@ -45,6 +45,7 @@ inline const std::map<std::string, std::vector<std::string>>& known_services() {
       {"opensearch", {"OPENSEARCH_URL"}},
       {"postgres", {"PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "POSTGRES_URL"}},
       {"prometheus", {"PROMETHEUS_URL", "PROMETHEUS_TARGETS_DIR", "PROMETHEUS_RULES_DIR"}},
+      {"s3", {"S3_ENDPOINT", "S3_SERVER_BIN"}},
   };
   return services;
 }

@@ -205,10 +205,16 @@ TEST(CheckpointLocationTest, ParsesFileUrisAndPlainPaths) {
   EXPECT_EQ(*FileCheckpointStorage::parse_location("/tmp/a/./b/"), fs::path("/tmp/a/b"));
   EXPECT_EQ(*FileCheckpointStorage::parse_location("rel/dir"), (fs::current_path() / "rel/dir").lexically_normal());
 
-  auto s3 = FileCheckpointStorage::parse_location("s3://bucket/checkpoints");
-  ASSERT_FALSE(s3.ok());
-  EXPECT_EQ(s3.error().code(), ErrorCode::kConfiguration);
-  EXPECT_THAT(s3.error().message(), HasSubstr("'s3'"));
+  // s3:// is an object store location, kept as the URI's text (trailing '/' dropped); other schemes are refused.
+  auto s3 = FileCheckpointStorage::parse_location("s3://bucket/checkpoints/");
+  ASSERT_TRUE(s3.ok()) << s3.error().to_string();
+  EXPECT_EQ(s3->native(), "s3://bucket/checkpoints");
+  EXPECT_EQ(FileCheckpointStorage::parse_location("s3:///no-bucket").error().code(), ErrorCode::kConfiguration);
+  EXPECT_THAT(FileCheckpointStorage::parse_location("s3://b/a b").error().message(), HasSubstr("character ' '"));
+  auto gs = FileCheckpointStorage::parse_location("gs://bucket/checkpoints");
+  ASSERT_FALSE(gs.ok());
+  EXPECT_EQ(gs.error().code(), ErrorCode::kConfiguration);
+  EXPECT_THAT(gs.error().message(), HasSubstr("'gs'"));
   EXPECT_EQ(FileCheckpointStorage::parse_location("").error().code(), ErrorCode::kConfiguration);
   EXPECT_THAT(FileCheckpointStorage::parse_location("file://host/tmp").error().message(), HasSubstr("host"));
 
@@ -487,7 +493,7 @@ TEST_F(CheckpointStorageTest, ResolveRestorePathErrorsNameThePath) {
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.error().message(), HasSubstr("is a file but not a _metadata file"));
 
-  r = FileCheckpointStorage::resolve_restore_path("s3://bucket/sp");
+  r = FileCheckpointStorage::resolve_restore_path("gs://bucket/sp");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kConfiguration);
 }
@@ -507,7 +513,11 @@ TEST_F(CheckpointStorageTest, SavepointDirectoriesFollowFlinkNaming) {
 
   EXPECT_EQ(storage.init_savepoint("", 1).error().code(), ErrorCode::kConfiguration);
   EXPECT_THAT(storage.init_savepoint("", 1).error().message(), HasSubstr("execution.checkpointing.savepoint-dir"));
-  EXPECT_EQ(storage.init_savepoint("s3://b/x", 1).error().code(), ErrorCode::kConfiguration);
+  EXPECT_EQ(storage.init_savepoint("gs://b/x", 1).error().code(), ErrorCode::kConfiguration);
+  // On S3 a savepoint "directory" is a key prefix: named the same way, nothing created (no request made).
+  auto s3 = storage.init_savepoint("s3://b/x/", 19);
+  ASSERT_TRUE(s3.ok()) << s3.error().to_string();
+  EXPECT_TRUE(is_prefix_and_hex(s3->native(), "s3://b/x/savepoint-a1b2c3-", 12)) << s3->native();
 }
 
 TEST_F(CheckpointStorageTest, DiscardRemovesOnlyCheckpointsAndFailedSavepoints) {
