@@ -74,7 +74,8 @@ std::string find_latest_s3_checkpoint(const std::string& storage) {
   }
   struct Job {
     bool finished = false;
-    std::string stopped_key, stopped_time, best, best_time;
+    std::string stopped_key, best, best_time;
+    int64_t best_id = -1;
   };
   std::map<std::string, Job> jobs;
   for (const S3Object& o : listing->objects) {
@@ -86,24 +87,37 @@ std::string find_latest_s3_checkpoint(const std::string& storage) {
     if (inside == kFinishedMarker) job.finished = true;
     if (inside == kStoppedMarker) {
       job.stopped_key = o.key;
-      job.stopped_time = o.last_modified;
     }
+    // Within a job the highest checkpoint id is the newest (ids only grow; LastModified has whole seconds on some
+    // stores, and a subsumed checkpoint may not be deleted yet).
     const size_t chk_end = inside.find('/');
-    if (chk_end != std::string_view::npos && inside.substr(chk_end + 1) == kMetadataFileName &&
-        FileCheckpointStorage::checkpoint_id_of(fs::path(std::string(inside.substr(0, chk_end)))) >= 0 &&
-        o.last_modified > job.best_time) {
+    const int64_t id = chk_end == std::string_view::npos
+                           ? -1
+                           : FileCheckpointStorage::checkpoint_id_of(fs::path(std::string(inside.substr(0, chk_end))));
+    if (id >= 0 && inside.substr(chk_end + 1) == kMetadataFileName && id > job.best_id) {
       job.best = "s3://" + uri->bucket + "/" + o.key.substr(0, o.key.size() - kMetadataFileName.size() - 1);
-      job.best_time = o.last_modified;
+      job.best_id = id;
     }
+  }
+  // Across jobs: the trigger time (ms) in each job's newest _metadata.
+  for (auto& [name, job] : jobs) {
+    if (job.best.empty() || job.finished) continue;
+    auto meta = FileCheckpointStorage::load_metadata(job.best);
+    job.best_time = meta.ok() ? fmt::format("{:020d}", meta->trigger_timestamp) : std::string();
+    if (!meta.ok()) job.best.clear();
   }
   std::string best, best_time;
   for (auto& [id, job] : jobs) {
     if (job.finished) continue;
     if (!job.stopped_key.empty()) {
       auto savepoint = (*client)->get_object(uri->bucket, job.stopped_key);
-      if (savepoint.ok() && !savepoint->empty() && (best.empty() || job.stopped_time > best_time)) {
+      if (!savepoint.ok() || savepoint->empty()) continue;
+      // The savepoint's trigger time; a savepoint that is gone sorts first and is reported by the caller.
+      auto meta = FileCheckpointStorage::load_metadata(*savepoint);
+      const std::string t = meta.ok() ? fmt::format("{:020d}", meta->trigger_timestamp) : std::string();
+      if (best.empty() || t > best_time) {
         best = *savepoint;
-        best_time = job.stopped_time;
+        best_time = t;
       }
       continue;
     }
