@@ -251,9 +251,8 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       return 1;
     }
     rest = std::move(*r);
-    rest->register_job(name, client, operators_of(p->runner->stream_graph()),
+    rest->register_job(name, client, job_plan_of(p->runner->stream_graph()),
                        [m = master.get()] { return m->status_message(); });
-    rest->set_plan(client.job_id(), job_plan_of(p->runner->stream_graph()));
     rest->serve_subtask_locations(client.job_id(), [&jm, m = master.get()] {
       std::map<std::string, std::string> address;  // resource id -> RPC address of the registered ones
       for (const auto& t : jm.task_managers())

@@ -169,13 +169,10 @@ JobResult run_job(CLI::App* cmd, StreamEnvironment& env, const std::string& name
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::unique_ptr<sluice::RestServer> rest = start_rest(cmd, env, flags, ok);
   if (!ok) return {};
-  std::vector<sluice::OperatorStats> operators = sluice::operators_of(env.stream_graph());
-  std::vector<sluice::RestPlanVertex> plan =
-      rest ? sluice::job_plan_of(env.stream_graph()) : std::vector<sluice::RestPlanVertex>{};
+  sluice::JobPlan plan = sluice::job_plan_of(env.stream_graph());
   sluice::JobClient client = env.execute_async(name);
   if (rest) {
-    rest->register_job(name, client, std::move(operators));
-    rest->set_plan(client.job_id(), std::move(plan));
+    rest->register_job(name, client, std::move(plan));
     fmt::print(stderr, "REST API at {}, job id {}\n", rest->url(), client.job_id());
   }
   std::atomic<bool> done{false};

@@ -154,8 +154,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   const pipeline::PipelineSpec* spec = &loaded->spec;
   pipeline::PipelineRunner& runner = *loaded->runner;
   // The operators as the REST API shows them while the job runs (start() hands the graph to the job).
-  const std::vector<OperatorStats> pipeline_operators = operators_of(runner.stream_graph());
-  std::vector<RestPlanVertex> pipeline_plan = job_plan_of(runner.stream_graph());
+  const JobPlan pipeline_plan = job_plan_of(runner.stream_graph());
 
   const int port = f.http_port != -2 ? f.http_port : spec->pipeline.http_port;
   // One port for everything an operator uses: the jobs REST API (sluice list/savepoint/stop/cancel), /metrics
@@ -172,6 +171,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     }
     http = std::move(*server);
     http->serve_metrics([&runner] { return runner.metrics_text(); });
+    http->serve_metric_samples([&runner] { return runner.metric_samples(); });
     http->serve_health([&runner] {
       pipeline::HealthReport h = runner.health();
       return HealthResponse{h.healthy, h.to_json()};
@@ -187,10 +187,7 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
   spdlog::info("pipeline '{}' started: {}", spec->pipeline.name, describe(*spec));
   if (http) {
     std::optional<JobClient> client = runner.client();
-    if (client) {
-      http->register_job(spec->pipeline.name, *client, pipeline_operators);
-      http->set_plan(client->job_id(), std::move(pipeline_plan));
-    }
+    if (client) http->register_job(spec->pipeline.name, *client, pipeline_plan);
     // The port and job id on one line of their own, so scripts and tests find an ephemeral port there.
     spdlog::info("pipeline '{}': REST API, /metrics and /health at {}, job id {}", spec->pipeline.name, http->url(),
                  client ? client->job_id() : std::string("-"));

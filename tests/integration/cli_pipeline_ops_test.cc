@@ -138,10 +138,12 @@ TEST(CliPipelineOpsTest, OnePortServesTheJobsApiMetricsAndHealthAndTheClientComm
   Result<Value> v = Value::from_json(details.body);
   ASSERT_TRUE(v.ok()) << details.body;
   bool sink_seen = false;
-  for (const Value& vertex : v->find("vertices")->as_array()) {
-    if (vertex.find("uid")->as_string() != "sink-out") continue;
-    sink_seen = true;
-    EXPECT_EQ(vertex.find("parallelism")->as_int64(), 2) << details.body;
+  for (const Value& vertex : v->find("vertices")->as_array()) {  // job vertices, each with its chain's operators
+    for (const Value& op : vertex.find("operators")->as_array()) {
+      if (op.find("uid")->as_string() != "sink-out") continue;
+      sink_seen = true;
+      EXPECT_EQ(vertex.find("parallelism")->as_int64(), 2) << details.body;
+    }
   }
   EXPECT_TRUE(sink_seen) << details.body;
 

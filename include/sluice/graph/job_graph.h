@@ -48,8 +48,9 @@ struct JobGraph {
 
 /// Validates the stream graph and chains it. Fails (kGraph) on a forward edge between different parallelisms,
 /// duplicate uids, a parallelism above max parallelism, or a cycle. Logs a warning for stateful operators
-/// without a uid; their derived uid is a hash of their position in the graph.
-Result<JobGraph> build_job_graph(StreamGraph& graph);
+/// without a uid; their derived uid is a hash of their position in the graph (unless `log_warnings` is false:
+/// a second build of the same graph for display, such as the REST API's plan, says nothing new).
+Result<JobGraph> build_job_graph(StreamGraph& graph, bool log_warnings = true);
 
 /// For pointwise edges: the consumer subtasks that producer `i` feeds, given both parallelisms
 /// (Flink's POINTWISE distribution: an even spread of producers over consumers or the reverse).

@@ -23,6 +23,7 @@
 #include "sluice/api/job.h"
 #include "sluice/core/config.h"
 #include "sluice/core/error.h"
+#include "sluice/metrics/metric_registry.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/job_health.h"
 
@@ -60,6 +61,9 @@ class PipelineRunner {
   /// last duration and size, age of the last completed), restarts, job status, pipeline counters and the
   /// source's lag and position gauges.
   std::string metrics_text() const;
+  /// The samples of the pipeline's metric registry (the job's Flink-named metrics and its connectors'), for the
+  /// REST API's metric views (RestServer::serve_metric_samples). Thread-safe.
+  std::vector<metrics::MetricSample> metric_samples() const;
   /// evaluate_job_health() with the pipeline's health.* bounds and its source's lag and connection: every reason
   /// named (job-not-running with the restart count and the latest failure's time and cause, recent-failure,
   /// checkpoint-age, failed-checkpoints, source-lag, source-disconnected). Healthy when none applies.

@@ -2,8 +2,17 @@
 // API so that a Flink user's scripts and habits carry over (docs/operations.md lists every endpoint):
 //
 //   GET   /jobs                               {"jobs": [{"id", "name", "status", "start-time"}]}
-//   GET   /jobs/:id                           status, times, restarts, failure, vertices (operators), and
-//                                             "plan": the job graph's vertices and edges (set_plan)
+//   GET   /overview, /config                  Flink's cluster overview and web UI configuration
+//   GET   /jobs/overview                      Flink's JobDetails of every job (task counts by state)
+//   GET   /jobs/:id                           Flink's JobDetailsInfo: vertices with IO metrics, plan (edges);
+//                                             plus restarts and the latest failure
+//   GET   /jobs/:id/vertices/:vid             per-subtask state, host, IO metrics, busy/idle/backpressure
+//   GET   /jobs/:id/vertices/:vid/backpressure  level (ok/low/high) and ratio per subtask
+//   GET   /jobs/:id/vertices/:vid/metrics[?get=a,b]  subtask metrics ("0.numRecordsIn", "0.Map.numRecordsOut")
+//   GET   /jobs/:id/vertices/:vid/subtasks/metrics?get=..&agg=..  aggregated over subtasks
+//   GET   /jobs/:id/vertices/:vid/watermarks  each subtask's input watermark
+//   GET   /jobs/:id/metrics[?get=a,b]         job metrics (numRestarts, lastCheckpointDuration, ...)
+//   GET   /jobs/:id/exceptions                Flink's exception history
 //   GET   /jobs/:id/checkpoints               counts, latest and history of checkpoints and savepoints
 //   POST  /jobs/:id/savepoints                {"target-directory", "cancel-job"} -> 202 {"request-id"}
 //   GET   /jobs/:id/savepoints/:request-id    {"status": {"id": IN_PROGRESS|COMPLETED}, "operation": ...}
@@ -41,6 +50,8 @@
 #include "sluice/core/config.h"
 #include "sluice/core/error.h"
 #include "sluice/graph/stream_graph.h"
+#include "sluice/metrics/metric_registry.h"
+#include "sluice/web/job_plan.h"
 #include "sluice/web/metrics_server.h"
 
 namespace sluice {
@@ -58,19 +69,6 @@ struct RestServerOptions {
   /// the first `share/sluice/web-ui` holding an index.html in the executable's folder or one of its three
   /// parents (the build tree and an installed prefix). Not found: `/` answers 404 with a page saying why.
   std::string ui_dir;
-};
-
-/// One vertex of a job's plan (Flink's JobPlanInfo node): a chain of operators run as one task per subtask.
-struct RestPlanVertex {
-  int id = 0;        ///< the job vertex id (JobVertex::id, SubtaskMetrics::vertex_id)
-  std::string name;  ///< "Source: x -> Map", as the task is named in metrics
-  int parallelism = 1;
-  std::vector<std::string> operator_uids;  ///< its chained operators' uids, head first
-  struct Input {
-    int vertex_id = 0;        ///< the producing vertex
-    std::string partitioner;  ///< "forward", "rebalance", "rescale", "broadcast" or "hash"
-  };
-  std::vector<Input> inputs;
 };
 
 /// One registered TaskManager as GET /taskmanagers shows it.
@@ -118,19 +116,24 @@ class RestServer {
   /// "http://<address>:<port>".
   std::string url() const;
 
-  /// Serves `client` under its job id and `name`. `operators` describes the job's operators while it runs
-  /// (operators_of() of its graph, taken before execution); once the job has ended, the counters of its
-  /// JobResult are served instead. Registering the same job id again replaces the entry. The server keeps
-  /// the client (and so the job's resources) until it is destroyed.
-  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators = {});
+  /// Serves `client` under its job id and `name`. `plan` describes the job's operators and vertices
+  /// (job_plan_of() of its graph, taken before execution; operators_of() alone gives the vertices without their
+  /// edges, learnt from the running job). Registering the same job id again replaces the entry. The server
+  /// keeps the client (and so the job's resources) until it is destroyed. The job's metrics (metrics/
+  /// JobMetrics) are registered in the server's own registry, unless serve_metric_samples() was called.
+  void register_job(std::string name, JobClient client, JobPlan plan = {});
   /// As register_job(), with a line that says what the job waits for ("needs 8 slots, 6 registered"),
   /// served as "status-message" in GET /jobs and GET /jobs/:id. `status_message` is called on HTTP threads.
-  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
-                    std::function<std::string()> status_message);
+  void register_job(std::string name, JobClient client, JobPlan plan, std::function<std::string()> status_message);
 
-  /// Serves `plan` (job_plan_of() of the job's graph) as "plan" in GET /jobs/:id, Flink's shape, so the web UI
-  /// draws the job graph. Unknown job ids are ignored (the job was never registered).
-  void set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan);
+  /// The metric views (vertex details, backpressure, /jobs/:id/metrics ...) read their samples from `samples`
+  /// (e.g. a pipeline's registry, which has its connectors' metrics too) instead of a registry of the server's
+  /// own. Call it before register_job(). `samples` is called on a server thread about once per second.
+  void serve_metric_samples(std::function<std::vector<metrics::MetricSample>()> samples);
+
+  /// Replaces the plan of the registered job `job_id` (register_job's `plan`). Unknown job ids are ignored (the
+  /// job was never registered).
+  void set_plan(const std::string& job_id, JobPlan plan);
 
   /// Serves where each subtask of `job_id` runs (a cluster's JobManager: JobMaster::placement()) in GET
   /// /jobs/:id/vertices/:vid's "subtasks" (taskmanager-id, host, slot). `provider` is called on HTTP threads
@@ -143,7 +146,8 @@ class RestServer {
 
   /// Serves GET /metrics from `provider` (Prometheus text 0.0.4; called on HTTP threads, so thread-safe).
   /// Without a provider, /metrics serves the job-level metrics of every registered job (status, restarts,
-  /// per-operator records in and out, checkpoint counts).
+  /// per-operator records in and out, checkpoint counts) followed by the registry's Flink-named metrics
+  /// (flink_taskmanager_job_task_operator_numRecordsIn ..., docs/operations.md).
   void serve_metrics(std::function<std::string()> provider);
   /// Serves GET /health from `provider` (called on HTTP threads, so thread-safe): 200 when healthy, else 503,
   /// with its JSON. Without a provider, /health is healthy while every registered job is RUNNING or FINISHED
@@ -173,10 +177,6 @@ class RestServer {
 /// The operators of `graph` (name, uid, parallelism; no counters) in graph order, resolving the default
 /// parallelism from the graph's configuration. Call it before execute_async(), which consumes the graph.
 std::vector<OperatorStats> operators_of(const StreamGraph& graph);
-
-/// The job vertices and edges `graph` runs as (its chaining, on a copy: `graph` is unchanged), for set_plan().
-/// Call it before execute_async(). Empty when the graph does not build (execute() reports why).
-std::vector<RestPlanVertex> job_plan_of(const StreamGraph& graph);
 
 /// The web UI folder RestServer serves for `configured` (RestServerOptions::ui_dir): it when not empty, else
 /// $SLUICE_WEB_UI_DIR, else share/sluice/web-ui beside or above the executable; "" when none has index.html.

@@ -36,8 +36,9 @@ std::vector<int> pointwise_targets(int up, int down, int i) {
   return out;
 }
 
-Result<JobGraph> build_job_graph(StreamGraph& graph) {
-  SLUICE_RETURN_IF_ERROR(validate_engine_options(graph.config()));
+Result<JobGraph> build_job_graph(StreamGraph& graph, bool log_warnings) {
+  // Validation warns of unknown keys; the build that runs the job does it (and fails on a bad value).
+  if (log_warnings) SLUICE_RETURN_IF_ERROR(validate_engine_options(graph.config()));
   JobGraph jg;
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
@@ -67,7 +68,7 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
     if (!node.factory->is_source() && node.in_edges.empty()) {
       return graph_error(describe(node) + " has no input");
     }
-    if (!node.is_sink && node.out_edges.empty()) {
+    if (log_warnings && !node.is_sink && node.out_edges.empty()) {
       spdlog::warn("{} has no downstream operator or sink: its records are discarded (add sink_to())", describe(node));
     }
   }
@@ -98,7 +99,7 @@ Result<JobGraph> build_job_graph(StreamGraph& graph) {
       for (int eid : node.in_edges)
         key += jg.node_uid[static_cast<size_t>(graph.edge(eid).source)] + ";";
       uid = fmt::format("{:016x}", XXH3_64bits(key.data(), key.size()));
-      if (node.factory->is_stateful() || node.factory->is_source()) {
+      if (log_warnings && (node.factory->is_stateful() || node.factory->is_source())) {
         spdlog::warn(
             "{} has no uid(); using '{}' derived from its position in the graph. Set uid() so its "
             "state can be restored after the job changes.",

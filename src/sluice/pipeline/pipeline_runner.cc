@@ -619,6 +619,10 @@ const std::string& PipelineRunner::restored_from() const {
   return s_->restored_from;
 }
 
+std::vector<metrics::MetricSample> PipelineRunner::metric_samples() const {
+  return s_->registry.collect();
+}
+
 std::string PipelineRunner::metrics_text() const {
   std::optional<JobClient> c;
   {

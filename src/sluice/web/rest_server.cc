@@ -20,12 +20,15 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/value.h"
-#include "sluice/graph/job_graph.h"
+#include "sluice/metrics/job_metrics.h"
 #include "sluice/metrics/prometheus_text.h"
 #include "sluice/web/job_health.h"
+#include "sluice/web/job_views.h"
 
 namespace sluice {
 namespace {
+
+constexpr const char* kSluiceVersion = "sluice-" SLUICE_VERSION;
 
 using Clock = std::chrono::system_clock;
 
@@ -49,26 +52,47 @@ Value checkpoint_json(const CheckpointStats& s) {
                                    {"state_size", t.state_bytes}}));
   }
   const bool savepoint = s.type != "checkpoint";
-  return Value::object({{"id", s.checkpoint_id},
+  int64_t alignment_ns = 0;
+  for (const auto& t : s.tasks)
+    alignment_ns = std::max(alignment_ns, t.alignment_ns);
+  const int64_t end = s.trigger_time_ms + s.duration_ms;
+  return Value::object({{"className", s.completed ? ".CompletedCheckpointStatistics" : ".FailedCheckpointStatistics"},
+                        {"id", s.checkpoint_id},
                         {"status", s.completed ? "COMPLETED" : "FAILED"},
                         {"is_savepoint", savepoint},
+                        {"savepointFormat", savepoint ? Value("CANONICAL") : Value()},
                         {"checkpoint_type", flink_checkpoint_type(s.type)},
                         {"trigger_timestamp", s.trigger_time_ms},
+                        {"latest_ack_timestamp", end},
                         {"end_to_end_duration", s.duration_ms},
                         {"state_size", s.state_bytes},
+                        {"checkpointed_size", s.state_bytes},
+                        {"alignment_buffered", 0},
+                        {"processed_data", 0},
+                        {"persisted_data", 0},
+                        {"alignment_duration_max_ns", alignment_ns},
+                        {"num_subtasks", static_cast<int64_t>(s.tasks.size())},
+                        {"num_acknowledged_subtasks", static_cast<int64_t>(s.tasks.size())},
+                        {"discarded", false},
                         {"external_path", s.completed ? Value(s.path) : Value()},
+                        {"failure_timestamp", s.completed ? Value() : Value(end)},
                         {"failure_message", s.completed ? Value() : Value(s.failure)},
                         {"tasks", std::move(tasks)}});
 }
 
 /// One entry of Flink's exception history (JobExceptionsInfoWithHistory.ExceptionInfo), plus the message alone;
 /// redacted as failure causes are.
-Value exception_json(const JobExceptionInfo& e) {
+Value exception_json(const JobExceptionInfo& e, const std::string& hostname) {
+  const bool task = !e.task_name.empty();
   return Value::object({{"exceptionName", e.exception_name},
                         {"message", redact_secrets(e.message)},
                         {"stacktrace", redact_secrets(e.stacktrace)},
                         {"timestamp", e.timestamp_ms},
-                        {"taskName", e.task_name.empty() ? Value() : Value(e.task_name)},
+                        {"taskName", task ? Value(e.task_name) : Value()},
+                        {"endpoint", task ? Value(hostname) : Value()},
+                        {"location", task ? Value(hostname) : Value()},
+                        {"taskManagerId", task ? Value("local") : Value()},
+                        {"failureLabels", Value::object()},
                         {"restarted", e.restarted},
                         {"concurrentExceptions", Value::array()}});
 }
@@ -101,13 +125,19 @@ struct Operation {
 struct JobEntry {
   std::string name;
   JobClient client;
-  std::vector<OperatorStats> operators;
+  std::shared_ptr<const JobPlan> plan;  // replaced whole by set_plan (under Impl::mu_)
   int64_t start_time_ms = 0;
-  std::map<std::string, Operation> operations;                  // by request id
-  std::function<std::string()> status_message;                  // what the job waits for; empty when nothing
-  std::vector<RestPlanVertex> plan;                             // guarded by RestServer::Impl::mu_
-  std::function<std::vector<RestSubtaskLocation>()> locations;  // guarded by mu_; cluster mode only
+  std::map<std::string, Operation> operations;   // by request id
+  std::function<std::string()> status_message;   // what the job waits for; empty when nothing
+  std::unique_ptr<metrics::JobMetrics> metrics;  // in the server's registry; null when the registry is external
+  std::function<std::vector<RestSubtaskLocation>()> locations;  // guarded by Impl::mu_; cluster mode only
 };
+
+std::string this_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
 
 /// What `/` answers when the UI's files were not found: the REST API works, the page says how to get the UI.
 constexpr const char* kNoUiPage = R"(<!doctype html>
@@ -206,6 +236,7 @@ class RestServer::Impl {
       listener_.join();
       return Error(ErrorCode::kNetwork, fmt::format("the REST API at {} could not start serving", url()));
     }
+    sampler_ = std::thread([this] { sample_metrics(); });
     spdlog::info("REST API at {}", url());
     return ok_status();
   }
@@ -217,6 +248,11 @@ class RestServer::Impl {
       stopped_ = true;
     }
     stopping_.store(true);
+    {
+      std::lock_guard lock(mu_);
+      sampler_cv_.notify_all();
+    }
+    if (sampler_.joinable()) sampler_.join();
     server_.stop();
     if (listener_.joinable()) listener_.join();
     std::vector<std::thread> cancellers;
@@ -230,15 +266,35 @@ class RestServer::Impl {
 
   std::string url() const { return fmt::format("http://{}:{}", options_.address, port_); }
 
-  void register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
-                    std::function<std::string()> status_message) {
+  void register_job(std::string name, JobClient client, JobPlan plan, std::function<std::string()> status_message) {
     std::string id = client.job_id();
+    auto entry = std::make_shared<JobEntry>(JobEntry{std::move(name),
+                                                     client,
+                                                     std::make_shared<const JobPlan>(std::move(plan)),
+                                                     now_ms(),
+                                                     {},
+                                                     std::move(status_message),
+                                                     nullptr});
     std::lock_guard lock(mu_);
-    auto [it, inserted] = jobs_.insert_or_assign(
-        id, std::make_shared<JobEntry>(JobEntry{
-                std::move(name), std::move(client), std::move(operators), now_ms(), {}, std::move(status_message)}));
-    (void)it;
-    if (inserted) order_.push_back(id);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      // The same job again: its metric groups (same labels) go before the new entry registers them.
+      it->second->metrics.reset();
+    } else {
+      order_.push_back(id);
+    }
+    if (external_samples_ == nullptr) {
+      entry->metrics = std::make_unique<metrics::JobMetrics>(registry_, std::move(client), entry->name);
+    }
+    jobs_[id] = std::move(entry);
+    sampler_cv_.notify_all();
+  }
+
+  void serve_metric_samples(std::function<std::vector<metrics::MetricSample>()> samples) {
+    std::lock_guard lock(mu_);
+    external_samples_ = std::make_shared<std::function<std::vector<metrics::MetricSample>()>>(std::move(samples));
+    for (auto& [id, job] : jobs_)
+      job->metrics.reset();
   }
 
   bool wait_for_fetched_operations(std::chrono::milliseconds timeout) {
@@ -277,10 +333,11 @@ class RestServer::Impl {
   const RestServerOptions& options() const { return options_; }
   int port() const { return port_; }
 
-  void set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan) {
+  void set_plan(const std::string& job_id, JobPlan plan) {
+    auto shared = std::make_shared<const JobPlan>(std::move(plan));
     std::lock_guard lock(mu_);
     auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) it->second->plan = std::move(plan);
+    if (it != jobs_.end()) it->second->plan = std::move(shared);
   }
   void serve_subtask_locations(const std::string& job_id, std::function<std::vector<RestSubtaskLocation>()> provider) {
     std::lock_guard lock(mu_);
@@ -473,6 +530,8 @@ class RestServer::Impl {
     family("sluice_checkpoints_failed", "gauge", "Failed checkpoints among the recent ones kept in history.");
     for (const auto& r : rows)
       out += fmt::format("sluice_checkpoints_failed{{job=\"{}\"}} {}\n", r.job, r.failed);
+    // The registry's Flink-named metrics of the same jobs (task, operator and job scopes).
+    out += registry_.prometheus_text();
     return out;
   }
 
@@ -505,12 +564,246 @@ class RestServer::Impl {
         healthy, Value::object({{"healthy", healthy}, {"reason", reason}, {"jobs", std::move(jobs)}}).to_json()};
   }
 
+  /// Every metric sample of the jobs now.
+  std::vector<metrics::MetricSample> collect_samples() {
+    std::shared_ptr<std::function<std::vector<metrics::MetricSample>()>> external;
+    {
+      std::lock_guard lock(mu_);
+      external = external_samples_;
+    }
+    return external ? (*external)() : registry_.collect();
+  }
+
+  /// Samples every second, so that rates (busy, idle and backpressured ms per second over 5 s, records per
+  /// second) are current when a client asks, however rarely it asks; requests read the latest samples.
+  void sample_metrics() {
+    pthread_setname_np(pthread_self(), "sluice-rest-mt");
+    std::unique_lock lock(mu_);
+    while (!stopping_.load()) {
+      if (!jobs_.empty()) {
+        lock.unlock();
+        auto samples = std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+        lock.lock();
+        latest_samples_ = std::move(samples);
+      }
+      sampler_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_.load(); });
+    }
+  }
+
+  std::shared_ptr<const std::vector<metrics::MetricSample>> samples_now() {
+    {
+      std::lock_guard lock(mu_);
+      if (latest_samples_) return latest_samples_;
+    }
+    return std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+  }
+
+  web::JobSnapshot snapshot(JobEntry& job) {
+    web::JobSnapshot s;
+    s.name = job.name;
+    s.job_id = job.client.job_id();
+    s.status = job.client.status();
+    s.start_time_ms = job.start_time_ms;
+    s.restarts = job.client.restarts();
+    std::function<std::vector<RestSubtaskLocation>()> locations;
+    {
+      std::lock_guard lock(mu_);
+      s.plan = job.plan;
+      locations = job.locations;
+    }
+    if (locations) {
+      for (const auto& l : locations())
+        s.locations.push_back(web::SubtaskPlace{l.vertex_id, l.subtask, l.task_manager_id, l.address, l.slot});
+    }
+    s.subtasks = job.client.subtask_metrics();
+    s.hostname = hostname_;
+    if (job_status_terminal(s.status)) {
+      JobResult r = job.client.wait();  // returns at once: the job has ended
+      s.end_time_ms = job.start_time_ms + r.duration.count();
+      s.restarts = r.restarts;
+      s.final_operators = r.operators;
+    }
+    return s;
+  }
+
+  /// The vertex of `req.matches[2]` in `vertices`; answers 404 and returns null when there is none.
+  static const JobPlanVertex* vertex_or_404(const std::vector<JobPlanVertex>& vertices, const httplib::Request& req,
+                                            httplib::Response& res) {
+    const std::string vid = req.matches[2];
+    const JobPlanVertex* v = web::find_vertex(vertices, vid);
+    if (v == nullptr) {
+      std::string known;
+      for (const auto& x : vertices)
+        known += (known.empty() ? "" : ", ") + x.id + " (" + x.name + ")";
+      reply_error(res, 404,
+                  fmt::format("no vertex '{}' in this job; its vertices: {}", vid, known.empty() ? "none yet" : known));
+    }
+    return v;
+  }
+
+  static std::optional<std::string> get_param(const httplib::Request& req) {
+    if (!req.has_param("get")) return std::nullopt;
+    return req.get_param_value("get");
+  }
+
+  void route_flink_views() {
+    // Flink's GET /overview: the cluster in one object. In local mode the process is its one TaskManager and
+    // has as many slots as its jobs use.
+    server_.Get("/overview", [this](const httplib::Request&, httplib::Response& res) {
+      int64_t running = 0;
+      int64_t finished = 0;
+      int64_t cancelled = 0;
+      int64_t failed = 0;
+      int64_t slots_used = 0;
+      for (const auto& j : jobs_in_order()) {
+        const JobStatus st = j->client.status();
+        if (st == JobStatus::kFinished) {
+          ++finished;
+        } else if (st == JobStatus::kCanceled) {
+          ++cancelled;
+        } else if (st == JobStatus::kFailed) {
+          ++failed;
+        } else {
+          ++running;
+          std::map<std::string, int> group_max;
+          for (const auto& v : web::vertices_of(snapshot(*j)))
+            group_max[v.slot_sharing_group] = std::max(group_max[v.slot_sharing_group], v.parallelism);
+          for (const auto& [g, p] : group_max)
+            slots_used += p;
+        }
+      }
+      std::function<std::vector<RestTaskManagerInfo>()> tms;
+      {
+        std::lock_guard lock(mu_);
+        tms = task_managers_;
+      }
+      int64_t taskmanagers = 1;
+      int64_t slots_total = slots_used;
+      int64_t slots_free = 0;
+      if (tms) {
+        const auto list = tms();
+        taskmanagers = static_cast<int64_t>(list.size());
+        slots_total = 0;
+        for (const auto& t : list) {
+          slots_total += t.slots_total;
+          slots_free += t.slots_free;
+        }
+      }
+      reply(res, 200,
+            Value::object({{"taskmanagers", taskmanagers},
+                           {"slots-total", slots_total},
+                           {"slots-available", slots_free},
+                           {"jobs-running", running},
+                           {"jobs-finished", finished},
+                           {"jobs-cancelled", cancelled},
+                           {"jobs-failed", failed},
+                           {"flink-version", kSluiceVersion},
+                           {"flink-commit", ""}}));
+    });
+
+    // Flink's GET /config: what the web UI needs to know of the server.
+    server_.Get("/config", [](const httplib::Request&, httplib::Response& res) {
+      const std::time_t t = std::time(nullptr);
+      std::tm local{};
+      ::localtime_r(&t, &local);
+      reply(
+          res, 200,
+          Value::object(
+              {{"refresh-interval", 3000},
+               {"timezone-name", local.tm_zone != nullptr ? local.tm_zone : "UTC"},
+               {"timezone-offset", static_cast<int64_t>(local.tm_gmtoff) * 1000},
+               {"flink-version", kSluiceVersion},
+               {"flink-revision", ""},
+               {"features",
+                Value::object(
+                    {{"web-submit", false}, {"web-cancel", true}, {"web-rescale", false}, {"web-history", false}})}}));
+    });
+
+    server_.Get("/jobs/overview", [this](const httplib::Request&, httplib::Response& res) {
+      Value list = Value::array();
+      const int64_t now = now_ms();
+      for (const auto& j : jobs_in_order())
+        list.push_back(web::job_overview_json(snapshot(*j), now));
+      reply(res, 200, Value::object({{"jobs", std::move(list)}}));
+    });
+
+    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const web::JobSnapshot snap = snapshot(*job);
+      const auto vertices = web::vertices_of(snap);
+      const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+      if (!v) return;
+      reply(res, 200, web::vertex_details_json(snap, *v, *samples_now(), now_ms()));
+    });
+
+    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/backpressure)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  auto job = job_or_404(req, res);
+                  if (!job) return;
+                  const web::JobSnapshot snap = snapshot(*job);
+                  const auto vertices = web::vertices_of(snap);
+                  const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+                  if (!v) return;
+                  reply(res, 200, web::backpressure_json(snap, *v, *samples_now(), now_ms()));
+                });
+
+    server_.Get(
+        R"(/jobs/([^/]+)/vertices/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
+          auto job = job_or_404(req, res);
+          if (!job) return;
+          const web::JobSnapshot snap = snapshot(*job);
+          const auto vertices = web::vertices_of(snap);
+          const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+          if (!v) return;
+          reply(res, 200, web::metrics_json(web::vertex_metrics(*samples_now(), snap.job_id, *v), get_param(req)));
+        });
+
+    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/subtasks/metrics)", [this](const httplib::Request& req,
+                                                                             httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      const web::JobSnapshot snap = snapshot(*job);
+      const auto vertices = web::vertices_of(snap);
+      const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+      if (!v) return;
+      reply(res, 200,
+            web::aggregated_metrics_json(web::vertex_metrics(*samples_now(), snap.job_id, *v), get_param(req),
+                                         req.has_param("agg") ? req.get_param_value("agg") : ""));
+    });
+
+    // Flink's GET /jobs/:id/vertices/:vid/watermarks: each subtask's input watermark (of its chain's head).
+    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/watermarks)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  auto job = job_or_404(req, res);
+                  if (!job) return;
+                  const web::JobSnapshot snap = snapshot(*job);
+                  const auto vertices = web::vertices_of(snap);
+                  const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+                  if (!v) return;
+                  Value list = Value::array();
+                  for (const auto& m : snap.subtasks) {
+                    if (m.vertex_id != v->index || m.operators.empty()) continue;
+                    list.push_back(Value::object({{"id", fmt::format("{}.currentInputWatermark", m.subtask_index)},
+                                                  {"value", std::to_string(m.operators.front().input_watermark)}}));
+                  }
+                  reply(res, 200, list);
+                });
+
+    server_.Get(R"(/jobs/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      reply(res, 200, web::metrics_json(web::job_metrics(*samples_now(), job->client.job_id()), get_param(req)));
+    });
+  }
+
   void route() {
     // Reached only when no UI folder is mounted at / (a mounted folder's files are served before routes).
     server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.status = 404;
       res.set_content(kNoUiPage, "text/html; charset=utf-8");
     });
+    route_flink_views();
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::function<std::string()> provider;
       {
@@ -589,51 +882,6 @@ class RestServer::Impl {
       reply(res, 200, job_details(*job));
     });
 
-    // Flink's GET /jobs/:jobid/vertices/:vertexid (JobVertexDetailsInfo): the vertex of the plan and its
-    // subtasks; in a cluster each subtask names the TaskManager (resource id, RPC address) and slot it runs in.
-    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto job = job_or_404(req, res);
-      if (!job) return;
-      const std::string vid = req.matches[2];
-      std::vector<RestPlanVertex> plan;
-      std::function<std::vector<RestSubtaskLocation>()> locations;
-      {
-        std::lock_guard lock(mu_);
-        plan = job->plan;
-        locations = job->locations;
-      }
-      const RestPlanVertex* vertex = nullptr;
-      for (const auto& v : plan) {
-        if (std::to_string(v.id) == vid) vertex = &v;
-      }
-      if (vertex == nullptr) {
-        reply_error(res, 404,
-                    fmt::format("job '{}' has no vertex '{}' (the ids are the \"nodes\" of GET /jobs/{}'s \"plan\")",
-                                job->client.job_id(), vid, job->client.job_id()));
-        return;
-      }
-      std::vector<RestSubtaskLocation> where = locations ? locations() : std::vector<RestSubtaskLocation>{};
-      Value subtasks = Value::array();
-      for (int i = 0; i < vertex->parallelism; ++i) {
-        Value st = Value::object({{"subtask", i}});
-        for (const auto& l : where) {
-          if (l.vertex_id != vertex->id || l.subtask != i) continue;
-          st.set("taskmanager-id", l.task_manager_id);
-          st.set("host", l.address);
-          st.set("endpoint", l.address);
-          st.set("slot", l.slot);
-        }
-        subtasks.push_back(std::move(st));
-      }
-      reply(res, 200,
-            Value::object({{"id", vid},
-                           {"name", vertex->name},
-                           {"parallelism", vertex->parallelism},
-                           {"maxParallelism", vertex->parallelism},
-                           {"now", now_ms()},
-                           {"subtasks", std::move(subtasks)}}));
-    });
-
     server_.Patch(
         R"(/jobs/([^/]+))", with_body([this](const httplib::Request& req, const std::string&, httplib::Response& res) {
           auto job = job_or_404(req, res);
@@ -658,7 +906,7 @@ class RestServer::Impl {
       const std::vector<JobExceptionInfo> ex = job->client.exceptions();
       Value entries = Value::array();
       for (const auto& e : ex)
-        entries.push_back(exception_json(e));
+        entries.push_back(exception_json(e, hostname_));
       const bool truncated = ex.size() >= JobClient::kMaxExceptionHistory;
       reply(res, 200,
             Value::object(
@@ -772,77 +1020,18 @@ class RestServer::Impl {
     }
   }
 
-  /// Flink's JobPlanInfo: nodes with their inputs (ids as strings, as Flink's).
-  static Value plan_json(const JobEntry& job, const std::vector<RestPlanVertex>& plan) {
-    Value nodes = Value::array();
-    for (const auto& v : plan) {
-      Value inputs = Value::array();
-      for (size_t i = 0; i < v.inputs.size(); ++i) {
-        const std::string& p = v.inputs[i].partitioner;
-        std::string ship = p;
-        for (auto& c : ship)
-          c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        inputs.push_back(Value::object({{"num", static_cast<int64_t>(i)},
-                                        {"id", std::to_string(v.inputs[i].vertex_id)},
-                                        {"ship_strategy", ship},
-                                        {"exchange", "pipelined_bounded"}}));
-      }
-      Value uids = Value::array();
-      for (const auto& u : v.operator_uids)
-        uids.push_back(Value(u));
-      nodes.push_back(Value::object({{"id", std::to_string(v.id)},
-                                     {"parallelism", v.parallelism},
-                                     {"operator", ""},
-                                     {"description", v.name},
-                                     {"operator_uids", std::move(uids)},
-                                     {"inputs", std::move(inputs)}}));
-    }
-    return Value::object(
-        {{"jid", job.client.job_id()}, {"name", job.name}, {"type", "STREAMING"}, {"nodes", std::move(nodes)}});
-  }
-
+  /// Flink's JobDetailsInfo (web/job_views.h) with Sluice's additions: restarts, the latest failure, the cause
+  /// of a failed job and what a cluster's job waits for.
   Value job_details(JobEntry& job) {
-    std::vector<RestPlanVertex> plan;
-    {
-      std::lock_guard lock(mu_);
-      plan = job.plan;
-    }
-    Value v = job_details_without_plan(job);
-    v.set("plan", plan_json(job, plan));
-    return v;
-  }
-
-  static Value job_details_without_plan(JobEntry& job) {
-    const JobStatus status = job.client.status();
-    const bool ended = job_status_terminal(status);
-    Value v = Value::object({{"jid", job.client.job_id()},
-                             {"name", job.name},
-                             {"state", job_status_name(status)},
-                             {"start-time", job.start_time_ms}});
-    std::vector<OperatorStats> operators = job.operators;
-    if (ended) {
+    const web::JobSnapshot snap = snapshot(job);
+    Value v = web::job_details_json(snap, now_ms());
+    v.set("restarts", snap.restarts);
+    if (job_status_terminal(snap.status)) {
       JobResult r = job.client.wait();  // returns at once: the job has ended
-      v.set("end-time", job.start_time_ms + r.duration.count());
-      v.set("duration", r.duration.count());
-      v.set("restarts", r.restarts);
       if (r.error) v.set("failure-cause", error_json(*r.error));
-      if (!r.operators.empty()) operators = r.operators;
-    } else {
-      v.set("end-time", -1);
-      v.set("duration", now_ms() - job.start_time_ms);
-      v.set("restarts", job.client.restarts());
     }
     add_failure_summary(v, job.client);
     if (job.status_message) v.set("status-message", job.status_message());
-    Value vertices = Value::array();
-    for (const auto& op : operators) {
-      Value vertex = Value::object({{"name", op.name}, {"uid", op.uid}, {"parallelism", op.parallelism}});
-      if (ended) {
-        vertex.set("metrics", Value::object({{"read-records", op.records_in}, {"write-records", op.records_out}}));
-      }
-      vertices.push_back(std::move(vertex));
-    }
-    v.set("vertices", std::move(vertices));
     return v;
   }
 
@@ -866,16 +1055,54 @@ class RestServer::Impl {
       history.push_back(checkpoint_json(s));
     }
     auto or_null = [](const CheckpointStats* s) { return s ? checkpoint_json(*s) : Value(); };
-    return Value::object(
-        {{"counts", Value::object({{"total", completed + failed}, {"completed", completed}, {"failed", failed}})},
-         {"latest", Value::object({{"completed", or_null(latest_completed)},
-                                   {"savepoint", or_null(latest_savepoint)},
-                                   {"failed", or_null(latest_failed)}})},
-         {"history", std::move(history)}});
+    // Flink's summary: min/max/avg (and percentiles) of the completed checkpoints in the history.
+    auto summary = [&](auto field) {
+      std::vector<double> values;
+      for (const auto& s : stats) {
+        if (s.completed) values.push_back(static_cast<double>(field(s)));
+      }
+      if (values.empty()) {
+        return Value::object(
+            {{"min", 0}, {"max", 0}, {"avg", 0}, {"p50", 0}, {"p90", 0}, {"p95", 0}, {"p99", 0}, {"p999", 0}});
+      }
+      std::sort(values.begin(), values.end());
+      double sum = 0;
+      for (double v : values)
+        sum += v;
+      auto pct = [&](double p) {
+        const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * static_cast<double>(values.size())));
+        return static_cast<int64_t>(values[i]);
+      };
+      return Value::object({{"min", static_cast<int64_t>(values.front())},
+                            {"max", static_cast<int64_t>(values.back())},
+                            {"avg", static_cast<int64_t>(sum / static_cast<double>(values.size()))},
+                            {"p50", pct(0.5)},
+                            {"p90", pct(0.9)},
+                            {"p95", pct(0.95)},
+                            {"p99", pct(0.99)},
+                            {"p999", pct(0.999)}});
+    };
+    auto size = [](const CheckpointStats& s) { return s.state_bytes; };
+    auto duration = [](const CheckpointStats& s) { return s.duration_ms; };
+    return Value::object({{"counts", Value::object({{"restored", 0},
+                                                    {"total", completed + failed},
+                                                    {"in_progress", 0},
+                                                    {"completed", completed},
+                                                    {"failed", failed}})},
+                          {"summary", Value::object({{"checkpointed_size", summary(size)},
+                                                     {"state_size", summary(size)},
+                                                     {"end_to_end_duration", summary(duration)}})},
+                          {"latest", Value::object({{"completed", or_null(latest_completed)},
+                                                    {"savepoint", or_null(latest_savepoint)},
+                                                    {"failed", or_null(latest_failed)},
+                                                    {"restored", Value()}})},
+                          {"history", std::move(history)}});
   }
 
   RestServerOptions options_;
   std::string ui_dir_;  // the mounted web UI folder, "" when none
+  // Before jobs_: each entry's JobMetrics removes its groups from it when destroyed.
+  metrics::MetricRegistry registry_;
   httplib::Server server_;
   int port_ = 0;
   std::thread listener_;
@@ -895,6 +1122,13 @@ class RestServer::Impl {
   std::function<std::vector<RestTaskManagerInfo>()> task_managers_;  // guarded by mu_
   std::function<std::string()> metrics_;                             // guarded by mu_
   std::function<HealthResponse()> health_;                           // guarded by mu_
+  // Where the metric views read samples: the server's own registry (a JobMetrics per job), or a provider's
+  // (a pipeline's registry, which also has its connectors' metrics). Guarded by mu_.
+  std::shared_ptr<std::function<std::vector<metrics::MetricSample>()>> external_samples_;
+  std::condition_variable sampler_cv_;
+  std::thread sampler_;
+  std::shared_ptr<const std::vector<metrics::MetricSample>> latest_samples_;  // guarded by mu_
+  std::string hostname_ = this_hostname();
 };
 
 Result<std::unique_ptr<RestServer>> RestServer::start(RestServerOptions options) {
@@ -940,14 +1174,17 @@ int RestServer::port() const noexcept {
 std::string RestServer::url() const {
   return impl_->url();
 }
-void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators) {
-  impl_->register_job(std::move(name), std::move(client), std::move(operators), {});
+void RestServer::register_job(std::string name, JobClient client, JobPlan plan) {
+  impl_->register_job(std::move(name), std::move(client), std::move(plan), {});
 }
-void RestServer::register_job(std::string name, JobClient client, std::vector<OperatorStats> operators,
+void RestServer::register_job(std::string name, JobClient client, JobPlan plan,
                               std::function<std::string()> status_message) {
-  impl_->register_job(std::move(name), std::move(client), std::move(operators), std::move(status_message));
+  impl_->register_job(std::move(name), std::move(client), std::move(plan), std::move(status_message));
 }
-void RestServer::set_plan(const std::string& job_id, std::vector<RestPlanVertex> plan) {
+void RestServer::serve_metric_samples(std::function<std::vector<metrics::MetricSample>()> samples) {
+  impl_->serve_metric_samples(std::move(samples));
+}
+void RestServer::set_plan(const std::string& job_id, JobPlan plan) {
   impl_->set_plan(job_id, std::move(plan));
 }
 
@@ -956,11 +1193,9 @@ void RestServer::serve_subtask_locations(const std::string& job_id,
   impl_->serve_subtask_locations(job_id, std::move(provider));
 }
 JobClient RestServer::execute(StreamEnvironment& env, std::string name) {
-  std::vector<OperatorStats> operators = operators_of(env.stream_graph());
-  std::vector<RestPlanVertex> plan = job_plan_of(env.stream_graph());
+  JobPlan plan = job_plan_of(env.stream_graph());
   JobClient client = env.execute_async(name);
-  register_job(std::move(name), client, std::move(operators));
-  set_plan(client.job_id(), std::move(plan));
+  register_job(std::move(name), client, std::move(plan));
   return client;
 }
 void RestServer::serve_metrics(std::function<std::string()> provider) {
@@ -991,28 +1226,6 @@ std::vector<OperatorStats> operators_of(const StreamGraph& graph) {
       s.parallelism = node.parallelism;  // a malformed default: execute() reports it
     }
     out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<RestPlanVertex> job_plan_of(const StreamGraph& graph) {
-  StreamGraph copy = graph;  // build_job_graph fills derived uids and default partitioners
-  Result<JobGraph> built = build_job_graph(copy);
-  if (!built.ok()) return {};
-  const JobGraph& jg = *built;
-  std::vector<RestPlanVertex> out;
-  for (const auto& v : jg.vertices) {
-    RestPlanVertex p;
-    p.id = v.id;
-    p.name = v.name;
-    p.parallelism = v.parallelism;
-    for (int node : v.chained_nodes)
-      p.operator_uids.push_back(jg.node_uid[static_cast<size_t>(node)]);
-    for (int e : v.inputs) {
-      const JobEdge& edge = jg.edges[static_cast<size_t>(e)];
-      p.inputs.push_back({edge.source_vertex, partitioner_name(edge.partitioner)});
-    }
-    out.push_back(std::move(p));
   }
   return out;
 }
