@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/graph/stream_graph.h"
+#include "sluice/graph/typed_edge_ops.h"
 #include "sluice/operators/keyed_operators.h"
 #include "sluice/operators/operators.h"
 #include "sluice/operators/sink_operator.h"
 #include "sluice/operators/timestamps_and_watermarks_operator.h"
-#include "sluice/graph/stream_graph.h"
-#include "sluice/graph/typed_edge_ops.h"
 
 namespace sluice {
 

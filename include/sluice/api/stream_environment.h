@@ -11,10 +11,10 @@
 #include "sluice/api/data_stream.h"
 #include "sluice/api/job.h"
 #include "sluice/api/joins.h"
-#include "sluice/operators/source_operator.h"
 #include "sluice/api/windowed_stream.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/config.h"
+#include "sluice/operators/source_operator.h"
 
 namespace sluice {
 
