@@ -3,6 +3,7 @@
 #include <bson/bson.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "sluice/connectors/cdc/change_event.h"
@@ -90,6 +91,40 @@ TEST(FuzzFindingsTest, NonCanonicalDecimal128IsDecidedFromItsBitsNotFromItsText)
     EXPECT_EQ(*back, std::string(reinterpret_cast<const char*>(bson_get_data(&edge)), edge.len)) << text;
     bson_destroy(&edge);
   }
+}
+
+// bson_value_fuzz: a DBPointer whose namespace (a length-prefixed BSON string) holds a NUL was written back through
+// bson_append_dbpointer, which takes a C string, so the namespace was cut at the NUL.
+TEST(FuzzFindingsTest, DbPointerNamespaceWithANulIsWrittenBackWhole) {
+  const std::string ns("db\0coll", 7);
+  std::string element;
+  element += '\x0c';  // DBPointer
+  element += std::string("p\0", 2);
+  const auto len = static_cast<int32_t>(ns.size() + 1);
+  element.append(reinterpret_cast<const char*>(&len), 4);
+  element += ns;
+  element += '\0';
+  for (int i = 0; i < 12; ++i)
+    element += static_cast<char>(i);
+  std::string doc;
+  const auto total = static_cast<int32_t>(4 + element.size() + 1);
+  doc.append(reinterpret_cast<const char*>(&total), 4);
+  doc += element;
+  doc += '\0';
+  Result<Value> v = mongodb::bson_to_value(reinterpret_cast<const uint8_t*>(doc.data()), doc.size());
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  const Value* ref = v->find("p")->find("$dbPointer")->find("$ref");
+  ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(ref->as_string(), ns);
+  Result<std::string> back = mongodb::value_to_bson(*v);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(*back, doc);
+  // A namespace that is not UTF-8 is refused as any other BSON string is.
+  std::string bad = doc;
+  bad[bad.find("db") + 3] = static_cast<char>(0xff);
+  Result<Value> refused = mongodb::bson_to_value(reinterpret_cast<const uint8_t*>(bad.data()), bad.size());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kSerialization);
 }
 
 }  // namespace

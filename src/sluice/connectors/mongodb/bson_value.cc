@@ -230,6 +230,8 @@ class Reader {
         const bson_oid_t* oid = nullptr;
         bson_iter_dbpointer(&it, &len, &ns, &oid);
         if (ns == nullptr || oid == nullptr) return serialization_error(path, "a corrupt DBPointer");
+        if (!bson_utf8_validate(ns, len, true))
+          return serialization_error(path, "a DBPointer namespace that is not UTF-8");
         char hex[25];
         bson_oid_to_string(oid, hex);
         return wrap("$dbPointer", Value::object({{"$ref", Value(std::string_view(ns, len))},
@@ -565,8 +567,14 @@ class Writer {
       bson_oid_t oid;
       const std::string h(hex->as_string());
       bson_oid_init_from_string(&oid, h.c_str());
-      const std::string ns(ref->as_string());
-      return bson_append_dbpointer(&out, k, kl, ns.c_str(), &oid);
+      // Written as raw bytes: bson_append_dbpointer takes a C string and would cut a namespace at a NUL, which a
+      // BSON string (length-prefixed) can hold.
+      std::string payload = bson_string_bytes(ref->as_string());
+      payload.append(reinterpret_cast<const char*>(oid.bytes), sizeof(oid.bytes));
+      if (!append_raw_element(out, BSON_TYPE_DBPOINTER, key, payload)) {
+        return serialization_error(key, "the document is too large");
+      }
+      return true;
     }
     if ((name == "$code" || name == "$symbol") && inner.is_string()) {
       if (!append_raw_element(out, name == "$code" ? BSON_TYPE_CODE : BSON_TYPE_SYMBOL, key,
