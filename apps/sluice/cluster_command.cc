@@ -87,6 +87,9 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
                "its checkpoint pointer in etcd yet (docs/high-availability.md, 'What is not done yet')\n");
     return std::nullopt;
   }
+  // The JobManager's restore point (TaskManagers get it with their deployment).
+  if (!f.from_savepoint.empty()) engine.set(options::kStateRecoveryPath, f.from_savepoint);
+  if (f.allow_non_restored) engine.set(options::kIgnoreUnclaimedState, true);
   Result<pipeline::PipelineSpec> spec = pipeline::load_pipeline(f.file);
   if (!spec.ok()) {
     fmt::print(stderr, "{}\n", spec.error().message());
@@ -157,7 +160,8 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
       "jobmanager",
       "Run a cluster's JobManager for a pipeline file: waits for TaskManagers' slots, "
       "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
-      "(a failure restarts the whole job from its latest checkpoint; no savepoints yet; docs/cluster.md)");
+      "(a failure restarts the whole job from its latest checkpoint; savepoints and stop-with-savepoint through the "
+      "REST API, sluice savepoint/stop; -s restores one at any parallelism; docs/cluster.md)");
   jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
       ->required();
   jm->add_option("--rpc-port", f.rpc_port,
@@ -170,6 +174,12 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
   jm->add_option("-D", f.props,
                  "Option key=value (repeatable): heartbeat.interval, heartbeat.timeout, jobmanager.rpc.address, "
                  "... and the job's engine options");
+  jm->add_option("-s,--from-savepoint", f.from_savepoint,
+                 "Start the job from this savepoint or retained checkpoint (execution.state-recovery.path), at the "
+                 "parallelism of this run: keyed state moves by key group, operator state round robin");
+  jm->add_flag("--allow-non-restored-state", f.allow_non_restored,
+               "Start even if the savepoint holds state of an operator the job no longer has "
+               "(execution.state-recovery.ignore-unclaimed-state)");
   jm->fallthrough();
 
   auto* tm = app.add_subcommand(
@@ -299,6 +309,10 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   const JobStatus final_status = client.status();
   if (final_status == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
   if (final_status == JobStatus::kFinished) spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
+  // A stop-with-savepoint ends the job: `sluice stop` (or any REST client) still has to fetch its result.
+  if (rest && !rest->wait_for_fetched_operations(std::chrono::seconds(10))) {
+    spdlog::warn("a savepoint's result was not fetched by a REST client within 10 s");
+  }
   if (rest) rest->stop();
   master.reset();
   client = JobClient(nullptr);

@@ -12,11 +12,13 @@ namespace sluice::cli {
 
 struct ClusterFlags {
   std::string file;
-  std::vector<std::string> props;  ///< -D key=value: cluster options (heartbeat.*, ...) and engine options
-  int rpc_port = -2;               ///< -2: jobmanager.rpc.port / taskmanager.rpc.port
-  int rest_port = 8081;            ///< the JobManager's REST API; 0 any free port, -1 none
-  std::string jobmanager;          ///< the TaskManager's JobManager (HOST:PORT of its RPC service)
-  int slots = 0;                   ///< 0: taskmanager.numberOfTaskSlots, else 1
+  std::vector<std::string> props;   ///< -D key=value: cluster options (heartbeat.*, ...) and engine options
+  int rpc_port = -2;                ///< -2: jobmanager.rpc.port / taskmanager.rpc.port
+  int rest_port = 8081;             ///< the JobManager's REST API; 0 any free port, -1 none
+  std::string jobmanager;           ///< the TaskManager's JobManager (HOST:PORT of its RPC service)
+  int slots = 0;                    ///< 0: taskmanager.numberOfTaskSlots, else 1
+  std::string from_savepoint;       ///< the JobManager's -s: execution.state-recovery.path
+  bool allow_non_restored = false;  ///< the JobManager's --allow-non-restored-state
 };
 
 /// Adds `jobmanager` and `taskmanager` to `app`; returns them.

@@ -154,9 +154,12 @@ class ClusterHarness {
       : pipeline_(std::move(pipeline)), options_(std::move(options)) {}
 
   /// Starts a JobManager on free ports (or RPC port `rpc_port`) and waits until it serves; null on failure.
-  ChildProcess* start_jobmanager(int rpc_port = 0, std::chrono::milliseconds timeout = 60s) {
+  /// `extra` are more flags for it (such as `-s SAVEPOINT`).
+  ChildProcess* start_jobmanager(int rpc_port = 0, std::chrono::milliseconds timeout = 60s,
+                                 const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"jobmanager",  pipeline_, "--rpc-port", std::to_string(rpc_port),
                                      "--rest-port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
     for (const auto& o : options_) {
       args.push_back("-D");
       args.push_back(o);

@@ -89,6 +89,11 @@ class CheckpointJobHooks {
   /// Injects `barrier` at every live source subtask (snapshotting each source's split enumerator first) and
   /// triggers every live task whose input has ended.
   virtual Triggered trigger(const CheckpointBarrier& barrier) = 0;
+  /// trigger() with the directory the checkpoint or savepoint is written to (a savepoint's is outside the job's
+  /// checkpoint directory). Cluster mode tells it to the TaskManagers; local mode has no use for it.
+  virtual Triggered trigger_into(const CheckpointBarrier& barrier, const std::filesystem::path& /*dir*/) {
+    return trigger(barrier);
+  }
   /// Triggers one task whose input ended while checkpoint `barrier` was pending.
   virtual void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) = 0;
   virtual void notify_complete(int64_t checkpoint_id) = 0;

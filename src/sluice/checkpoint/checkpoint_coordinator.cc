@@ -276,7 +276,7 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
   Pending& ref = *p;
   pending_[id] = std::move(p);
   // Register what must be acknowledged before any task can acknowledge: acks wait for mu_.
-  CheckpointJobHooks::Triggered t = hooks_.trigger(ref.barrier);
+  CheckpointJobHooks::Triggered t = hooks_.trigger_into(ref.barrier, ref.dir);
   for (const auto& key : t.tasks) {
     ref.not_acknowledged.insert(key);
     ref.not_written.insert(key);

@@ -22,7 +22,12 @@
 // processes is not built. A TaskManager that cannot be reached at deployment is left out of the placement for
 // `unreachable_exclusion_ms` (a killed one is usually still registered until heartbeat.timeout).
 //
-// Not yet (issue 21): savepoints (refused with a message), per-operator counters from the TaskManagers.
+// Savepoints (trigger_savepoint): the coordinator's savepoint path, as in local mode; a stop-with-savepoint's
+// tasks end after its NotifyCheckpointComplete and the job is FINISHED. A job started from a savepoint at another
+// parallelism gets its keyed state by key group and its operator state round robin (each TaskManager assigns
+// its subtasks' share from the savepoint's `_metadata`).
+//
+// Not yet (issue 21): per-operator counters from the TaskManagers.
 //
 // Threading: one master thread (started by start()) does every RPC; JobEvents and JobClient calls are
 // thread-safe and only queue work for it.
@@ -119,6 +124,7 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   // --- CheckpointJobHooks (the coordinator's thread, its lock held) ---
   bool ready_for_checkpoint() override;
   Triggered trigger(const CheckpointBarrier& barrier) override;
+  Triggered trigger_into(const CheckpointBarrier& barrier, const std::filesystem::path& dir) override;
   void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) override;
   void notify_complete(int64_t checkpoint_id) override;
   void notify_aborted(int64_t checkpoint_id) override;

@@ -4,9 +4,11 @@
 // a channel with one end here goes over the TCP data plane (net::ConnectionManager, one connection per pair
 // of TaskManagers) to the peer holding the other end, a channel with no end here is not created.
 //
-// Sources: each TaskManager runs the split enumerator of the sources it has reader subtasks of, with every split
-// assigned up front (SourceCoordinatorBase::assign_splits_up_front), so every process assigns each split to
-// the same subtask; sources that discover splits over time are refused.
+// Sources: each TaskManager runs the split enumerator of the sources it has reader subtasks of. When it holds
+// every reader of a source, the enumerator serves them as in local mode (so sources that discover splits over
+// time, Kafka and CDC, work); when the readers are spread over TaskManagers, every split is assigned up front
+// (SourceCoordinatorBase::assign_splits_up_front), so every process assigns each split to the same subtask, and
+// sources that discover splits over time are refused.
 //
 // Checkpoints (with spec.checkpointing or a restore): tasks restore the state the TaskManager assigns them from
 // the restored checkpoint's `_metadata` (checkpoint/state_assignment.h, as local mode does), and each task's

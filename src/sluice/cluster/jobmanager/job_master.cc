@@ -170,14 +170,32 @@ bool JobMaster::wait_for(std::chrono::milliseconds timeout) {
   return done_cv_.wait_for(lock, timeout, [&] { return terminal_; });
 }
 
-std::future<Result<std::string>> JobMaster::trigger_savepoint(std::string, bool) {
-  std::promise<Result<std::string>> p;
-  p.set_value(Error(ErrorCode::kCheckpoint,
-                    fmt::format("job '{}' runs in cluster mode, which takes periodic checkpoints but no savepoints in "
-                                "this build (docs/cluster.md); restore a cluster job from its latest checkpoint "
-                                "(execution.state-recovery.path = the job's checkpoint directory)",
-                                options_.job_name)));
-  return p.get_future();
+std::future<Result<std::string>> JobMaster::trigger_savepoint(std::string target_dir, bool terminate) {
+  auto refuse = [](Error e) {
+    std::promise<Result<std::string>> p;
+    p.set_value(std::move(e));
+    return p.get_future();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (terminal_ || !running_ || status_ != JobStatus::kRunning || cancel_requested_) {
+      return refuse(Error(ErrorCode::kCheckpoint,
+                          fmt::format("job '{}' is {}: savepoints are taken of running jobs (every task deployed)",
+                                      options_.job_name, job_status_name(status_))));
+    }
+  }
+  if (!coordinator_) {
+    return refuse(Error(ErrorCode::kConfiguration,
+                        fmt::format("savepoints need checkpoint storage: set {} (a directory every process of the "
+                                    "cluster reaches) and {} or pass a directory",
+                                    options::kCheckpointDir.key, options::kSavepointDir.key)));
+  }
+  // The same path as local mode: the coordinator triggers it at the sources' TaskManagers (TriggerCheckpoint
+  // with savepoint / stop_after), the TaskManagers write the state files into the savepoint's directory and the
+  // coordinator writes its `_metadata`. A stop's tasks end once NotifyCheckpointComplete reached them.
+  spdlog::info("job '{}': {} requested{}", options_.job_name, terminate ? "stop-with-savepoint" : "savepoint",
+               target_dir.empty() ? std::string() : " into " + target_dir);
+  return coordinator_->trigger_savepoint(std::move(target_dir), terminate);
 }
 
 void JobMaster::on_checkpoint_ack(CheckpointAckReport&& r) {
@@ -231,6 +249,11 @@ bool JobMaster::ready_for_checkpoint() {
 }
 
 CheckpointJobHooks::Triggered JobMaster::trigger(const CheckpointBarrier& barrier) {
+  return trigger_into(barrier, {});
+}
+
+CheckpointJobHooks::Triggered JobMaster::trigger_into(const CheckpointBarrier& barrier,
+                                                      const std::filesystem::path& dir) {
   Snapshot s;
   {
     std::lock_guard lock(mu_);
@@ -241,7 +264,18 @@ CheckpointJobHooks::Triggered JobMaster::trigger(const CheckpointBarrier& barrie
   t.tasks = s.live;
   std::set<int> peers = s.source_peers;
   peers.insert(s.end_of_input_peers.begin(), s.end_of_input_peers.end());
-  for (int peer : peers) {
+  // A savepoint's state files go to its own directory, which only the JobManager knows: it is told to every
+  // TaskManager of the attempt, those without sources first, so that each knows it before a barrier of this
+  // savepoint can reach its tasks (a trigger where no source and no ended task runs injects nothing).
+  const bool savepoint = barrier.type != SnapshotType::kCheckpoint;
+  std::vector<int> order;
+  if (savepoint) {
+    for (size_t peer = 0; peer < s.tms.size(); ++peer) {
+      if (peers.count(static_cast<int>(peer)) == 0) order.push_back(static_cast<int>(peer));
+    }
+  }
+  order.insert(order.end(), peers.begin(), peers.end());
+  for (int peer : order) {
     if (peer < 0) continue;
     const Deployed& d = s.tms[static_cast<size_t>(peer)];
     v1::TriggerCheckpointRequest req;
@@ -252,6 +286,7 @@ CheckpointJobHooks::Triggered JobMaster::trigger(const CheckpointBarrier& barrie
     req.set_stop_after(barrier.type == SnapshotType::kSavepointTerminate);
     req.set_attempt(s.attempt);
     req.set_at_least_once(barrier.mode == CheckpointingMode::kAtLeastOnce);
+    if (savepoint) req.set_target_dir(dir.string());
     auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(kCheckpointRpcTimeoutMs));

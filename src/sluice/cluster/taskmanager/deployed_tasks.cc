@@ -128,7 +128,10 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
       try {
         auto c = node.factory->create_coordinator(jg.node_parallelism[static_cast<size_t>(nid)], state);
         if (!c) continue;
-        SLUICE_RETURN_IF_ERROR(c->assign_splits_up_front(node.name));
+        // Every reader here: the enumerator serves them as in local mode (splits on request or pushed, discovery
+        // over time: Kafka and CDC sources work). Readers spread over TaskManagers: each process assigns the same
+        // fixed split list up front.
+        if (!all_here) SLUICE_RETURN_IF_ERROR(c->assign_splits_up_front(node.name));
         d->coordinators_[nid] = std::move(c);
         d->sources_[nid] = SourceInfo{uid, v.id, all_here};
       } catch (const SluiceException& e) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -330,6 +331,15 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                    : req->savepoint() ? SnapshotType::kSavepoint
                                       : SnapshotType::kCheckpoint;
     barrier.mode = req->at_least_once() ? CheckpointingMode::kAtLeastOnce : CheckpointingMode::kExactlyOnce;
+    if (!req->target_dir().empty()) {
+      // A savepoint: where this TaskManager's tasks write their state for it (before any barrier can arrive).
+      std::lock_guard l(ckpt_mu_);
+      target_dirs_[req->checkpoint_id()] = req->target_dir();
+      // Older ones are done (completed or aborted: the coordinator numbers checkpoints and savepoints in order
+      // and keeps at most a few pending).
+      while (target_dirs_.size() > 16)
+        target_dirs_.erase(target_dirs_.begin());
+    }
     std::lock_guard lock(deploy_mu_);
     // Another attempt's trigger (a JobManager decision overtaken by a restart) reaches no task.
     if (!deployed_ || deployed_->attempt() != req->attempt()) return grpc::Status::OK;
@@ -386,6 +396,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     for (;;) {
       SnapshotToWrite job;
       std::shared_ptr<const FileCheckpointStorage> storage;
+      std::string target_dir;  // a savepoint's directory; "" for a checkpoint (chk-<n>/ of the job's directory)
       {
         std::unique_lock lock(ckpt_mu_);
         ckpt_cv_.wait(lock, [&] { return ckpt_stopping_ || !snapshots_.empty(); });
@@ -393,6 +404,8 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         job = std::move(snapshots_.front());
         snapshots_.pop_front();
         storage = storage_;
+        auto t = target_dirs_.find(job.snapshot.checkpoint_id);
+        if (t != target_dirs_.end()) target_dir = t->second;
       }
       std::string registration;
       {
@@ -409,7 +422,8 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       if (storage == nullptr) {
         error = Error(ErrorCode::kCheckpoint, "the TaskManager got no checkpoint directory with its tasks");
       } else {
-        const std::filesystem::path dir = storage->checkpoint_dir(id);
+        const std::filesystem::path dir =
+            target_dir.empty() ? storage->checkpoint_dir(id) : std::filesystem::path(target_dir);
         for (const auto& op : job.snapshot.operators) {
           if (op.operator_state.empty() && op.keyed == nullptr) continue;
           Result<OperatorSubtaskStateHandle> h =
@@ -729,6 +743,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   std::mutex ckpt_mu_;  // guards storage_, snapshots_, ckpt_stopping_
   std::condition_variable ckpt_cv_;
   std::shared_ptr<const FileCheckpointStorage> storage_;
+  std::map<int64_t, std::string> target_dirs_;  // savepoint id -> its directory (guarded by ckpt_mu_)
   std::deque<SnapshotToWrite> snapshots_;
   bool ckpt_stopping_ = false;
   std::thread ckpt_thread_;
