@@ -8,9 +8,11 @@
 // the source's position comes back from each savepoint. A read_committed consumer then counts missing and
 // duplicated records and checks that each key's revisions are in order across the four runs. The seed is printed
 // (SLUICE_CHAOS_SEED replays one). Needs the Kafka service (scripts/services/kafka). About 30-60 s.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "cluster/cluster_harness.h"
 #include "integration/test_util/kafka.h"
@@ -257,6 +260,189 @@ TEST(ClusterSavepointTest, StopWithSavepointRescalesAcrossTaskManagersAndLocalMo
   std::cout << reader.records << " records read_committed of " << kCount << " over 4 runs: " << missing << " missing, "
             << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, " << reader.malformed
             << " malformed (seed " << seed << ")\n";
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(reader.duplicated, 0);
+  EXPECT_EQ(reader.out_of_order, 0);
+  EXPECT_EQ(reader.malformed, 0);
+  if (!HasFailure() && std::getenv("SLUICE_TEST_LOGS") == nullptr) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+}
+
+// A change event of entity `entity` at `revision`, as the Kafka source reads them (the change-event envelope).
+std::string change_event(int64_t entity, int64_t revision, int64_t n) {
+  return fmt::format(
+      R"({{"op":"u","key":{{"id":"ch_{0}"}},"before":null,"after":{{"id":"ch_{0}","revision":{1}}},)"
+      R"("source":{{"connector":"postgres","db":"payments","collection":"public.charges","position":"0/{2:X}",)"
+      R"("ts_ms":1790000000000,"snapshot":false,"txn_id":{2},"sequence":1}}}})",
+      entity, revision, n + 1);
+}
+
+TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescalesThroughSavepoints) {
+  const std::string servers = sluice::testing::require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
+  ASSERT_FALSE(servers.empty());
+  const uint64_t seed = chaos_seed();
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> progress;
+  for (int i = 0; i < 3; ++i)
+    progress.push_back(800 + static_cast<int64_t>(rng() % 2000));
+  std::cout << "seed " << seed << " (SLUICE_CHAOS_SEED to replay): stops after " << progress[0] << ", " << progress[1]
+            << ", " << progress[2] << " more committed records\n";
+  constexpr int64_t kRecords = 16'000;
+  constexpr int64_t kKeys = 53;
+  const std::string in = tk::unique_topic("cluster-savepoint-in");
+  const std::string out = tk::unique_topic("cluster-savepoint-out");
+  ASSERT_TRUE(tk::create_topic(servers, in, 4));
+  ASSERT_TRUE(tk::create_topic(servers, out, 4));
+  const fs::path dir = fs::temp_directory_path() / ("sluice-cluster-savepoint-kafka-" + std::to_string(::getpid()) +
+                                                    "-" + std::to_string(Clock::now().time_since_epoch().count()));
+  fs::create_directories(dir);
+  // One file per source parallelism (the readers of a checkpointed source run in one TaskManager).
+  auto pipeline = [&](int source_parallelism) {
+    const fs::path file = dir / ("kafka-source-p" + std::to_string(source_parallelism) + ".yaml");
+    std::ofstream f(file);
+    f << "pipeline:\n  name: cluster-savepoint-kafka\n  parallelism: 4\n  delivery: exactly-once\n"
+      << "  checkpoint: { interval: 300ms, storage: \"file://" << (dir / "chk").string() << "\" }\n"
+      << "  restart: { strategy: none }\n"
+      << "source:\n  type: kafka\n  bootstrap-servers: \"" << servers << "\"\n  topics: [" << in << "]\n"
+      << "  group-id: " << in << "\n  start: earliest\n  parallelism: " << source_parallelism << "\n"
+      << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
+      << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
+      << "sink:\n  out:\n    type: kafka\n    bootstrap-servers: \"" << servers << "\"\n    topic: " << out << "\n"
+      << "    transactional-id-prefix: " << out << "\n"
+      << "    properties: { transaction.timeout.ms: \"60000\" }\n";
+    return file.string();
+  };
+  // The input arrives while the runs go (about 2,000 changes/s, keyed by entity: each entity's changes in one
+  // partition, in revision order); the pace only spreads the input over the runs.
+  std::atomic<bool> stop_producing{false};
+  std::atomic<int64_t> produced{0};
+  std::thread producer([&] {
+    tk::Client p = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", servers}, {"linger.ms", "5"}});
+    if (!p) return;
+    std::map<int64_t, int64_t> revision;
+    for (int64_t n = 0; n < kRecords && !stop_producing.load(); ++n) {
+      const int64_t entity = n % kKeys;
+      const std::string key = "ch_" + std::to_string(entity);
+      const std::string value = change_event(entity, ++revision[entity], n);
+      while (rd_kafka_producev(p.get(), RD_KAFKA_V_TOPIC(in.c_str()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                               RD_KAFKA_V_KEY(key.data(), key.size()),
+                               RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                               RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(p.get(), 10);
+      }
+      rd_kafka_poll(p.get(), 0);
+      produced.store(n + 1);
+      if (n % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // pacing, not a wait
+    }
+    rd_kafka_flush(p.get(), 60'000);
+  });
+  struct JoinProducer {
+    std::thread& t;
+    std::atomic<bool>& stop;
+    ~JoinProducer() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } join_producer{producer, stop_producing};
+
+  CommittedReader reader(servers, out);
+  ASSERT_TRUE(reader.ok());
+  std::string stop_output;
+
+  // 1. Parallelism 4 on 2 TaskManagers of 2 slots, 2 source readers (both in the first TaskManager's slots).
+  std::string savepoint1;
+  {
+    ClusterHarness c(pipeline(2), kOptions);
+    ChildProcess* jm = c.start_jobmanager();
+    ASSERT_NE(jm, nullptr);
+    c.start_taskmanager(2);
+    c.start_taskmanager(2);
+    ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 6 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << c.logs();
+    ASSERT_TRUE(await_progress(*jm, reader, 0, progress[0]));
+    savepoint1 = stop_with_savepoint(c.rest_url(), c.job_id(), stop_output);
+    ASSERT_FALSE(savepoint1.empty()) << stop_output << c.logs();
+    const std::optional<int> code = jm->wait_exit(60s);
+    ASSERT_TRUE(code.has_value()) << c.logs();
+    EXPECT_EQ(*code, 0) << c.logs();
+  }
+  std::cout << "run 1 (cluster, parallelism 4, 2 Kafka readers, 2 TaskManagers): savepoint after " << reader.records
+            << " committed records (" << produced.load() << " produced)\n";
+  const int64_t after1 = reader.records;
+
+  // 2. Parallelism 6 and 3 readers on 2 TaskManagers of 3 slots: the 4 partitions' offsets move round robin.
+  std::string savepoint2;
+  {
+    std::vector<std::string> options = kOptions;
+    options.push_back("parallelism.default=6");
+    ClusterHarness c(pipeline(3), options);
+    ChildProcess* jm = c.start_jobmanager(0, 60s, {"-s", savepoint1});
+    ASSERT_NE(jm, nullptr);
+    c.start_taskmanager(3);
+    c.start_taskmanager(3);
+    ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 9 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << c.logs();
+    ASSERT_TRUE(await_progress(*jm, reader, after1, progress[1]));
+    savepoint2 = stop_with_savepoint(c.rest_url(), c.job_id(), stop_output);
+    ASSERT_FALSE(savepoint2.empty()) << stop_output << c.logs();
+    const std::optional<int> code = jm->wait_exit(60s);
+    ASSERT_TRUE(code.has_value()) << c.logs();
+    EXPECT_EQ(*code, 0) << c.logs();
+  }
+  std::cout << "run 2 (cluster, parallelism 6, 3 Kafka readers, 2 TaskManagers): savepoint after " << reader.records
+            << " committed records (" << produced.load() << " produced)\n";
+  const int64_t after2 = reader.records;
+
+  // 3. Local mode, one reader, parallelism 3.
+  std::string savepoint3;
+  {
+    ChildProcess run("sluice run", {"run", pipeline(1), "-s", savepoint2, "-p", "3", "--rest-port", "0"});
+    static const std::regex rest_line(
+        R"(REST API, /metrics and /health at (http://[0-9.]+:[0-9]+), job id ([0-9a-f]+))");
+    auto rest = run.await_line(rest_line, kStart);
+    ASSERT_TRUE(rest.has_value()) << run.output();
+    ASSERT_TRUE(await_progress(run, reader, after2, progress[2]));
+    savepoint3 = stop_with_savepoint((*rest)[1], (*rest)[2], stop_output);
+    ASSERT_FALSE(savepoint3.empty()) << stop_output << run.output();
+    const std::optional<int> code = run.wait_exit(60s);
+    ASSERT_TRUE(code.has_value()) << run.output();
+    EXPECT_EQ(*code, 0) << run.output();
+  }
+  std::cout << "run 3 (local, parallelism 3, 1 Kafka reader): savepoint after " << reader.records
+            << " committed records (" << produced.load() << " produced)\n";
+
+  // 4. Parallelism 2 with 2 readers on 1 TaskManager, until every change is through; then stopped.
+  {
+    std::vector<std::string> options = kOptions;
+    options.push_back("parallelism.default=2");
+    ClusterHarness c(pipeline(2), options);
+    ChildProcess* jm = c.start_jobmanager(0, 60s, {"-s", savepoint3});
+    ASSERT_NE(jm, nullptr);
+    c.start_taskmanager(2);
+    ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 4 task\\(s\\) on 1 TaskManager\\(s\\)"), kStart)) << c.logs();
+    producer.join();
+    ASSERT_EQ(produced.load(), kRecords);
+    ASSERT_TRUE(poll_until(
+        [&] {
+          reader.poll(100);
+          return reader.distinct() >= kRecords;
+        },
+        90s))
+        << reader.distinct() << " of " << kRecords << "\n"
+        << c.logs();
+    const std::string last = stop_with_savepoint(c.rest_url(), c.job_id(), stop_output);
+    EXPECT_FALSE(last.empty()) << stop_output << c.logs();
+    const std::optional<int> code = jm->wait_exit(60s);
+    ASSERT_TRUE(code.has_value()) << c.logs();
+    EXPECT_EQ(*code, 0) << c.logs();
+  }
+  const auto drain = Clock::now();
+  while (Clock::now() - drain < 1s)
+    reader.poll(100);
+  const int64_t missing = kRecords - reader.distinct();
+  std::cout << reader.records << " records read_committed of " << kRecords << " over 4 runs: " << missing
+            << " missing, " << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, "
+            << reader.malformed << " malformed (seed " << seed << ")\n";
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(reader.duplicated, 0);
   EXPECT_EQ(reader.out_of_order, 0);

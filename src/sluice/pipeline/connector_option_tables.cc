@@ -91,6 +91,12 @@ constexpr std::array kSourceKafka{
               "consumer group (offsets are committed on checkpoints)"},
     OptionDef{"start", K::kString, false, kKafkaStarts, "committed", "where to start without a checkpoint"},
     OptionDef{"properties", K::kMap, false, {}, "", "librdkafka properties passed through"},
+    OptionDef{"parallelism",
+              K::kInt,
+              false,
+              {},
+              "pipeline.parallelism",
+              "readers of the source (1..1024), when they should be fewer than the job's subtasks"},
 };
 
 // --- sinks ---

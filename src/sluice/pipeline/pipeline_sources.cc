@@ -299,7 +299,17 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
           {"KafkaSourceReader.KafkaConsumer", "bytes-consumed-total", static_cast<double>(m.bytes_read)},
           {"KafkaSourceReader.KafkaConsumer", "assigned-partitions", static_cast<double>(m.partitions.size())}};
     };
-    return env.from_source(s, "kafka").uid("source");
+    DataStream<cdc::ChangeEvent> out = env.from_source(s, "kafka").uid("source");
+    if (o.find("parallelism")) {
+      // Flink SQL's scan.parallelism: fewer readers than the job's subtasks (in cluster mode, readers that fit
+      // one TaskManager's slots).
+      const int64_t p = o.get_int("parallelism", 1);
+      if (p < 1 || p > 1024) {
+        return option_error(spec, o, "parallelism", fmt::format("must be an integer from 1 to 1024, got {}", p));
+      }
+      out.set_parallelism(static_cast<int>(p));
+    }
+    return out;
   }
   return option_error(spec, o, "type", fmt::format("unknown source type '{}'", o.type));
 }
