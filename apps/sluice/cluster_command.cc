@@ -255,12 +255,17 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     RestServerOptions ro;
     ro.port = f.rest_port;
     ro.address = *address;
+    if (Status st = apply_rest_security(p->runner->stream_graph().config(), ro); !st.ok()) {
+      fmt::print(stderr, "error: {}\n", st.error().message());
+      return 2;
+    }
     auto r = RestServer::start(ro);
     if (!r.ok()) {
       fmt::print(stderr, "error: {}\n", r.error().message());
-      return 1;
+      return r.error().code() == ErrorCode::kConfiguration ? 2 : 1;
     }
     rest = std::move(*r);
+    rest->serve_configuration(p->runner->stream_graph().config());
     rest->register_job(name, client, job_plan_of(p->runner->stream_graph()),
                        [m = master.get()] { return m->status_message(); });
     rest->serve_subtask_locations(client.job_id(), [&jm, m = master.get()] {

@@ -146,9 +146,22 @@ std::unique_ptr<sluice::RestServer> start_rest(CLI::App* cmd, StreamEnvironment&
     return nullptr;
   }
   if (options.port == -1) return nullptr;
+  if (sluice::Status st = sluice::apply_rest_security(env.config(), options); !st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.error().message());
+    ok = false;
+    return nullptr;
+  }
   env.config().set(sluice::options::kRestPort, static_cast<int32_t>(options.port));
   auto server = sluice::RestServer::start(options);
-  if (server.ok()) return std::move(*server);
+  if (server.ok()) {
+    (*server)->serve_configuration(env.config());
+    return std::move(*server);
+  }
+  if (server.error().code() == sluice::ErrorCode::kConfiguration) {  // TLS files: never only a warning
+    fmt::print(stderr, "error: {}\n", server.error().message());
+    ok = false;
+    return nullptr;
+  }
   if (!flag_given && !key_given) {
     fmt::print(stderr, "warning: no REST API for this job: {}\n", server.error().message());
     return nullptr;
@@ -411,8 +424,19 @@ int main(int argc, char** argv) {
   std::string target_dir;
   bool drain = false;
   int timeout_s = 600;
+  std::string token_file;
+  std::string token_env;
+  std::string ca_file;
   auto add_jobmanager = [&](CLI::App* cmd) {
-    cmd->add_option("-m,--jobmanager", jobmanager, "The REST API of the JobManager (HOST:PORT)")->capture_default_str();
+    cmd->add_option("-m,--jobmanager", jobmanager,
+                    "The REST API of the JobManager (HOST:PORT, or https://HOST:PORT when it serves TLS)")
+        ->capture_default_str();
+    cmd->add_option("--token-file", token_file,
+                    "File holding the bearer token of a REST API with rest.auth.* (list: the read or admin token; "
+                    "savepoint, stop, cancel: the admin token)");
+    cmd->add_option("--token-env", token_env,
+                    "Environment variable holding the bearer token (instead of --token-file)");
+    cmd->add_option("--ca-file", ca_file, "PEM file of the CA that signed an https REST API's certificate");
   };
   auto* list = app.add_subcommand("list", "List the jobs of a JobManager");
   add_jobmanager(list);
@@ -476,6 +500,10 @@ int main(int argc, char** argv) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     auto rest = sluice::cli::RestClient::create(jobmanager);
     if (!rest.ok()) return fail(rest.error());
+    auto token = sluice::cli::RestClient::load_token(token_file, token_env);
+    if (!token.ok()) return fail(token.error());
+    rest->set_token(std::move(*token));
+    rest->set_ca_file(ca_file);
     const std::chrono::seconds timeout(std::max(1, timeout_s));
     // --timeout bounds each request too, not only the wait for the savepoint (a paused JobManager).
     if (savepoint->parsed() || stop->parsed())

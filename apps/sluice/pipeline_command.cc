@@ -164,12 +164,18 @@ int run_pipeline(const PipelineFlags& f, bool log_level_given) {
     RestServerOptions options;
     options.address = spec->pipeline.http_address;
     options.port = port;
+    // rest.auth.* and security.ssl.rest.* from the file's pipeline.config and -D.
+    if (Status st = apply_rest_security(runner.stream_graph().config(), options); !st.ok()) {
+      fmt::print(stderr, "error: {}\n", st.error().message());
+      return 2;
+    }
     auto server = RestServer::start(options);
     if (!server.ok()) {
       fmt::print(stderr, "error: {}\n", server.error().message());
-      return 1;
+      return server.error().code() == ErrorCode::kConfiguration ? 2 : 1;
     }
     http = std::move(*server);
+    http->serve_configuration(runner.stream_graph().config());
     http->serve_metrics([&runner] { return runner.metrics_text(); });
     http->serve_metric_samples([&runner] { return runner.metric_samples(); });
     http->serve_health([&runner] {

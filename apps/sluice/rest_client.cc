@@ -3,7 +3,11 @@
 #include <curl/curl.h>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace sluice::cli {
 
@@ -37,7 +41,13 @@ std::string server_message(const std::string& body) {
 
 Result<RestClient> RestClient::create(std::string_view host_port) {
   std::string_view s = host_port;
-  if (s.starts_with("http://")) s.remove_prefix(7);
+  std::string_view scheme = "http";
+  if (s.starts_with("http://")) {
+    s.remove_prefix(7);
+  } else if (s.starts_with("https://")) {
+    s.remove_prefix(8);
+    scheme = "https";
+  }
   while (s.ends_with('/'))
     s.remove_suffix(1);
   std::string_view host = s;
@@ -56,7 +66,7 @@ Result<RestClient> RestClient::create(std::string_view host_port) {
   if (host.empty()) {
     return Error(ErrorCode::kConfiguration, fmt::format("--jobmanager '{}': no host; expected HOST:PORT", host_port));
   }
-  return RestClient(fmt::format("http://{}:{}", host, port), port);
+  return RestClient(fmt::format("{}://{}:{}", scheme, host, port), port);
 }
 
 RestClient::RestClient(std::string base_url, std::string port)
@@ -81,6 +91,11 @@ Result<Value> RestClient::call(std::string_view method, const std::string& path,
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   curl_slist* accept = curl_slist_append(headers, "Accept: application/json");
   if (accept != nullptr) headers = accept;
+  if (!token_.empty()) {
+    const std::string authorization = "Authorization: Bearer " + token_;
+    if (curl_slist* h = curl_slist_append(headers, authorization.c_str()); h != nullptr) headers = h;
+  }
+  if (!ca_file_.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file_.c_str());
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method_str.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
@@ -101,6 +116,13 @@ Result<Value> RestClient::call(std::string_view method, const std::string& path,
     std::string what = error_buffer[0] != '\0' ? std::string(error_buffer) : curl_easy_strerror(rc);
     curl_off_t connected_us = 0;
     curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connected_us);
+    if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_CONNECT_ERROR) {
+      return Error(ErrorCode::kNetwork,
+                   fmt::format("TLS with the JobManager's REST API at {} failed: {}. Pass the CA certificate that "
+                               "signed its certificate with --ca-file (and https:// only if it serves "
+                               "security.ssl.rest.enabled)",
+                               base_url_, what));
+    }
     if (rc == CURLE_OPERATION_TIMEDOUT && connected_us > 0) {
       // Something listens there but does not answer: "is a job running?" would mislead.
       return Error(ErrorCode::kNetwork,
@@ -128,6 +150,33 @@ Result<Value> RestClient::call(std::string_view method, const std::string& path,
                              base_url_, parsed.error().message()));
   }
   return std::move(*parsed);
+}
+
+Result<std::string> RestClient::load_token(const std::string& file, const std::string& env) {
+  std::string token;
+  if (!file.empty() && !env.empty()) {
+    return Error(ErrorCode::kConfiguration, "--token-file and --token-env are both set; pass one of them");
+  }
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return Error(ErrorCode::kConfiguration, fmt::format("--token-file {}: cannot read the file", file));
+    std::ostringstream text;
+    text << in.rdbuf();
+    token = text.str();
+  } else if (!env.empty()) {
+    const char* value = std::getenv(env.c_str());
+    if (value == nullptr || *value == '\0') {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("--token-env {}: the environment variable is not set or empty", env));
+    }
+    token = value;
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
+    token.pop_back();
+  if ((!file.empty() || !env.empty()) && token.empty()) {
+    return Error(ErrorCode::kConfiguration, fmt::format("--token-file {}: the file is empty", file));
+  }
+  return token;
 }
 
 }  // namespace sluice::cli

@@ -22,12 +22,17 @@
 //                                             "timeSinceLastHeartbeat", ...}]} (a cluster's JobManager only)
 //   GET   /metrics                            Prometheus text 0.0.4 (serve_metrics, else every job's job-level
 //                                             metrics)
+//   GET   /jobmanager/config                  [{"key", "value"}] of serve_configuration (secrets as ******)
+//   GET   /jobs/:id/config                    Flink's job config: {"jid", "name", "execution-config": {...}}
 //   GET   /health                             200 healthy / 503 not, JSON saying why (serve_health, else from
 //                                             the jobs' states)
 //   GET   /  (and its files)                  the web UI (web-ui/, built by npm) from RestServerOptions::ui_dir;
 //                                             without it, a page saying how to build it
 //
 // One port serves all of it: `sluice run`, the bundled examples and a user's job (RestServer::execute) alike.
+//
+// Security (rest_security.h): with tokens configured, a request without a valid bearer token is answered 401 and
+// an action with the read-only token 403; GET /health and the UI's static files stay open.
 //
 // Errors are JSON `{"errors": ["..."]}`: 404 for an unknown job, request id or path, 400 for a malformed
 // body or parameter, 409 for an action on a job that is no longer running.
@@ -53,6 +58,7 @@
 #include "sluice/metrics/metric_registry.h"
 #include "sluice/web/job_plan.h"
 #include "sluice/web/metrics_server.h"
+#include "sluice/web/rest_security.h"
 
 namespace sluice {
 class StreamEnvironment;
@@ -69,7 +75,17 @@ struct RestServerOptions {
   /// the first `share/sluice/web-ui` holding an index.html in the executable's folder or one of its three
   /// parents (the build tree and an installed prefix). Not found: `/` answers 404 with a page saying why.
   std::string ui_dir;
+  /// Bearer tokens (rest.auth.*; rest_security.h): when set, every request but GET /health and the UI's static
+  /// files needs one, and actions the admin token.
+  RestAuthOptions auth;
+  /// HTTPS (security.ssl.rest.*): the certificate and key are loaded at start(), which also ignores SIGPIPE for
+  /// the process unless it has a handler (OpenSSL's writes to a client that left would otherwise raise it).
+  RestTlsOptions tls;
 };
+
+/// Sets `options.auth` and `options.tls` from `config`'s rest.auth.* and security.ssl.rest.* (load_rest_auth,
+/// load_rest_tls). Errors: theirs (kConfiguration, naming the key).
+[[nodiscard]] Status apply_rest_security(const Configuration& config, RestServerOptions& options);
 
 /// One registered TaskManager as GET /taskmanagers shows it.
 struct RestTaskManagerInfo {
@@ -98,11 +114,12 @@ struct RestSubtaskLocation {
 class RestServer {
  public:
   /// Binds `options.address:options.port` and starts serving. Errors: kConfiguration for a port outside
-  /// 0..65535 or thread count < 1; kNetwork when the address cannot be bound (in use, not local), with the
+  /// 0..65535 or thread count < 1, or TLS files that OpenSSL cannot load (naming the file and OpenSSL's reason);
+  /// kNetwork when the address cannot be bound (in use, not local), with the
   /// address and how to pick another port.
   [[nodiscard]] static Result<std::unique_ptr<RestServer>> start(RestServerOptions options);
-  /// As start(RestServerOptions), from `rest.address` and `rest.port`. Errors: also kConfiguration when
-  /// rest.port is -1 (the API is disabled: check the option first) or does not parse.
+  /// As start(RestServerOptions), from `rest.address`, `rest.port`, rest.auth.* and security.ssl.rest.*. Errors: also
+  /// kConfiguration when rest.port is -1 (the API is disabled: check the option first) or does not parse.
   [[nodiscard]] static Result<std::unique_ptr<RestServer>> start(const Configuration& config);
 
   RestServer(const RestServer&) = delete;
@@ -113,7 +130,7 @@ class RestServer {
   /// The bound address and port (the real one when started with port 0).
   const std::string& address() const noexcept;
   int port() const noexcept;
-  /// "http://<address>:<port>".
+  /// "http://<address>:<port>", or "https://..." with TLS.
   std::string url() const;
 
   /// Serves `client` under its job id and `name`. `plan` describes the job's operators and vertices
@@ -153,6 +170,11 @@ class RestServer {
   /// with its JSON. Without a provider, /health is healthy while every registered job is RUNNING or FINISHED
   /// (and at least one is registered), and names the jobs that are not.
   void serve_health(std::function<HealthResponse()> provider);
+
+  /// Serves `config` at GET /jobmanager/config (Flink's [{"key", "value"}]) and as the "user-config" of GET
+  /// /jobs/:id/config, with the value of every key naming a secret (is_secret_key, rest.auth.*) shown as "******"
+  /// as Flink does. Without it both list nothing.
+  void serve_configuration(const Configuration& config);
 
   /// Serves GET /taskmanagers from `provider` (called on HTTP threads, so thread-safe). Without a provider
   /// (local mode) GET /taskmanagers answers 404 saying the process is not a cluster's JobManager.

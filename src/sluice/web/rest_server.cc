@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -177,18 +180,23 @@ class RestServer::Impl {
   ~Impl() { stop(); }
 
   Status start() {
+    if (options_.tls.enabled) {
+      SLUICE_RETURN_IF_ERROR(make_tls_server());
+    } else {
+      server_ = std::make_unique<httplib::Server>();
+    }
     const int threads = options_.threads;
-    server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second process bind the same
     // port and silently take half of the requests.
-    server_.set_socket_options([](int sock) {
+    server_->set_socket_options([](int sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    server_.set_keep_alive_timeout(2);
-    server_.set_payload_max_length(kMaxBody);
-    server_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
-                                                                      httplib::Response& res) {
+    server_->set_keep_alive_timeout(2);
+    server_->set_payload_max_length(kMaxBody);
+    server_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                                       httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
       reply_error(res, res.status,
                   res.status == 404
@@ -196,7 +204,7 @@ class RestServer::Impl {
                       : fmt::format("HTTP {}", res.status));
       return httplib::Server::HandlerResponse::Handled;
     }));
-    server_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    server_->set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown exception";
       try {
         std::rethrow_exception(ep);
@@ -207,32 +215,42 @@ class RestServer::Impl {
       spdlog::error("REST {} {} failed: {}", req.method, req.path, what);
       reply_error(res, 500, fmt::format("internal error: {}", what));
     });
-    route();
     ui_dir_ = find_web_ui_dir(options_.ui_dir);
+    // Before routing and before the mounted UI files: a request the tokens do not allow goes no further.
+    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!options_.auth.enabled() || is_open(req)) return httplib::Server::HandlerResponse::Unhandled;
+      const RestAuthDecision d =
+          authorize_rest_request(options_.auth, req.method, req.get_header_value("Authorization"));
+      if (d.status == 200) return httplib::Server::HandlerResponse::Unhandled;
+      if (d.status == 401) res.set_header("WWW-Authenticate", R"(Bearer realm="sluice")");
+      reply_error(res, d.status, d.message);
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    route();
     if (!ui_dir_.empty()) {
-      server_.set_mount_point("/", ui_dir_);
+      server_->set_mount_point("/", ui_dir_);
     } else {
       spdlog::info("REST: no web UI files found (set SLUICE_WEB_UI_DIR or build web-ui/ with Node.js); / says so");
     }
 
     if (options_.port == 0) {
-      const int port = server_.bind_to_any_port(options_.address);
+      const int port = server_->bind_to_any_port(options_.address);
       if (port < 0) return bind_error();
       port_ = port;
     } else {
-      if (!server_.bind_to_port(options_.address, options_.port)) return bind_error();
+      if (!server_->bind_to_port(options_.address, options_.port)) return bind_error();
       port_ = options_.port;
     }
     listener_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "sluice-rest");
-      if (!server_.listen_after_bind()) spdlog::error("REST API at {} stopped serving", url());
+      if (!server_->listen_after_bind()) spdlog::error("REST API at {} stopped serving", url());
       listener_done_.store(true);
     });
     // httplib's stop() is a no-op until the listener runs: wait for it so that stop() cannot be lost.
-    while (!server_.is_running() && !listener_done_.load()) {
+    while (!server_->is_running() && !listener_done_.load()) {
       std::this_thread::yield();
     }
-    if (!server_.is_running()) {
+    if (!server_->is_running()) {
       listener_.join();
       return Error(ErrorCode::kNetwork, fmt::format("the REST API at {} could not start serving", url()));
     }
@@ -253,7 +271,7 @@ class RestServer::Impl {
       sampler_cv_.notify_all();
     }
     if (sampler_.joinable()) sampler_.join();
-    server_.stop();
+    if (server_) server_->stop();
     if (listener_.joinable()) listener_.join();
     std::vector<std::thread> cancellers;
     {
@@ -264,7 +282,20 @@ class RestServer::Impl {
       t.join();
   }
 
-  std::string url() const { return fmt::format("http://{}:{}", options_.address, port_); }
+  std::string url() const {
+    return fmt::format("{}://{}:{}", options_.tls.enabled ? "https" : "http", options_.address, port_);
+  }
+
+  void serve_configuration(const Configuration& config) {
+    std::vector<std::pair<std::string, std::string>> entries;
+    for (const auto& [key, value] : config.entries()) {
+      // Flink hides sensitive values the same way (GlobalConfiguration.HIDDEN_CONTENT).
+      const bool secret = is_secret_key(key) || key.starts_with("rest.auth.") || key.find("token") != std::string::npos;
+      entries.emplace_back(key, secret ? std::string("******") : redact_secrets(value));
+    }
+    std::lock_guard lock(mu_);
+    config_ = std::move(entries);
+  }
 
   void register_job(std::string name, JobClient client, JobPlan plan, std::function<std::string()> status_message) {
     std::string id = client.job_id();
@@ -351,6 +382,70 @@ class RestServer::Impl {
                  fmt::format("cannot serve the REST API on {}:{} (the port is in use or the address is not local); "
                              "pick another port with --rest-port / {} (0 = any free port)",
                              options_.address, options_.port, options::kRestPort.key));
+  }
+
+  /// What needs no token: GET /health (probes) and the web UI's static files (the page asks for the token).
+  bool is_open(const httplib::Request& req) const {
+    if (req.method != "GET" && req.method != "HEAD") return false;
+    if (req.path == "/health" || req.path == "/") return true;
+    if (ui_dir_.empty() || req.path.find("..") != std::string::npos) return false;
+    std::error_code ec;
+    return std::filesystem::is_regular_file(std::filesystem::path(ui_dir_) / req.path.substr(1), ec);
+  }
+
+  /// An httplib::SSLServer on the PEM certificate chain and key of options_.tls, TLS 1.2 or newer. Errors:
+  /// kConfiguration naming the file and OpenSSL's reason.
+  Status make_tls_server() {
+    const RestTlsOptions& tls = options_.tls;
+    std::string problem;
+    auto openssl_reason = [] {
+      std::string all;
+      while (const unsigned long e = ERR_get_error()) {
+        char buf[256];
+        ERR_error_string_n(e, buf, sizeof buf);
+        all += all.empty() ? "" : "; ";
+        all += buf;
+      }
+      return all.empty() ? std::string("unknown reason") : all;
+    };
+    ERR_clear_error();
+    auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+      SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+      SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+      if (SSL_CTX_use_certificate_chain_file(&ctx, tls.certificate_file.c_str()) != 1) {
+        problem = fmt::format("{} = {}: cannot load the certificate (PEM): {}", options::kRestSslCertificate.key,
+                              tls.certificate_file, openssl_reason());
+        return false;
+      }
+      if (!tls.key_password.empty()) {
+        SSL_CTX_set_default_passwd_cb_userdata(&ctx, const_cast<char*>(tls.key_password.c_str()));
+      }
+      const int loaded = SSL_CTX_use_PrivateKey_file(&ctx, tls.key_file.c_str(), SSL_FILETYPE_PEM);
+      SSL_CTX_set_default_passwd_cb_userdata(&ctx, nullptr);
+      if (loaded != 1) {
+        problem = fmt::format(
+            "{} = {}: cannot load the private key (PEM{}): {}", options::kRestSslKey.key, tls.key_file,
+            tls.key_password.empty() ? "; encrypted keys need " + std::string(options::kRestSslKeyPassword.key) : "",
+            openssl_reason());
+        return false;
+      }
+      if (SSL_CTX_check_private_key(&ctx) != 1) {
+        problem = fmt::format("{} = {} does not match the certificate {}: {}", options::kRestSslKey.key, tls.key_file,
+                              tls.certificate_file, openssl_reason());
+        return false;
+      }
+      return true;
+    });
+    // OpenSSL writes with write(2), not send(MSG_NOSIGNAL) as httplib's plain sockets do: a client that goes away
+    // mid-answer would raise SIGPIPE and end the process. Ignored unless the program installed its own handler.
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+    if (!server->is_valid()) {
+      return Error(ErrorCode::kConfiguration,
+                   problem.empty() ? fmt::format("cannot set up TLS for the REST API: {}", openssl_reason()) : problem);
+    }
+    server_ = std::move(server);
+    return ok_status();
   }
 
   std::shared_ptr<JobEntry> find_job(const std::string& id) {
@@ -649,7 +744,7 @@ class RestServer::Impl {
   void route_flink_views() {
     // Flink's GET /overview: the cluster in one object. In local mode the process is its one TaskManager and
     // has as many slots as its jobs use.
-    server_.Get("/overview", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/overview", [this](const httplib::Request&, httplib::Response& res) {
       int64_t running = 0;
       int64_t finished = 0;
       int64_t cancelled = 0;
@@ -702,7 +797,7 @@ class RestServer::Impl {
     });
 
     // Flink's GET /config: what the web UI needs to know of the server.
-    server_.Get("/config", [](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/config", [](const httplib::Request&, httplib::Response& res) {
       const std::time_t t = std::time(nullptr);
       std::tm local{};
       ::localtime_r(&t, &local);
@@ -719,7 +814,43 @@ class RestServer::Impl {
                     {{"web-submit", false}, {"web-cancel", true}, {"web-rescale", false}, {"web-history", false}})}}));
     });
 
-    server_.Get("/jobs/overview", [this](const httplib::Request&, httplib::Response& res) {
+    // Flink's GET /jobmanager/config: the process's configuration, secret values hidden.
+    server_->Get("/jobmanager/config", [this](const httplib::Request&, httplib::Response& res) {
+      Value list = Value::array();
+      std::lock_guard lock(mu_);
+      for (const auto& [key, value] : config_)
+        list.push_back(Value::object({{"key", key}, {"value", value}}));
+      reply(res, 200, list);
+    });
+    // Flink's GET /jobs/:id/config (JobConfigInfo); "user-config" is the served configuration.
+    server_->Get(R"(/jobs/([^/]+)/config)", [this](const httplib::Request& req, httplib::Response& res) {
+      auto job = job_or_404(req, res);
+      if (!job) return;
+      int parallelism = 1;
+      std::shared_ptr<const JobPlan> plan;
+      Value user = Value::object();
+      std::string restart = "default";
+      {
+        std::lock_guard lock(mu_);
+        plan = job->plan;
+        for (const auto& [key, value] : config_) {
+          user.set(key, value);
+          if (key == options::kRestartStrategy.key) restart = value;
+        }
+      }
+      for (const auto& o : plan->operators)
+        parallelism = std::max(parallelism, o.parallelism);
+      reply(res, 200,
+            Value::object({{"jid", job->client.job_id()},
+                           {"name", job->name},
+                           {"execution-config", Value::object({{"execution-mode", "PIPELINED"},
+                                                               {"restart-strategy", restart},
+                                                               {"job-parallelism", parallelism},
+                                                               {"object-reuse-mode", false},
+                                                               {"user-config", std::move(user)}})}}));
+    });
+
+    server_->Get("/jobs/overview", [this](const httplib::Request&, httplib::Response& res) {
       Value list = Value::array();
       const int64_t now = now_ms();
       for (const auto& j : jobs_in_order())
@@ -727,7 +858,7 @@ class RestServer::Impl {
       reply(res, 200, Value::object({{"jobs", std::move(list)}}));
     });
 
-    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       const web::JobSnapshot snap = snapshot(*job);
@@ -737,18 +868,18 @@ class RestServer::Impl {
       reply(res, 200, web::vertex_details_json(snap, *v, *samples_now(), now_ms()));
     });
 
-    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/backpressure)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  auto job = job_or_404(req, res);
-                  if (!job) return;
-                  const web::JobSnapshot snap = snapshot(*job);
-                  const auto vertices = web::vertices_of(snap);
-                  const JobPlanVertex* v = vertex_or_404(vertices, req, res);
-                  if (!v) return;
-                  reply(res, 200, web::backpressure_json(snap, *v, *samples_now(), now_ms()));
-                });
+    server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/backpressure)",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   auto job = job_or_404(req, res);
+                   if (!job) return;
+                   const web::JobSnapshot snap = snapshot(*job);
+                   const auto vertices = web::vertices_of(snap);
+                   const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+                   if (!v) return;
+                   reply(res, 200, web::backpressure_json(snap, *v, *samples_now(), now_ms()));
+                 });
 
-    server_.Get(
+    server_->Get(
         R"(/jobs/([^/]+)/vertices/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
           auto job = job_or_404(req, res);
           if (!job) return;
@@ -759,8 +890,8 @@ class RestServer::Impl {
           reply(res, 200, web::metrics_json(web::vertex_metrics(*samples_now(), snap.job_id, *v), get_param(req)));
         });
 
-    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/subtasks/metrics)", [this](const httplib::Request& req,
-                                                                             httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/subtasks/metrics)", [this](const httplib::Request& req,
+                                                                              httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       const web::JobSnapshot snap = snapshot(*job);
@@ -773,24 +904,24 @@ class RestServer::Impl {
     });
 
     // Flink's GET /jobs/:id/vertices/:vid/watermarks: each subtask's input watermark (of its chain's head).
-    server_.Get(R"(/jobs/([^/]+)/vertices/([^/]+)/watermarks)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  auto job = job_or_404(req, res);
-                  if (!job) return;
-                  const web::JobSnapshot snap = snapshot(*job);
-                  const auto vertices = web::vertices_of(snap);
-                  const JobPlanVertex* v = vertex_or_404(vertices, req, res);
-                  if (!v) return;
-                  Value list = Value::array();
-                  for (const auto& m : snap.subtasks) {
-                    if (m.vertex_id != v->index || m.operators.empty()) continue;
-                    list.push_back(Value::object({{"id", fmt::format("{}.currentInputWatermark", m.subtask_index)},
-                                                  {"value", std::to_string(m.operators.front().input_watermark)}}));
-                  }
-                  reply(res, 200, list);
-                });
+    server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/watermarks)",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   auto job = job_or_404(req, res);
+                   if (!job) return;
+                   const web::JobSnapshot snap = snapshot(*job);
+                   const auto vertices = web::vertices_of(snap);
+                   const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+                   if (!v) return;
+                   Value list = Value::array();
+                   for (const auto& m : snap.subtasks) {
+                     if (m.vertex_id != v->index || m.operators.empty()) continue;
+                     list.push_back(Value::object({{"id", fmt::format("{}.currentInputWatermark", m.subtask_index)},
+                                                   {"value", std::to_string(m.operators.front().input_watermark)}}));
+                   }
+                   reply(res, 200, list);
+                 });
 
-    server_.Get(R"(/jobs/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       reply(res, 200, web::metrics_json(web::job_metrics(*samples_now(), job->client.job_id()), get_param(req)));
@@ -799,12 +930,12 @@ class RestServer::Impl {
 
   void route() {
     // Reached only when no UI folder is mounted at / (a mounted folder's files are served before routes).
-    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.status = 404;
       res.set_content(kNoUiPage, "text/html; charset=utf-8");
     });
     route_flink_views();
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::function<std::string()> provider;
       {
         std::lock_guard lock(mu_);
@@ -812,7 +943,7 @@ class RestServer::Impl {
       }
       res.set_content(provider ? provider() : default_metrics(), "text/plain; version=0.0.4; charset=utf-8");
     });
-    server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       std::function<HealthResponse()> provider;
       {
         std::lock_guard lock(mu_);
@@ -822,7 +953,7 @@ class RestServer::Impl {
       res.status = h.healthy ? 200 : 503;
       res.set_content(h.json, "application/json");
     });
-    server_.Get("/jobs", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/jobs", [this](const httplib::Request&, httplib::Response& res) {
       std::vector<std::shared_ptr<JobEntry>> jobs;
       {
         std::lock_guard lock(mu_);
@@ -846,7 +977,7 @@ class RestServer::Impl {
     // Flink's GET /taskmanagers, plus the registration id, pid and times in ms since the epoch.
     // "timeSinceLastHeartbeat" keeps Flink's name and meaning: the time OF the last heartbeat (ms since the
     // epoch), not a duration; "ms-since-last-heartbeat" is the duration.
-    server_.Get("/taskmanagers", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/taskmanagers", [this](const httplib::Request&, httplib::Response& res) {
       std::function<std::vector<RestTaskManagerInfo>()> provider;
       {
         std::lock_guard lock(mu_);
@@ -876,13 +1007,13 @@ class RestServer::Impl {
       reply(res, 200, Value::object({{"taskmanagers", std::move(list)}}));
     });
 
-    server_.Get(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       reply(res, 200, job_details(*job));
     });
 
-    server_.Patch(
+    server_->Patch(
         R"(/jobs/([^/]+))", with_body([this](const httplib::Request& req, const std::string&, httplib::Response& res) {
           auto job = job_or_404(req, res);
           if (!job) return;
@@ -900,7 +1031,7 @@ class RestServer::Impl {
 
     // Flink's GET /jobs/:jobid/exceptions (JobExceptionsInfoWithHistory): the newest failure as the root
     // exception, and the recent failures newest first.
-    server_.Get(R"(/jobs/([^/]+)/exceptions)", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/exceptions)", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       const std::vector<JobExceptionInfo> ex = job->client.exceptions();
@@ -917,46 +1048,46 @@ class RestServer::Impl {
                  {"exceptionHistory", Value::object({{"entries", std::move(entries)}, {"truncated", truncated}})}}));
     });
 
-    server_.Get(R"(/jobs/([^/]+)/checkpoints)", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/checkpoints)", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       reply(res, 200, checkpoints_json(job->client.checkpoint_stats()));
     });
 
-    server_.Post(R"(/jobs/([^/]+)/savepoints)",
-                 with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
-                   auto job = job_or_404(req, res);
-                   if (!job) return;
-                   auto body = body_or_400(text, res);
-                   if (!body) return;
-                   std::string target;
-                   bool cancel_job = false;
-                   if (!string_field(*body, "target-directory", target, res) ||
-                       !bool_field(*body, "cancel-job", cancel_job, res)) {
-                     return;
-                   }
-                   if (!running_or_409(*job, "take a savepoint of", res)) return;
-                   const std::string rid = new_request_id();
-                   std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
-                   if (cancel_job) {
-                     // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
-                     JobClient client = job->client;
-                     std::lock_guard lock(mu_);
-                     cancellers_.emplace_back([this, f, client]() mutable {
-                       // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
-                       // thread's client would prevent.
-                       while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-                         if (stopping_.load() || job_status_terminal(client.status())) return;
-                       }
-                       if (await(f).ok()) client.cancel();
-                     });
-                   }
-                   add_operation(*job, rid, f);
-                   spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
-                   reply(res, 202, Value::object({{"request-id", rid}}));
-                 }));
+    server_->Post(R"(/jobs/([^/]+)/savepoints)",
+                  with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
+                    auto job = job_or_404(req, res);
+                    if (!job) return;
+                    auto body = body_or_400(text, res);
+                    if (!body) return;
+                    std::string target;
+                    bool cancel_job = false;
+                    if (!string_field(*body, "target-directory", target, res) ||
+                        !bool_field(*body, "cancel-job", cancel_job, res)) {
+                      return;
+                    }
+                    if (!running_or_409(*job, "take a savepoint of", res)) return;
+                    const std::string rid = new_request_id();
+                    std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
+                    if (cancel_job) {
+                      // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
+                      JobClient client = job->client;
+                      std::lock_guard lock(mu_);
+                      cancellers_.emplace_back([this, f, client]() mutable {
+                        // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
+                        // thread's client would prevent.
+                        while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+                          if (stopping_.load() || job_status_terminal(client.status())) return;
+                        }
+                        if (await(f).ok()) client.cancel();
+                      });
+                    }
+                    add_operation(*job, rid, f);
+                    spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+                    reply(res, 202, Value::object({{"request-id", rid}}));
+                  }));
 
-    server_.Get(R"(/jobs/([^/]+)/savepoints/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/jobs/([^/]+)/savepoints/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto job = job_or_404(req, res);
       if (!job) return;
       const std::string rid = req.matches[2];
@@ -986,7 +1117,7 @@ class RestServer::Impl {
       fetched_cv_.notify_all();
     });
 
-    server_.Post(
+    server_->Post(
         R"(/jobs/([^/]+)/stop)",
         with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
           auto job = job_or_404(req, res);
@@ -1103,7 +1234,7 @@ class RestServer::Impl {
   std::string ui_dir_;  // the mounted web UI folder, "" when none
   // Before jobs_: each entry's JobMetrics removes its groups from it when destroyed.
   metrics::MetricRegistry registry_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with TLS; made by start()
   int port_ = 0;
   std::thread listener_;
   std::atomic<bool> listener_done_{false};
@@ -1122,6 +1253,7 @@ class RestServer::Impl {
   std::function<std::vector<RestTaskManagerInfo>()> task_managers_;  // guarded by mu_
   std::function<std::string()> metrics_;                             // guarded by mu_
   std::function<HealthResponse()> health_;                           // guarded by mu_
+  std::vector<std::pair<std::string, std::string>> config_;          // served (redacted) config; guarded by mu_
   // Where the metric views read samples: the server's own registry (a JobMetrics per job), or a provider's
   // (a pipeline's registry, which also has its connectors' metrics). Guarded by mu_.
   std::shared_ptr<std::function<std::vector<metrics::MetricSample>()>> external_samples_;
@@ -1152,12 +1284,23 @@ Result<std::unique_ptr<RestServer>> RestServer::start(const Configuration& confi
   } catch (const SluiceException& e) {
     return e.error();
   }
+  SLUICE_RETURN_IF_ERROR(apply_rest_security(config, options));
   if (options.port == -1) {
     return Error(
         ErrorCode::kConfiguration,
         fmt::format("the REST API is disabled ({} = -1); set a port, or 0 for any free port", options::kRestPort.key));
   }
   return start(std::move(options));
+}
+
+Status apply_rest_security(const Configuration& config, RestServerOptions& options) {
+  Result<RestAuthOptions> auth = load_rest_auth(config);
+  if (!auth.ok()) return auth.error();
+  Result<RestTlsOptions> tls = load_rest_tls(config);
+  if (!tls.ok()) return tls.error();
+  options.auth = std::move(*auth);
+  options.tls = std::move(*tls);
+  return ok_status();
 }
 
 RestServer::RestServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1203,6 +1346,9 @@ void RestServer::serve_metrics(std::function<std::string()> provider) {
 }
 void RestServer::serve_health(std::function<HealthResponse()> provider) {
   impl_->serve_health(std::move(provider));
+}
+void RestServer::serve_configuration(const Configuration& config) {
+  impl_->serve_configuration(config);
 }
 void RestServer::serve_task_managers(std::function<std::vector<RestTaskManagerInfo>()> provider) {
   impl_->serve_task_managers(std::move(provider));
