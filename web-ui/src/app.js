@@ -12,8 +12,70 @@ const live = document.getElementById("live");
 const esc = (s) =>
   String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 
+// ---------------------------------------------------------------- authentication
+// A server with rest.auth.* answers 401 without a bearer token (docs/operations.md, "Security"): the page then asks
+// for one, keeps it for this tab only (sessionStorage) and sends it with every request. 403 (the read-only token
+// and an action) is shown where the action was tried.
+const TOKEN_KEY = "sluice-token";
+let token = sessionStorage.getItem(TOKEN_KEY) || "";
+
+class AuthError extends Error {}
+
+async function api(path, init = {}) {
+  const headers = { ...(init.headers || {}) };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const r = await fetch(path, { ...init, headers });
+  if (r.status === 401) {
+    const body = await r.json().catch(() => ({}));
+    showLogin(token ? "The token was refused: " + ((body.errors && body.errors.join("; ")) || "HTTP 401") : "");
+    throw new AuthError("this server needs a token");
+  }
+  return r;
+}
+
+function showLogin(message) {
+  ++generation; // stops the current view's poll
+  clearTimeout(timer);
+  live.textContent = "";
+  app.innerHTML = `<h1>Sign in</h1>
+    <form id="login-form" class="card">
+      <p>This server needs a bearer token (its <code>rest.auth.admin-token-*</code> or <code>rest.auth.read-token-*</code>).
+      The read-only token shows everything; savepoint, stop and cancel need the admin token.</p>
+      <input id="token-input" type="password" autocomplete="current-password" placeholder="token" size="48">
+      <button id="btn-login" type="submit">Sign in</button>
+      <p id="login-message" class="error">${esc(message || "")}</p>
+    </form>`;
+  document.getElementById("login-form").onsubmit = (e) => {
+    e.preventDefault();
+    token = document.getElementById("token-input").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    drawSignOut();
+    route();
+  };
+  document.getElementById("token-input").focus();
+}
+
+function drawSignOut() {
+  let a = document.getElementById("sign-out");
+  if (!token) { if (a) a.remove(); return; }
+  if (!a) {
+    a = document.createElement("a");
+    a.id = "sign-out";
+    a.href = "#/";
+    a.textContent = "Sign out";
+    a.onclick = (e) => {
+      e.preventDefault();
+      token = "";
+      sessionStorage.removeItem(TOKEN_KEY);
+      drawSignOut();
+      showLogin("");
+    };
+    document.querySelector("header").appendChild(a);
+  }
+}
+
 async function getJson(path) {
-  const r = await fetch(path, { headers: { Accept: "application/json" } });
+  const r = await api(path, { headers: { Accept: "application/json" } });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error((body.errors && body.errors.join("; ")) || `HTTP ${r.status} for ${path}`);
   return body;
@@ -22,7 +84,7 @@ async function getJson(path) {
 async function send(method, path, body) {
   const init = { method, headers: { "Content-Type": "application/json" } };
   init.body = JSON.stringify(body ?? {});
-  const r = await fetch(path, init);
+  const r = await api(path, init);
   const answer = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error((answer.errors && answer.errors.join("; ")) || `HTTP ${r.status}`);
   return answer;
@@ -132,6 +194,7 @@ function schedule(fn) {
       live.textContent = `updated ${new Date().toLocaleTimeString()}`;
       live.classList.remove("error");
     } catch (e) {
+      if (e instanceof AuthError) return; // the sign-in form is shown; polling resumes after it
       live.textContent = `refresh failed: ${e.message}`;
       live.classList.add("error");
     }
@@ -146,7 +209,7 @@ function overview() {
     const [{ jobs }, tms] = await Promise.all([
       getJson("/jobs"),
       // A cluster's JobManager only: 404 in local mode, where the section stays empty.
-      fetch("/taskmanagers").then((r) => (r.ok ? r.json() : null)).catch(() => null),
+      api("/taskmanagers").then((r) => (r.ok ? r.json() : null)).catch((e) => { if (e instanceof AuthError) throw e; return null; }),
     ]);
     const tmEl = document.getElementById("taskmanagers");
     if (tmEl && tms) {
@@ -364,7 +427,7 @@ function jobView(jobId) {
       getJson(`/jobs/${id}`),
       getJson(`/jobs/${id}/checkpoints`),
       getJson(`/jobs/${id}/exceptions`),
-      fetch("/metrics").then((r) => (r.ok ? r.text() : "")).catch(() => ""),
+      api("/metrics").then((r) => (r.ok ? r.text() : "")).catch((e) => { if (e instanceof AuthError) throw e; return ""; }),
     ]);
     document.getElementById("job-name").textContent = job.name;
     const st = document.getElementById("job-status");
@@ -403,4 +466,5 @@ function route() {
   else overview();
 }
 window.addEventListener("hashchange", route);
+drawSignOut();
 route();

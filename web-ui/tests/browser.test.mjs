@@ -7,7 +7,7 @@
 // Every wait is a condition with a deadline (Playwright's waitFor*, or poll()), generous for a loaded machine.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -300,5 +300,88 @@ sink:
     throw e;
   } finally {
     await page.close();
+  }
+});
+
+test("with tokens and HTTPS the UI asks for a token: the read token shows the job, the admin token cancels it", async () => {
+  // A CA and a certificate for 127.0.0.1 made here by the openssl command (nothing private is committed); the
+  // browser context trusts nothing, so it ignores certificate errors (the CLI's verification is tested in C++).
+  const tls = path.join(dir, "tls");
+  fs.mkdirSync(tls);
+  const openssl = (...args) => execFileSync("openssl", args, { cwd: tls, stdio: "pipe" });
+  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=UI test CA");
+  openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1");
+  fs.writeFileSync(path.join(tls, "ext.cnf"), "subjectAltName=IP:127.0.0.1\n");
+  openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf");
+  const admin = `admin-${process.pid}-0f3c9a7e5d1b`;
+  const reader = `reader-${process.pid}-8b2e4f6a0c9d`;
+  fs.writeFileSync(path.join(tls, "admin.token"), admin + "\n", { mode: 0o600 });
+  const name = `web-ui-auth-${process.pid}`;
+  const file = path.join(dir, "auth.yaml");
+  fs.writeFileSync(
+    file,
+    `pipeline:
+  name: ${name}
+  checkpoint: { interval: 1s, storage: "${dir}/auth-checkpoints" }
+  http: { port: 0 }
+  config:
+    rest.auth.admin-token-file: "${tls}/admin.token"
+    rest.auth.read-token-env: SLUICE_UI_READ_TOKEN
+    security.ssl.rest.enabled: true
+    security.ssl.rest.certificate: "${tls}/server.pem"
+    security.ssl.rest.key: "${tls}/server.key"
+source: { type: datagen, count: 0, rate: 50 }
+sink:
+  out: { type: files, path: "${dir}/auth-out" }
+`,
+  );
+  const { child, match, log } = await startSluice(
+    "auth",
+    ["run", file],
+    /REST API, \/metrics and \/health at (https:\/\/[0-9.]+:[0-9]+), job id ([0-9a-f]+)/,
+    { SLUICE_WEB_UI_DIR: UI_DIR, SLUICE_UI_READ_TOKEN: reader },
+  );
+  const [url, jobId] = [match[1], match[2]];
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1200, height: 800 } });
+  const page = await context.newPage();
+  page.on("dialog", (d) => d.accept()); // the cancel button's confirm()
+  try {
+    // Without a token: the page loads and shows the sign-in form instead of the jobs.
+    await page.goto(url + "/");
+    await page.locator("#login-form").waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator("#jobs-table").count(), 0);
+    await page.screenshot({ path: path.join(ARTIFACTS, "06-sign-in.png"), fullPage: true });
+    // A wrong token is refused with the server's reason.
+    await page.fill("#token-input", "not-the-token-0000000000");
+    await page.click("#btn-login");
+    await page.locator("#login-message", { hasText: "not valid" }).waitFor({ timeout: 30_000 });
+    // The read token: the job is listed and its page drawn; cancelling it is refused (403) on the page.
+    await page.fill("#token-input", reader);
+    await page.click("#btn-login");
+    await page.locator(`#jobs-table tr[data-job-id="${jobId}"]`).waitFor({ timeout: 30_000 });
+    await page.goto(`${url}/#/jobs/${jobId}`);
+    await page.locator("#graph g.vertex").first().waitFor({ timeout: 30_000 });
+    await page.locator("#job-status", { hasText: "RUNNING" }).waitFor({ timeout: 30_000 });
+    await page.click("#btn-cancel");
+    await page.locator("#op-result .error", { hasText: "read-only token" }).waitFor({ timeout: 30_000 });
+    // Sign out, then in with the admin token: cancel works and the job ends CANCELED.
+    await page.click("#sign-out");
+    await page.locator("#login-form").waitFor({ timeout: 10_000 });
+    await page.fill("#token-input", admin);
+    await page.click("#btn-login");
+    await page.goto(`${url}/#/jobs/${jobId}`);
+    await page.locator("#job-status", { hasText: "RUNNING" }).waitFor({ timeout: 30_000 });
+    await page.click("#btn-cancel");
+    await page.locator("#op-result", { hasText: "cancel requested" }).waitFor({ timeout: 30_000 });
+    await page.locator("#job-status", { hasText: "CANCELED" }).waitFor({ timeout: 60_000 });
+    await page.screenshot({ path: path.join(ARTIFACTS, "07-admin-cancelled.png"), fullPage: true });
+    assert.ok(!(await page.content()).includes(admin), "the token is not shown on the page");
+  } catch (e) {
+    await page.screenshot({ path: path.join(ARTIFACTS, "failure-auth.png"), fullPage: true }).catch(() => {});
+    e.message += `\n--- sluice log (tail) ---\n${log().slice(-3000)}`;
+    throw e;
+  } finally {
+    await context.close();
+    await stop(child);
   }
 });
