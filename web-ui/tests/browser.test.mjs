@@ -337,7 +337,7 @@ sink:
   );
   const { child, match, log } = await startSluice(
     "auth",
-    ["run", file],
+    ["run", file, "--linger", "60s"], // serves on after the cancel, so the page can show CANCELED
     /REST API, \/metrics and \/health at (https:\/\/[0-9.]+:[0-9]+), job id ([0-9a-f]+)/,
     { SLUICE_WEB_UI_DIR: UI_DIR, SLUICE_UI_READ_TOKEN: reader },
   );
