@@ -79,6 +79,14 @@ class CommittedReader {
           const int64_t revision = std::stoll(match[2]);
           ++records;
           if (!seen[entity].insert(revision).second) ++duplicated;
+          // pipeline.entity-version: the n-th record of an entity says n (keyed state across every run).
+          static const std::regex version_field(R"re("entity_version":(\d+))re");
+          std::smatch v;
+          if (!std::regex_search(value, v, version_field)) {
+            ++without_version;
+          } else if (std::stoll(v[1]) != ++versions[entity]) {
+            ++version_mismatch;
+          }
           auto it = last.find(entity);
           if (it != last.end() && revision <= it->second) ++out_of_order;
           last[entity] = revision;
@@ -99,6 +107,8 @@ class CommittedReader {
   std::map<int64_t, std::set<int64_t>> seen;
   std::map<int64_t, int64_t> last;
   int64_t records = 0, duplicated = 0, out_of_order = 0, malformed = 0;
+  std::map<int64_t, int64_t> versions;  // per entity: records read
+  int64_t without_version = 0, version_mismatch = 0;
 
  private:
   tk::Client consumer_;
@@ -156,6 +166,7 @@ TEST(ClusterSavepointTest, StopWithSavepointRescalesAcrossTaskManagersAndLocalMo
   {
     std::ofstream f(file);
     f << "pipeline:\n  name: cluster-savepoint-test\n  parallelism: 4\n  delivery: exactly-once\n"
+      << "  entity-version: true\n"
       << "  checkpoint: { interval: 300ms, storage: \"file://" << (dir / "chk").string() << "\" }\n"
       << "  restart: { strategy: none }\n"
       << "source: { type: datagen, count: " << kCount << ", rate: 2000, entities: " << kEntities
@@ -259,11 +270,14 @@ TEST(ClusterSavepointTest, StopWithSavepointRescalesAcrossTaskManagersAndLocalMo
   const int64_t missing = kCount - reader.distinct();
   std::cout << reader.records << " records read_committed of " << kCount << " over 4 runs: " << missing << " missing, "
             << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, " << reader.malformed
-            << " malformed (seed " << seed << ")\n";
+            << " malformed; entity_version: " << reader.version_mismatch << " not the entity's count so far, "
+            << reader.without_version << " missing (seed " << seed << ")\n";
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(reader.duplicated, 0);
   EXPECT_EQ(reader.out_of_order, 0);
   EXPECT_EQ(reader.malformed, 0);
+  EXPECT_EQ(reader.version_mismatch, 0);
+  EXPECT_EQ(reader.without_version, 0);
   if (!HasFailure() && std::getenv("SLUICE_TEST_LOGS") == nullptr) {
     std::error_code ec;
     fs::remove_all(dir, ec);
@@ -303,6 +317,7 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
     const fs::path file = dir / ("kafka-source-p" + std::to_string(source_parallelism) + ".yaml");
     std::ofstream f(file);
     f << "pipeline:\n  name: cluster-savepoint-kafka\n  parallelism: 4\n  delivery: exactly-once\n"
+      << "  entity-version: true\n"
       << "  checkpoint: { interval: 300ms, storage: \"file://" << (dir / "chk").string() << "\" }\n"
       << "  restart: { strategy: none }\n"
       << "source:\n  type: kafka\n  bootstrap-servers: \"" << servers << "\"\n  topics: [" << in << "]\n"
@@ -442,11 +457,14 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
   const int64_t missing = kRecords - reader.distinct();
   std::cout << reader.records << " records read_committed of " << kRecords << " over 4 runs: " << missing
             << " missing, " << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, "
-            << reader.malformed << " malformed (seed " << seed << ")\n";
+            << reader.malformed << " malformed; entity_version: " << reader.version_mismatch
+            << " not the entity's count so far, " << reader.without_version << " missing (seed " << seed << ")\n";
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(reader.duplicated, 0);
   EXPECT_EQ(reader.out_of_order, 0);
   EXPECT_EQ(reader.malformed, 0);
+  EXPECT_EQ(reader.version_mismatch, 0);
+  EXPECT_EQ(reader.without_version, 0);
   if (!HasFailure() && std::getenv("SLUICE_TEST_LOGS") == nullptr) {
     std::error_code ec;
     fs::remove_all(dir, ec);

@@ -130,6 +130,9 @@ struct PipelineSettings {
   std::string checkpoint_storage =
       "./.sluice/checkpoints";             ///< a path (relative: to the working directory) or file:///abs
   std::string delivery = "at-least-once";  ///< at-least-once | exactly-once
+  /// Each domain event carries `entity_version`: 1, 2, 3, ... per entity and sink, kept in keyed state (it
+  /// survives restarts and moves with its key group when the job is rescaled).
+  bool entity_version = false;
   RestartSpec restart;
   std::optional<SinkSpec> dead_letter;  ///< where bad records go; absent = the job fails on a bad record
   std::string http_address = "127.0.0.1";

@@ -244,8 +244,9 @@ constexpr std::string_view kDurationForms =
     "a duration: an integer with unit ms, s, m, h or d (250ms, 1s, 5m, 1h, 2d) or an integer of milliseconds";
 
 constexpr std::array<std::string_view, 5> kSections{"pipeline", "source", "transform", "route", "sink"};
-constexpr std::array<std::string_view, 9> kPipelineKeys{
-    "name", "parallelism", "checkpoint", "delivery", "restart", "dead-letter", "http", "health", "config"};
+constexpr std::array<std::string_view, 10> kPipelineKeys{"name",    "parallelism",   "checkpoint", "delivery",
+                                                         "restart", "dead-letter",   "http",       "health",
+                                                         "config",  "entity-version"};
 constexpr std::array<std::string_view, 2> kCheckpointKeys{"interval", "storage"};
 constexpr std::array<std::string_view, 2> kDeliveries{"at-least-once", "exactly-once"};
 constexpr std::array<std::string_view, 4> kRestartKeys{"strategy", "attempts", "delay", "max-delay"};
@@ -483,6 +484,8 @@ class Parser {
       } else if (e.key == "delivery") {
         out.delivery = one_of(e, kDeliveries);
         delivery_mark_ = e.value_mark;
+      } else if (e.key == "entity-version") {
+        out.entity_version = boolean(e);
       } else if (e.key == "restart") {
         for (const Entry& r : mapping(e)) {
           if (r.key == "strategy") {

@@ -136,6 +136,14 @@ TEST(PipelineSpecTest, MinimalFileGetsDefaults) {
   EXPECT_FALSE(spec.sinks[0].kafka_key.has_value());
 }
 
+TEST(PipelineSpecTest, EntityVersionIsOffByDefaultAndABoolean) {
+  EXPECT_FALSE(parse_ok(kMinimal).pipeline.entity_version);
+  EXPECT_TRUE(
+      parse_ok(std::string("pipeline: { entity-version: true }\n") + std::string(kMinimal)).pipeline.entity_version);
+  EXPECT_EQ(error_of(std::string("pipeline:\n  entity-version: yes please\n") + std::string(kMinimal)),
+            "p.yaml:2:19: 'entity-version' must be true or false, got 'yes please'");
+}
+
 TEST(PipelineSpecTest, PipelineSectionEveryKey) {
   const PipelineSpec spec = parse_ok(R"yaml(pipeline:
   name: p1
