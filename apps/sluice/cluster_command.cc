@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "sluice/api/job.h"
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/ha/ha_options.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
@@ -26,6 +27,7 @@
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/rest_server.h"
+#include "taskmanager_http.h"
 
 namespace sluice::cli {
 namespace {
@@ -98,6 +100,12 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
   Result<std::unique_ptr<pipeline::PipelineRunner>> runner = pipeline::PipelineRunner::create(*spec, engine);
   if (!runner.ok()) {
     fmt::print(stderr, "{}\n", runner.error().message());
+    return std::nullopt;
+  }
+  // The process's S3 client from the job's s3.* options and the AWS environment, as `sluice run` configures it: the
+  // JobManager writes _metadata and the TaskManagers write their state files to s3:// checkpoint directories.
+  if (Status st = S3Client::configure((*runner)->stream_graph().config()); !st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.error().to_string());
     return std::nullopt;
   }
   Result<JobGraphFingerprint> fp = fingerprint_job_graph((*runner)->stream_graph());
@@ -192,6 +200,10 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
       ->check(CLI::Range(1, 1024));
   tm->add_option("--rpc-port", f.rpc_port, "Port of its own RPC service (taskmanager.rpc.port; default 0 = any)")
       ->check(CLI::Range(0, 65535));
+  tm->add_option("--http-port", f.http_port,
+                 "Port of its /health (200 while registered with a JobManager) and /metrics, on taskmanager.host; "
+                 "0 = any free port; default none")
+      ->check(CLI::Range(0, 65535));
   tm->add_option("-D", f.props,
                  "Option key=value (repeatable): heartbeat.interval, heartbeat.timeout, taskmanager.host, "
                  "cluster.registration.*, ... and the job's engine options (the same as the JobManager's)");
@@ -254,8 +266,12 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   if (f.rest_port >= 0) {
     RestServerOptions ro;
     ro.port = f.rest_port;
-    ro.address = *address;
-    if (Status st = apply_rest_security(p->runner->stream_graph().config(), ro); !st.ok()) {
+    // rest.address binds the REST API elsewhere than the RPC service (0.0.0.0 on Kubernetes, where
+    // jobmanager.rpc.address is the pod's IP that the leader publishes and kubectl port-forward comes from localhost).
+    const Configuration& engine_config = p->runner->stream_graph().config();
+    ro.address =
+        engine_config.contains(options::kRestAddress.key) ? engine_config.get(options::kRestAddress) : *address;
+    if (Status st = apply_rest_security(engine_config, ro); !st.ok()) {
       fmt::print(stderr, "error: {}\n", st.error().message());
       return 2;
     }
@@ -380,11 +396,29 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   spdlog::info("TaskManager {} of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}, data plane at {}",
                (*executor)->resource_id(), p->spec.pipeline.name, p->fingerprint.hex, version,
                (*executor)->rpc_address(), (*executor)->data_address());
+  std::unique_ptr<MetricsServer> http;
+  if (f.http_port >= 0) {
+    TaskExecutor* ex = executor->get();
+    auto h = MetricsServer::start(
+        o.address, f.http_port,
+        [ex, slots = o.slots] { return taskmanager_metrics(ex->status(), slots, ex->resource_id()); },
+        [ex, jm = o.jobmanager] { return taskmanager_health(ex->status(), jm); });
+    if (!h.ok()) {
+      fmt::print(stderr, "error: {}\n", h.error().message());
+      (*executor)->stop();
+      (void)(*executor)->wait();
+      return 1;
+    }
+    http = std::move(*h);
+    // On a line of its own: scripts and tests find an ephemeral port there.
+    spdlog::info("TaskManager /health and /metrics at http://{}:{}", o.address, http->port());
+  }
   install_signals();
   while (g_signal.load() == 0 && !(*executor)->done()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a process waiting for a signal
   }
   if (g_signal.load() != 0) spdlog::info("TaskManager: signal {} received, shutting down", g_signal.load());
+  if (http) http->stop();
   (*executor)->stop();
   Status st = (*executor)->wait();
   if (!st.ok()) {

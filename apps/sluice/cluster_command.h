@@ -1,7 +1,6 @@
 // `sluice jobmanager PIPELINE.yaml` and `sluice taskmanager PIPELINE.yaml --jobmanager HOST:PORT`: the two
 // processes of cluster mode (docs/cluster.md). Both build the pipeline's job graph and compare its fingerprint
-// at registration. This build has the control plane only (registration, heartbeats, slots): the JobManager
-// says that it waits for cluster task deployment, which is not implemented yet, and never runs the job.
+// at registration; the JobManager deploys the job's tasks to the TaskManagers' slots and coordinates checkpoints.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,6 +18,7 @@ struct ClusterFlags {
   int slots = 0;                    ///< 0: taskmanager.numberOfTaskSlots, else 1
   std::string from_savepoint;       ///< the JobManager's -s: execution.state-recovery.path
   bool allow_non_restored = false;  ///< the JobManager's --allow-non-restored-state
+  int http_port = -1;               ///< the TaskManager's /health and /metrics; -1 none, 0 any free port
 };
 
 /// Adds `jobmanager` and `taskmanager` to `app`; returns them.

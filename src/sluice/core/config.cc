@@ -243,6 +243,21 @@ Status validate_engine_options(const Configuration& config) {
     return e.error();
   }
   for (const auto& [key, value] : config.entries()) {
+    // The S3 client's options (checkpoint/s3_client.h, a later layer, defines, reads and checks them).
+    static const std::vector<std::string_view> s3 = {"s3.endpoint",
+                                                     "s3.path-style-access",
+                                                     "s3.region",
+                                                     "s3.access-key",
+                                                     "s3.secret-key",
+                                                     "s3.credentials-file",
+                                                     "s3.multipart.threshold",
+                                                     "s3.multipart.part-size",
+                                                     "s3.max-attempts",
+                                                     "s3.retry.initial-backoff",
+                                                     "s3.retry.max-backoff",
+                                                     "s3.request-timeout",
+                                                     "s3.connect-timeout"};
+    if (std::find(s3.begin(), s3.end(), key) != s3.end()) continue;
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       spdlog::warn(
           "configuration key '{}' is not an engine option and is ignored (a typo?); see "
