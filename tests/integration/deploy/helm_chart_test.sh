@@ -10,7 +10,8 @@
 #   4. the rendered JobManager and TaskManager containers run: their command lines, env and pipeline file, as the
 #      kubelet would start them (manifests.py exec), with the real `sluice` against the S3 server of
 #      scripts/services/s3 on loopback: the job runs on two TaskManagers, the JobManager's and TaskManagers' /health
-#      answer 200, a checkpoint completes on S3, and a TaskManager's /health answers 503 once its JobManager is gone.
+#      answer 200, a checkpoint completes on S3, a TaskManager's /health answers 503 once its JobManager is gone, and
+#      a JobManager rendered with restoreFrom = the job's checkpoint directory starts from its latest checkpoint.
 # Usage: tests/integration/deploy/helm_chart_test.sh SLUICE_BINARY   (S3_ENDPOINT from scripts/services/run-with s3)
 # Exit 77 (ctest: skipped) when helm or kubernetes-validate is not installed: scripts/setup installs both.
 set -euo pipefail
@@ -193,4 +194,18 @@ curl -s "http://127.0.0.1:$tm1_http/health" | grep -q "not registered with a Job
 ! grep "is not an engine option" "$work"/jm.log "$work"/tm1.log || fail "a rendered -D option is not known"
 grep -q "REST API at http://0.0.0.0:$jm_rest" "$work/jm.log" || fail "the REST API is not bound to rest.address 0.0.0.0"
 echo "ok: TaskManager /health 503 once the JobManager is gone; no secret in the logs"
+
+# restoreFrom (execution.state-recovery.path, the upgrade path of docs/kubernetes.md) with the job's checkpoint
+# directory: a new JobManager starts from its latest checkpoint and the waiting TaskManagers register with it.
+"$helm" template sluice "$chart" --namespace sluice -f "$root/deploy/kubernetes/values-no-ha.yaml" \
+  --set-file pipeline.file="$work/pipeline.yaml" --set jobmanager.rpcPort="$jm_rpc",jobmanager.restPort="$jm_rest" \
+  --set checkpoints.dir="s3://$bucket/$prefix/checkpoints2" --set restoreFrom="s3://$bucket/$prefix/checkpoints/$job" \
+  --set s3.endpoint="$S3_ENDPOINT",s3.pathStyleAccess=true,s3.region=us-east-1 \
+  --set s3.accessKeyId=deploy-test-key,s3.secretAccessKey="$secret_key" \
+  --set secrets.env.SINK_DIR="$work/out" >"$work/run-restore.yaml"
+start jm-restore "$work/run-restore.yaml" jobmanager
+wait_for "the restored job RUNNING with /health 200" 60 is_status "http://127.0.0.1:$jm_rest/health" 200
+grep -q "starts from checkpoint [0-9]* (s3://$bucket/$prefix/checkpoints/$job/chk-" "$work/jm-restore.log" ||
+  fail "the JobManager with restoreFrom did not start from the job's latest checkpoint"
+echo "ok: restoreFrom: $(grep -o "starts from checkpoint [0-9]*" "$work/jm-restore.log")"
 echo "helm_chart_test: all checks passed"
