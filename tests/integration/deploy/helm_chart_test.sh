@@ -36,7 +36,7 @@ cleanup() {
   local rc=$?
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ $rc = 0 ]; then rm -rf "$work"; else echo "kept $work (logs, rendered manifests)"; fi
+  if [ $rc = 0 ] && [ -z "${SLUICE_KEEP_TEST_DIR:-}" ]; then rm -rf "$work"; else echo "kept $work (logs, rendered manifests)"; fi
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -53,6 +53,7 @@ secrets:
   existingSecrets: [kafka-credentials]
 config: { heartbeat.timeout: "10s", execution.checkpointing.tolerable-failed-checkpoints: "3" }
 restoreFrom: "s3://sluice/savepoints/savepoint-abc"
+restAuth: { existingSecret: sluice-rest-tokens, readToken: true }
 YAML
 cat >"$work/values-own-configmap.yaml" <<'YAML'
 pipeline: { existingConfigMap: my-pipeline, file: "" }
@@ -123,7 +124,7 @@ transform:
     event:
       payload: "after.id AS id, after.revision AS revision"
 sink:
-  out: { type: files, path: "${SINK_DIR}" }
+  out: { type: files, path: "${SINK_DIR}", rolling-policy: { rollover-interval: 300ms } }
 YAML
 # Both TaskManagers run on this machine: each gets its own ports (one pod IP each on Kubernetes). The secret key
 # must not show in any log.
@@ -208,4 +209,51 @@ wait_for "the restored job RUNNING with /health 200" 60 is_status "http://127.0.
 grep -q "starts from checkpoint [0-9]* (s3://$bucket/$prefix/checkpoints/$job/chk-" "$work/jm-restore.log" ||
   fail "the JobManager with restoreFrom did not start from the job's latest checkpoint"
 echo "ok: restoreFrom: $(grep -o "starts from checkpoint [0-9]*" "$work/jm-restore.log")"
+
+# Upgrade with a savepoint (docs/kubernetes.md): sluice stop with a savepoint on S3, then the new version rendered
+# with restoreFrom = the savepoint and a changed pipeline file (which replaces the TaskManagers too). Its JobManager starts from the stop's savepoint; stopped with a savepoint in turn, the committed output of
+# the three runs holds every change once, per key in order (sluice verify).
+job=$(curl -s "http://127.0.0.1:$jm_rest/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+stop_with_savepoint() {  # prints the savepoint's path
+  "$sluice" stop -m "127.0.0.1:$jm_rest" --savepoint-dir "s3://$bucket/$prefix/savepoints" --timeout 60 "$1" \
+    >"$work/stop-$1.log" 2>&1 || { cat "$work/stop-$1.log"; fail "sluice stop $1"; }
+  sed -n 's/^Savepoint completed. Path: //p' "$work/stop-$1.log"
+}
+savepoint=$(stop_with_savepoint "$job")
+case "$savepoint" in "s3://$bucket/$prefix/savepoints/savepoint-"*) ;; *) fail "savepoint at '$savepoint'" ;; esac
+# Version 2 of the pipeline: a higher rate, the same parallelism (sluice verify reads each subtask's files in name
+# order, so a key must stay in one subtask's files for its order to be checked; rescaling is cluster_savepoint_test's).
+sed 's/rate: 200/rate: 300/' "$work/pipeline.yaml" >"$work/pipeline-v2.yaml"
+upgrade_render() {  # file tm_rpc tm_data tm_http
+  "$helm" template sluice "$chart" --namespace sluice -f "$root/deploy/kubernetes/values-no-ha.yaml" \
+    --set-file pipeline.file="$work/pipeline-v2.yaml" --set jobmanager.rpcPort="$jm_rpc",jobmanager.restPort="$jm_rest" \
+    --set taskmanager.rpcPort="$2",taskmanager.dataPort="$3",taskmanager.httpPort="$4" \
+    --set checkpoints.dir="s3://$bucket/$prefix/checkpoints3" --set restoreFrom="$savepoint" \
+    --set checkpoints.savepointDir="s3://$bucket/$prefix/savepoints" \
+    --set s3.endpoint="$S3_ENDPOINT",s3.pathStyleAccess=true,s3.region=us-east-1 \
+    --set s3.accessKeyId=deploy-test-key,s3.secretAccessKey="$secret_key" \
+    --set secrets.env.SINK_DIR="$work/out" >"$1"
+}
+# shellcheck disable=SC2046
+upgrade_render "$work/run-v2-tm1.yaml" $(free_port) $(free_port) $(free_port)
+# shellcheck disable=SC2046
+upgrade_render "$work/run-v2-tm2.yaml" $(free_port) $(free_port) $(free_port)
+jm_gone() { ! curl -s -o /dev/null "http://127.0.0.1:$jm_rest/jobs"; }
+# The job ends FINISHED once its sinks committed; then the JobManager exits (within 10 s, docs/cluster.md).
+wait_for "the stopped JobManager to exit" 30 jm_gone
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done  # the old TaskManagers
+start jm-v2 "$work/run-v2-tm1.yaml" jobmanager
+start tm-v2-1 "$work/run-v2-tm1.yaml" taskmanager
+start tm-v2-2 "$work/run-v2-tm2.yaml" taskmanager
+wait_for "the upgraded job RUNNING with /health 200" 60 is_status "http://127.0.0.1:$jm_rest/health" 200
+grep -q "starts from stop-with-savepoint [0-9]* ($savepoint" "$work/jm-v2.log" ||
+  fail "the upgraded JobManager did not start from the savepoint $savepoint"
+job=$(curl -s "http://127.0.0.1:$jm_rest/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+wait_for "a completed checkpoint of the upgraded job" 60 completed
+final=$(stop_with_savepoint "$job")
+wait_for "the upgraded JobManager to exit" 30 jm_gone
+"$sluice" verify --files "$work/out" --id-field id --key-field entity --seq-field payload.revision \
+  >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "sluice verify of the output across the upgrade"; }
+echo "ok: upgrade with a savepoint from $savepoint, final savepoint $final;" \
+  "$(grep -E '^(records|duplicated|missing):' "$work/verify.log" | tr -s ' ' | tr '\n' ' ')"
 echo "helm_chart_test: all checks passed"
