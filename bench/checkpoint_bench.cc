@@ -16,8 +16,8 @@
 #include "bench_util.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/connectors/datagen.h"
+#include "sluice/core/s3_client.h"
 
 namespace sluice::bench {
 namespace {

@@ -37,9 +37,10 @@
 #include "integration/test_util/child_process.h"
 #include "integration/test_util/failures.h"
 #include "integration/test_util/polling.h"
+#include "integration/test_util/s3.h"
 #include "integration/test_util/services.h"
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/core/config.h"
+#include "sluice/core/s3_client.h"
 #include "sluice/core/value.h"
 
 namespace sluice {
@@ -52,6 +53,7 @@ using chaos::read_file;
 using chaos::SluiceProcess;
 using chaos::tail;
 using sluice::testing::poll_until;
+using sluice::testing::PrivateS3Server;
 
 constexpr int kEntities = 300;
 constexpr auto kStartDeadline = 90s;
@@ -65,15 +67,7 @@ std::string unique_name(const std::string& prefix) {
 }
 
 std::shared_ptr<S3Client> client_for(const std::string& endpoint, int64_t threshold = 64LL << 20) {
-  Configuration c;
-  c.set(options::kS3Endpoint, endpoint);
-  c.set(options::kS3PathStyleAccess, true);
-  c.set(options::kS3MultipartThreshold, threshold);
-  c.set(options::kS3MultipartPartSize, int64_t{5} << 20);
-  c.set(options::kS3RequestTimeout, int64_t{10'000});
-  auto o = S3Options::from_config(c);
-  EXPECT_TRUE(o.ok()) << o.error().to_string();
-  return std::make_shared<S3Client>(*o);
+  return sluice::testing::s3_test_client(endpoint, threshold);
 }
 
 class S3CheckpointTest : public ::testing::Test {
@@ -369,49 +363,9 @@ TEST_F(S3CheckpointTest, ALargeStateFileIsUploadedInPartsAndRestored) {
 }
 
 // The failing-store test runs its own moto server (to pause and kill it without disturbing other tests).
-class PrivateS3Server {
- public:
-  PrivateS3Server(std::string bin, fs::path log) : bin_(std::move(bin)), log_(std::move(log)) {}
-  ~PrivateS3Server() { kill_now(); }
-  ::testing::AssertionResult start(int port = 0, bool create_bucket = true) {
-    if (port == 0) {
-      // Bind to port 0 and take the number the kernel chose (the server binds it again right after).
-      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-      socklen_t len = sizeof a;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-      port = ntohs(a.sin_port);
-      ::close(fd);
-    }
-    port_ = port;
-    proc_ = std::make_unique<sluice::testing::ChildProcess>(
-        bin_, std::vector<std::string>{"-H", "127.0.0.1", "-p", std::to_string(port)});
-    const auto c = client_for(endpoint());
-    if (!poll_until([&] { return create_bucket ? c->create_bucket("failing").ok() : c->exists("failing", "x").ok(); },
-                    60s)) {
-      return ::testing::AssertionFailure() << "moto did not start: " << proc_->err();
-    }
-    return ::testing::AssertionSuccess();
-  }
-  void kill_now() { proc_.reset(); }
-  void pause() { proc_->signal(SIGSTOP); }
-  void resume() { proc_->signal(SIGCONT); }
-  std::string endpoint() const { return fmt::format("http://127.0.0.1:{}", port_); }
-  int port() const { return port_; }
-
- private:
-  std::string bin_;
-  fs::path log_;
-  int port_ = 0;
-  std::unique_ptr<sluice::testing::ChildProcess> proc_;
-};
-
 TEST_F(S3CheckpointTest, AFailingStoreFailsCheckpointsVisiblyAndTheJobRecoversWhenItIsBack) {
   ASSERT_FALSE(server_bin_.empty()) << "S3_SERVER_BIN is not set (scripts/services/s3 env)";
-  PrivateS3Server server(server_bin_, dir_ / "moto.log");
+  PrivateS3Server server(server_bin_);
   ASSERT_TRUE(server.start());
   const std::string store = "s3://failing/" + unique_name("ckpt");
   SluiceProcess p("run",
@@ -482,7 +436,7 @@ TEST_F(S3CheckpointTest, AFailingStoreFailsCheckpointsVisiblyAndTheJobRecoversWh
   EXPECT_TRUE(poll_until([&] { return health() == 503; }, 60s)) << tail(p.log());
 
   // 3. Back on the same port but empty (moto keeps nothing): writes refused (NoSuchBucket), until the bucket is
-  ASSERT_TRUE(server.start(port, /*create_bucket=*/false));
+  ASSERT_TRUE(server.start(port, /*bucket=*/""));
   EXPECT_TRUE(poll_until([&] { return failed_in_history("NoSuchBucket"); }, 60s)) << tail(p.log());
   ASSERT_TRUE(client_for(server.endpoint())->create_bucket("failing").ok());
   done = count_of(read_file(p.log()), "completed checkpoint");

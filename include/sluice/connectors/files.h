@@ -52,6 +52,24 @@
 //    cancelled task (core/cancellation.h), which writes nothing more. The first attempt of a
 //    subtask truncates its part file; a restarted attempt appends (at-least-once). Part files of subtasks
 //    that no longer exist (a lower parallelism than a previous run) are left alone.
+//  * On S3 (the directory is an `s3://bucket/prefix` URI; s3a:// and s3p:// too): the same exactly-once contract
+//    with multipart uploads instead of renames, like Flink's S3 RecoverableWriter. Part file n of subtask i is a
+//    multipart upload of the key `<prefix>/part-<i>-<n>.<ext>`, invisible to readers until completed. Its bytes
+//    are buffered in memory and go up as parts of s3.multipart.part-size (S3's minimum 5 MiB; one part per
+//    subtask in memory); the file is finished by the RollingPolicy and, since bytes not yet uploaded would not
+//    survive a crash, at every checkpoint at the latest (Flink's OnCheckpointRollingPolicy): its last part is
+//    uploaded and the upload, still open, is pre-committed (FileCommittable: key, upload id, part ETags, in the
+//    operator state). The checkpoint's completion completes the uploads (CompleteMultipartUpload; fault points
+//    "files.s3.before-complete" and "files.s3.after-complete"). A restore completes the restored checkpoint's
+//    uploads again: one S3 no longer knows (NoSuchUpload) counts as committed when its key holds the object its
+//    parts make (same multipart ETag), otherwise it fails the task naming the key (its records are lost). On every
+//    start, fresh or restored, abort_lingering lists the multipart uploads under the prefix (ListMultipartUploads)
+//    and aborts those of this subtask's keys (old subtasks j with j % parallelism == i) that the restored
+//    checkpoint does not name: what crashed, failed or cancelled runs left. A fresh start lists `<prefix>/part-<i>-`
+//    once for its first sequence number; a key that exists already is skipped (one HEAD per part file). Without
+//    checkpointing the part files are uploaded the same way and committed at the end of the input. The s3.* keys
+//    of the job configuration (else the process's S3Client) say where and how to reach the store. S3 errors fail
+//    the task (kConnector, naming the key and the request); the restart strategy retries.
 // Errors (cannot create or list the directory, open, write, sync, rename or delete) throw SluiceException
 // (ErrorCode::kConnector) naming the path and strerror, which fails the task. Committing a committable whose
 // in-progress and final files are both gone is an error too (kConnector, naming both files; the sink operator
@@ -81,6 +99,7 @@
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/core/json_mapping.h"
+#include "sluice/core/s3_client.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
@@ -96,13 +115,41 @@ struct FileSplit {
 };
 SLUICE_FIELDS(FileSplit, path, offset, line);
 
-/// What a FileSink pre-commits at a checkpoint: a synced in-progress file and the name it gets on commit.
+/// What a FileSink pre-commits at a checkpoint: on a file system a synced in-progress file and the name it gets on
+/// commit; on S3 the multipart upload that holds the part file's bytes and the ETags of its parts.
 struct FileCommittable {
-  std::string in_progress_path;  ///< `<directory>/.part-<i>-<n>.inprogress.<id>`
-  std::string final_path;        ///< `<directory>/part-<i>-<n>.<ext>`
+  std::string in_progress_path;  ///< `<directory>/.part-<i>-<n>.inprogress`; empty on S3
+  std::string final_path;        ///< `<directory>/part-<i>-<n>.<ext>`, or `s3://<bucket>/<prefix>/part-<i>-<n>.<ext>`
+  std::string upload_id;         ///< on S3: the multipart upload of final_path's key; empty on a file system
+  std::vector<std::string> part_etags;  ///< on S3: the ETags of parts 1..n, as UploadPart returned them
   friend bool operator==(const FileCommittable&, const FileCommittable&) = default;
 };
-SLUICE_FIELDS(FileCommittable, in_progress_path, final_path);
+SLUICE_FIELDS(FileCommittable, in_progress_path, final_path, upload_id, part_etags);
+
+/// The serializer of a FileCommittable in the sink's operator state: the two paths, then, only for an S3
+/// committable, the upload id and the ETags. A file-system committable is thus encoded as before S3 existed, so
+/// checkpoints of earlier versions restore; reading relies on the committable ending its (length-delimited)
+/// operator state element, as it does in the sink operator's (checkpoint id, committable) pairs.
+template <>
+struct TypeSerializer<FileCommittable> {
+  static void serialize(const FileCommittable& v, DataOutput& out) {
+    out.write_string(v.in_progress_path);
+    out.write_string(v.final_path);
+    if (v.upload_id.empty()) return;
+    out.write_string(v.upload_id);
+    ::sluice::serialize(v.part_etags, out);
+  }
+  static void deserialize(FileCommittable& target, DataInput& in) {
+    in.read_string(target.in_progress_path);
+    in.read_string(target.final_path);
+    target.upload_id.clear();
+    target.part_etags.clear();
+    if (in.at_end()) return;
+    in.read_string(target.upload_id);
+    ::sluice::deserialize(target.part_etags, in);
+  }
+  static constexpr size_t min_encoded_size() { return 2; }
+};
 
 /// When a FileSink with checkpointing finishes its in-progress part file and starts the next (Flink's
 /// DefaultRollingPolicy, with its defaults): once the file holds part_size_bytes, once it is older than
@@ -378,6 +425,104 @@ class FileCommitter final : public Committer<FileCommittable> {
   std::string extension_;
 };
 
+/// The S3 client of a FileSink on `s3://`: one built from the job's configuration (its s3.* keys, then the AWS
+/// environment) when the context has one, else the process's (S3Client::shared). Throws SluiceException
+/// (kConnector) on a bad s3.* option.
+std::shared_ptr<const S3Client> file_sink_s3_client(RuntimeContext& ctx);
+
+/// `<prefix>/part-<subtask>-<sequence>.<extension>` (or without `<prefix>/` when the prefix is empty): the key of a
+/// FileSink part file on S3.
+std::string s3_part_key(std::string_view prefix, int subtask, int64_t sequence, std::string_view extension);
+
+/// The part files of one FileSink subtask on S3 (see the file comment): each is a multipart upload of its final
+/// key, invisible until completed. Parts of S3Options::part_size go up as the buffer fills; a part file is finished
+/// (its last part uploaded, the upload left open) by the RollingPolicy and, at the latest, at every checkpoint, since
+/// the bytes of an unfinished part exist only in memory. Not thread-safe (the writer's task thread). Errors throw
+/// SluiceException (kConnector) naming the key and the S3 request.
+class S3RollingPartFile {
+ public:
+  /// Restores the next sequence number of subtask ctx.subtask_index() from the operator state
+  /// (RollingPartFile::kSequenceStateName); a fresh start lists `<prefix>/part-<i>-` once instead. `ctx` must
+  /// outlive this object.
+  S3RollingPartFile(RuntimeContext& ctx, std::shared_ptr<const S3Client> client, S3Uri location, std::string extension,
+                    RollingPolicy policy);
+  S3RollingPartFile(const S3RollingPartFile&) = delete;
+  S3RollingPartFile& operator=(const S3RollingPartFile&) = delete;
+  /// Aborts the uploads no checkpoint pre-committed (best effort).
+  ~S3RollingPartFile() { discard(); }
+
+  /// The buffer to append whole lines to; opens the next part file first when none is open. Call after_record()
+  /// after each line.
+  std::string& buffer() {
+    if (!open_) open_next();
+    return buf_;
+  }
+  /// After each line: uploads a part once the buffer holds S3Options::part_size bytes (then checks the intervals),
+  /// and finishes the part file once it reached part_size_bytes.
+  void after_record();
+  /// At the end of the input, finishes the part file (the final checkpoint commits it); otherwise nothing (the
+  /// bytes of an unfinished part cannot be made durable without finishing the file).
+  void flush(bool end_of_input);
+  /// At a checkpoint: finishes the part file being written and returns the part files finished since the
+  /// previous checkpoint (their uploads, open, as committables). Records the next sequence number.
+  std::vector<FileCommittable> snapshot();
+  /// Aborts the upload of the part file being written and of the finished ones no checkpoint pre-committed; errors
+  /// are logged.
+  void discard() noexcept;
+  /// The sequence number the next part file gets.
+  int64_t next_sequence() const noexcept { return next_sequence_; }
+
+ private:
+  void open_next();
+  // Uploads the first `n` bytes of the buffer as the next part (creating the upload first).
+  void upload_part(size_t n);
+  // Uploads the rest of the buffer as the last part; the upload joins finished_.
+  void finish_in_progress();
+  void check_intervals(TimestampMs now);
+
+  const Clock& clock_;
+  ListState<std::pair<int32_t, int64_t>>* sequence_state_;
+  std::shared_ptr<const S3Client> client_;
+  S3Uri location_;
+  std::string extension_;
+  RollingPolicy policy_;
+  int subtask_;
+  size_t part_size_;
+  int64_t next_sequence_ = 0;
+  bool open_ = false;
+  std::string key_;
+  std::string upload_id_;
+  std::vector<std::string> etags_;
+  std::string buf_;
+  int64_t bytes_ = 0;                      // bytes of the open part file uploaded so far
+  TimestampMs opened_ms_ = 0;              // when the part file was opened
+  TimestampMs last_write_ms_ = 0;          // the check that last saw a new record
+  int64_t records_since_check_ = 0;        // records written since that check
+  std::vector<FileCommittable> finished_;  // finished since the last checkpoint, not yet pre-committed
+};
+
+/// Commits S3 FileCommittables by CompleteMultipartUpload (see the file comment). Runs on one subtask's task
+/// thread. Errors throw SluiceException (kConnector).
+class S3FileCommitter final : public Committer<FileCommittable> {
+ public:
+  /// Commits into `location` (bucket and key prefix); `extension` is that of the part files.
+  S3FileCommitter(std::shared_ptr<const S3Client> client, S3Uri location, std::string extension)
+      : client_(std::move(client)), location_(std::move(location)), extension_(std::move(extension)) {}
+  /// Completes each committable's upload with its recorded parts. An upload that S3 no longer knows (NoSuchUpload)
+  /// is already committed when its key holds the object those parts make (same multipart ETag); otherwise it
+  /// throws SluiceException (kConnector) naming the key: its records are lost.
+  void commit(std::vector<FileCommittable>& committables) override;
+  /// Aborts the multipart uploads under the prefix that belong to this subtask (keys `part-<j>-<n>.<ext>` with
+  /// j % parallelism == subtask) and that the restored checkpoint does not name: what failed attempts, crashed or
+  /// cancelled runs left. Lists the uploads of the prefix (ListMultipartUploads) on every start, fresh or restored.
+  void abort_lingering(RuntimeContext& ctx, const std::vector<FileCommittable>& restored_committables) override;
+
+ private:
+  std::shared_ptr<const S3Client> client_;
+  S3Uri location_;
+  std::string extension_;
+};
+
 }  // namespace detail
 
 /// A bounded source of the lines of files (see the file comment).
@@ -596,35 +741,56 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
   /// "txt" or "jsonl".
   std::string_view extension() const noexcept { return format_ == FileSinkFormat::kText ? "txt" : "jsonl"; }
 
-  /// Creates the directory, then the writer: rolling in-progress files with checkpointing, `part-<i>.<ext>`
-  /// (truncated on the first attempt) without.
+  /// On a file system: creates the directory, then the writer: rolling in-progress files with checkpointing,
+  /// `part-<i>.<ext>` (truncated on the first attempt) without. On S3: part files as multipart uploads, with or
+  /// without checkpointing (without, they are committed at the end of the input).
   std::unique_ptr<PrecommittingSinkWriter<T, FileCommittable>> create_precommitting_writer(
       RuntimeContext& ctx) const override {
+    if (is_s3_uri(directory_)) {
+      return std::make_unique<Writer<detail::S3RollingPartFile>>(
+          format_, std::make_unique<detail::S3RollingPartFile>(ctx, detail::file_sink_s3_client(ctx), s3_location(),
+                                                               std::string(extension()), policy_));
+    }
     detail::create_output_directory(directory_);
     if (ctx.is_checkpointing_enabled()) {
-      return std::make_unique<Writer>(
+      return std::make_unique<Writer<detail::RollingPartFile>>(
           format_, std::make_unique<detail::RollingPartFile>(ctx, directory_, std::string(extension()), policy_));
     }
-    return std::make_unique<Writer>(format_, detail::part_file_path(directory_, ctx.subtask_index(), extension()),
-                                    /*truncate=*/ctx.attempt_number() == 0 && !ctx.is_restored());
+    return std::make_unique<Writer<detail::RollingPartFile>>(
+        format_, detail::part_file_path(directory_, ctx.subtask_index(), extension()),
+        /*truncate=*/ctx.attempt_number() == 0 && !ctx.is_restored());
   }
 
-  /// Creates the directory and a FileCommitter for it.
-  std::unique_ptr<Committer<FileCommittable>> create_committer(RuntimeContext& /*ctx*/) const override {
+  /// On a file system: creates the directory and a FileCommitter for it. On S3: an S3FileCommitter.
+  std::unique_ptr<Committer<FileCommittable>> create_committer(RuntimeContext& ctx) const override {
+    if (is_s3_uri(directory_)) {
+      return std::make_unique<detail::S3FileCommitter>(detail::file_sink_s3_client(ctx), s3_location(),
+                                                       std::string(extension()));
+    }
     detail::create_output_directory(directory_);
     return std::make_unique<detail::FileCommitter>(directory_, std::string(extension()));
   }
 
  private:
+  // The bucket and prefix of an s3:// directory; throws SluiceException (kConnector) when it does not parse.
+  S3Uri s3_location() const {
+    Result<S3Uri> uri = S3Uri::parse(directory_);
+    if (!uri.ok()) {
+      throw SluiceException(Error(ErrorCode::kConnector, "file sink: " + uri.error().message()));
+    }
+    return std::move(uri).value();
+  }
+
+  // Parts: the rolling part files, local (RollingPartFile) or on S3 (S3RollingPartFile).
+  template <class Parts>
   class Writer final : public PrecommittingSinkWriter<T, FileCommittable> {
    public:
-    // Without checkpointing: one part file written directly.
+    // Without checkpointing on a file system: one part file written directly.
     Writer(FileSinkFormat format, std::string path, bool truncate) : format_(format) {
       direct_.open(std::move(path), truncate);
     }
-    // With checkpointing: rolling in-progress files.
-    Writer(FileSinkFormat format, std::unique_ptr<detail::RollingPartFile> rolling)
-        : format_(format), rolling_(std::move(rolling)) {}
+    // Rolling part files.
+    Writer(FileSinkFormat format, std::unique_ptr<Parts> rolling) : format_(format), rolling_(std::move(rolling)) {}
 
     void write(const T& record, const SinkWriterContext&) override {
       std::string& buf = rolling_ ? rolling_->buffer() : direct_.buffer();
@@ -662,7 +828,7 @@ class FileSink final : public TwoPhaseCommittingSink<T, FileCommittable> {
    private:
     FileSinkFormat format_;
     detail::PartFileWriter direct_;
-    std::unique_ptr<detail::RollingPartFile> rolling_;
+    std::unique_ptr<Parts> rolling_;
   };
 
   std::string directory_;

@@ -28,8 +28,8 @@
 #include <thread>
 #include <utility>
 
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/core/data_io.h"
+#include "sluice/core/s3_client.h"
 
 namespace sluice {
 namespace fs = std::filesystem;

@@ -17,12 +17,12 @@
 
 #include "sluice/checkpoint/checkpoint_coordinator.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/failover_regions.h"
 #include "sluice/cluster/restart_strategy.h"
 #include "sluice/cluster/task_deployment.h"
 #include "sluice/core/redact.h"
+#include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
 #include "sluice/operators/source_operator.h"
 #include "sluice/runtime/buffer_pool.h"

@@ -158,7 +158,7 @@ constexpr std::array kSinkPostgres{
     OptionDef{"flush-interval", K::kDuration, false, {}, "1s", "flush a partial batch this old"},
 };
 constexpr std::array kSinkFiles{
-    OptionDef{"path", K::kString, true, {}, "", "output directory (JSON lines part files)"},
+    OptionDef{"path", K::kString, true, {}, "", "output directory or s3://bucket/prefix (JSON lines part files)"},
     OptionDef{"rolling-policy",
               K::kMap,
               false,

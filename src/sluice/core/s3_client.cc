@@ -1,4 +1,4 @@
-#include "sluice/checkpoint/s3_client.h"
+#include "sluice/core/s3_client.h"
 
 #include <curl/curl.h>
 #include <fmt/format.h>
@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -421,6 +422,10 @@ Result<S3Client::Response> S3Client::request(std::string_view method, const std:
       retry = true;
     } else {
       curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+      curl_off_t length = -1;
+      if (curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) == CURLE_OK) {
+        response.content_length = static_cast<int64_t>(length);
+      }
       if (response.status >= 500 || response.status == 429) {
         last_failure = fmt::format("HTTP {}: {}", response.status, s3_error_text(response.body));
         retry = true;
@@ -471,6 +476,18 @@ Result<bool> S3Client::exists(const std::string& bucket, const std::string& key)
   if (r->status == 404) return false;
   if (r->status / 100 != 2) return http_error("HEAD", bucket, key, r->status, r->body);
   return true;
+}
+
+Result<std::optional<S3Object>> S3Client::head_object(const std::string& bucket, const std::string& key) const {
+  auto r = request("HEAD", bucket, key, "", {});
+  if (!r.ok()) return r.error();
+  if (r->status == 404) return std::optional<S3Object>();
+  if (r->status / 100 != 2) return http_error("HEAD", bucket, key, r->status, r->body);
+  S3Object o;
+  o.key = key;
+  o.size = r->content_length;
+  o.etag = std::move(r->etag);
+  return std::optional<S3Object>(std::move(o));
 }
 
 Result<S3Listing> S3Client::list(const std::string& bucket, const std::string& prefix,
@@ -566,13 +583,16 @@ Result<std::string> S3Client::upload_part(const std::string& bucket, const std::
 }
 
 Status S3Client::complete_multipart_upload(const std::string& bucket, const std::string& key,
-                                           const std::string& upload_id, const std::vector<std::string>& etags) const {
+                                           const std::string& upload_id, const std::vector<std::string>& etags,
+                                           bool* no_such_upload) const {
+  if (no_such_upload != nullptr) *no_such_upload = false;
   std::string xml = "<CompleteMultipartUpload>";
   for (size_t i = 0; i < etags.size(); ++i)
     xml += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", i + 1, etags[i]);
   xml += "</CompleteMultipartUpload>";
   auto r = request("POST", bucket, key, canonical_query({{"uploadId", upload_id}}), xml);
   if (!r.ok()) return r.error();
+  if (r->status == 404 && no_such_upload != nullptr) *no_such_upload = true;
   // S3 may answer 200 with an <Error> body when the completion failed after the headers were sent.
   if (r->status / 100 != 2 || r->body.find("<Error>") != std::string::npos)
     return http_error("CompleteMultipartUpload", bucket, key, r->status, r->body);
@@ -586,6 +606,63 @@ Status S3Client::abort_multipart_upload(const std::string& bucket, const std::st
   if (r->status / 100 != 2 && r->status != 404)
     return http_error("AbortMultipartUpload", bucket, key, r->status, r->body);
   return ok_status();
+}
+
+Result<std::vector<S3MultipartUpload>> S3Client::list_multipart_uploads(const std::string& bucket,
+                                                                        const std::string& prefix) const {
+  std::vector<S3MultipartUpload> out;
+  std::string key_marker, upload_id_marker;
+  for (;;) {
+    std::vector<std::pair<std::string, std::string>> params{{"uploads", ""}, {"prefix", prefix}};
+    if (!key_marker.empty()) params.emplace_back("key-marker", key_marker);
+    if (!upload_id_marker.empty()) params.emplace_back("upload-id-marker", upload_id_marker);
+    auto r = request("GET", bucket, "", canonical_query(std::move(params)), {});
+    if (!r.ok()) return r.error();
+    if (r->status / 100 != 2) return http_error("ListMultipartUploads", bucket, prefix, r->status, r->body);
+    XmlDoc doc(r->body);
+    xmlNode* root = doc.root();
+    if (root == nullptr) {
+      return Error(ErrorCode::kCheckpoint, fmt::format("S3 ListMultipartUploads s3://{}/{}: the answer is not XML: {}",
+                                                       bucket, prefix, r->body.substr(0, 200)));
+    }
+    bool truncated = false;
+    key_marker.clear();
+    upload_id_marker.clear();
+    for (xmlNode* n = root->children; n != nullptr; n = n->next) {
+      if (n->type != XML_ELEMENT_NODE) continue;
+      std::string_view name = reinterpret_cast<const char*>(n->name);
+      if (name == "Upload") {
+        S3MultipartUpload u;
+        u.key = element_text(find_element(n->children, "Key"));
+        u.upload_id = element_text(find_element(n->children, "UploadId"));
+        u.initiated = element_text(find_element(n->children, "Initiated"));
+        out.push_back(std::move(u));
+      } else if (name == "IsTruncated") {
+        truncated = element_text(n) == "true";
+      } else if (name == "NextKeyMarker") {
+        key_marker = element_text(n);
+      } else if (name == "NextUploadIdMarker") {
+        upload_id_marker = element_text(n);
+      }
+    }
+    if (!truncated || (key_marker.empty() && upload_id_marker.empty())) break;
+  }
+  return out;
+}
+
+std::string S3Client::multipart_etag(const std::vector<std::string>& part_etags) {
+  std::string md5s;
+  for (const std::string& etag : part_etags) {
+    std::string_view h = etag;
+    if (h.size() >= 2 && h.front() == '"' && h.back() == '"') h = h.substr(1, h.size() - 2);
+    for (size_t i = 0; i + 1 < h.size(); i += 2) {
+      unsigned value = 0;
+      std::from_chars(h.data() + i, h.data() + i + 2, value, 16);
+      md5s.push_back(static_cast<char>(value));
+    }
+  }
+  const std::string d = digest(EVP_md5(), md5s);
+  return fmt::format("\"{}-{}\"", hex(reinterpret_cast<const unsigned char*>(d.data()), d.size()), part_etags.size());
 }
 
 S3ObjectWriter::S3ObjectWriter(std::shared_ptr<const S3Client> client, std::string bucket, std::string key)

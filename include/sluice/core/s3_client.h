@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,7 +114,15 @@ struct S3Listing {
   std::vector<std::string> common_prefixes;
 };
 
-/// S3 requests (see the file comment). Every call returns kCheckpoint errors naming the request.
+/// An in-progress (created, neither completed nor aborted) multipart upload of a listing.
+struct S3MultipartUpload {
+  std::string key;
+  std::string upload_id;
+  std::string initiated;  ///< ISO 8601 UTC, as S3 lists it
+};
+
+/// S3 requests (see the file comment). Every call returns kCheckpoint errors naming the request (checkpoint
+/// storage was its first user; other callers, such as the files sink, wrap them in their own code).
 class S3Client {
  public:
   explicit S3Client(S3Options options);
@@ -130,6 +139,8 @@ class S3Client {
                                                bool* found = nullptr) const;
   /// HEAD: whether the object exists.
   [[nodiscard]] Result<bool> exists(const std::string& bucket, const std::string& key) const;
+  /// HEAD: the object's key, size and ETag (quotes included), or nullopt when it does not exist.
+  [[nodiscard]] Result<std::optional<S3Object>> head_object(const std::string& bucket, const std::string& key) const;
   /// Every object under `prefix` (ListObjectsV2, all pages); with `delimiter` also the common prefixes.
   [[nodiscard]] Result<S3Listing> list(const std::string& bucket, const std::string& prefix,
                                        std::string_view delimiter = {}) const;
@@ -145,11 +156,20 @@ class S3Client {
   [[nodiscard]] Result<std::string> upload_part(const std::string& bucket, const std::string& key,
                                                 const std::string& upload_id, int part_number,
                                                 std::string_view bytes) const;
+  /// Completes the upload with parts 1..etags.size(). `no_such_upload`, when given, is set true when S3 answers
+  /// 404 NoSuchUpload (the upload was completed or aborted before, or never existed); the result is then an error.
   [[nodiscard]] Status complete_multipart_upload(const std::string& bucket, const std::string& key,
-                                                 const std::string& upload_id,
-                                                 const std::vector<std::string>& etags) const;
+                                                 const std::string& upload_id, const std::vector<std::string>& etags,
+                                                 bool* no_such_upload = nullptr) const;
+  /// Aborts the upload (no error when it is gone already).
   [[nodiscard]] Status abort_multipart_upload(const std::string& bucket, const std::string& key,
                                               const std::string& upload_id) const;
+  /// The in-progress multipart uploads of keys under `prefix` (ListMultipartUploads, all pages).
+  [[nodiscard]] Result<std::vector<S3MultipartUpload>> list_multipart_uploads(const std::string& bucket,
+                                                                              const std::string& prefix) const;
+  /// The ETag S3 gives an object completed from parts with these ETags: the hex MD5 of the parts' binary MD5s,
+  /// then "-<number of parts>", in quotes. Lets a caller tell its own completed upload from another object.
+  static std::string multipart_etag(const std::vector<std::string>& part_etags);
 
   /// The process-wide client (Flink's FileSystem.initialize: one configuration per process). configure()
   /// replaces it for later calls of shared(); shared() before any configure() uses the environment only.
@@ -162,6 +182,7 @@ class S3Client {
     long status = 0;
     std::string body;
     std::string etag;
+    int64_t content_length = -1;
   };
   // One request with retries. `query` is already canonical (sorted, encoded). Errors only for transport
   // failures after the last attempt and for 5xx after the last attempt; 4xx come back as a Response.
