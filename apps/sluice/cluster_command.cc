@@ -1,13 +1,17 @@
 #include "cluster_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -17,7 +21,10 @@
 #include "sluice/api/job.h"
 #include "sluice/checkpoint/s3_client.h"
 #include "sluice/cluster/cluster_options.h"
+#include "sluice/cluster/ha/etcd_client.h"
 #include "sluice/cluster/ha/ha_options.h"
+#include "sluice/cluster/ha/ha_store.h"
+#include "sluice/cluster/ha/leader_election.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
 #include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
@@ -44,6 +51,8 @@ struct Prepared {
   std::unique_ptr<pipeline::PipelineRunner> runner;
   JobGraphFingerprint fingerprint;
   Configuration cluster;  // heartbeat.*, jobmanager.rpc.*, taskmanager.* (never handed to the job)
+  ha::HaOptions ha;       // high-availability.* (docs/high-availability.md)
+  std::string text;       // the pipeline file's text (the HA store keeps it as the job's graph)
 };
 
 std::optional<Prepared> prepare(const ClusterFlags& f) {
@@ -75,20 +84,12 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
       engine.set_string(std::move(key), std::move(value));
     }
   }
-  // The HA services exist (cluster/ha/) but the JobManager does not use them yet: refuse the options rather than
-  // let a user believe a standby would take over (they used to be ignored with a warning).
   Result<ha::HaOptions> ha_options = ha::HaOptions::from_configuration(high_availability);
   if (!ha_options.ok()) {
     fmt::print(stderr, "error: {}\n", ha_options.error().message());
     return std::nullopt;
   }
-  if (ha_options->enabled) {
-    fmt::print(stderr,
-               "error: high-availability.type: etcd is not supported by sluice jobmanager/taskmanager yet: the etcd "
-               "leader election and HA store exist, but the JobManager does not campaign, publish its address or keep "
-               "its checkpoint pointer in etcd yet (docs/high-availability.md, 'What is not done yet')\n");
-    return std::nullopt;
-  }
+  p.ha = std::move(*ha_options);
   // The JobManager's restore point (TaskManagers get it with their deployment).
   if (!f.from_savepoint.empty()) engine.set(options::kStateRecoveryPath, f.from_savepoint);
   if (f.allow_non_restored) engine.set(options::kIgnoreUnclaimedState, true);
@@ -112,6 +113,10 @@ std::optional<Prepared> prepare(const ClusterFlags& f) {
   if (!fp.ok()) {
     fmt::print(stderr, "error: {}\n", fp.error().to_string());
     return std::nullopt;
+  }
+  {
+    std::ifstream in(f.file, std::ios::binary);
+    p.text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   p.spec = std::move(*spec);
   p.runner = std::move(*runner);
@@ -156,6 +161,34 @@ std::optional<BuiltJob> build_job(const Prepared& p) {
   return b;
 }
 
+std::unique_ptr<ha::EtcdClient> etcd_client(const ha::HaOptions& o) {
+  ha::EtcdClientOptions eo;
+  eo.endpoints = o.endpoints;
+  eo.request_timeout = std::chrono::milliseconds(1000);
+  eo.connect_timeout = std::chrono::milliseconds(500);
+  auto c = ha::EtcdClient::create(std::move(eo));
+  if (!c.ok()) {
+    fmt::print(stderr, "error: {}\n", c.error().to_string());
+    return nullptr;
+  }
+  return std::move(*c);
+}
+
+bool job_status_terminal_name(std::string_view s) {
+  return s == "FINISHED" || s == "CANCELED" || s == "FAILED";
+}
+
+/// A JobManager that is no longer the leader stops at once, before anything else of it runs: no checkpoint
+/// completes, no sink commits (Flink's JobManager also ends on a lost leadership; its supervisor restarts it).
+[[noreturn]] void stop_as_former_leader(const std::string& reason) {
+  spdlog::critical(
+      "JobManager: no longer the leader ({}); exiting now without completing a checkpoint or letting "
+      "sinks commit (a standby takes over the job)",
+      reason);
+  spdlog::default_logger()->flush();
+  ::_exit(1);
+}
+
 void install_signals() {
   std::signal(SIGINT, on_cluster_signal);
   std::signal(SIGTERM, on_cluster_signal);
@@ -169,7 +202,9 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
       "Run a cluster's JobManager for a pipeline file: waits for TaskManagers' slots, "
       "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
       "(a failure restarts the whole job from its latest checkpoint; savepoints and stop-with-savepoint through the "
-      "REST API, sluice savepoint/stop; -s restores one at any parallelism; docs/cluster.md)");
+      "REST API, sluice savepoint/stop; -s restores one at any parallelism; docs/cluster.md). With "
+      "-D high-availability.type=etcd it campaigns first and a standby takes over from the latest checkpoint "
+      "(docs/high-availability.md)");
   jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
       ->required();
   jm->add_option("--rpc-port", f.rpc_port,
@@ -195,7 +230,9 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
       "Run a cluster's TaskManager: registers its slots with the JobManager and runs the tasks it deploys "
       "(docs/cluster.md)");
   tm->add_option("PIPELINE", f.file, "The same pipeline YAML file as the JobManager's")->required();
-  tm->add_option("--jobmanager", f.jobmanager, "HOST:PORT of the JobManager's RPC service")->required();
+  tm->add_option("--jobmanager", f.jobmanager,
+                 "HOST:PORT of the JobManager's RPC service (required unless high-availability.type: etcd, where "
+                 "the TaskManager finds the leader through etcd)");
   tm->add_option("--slots", f.slots, "Task slots it offers (taskmanager.numberOfTaskSlots; default 1)")
       ->check(CLI::Range(1, 1024));
   tm->add_option("--rpc-port", f.rpc_port, "Port of its own RPC service (taskmanager.rpc.port; default 0 = any)")
@@ -252,8 +289,144 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   mo.slot_request_timeout_ms = *slot_timeout;
   mo.evenly_spread = *evenly;
   mo.unreachable_exclusion_ms = hb->timeout_ms;
+  Configuration job_config = built->graph->config();
+
+  // High availability: campaign before serving anything; a standby blocks here until it leads.
+  install_signals();
+  std::unique_ptr<ha::EtcdClient> etcd;
+  std::unique_ptr<ha::EtcdLeaderElection> election;
+  std::unique_ptr<ha::EtcdHaStore> store;
+  ha::LeaderEpoch epoch;
+  if (p->ha.enabled) {
+    etcd = etcd_client(p->ha);
+    if (!etcd) return 2;
+    const ha::HaKeys keys(p->ha.cluster_id);
+    ha::LeaderElectionOptions eo;
+    eo.leader_key = keys.leader();
+    eo.address = jm.target();
+    eo.lease_ttl = p->ha.lease_ttl;
+    eo.on_lost = [](const std::string& reason) { stop_as_former_leader(reason); };
+    election = std::make_unique<ha::EtcdLeaderElection>(*etcd, eo);
+    store = std::make_unique<ha::EtcdHaStore>(*etcd, keys);
+    spdlog::info("JobManager {} campaigns for the leadership of cluster '{}' on etcd {} (lease TTL {} s)", jm.target(),
+                 p->ha.cluster_id, fmt::join(p->ha.endpoints, ","), p->ha.lease_ttl.count());
+    std::string last_error;
+    for (;;) {
+      if (g_signal.load() != 0) {
+        spdlog::info("JobManager: signal {} received while standing by; shutting down", g_signal.load());
+        jm.stop();
+        return 0;
+      }
+      auto r = election->campaign(std::chrono::milliseconds(1000));
+      if (!r.ok()) {
+        if (r.error().message() != last_error) spdlog::warn("JobManager: {}", r.error().to_string());
+        last_error = r.error().message();
+        continue;
+      }
+      if (r->has_value()) {
+        epoch = **r;
+        break;
+      }
+    }
+    jm.set_leader_epoch(epoch.create_revision);
+    spdlog::info("JobManager {} is the leader of cluster '{}' (epoch {}, lease {:x})", jm.target(), p->ha.cluster_id,
+                 epoch.create_revision, epoch.lease_id);
+    // The job of this pipeline file that a former leader ran, if any: resumed with its id from its pointer.
+    auto fail = [&](const Error& e) {
+      fmt::print(stderr, "error: {}\n", e.to_string());
+      (void)election->resign();
+      jm.stop();
+      return 1;
+    };
+    auto ids = store->job_ids();
+    if (!ids.ok()) return fail(ids.error());
+    bool resumed = false;
+    for (const std::string& id : *ids) {
+      auto record = store->job(id);
+      auto status = store->job_status(id);
+      if (!record.ok()) return fail(record.error());
+      if (!status.ok()) return fail(status.error());
+      const std::string st = status->value_or("");
+      if (!record->has_value()) continue;
+      if ((*record)->graph != p->text) {
+        if (job_status_terminal_name(st)) continue;
+        fmt::print(stderr,
+                   "error: cluster '{}' in etcd runs job {} ('{}', {}) of another pipeline file; give this JobManager "
+                   "the same file, or another high-availability.cluster-id\n",
+                   p->ha.cluster_id, id, (*record)->name, st);
+        (void)election->resign();
+        jm.stop();
+        return 2;
+      }
+      if (job_status_terminal_name(st)) {
+        // Flink's job result store: a job that reached a terminal state is not run again by a new leader.
+        spdlog::info(
+            "job '{}' ({}) of this pipeline already ended {} under a former leader: nothing to recover; the "
+            "JobManager shuts down (remove /sluice/{}/jobs/{}/ from etcd, or use another "
+            "high-availability.cluster-id, to run it again)",
+            name, id, st, p->ha.cluster_id, id);
+        (void)election->resign();
+        jm.stop();
+        return st == "FAILED" ? 1 : 0;
+      }
+      mo.job_id = id;
+      resumed = true;
+      auto pointer = store->latest_checkpoint(id);
+      if (!pointer.ok()) return fail(pointer.error());
+      if (pointer->has_value()) {
+        job_config.set_string(std::string(options::kStateRecoveryPath.key), (*pointer)->external_path);
+        spdlog::info(
+            "job '{}' ({}) resumes from checkpoint {} at {} (the latest-checkpoint pointer in etcd, written "
+            "by epoch {})",
+            name, id, (*pointer)->checkpoint_id, (*pointer)->external_path, (*pointer)->leader_epoch);
+      } else {
+        spdlog::info("job '{}' ({}) resumes from its start: a former leader ran it ({}) but completed no checkpoint",
+                     name, id, st);
+      }
+      break;
+    }
+    ha::HaJobRecord record{mo.job_id, name, p->text, "pipeline"};
+    auto put = resumed ? store->set_job_status(epoch, mo.job_id, "CREATED") : store->put_job(epoch, record, "CREATED");
+    if (!put.ok()) return fail(put.error());
+    if (*put == ha::FencedWrite::kFenced) stop_as_former_leader("recording the job in etcd was fenced");
+    // Retried while etcd is briefly unavailable (a member restarting, an etcd leader election), for at most one
+    // lease TTL: longer than that and this JobManager has lost its leadership anyway.
+    mo.publish_checkpoint = [s = store.get(), epoch, job_id = mo.job_id, ttl = p->ha.lease_ttl](
+                                int64_t id, const std::string& path) -> Status {
+      ha::CheckpointPointer pointer;
+      pointer.checkpoint_id = id;
+      pointer.external_path = path;
+      pointer.completed_at_ms = SystemClock::instance().now_ms();
+      pointer.leader_epoch = epoch.create_revision;
+      const auto deadline = std::chrono::steady_clock::now() + ttl;
+      for (int attempt = 1;; ++attempt) {
+        auto w = s->set_latest_checkpoint(epoch, job_id, pointer);
+        if (w.ok() && *w == ha::FencedWrite::kFenced) {
+          stop_as_former_leader(fmt::format("moving the latest-checkpoint pointer to checkpoint {} was fenced", id));
+        }
+        if (w.ok()) return ok_status();
+        if (attempt > 1) {
+          // An earlier attempt may have applied with its answer lost: then the pointer is already ours.
+          auto now = s->latest_checkpoint(job_id);
+          if (now.ok() && now->has_value() && (*now)->checkpoint_id == id &&
+              (*now)->leader_epoch == epoch.create_revision) {
+            return ok_status();
+          }
+        }
+        if (w.error().code() != ErrorCode::kConnector || std::chrono::steady_clock::now() >= deadline) {
+          return w.error().with_context(
+              fmt::format("moving the latest-checkpoint pointer in etcd ({} attempt(s))", attempt));
+        }
+        spdlog::warn("JobManager: moving the latest-checkpoint pointer to checkpoint {} failed, retrying: {}", id,
+                     w.error().to_string());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // etcd is electing or restarting a member
+      }
+    };
+    mo.is_leader = [e = election.get()] { return e->is_leader(); };
+  }
+
   auto master = std::make_shared<JobMaster>(mo, built->jg, jm, SystemClock::instance());
-  if (Status st = master->init_checkpoints(built->graph->config()); !st.ok()) {
+  if (Status st = master->init_checkpoints(job_config); !st.ok()) {
     fmt::print(stderr, "error: {}\n", st.error().to_string());
     return 2;
   }
@@ -318,8 +491,21 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       built->jg.vertices.size());
   master->start();
 
-  install_signals();
+  // With HA the job's status is kept in etcd (fenced), so a new leader knows whether to resume it.
+  std::optional<JobStatus> stored;
+  auto store_status = [&](JobStatus now) {
+    if (!store || stored == now) return;
+    auto w = store->set_job_status(epoch, mo.job_id, job_status_name(now));
+    if (!w.ok()) {
+      spdlog::warn("JobManager: cannot record the job's status {} in etcd: {}", job_status_name(now),
+                   w.error().to_string());
+      return;
+    }
+    if (*w == ha::FencedWrite::kFenced) stop_as_former_leader("recording the job's status in etcd was fenced");
+    stored = now;
+  };
   while (g_signal.load() == 0 && !job_status_terminal(client.status())) {
+    store_status(client.status());
     client.wait_for(std::chrono::milliseconds(100));
   }
   if (g_signal.load() != 0) {
@@ -330,6 +516,7 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   const JobStatus final_status = client.status();
   if (final_status == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
   if (final_status == JobStatus::kFinished) spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
+  store_status(final_status);
   // A stop-with-savepoint ends the job: `sluice stop` (or any REST client) still has to fetch its result.
   if (rest && !rest->wait_for_fetched_operations(std::chrono::seconds(10))) {
     spdlog::warn("a savepoint's result was not fetched by a REST client within 10 s");
@@ -337,6 +524,10 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   if (rest) rest->stop();
   master.reset();
   client = JobClient(nullptr);
+  if (election) {
+    // The job's end is recorded: a standby elected now finds it ended and shuts down too.
+    if (Status st = election->resign(); !st.ok()) spdlog::warn("JobManager: resigning: {}", st.error().to_string());
+  }
   jm.stop();
   return final_status == JobStatus::kFailed ? 1 : 0;
 }
@@ -344,7 +535,7 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
 int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_level_given) {
   if (!log_level_given) spdlog::set_level(spdlog::level::info);
   // A bad address would only show as endless failed registrations (gRPC wraps port 99999 to 34463 and retries).
-  if (f.jobmanager.find("://") == std::string::npos && !f.jobmanager.starts_with("unix:")) {
+  if (!f.jobmanager.empty() && f.jobmanager.find("://") == std::string::npos && !f.jobmanager.starts_with("unix:")) {
     const auto colon = f.jobmanager.rfind(':');
     int port = 0;
     const char* first = colon == std::string::npos ? nullptr : f.jobmanager.data() + colon + 1;
@@ -361,6 +552,18 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   }
   std::optional<Prepared> p = prepare(f);
   if (!p) return 2;
+  if (p->ha.enabled && !f.jobmanager.empty()) {
+    fmt::print(stderr,
+               "error: --jobmanager is not used with high-availability.type: etcd: a TaskManager finds the JobManager "
+               "leader through etcd (docs/high-availability.md)\n");
+    return 2;
+  }
+  if (!p->ha.enabled && f.jobmanager.empty()) {
+    fmt::print(stderr,
+               "error: --jobmanager HOST:PORT is required (the JobManager's RPC service), unless "
+               "high-availability.type: etcd names where to find the leader\n");
+    return 2;
+  }
   Result<HeartbeatOptions> hb = heartbeat_options(p->cluster);
   Result<RegistrationBackoff> backoff = registration_backoff(p->cluster);
   if (!hb.ok() || !backoff.ok()) {
@@ -388,6 +591,18 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   o.job = JobGraphIdentity{p->fingerprint.hex, p->spec.pipeline.name, version};
   o.heartbeat = *hb;
   o.backoff = *backoff;
+  std::shared_ptr<ha::EtcdClient> etcd;
+  if (p->ha.enabled) {
+    etcd = etcd_client(p->ha);
+    if (!etcd) return 2;
+    o.find_leader = [etcd, key = ha::HaKeys(p->ha.cluster_id).leader()]() -> Result<std::optional<JobManagerLeader>> {
+      auto l = ha::read_leader(*etcd, key);
+      if (!l.ok()) return l.error();
+      if (!l->has_value()) return std::optional<JobManagerLeader>();
+      return std::optional<JobManagerLeader>(JobManagerLeader{(*l)->address, (*l)->epoch.create_revision});
+    };
+    o.leader_poll_ms = std::min<int64_t>(250, hb->interval_ms);
+  }
   auto executor = TaskExecutor::start(o, SystemClock::instance());
   if (!executor.ok()) {
     fmt::print(stderr, "error: {}\n", executor.error().message());

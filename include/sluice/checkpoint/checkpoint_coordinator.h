@@ -96,6 +96,14 @@ class CheckpointJobHooks {
   }
   /// Triggers one task whose input ended while checkpoint `barrier` was pending.
   virtual void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) = 0;
+  /// Called after `_metadata` of checkpoint `checkpoint_id` in `dir` is written and before the checkpoint counts
+  /// as completed (nothing subsumed, no task notified yet): a JobManager with high availability moves its fenced
+  /// latest-checkpoint pointer here. An error keeps the checkpoint from completing: it fails (counted) with that
+  /// reason, tasks are told it aborted, and its directory is kept (the pointer may have moved to it anyway when the
+  /// answer was lost). The default accepts every checkpoint.
+  virtual Status before_complete(int64_t /*checkpoint_id*/, const std::filesystem::path& /*dir*/) {
+    return ok_status();
+  }
   virtual void notify_complete(int64_t checkpoint_id) = 0;
   virtual void notify_aborted(int64_t checkpoint_id) = 0;
   /// Too many checkpoints failed in a row: the job fails over with `error` (its running regions restart from
@@ -188,7 +196,8 @@ class CheckpointCoordinator {
   void on_written(int64_t id, const CheckpointTaskKey& key, Result<std::vector<OperatorSubtaskStateHandle>> handles,
                   std::vector<std::string> uids, TaskCheckpointStats stats);
   void complete(int64_t id);
-  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure);
+  /// `discard`: delete the checkpoint's directory (false: keep it, something may point to it).
+  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure, bool discard = true);
   void record_stats_locked(CheckpointStats stats);
 
   CheckpointCoordinatorOptions options_;

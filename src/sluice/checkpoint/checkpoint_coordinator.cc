@@ -462,6 +462,11 @@ void CheckpointCoordinator::complete(int64_t id) {
     abort_locked(id, st.error().to_string(), true, true);
     return;
   }
+  if (Status published = hooks_.before_complete(id, dir); !published.ok()) {
+    it->second->completing = false;
+    abort_locked(id, published.error().to_string(), true, true, /*discard=*/false);
+    return;
+  }
   std::unique_ptr<Pending> p = std::move(it->second);
   pending_.erase(it);
   const int64_t duration_ms = (clock_.monotonic_ns() - p->start_ns) / 1'000'000;
@@ -500,7 +505,8 @@ void CheckpointCoordinator::complete(int64_t id) {
   if (p->promise) p->promise->set_value(dir.string());
 }
 
-void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure) {
+void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure,
+                                         bool discard) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   std::unique_ptr<Pending> p = std::move(it->second);
@@ -508,7 +514,7 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
   last_end_ns_ = clock_.monotonic_ns();
   // Writes still queued for it are dropped; a write in flight finds no pending entry when it reports.
   std::erase_if(write_queue_, [&](const std::unique_ptr<WriteJob>& j) { return j->id == id; });
-  storage_.discard(p->dir);
+  if (discard) storage_.discard(p->dir);
   // Expected aborts (the job ended, a newer checkpoint completed) are not worth a warning.
   spdlog::log(count_failure || p->promise ? spdlog::level::warn
               : notify_tasks              ? spdlog::level::info

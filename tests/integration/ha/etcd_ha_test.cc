@@ -16,6 +16,7 @@
 
 #include "integration/test_util/child_process.h"
 #include "integration/test_util/polling.h"
+#include "integration/test_util/private_etcd.h"
 #include "integration/test_util/private_kafka.h"  // run_command
 #include "integration/test_util/services.h"       // unique_name
 #include "sluice/cluster/ha/etcd_client.h"
@@ -30,34 +31,7 @@ using sluice::testing::ChildProcess;
 using sluice::testing::poll_until;
 using sluice::testing::run_command;
 
-/// A three-member etcd cluster of this test binary's own.
-class PrivateEtcd {
- public:
-  PrivateEtcd() {
-    char tmpl[] = "/tmp/sluice-private-etcd-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return;
-    dir_ = tmpl;
-    const std::string out = script("start");
-    const std::string key = "ETCD_ENDPOINTS=";
-    const size_t at = out.find(key);
-    if (at != std::string::npos) endpoints_ = out.substr(at + key.size(), out.find('\n', at) - at - key.size());
-  }
-  ~PrivateEtcd() {
-    if (dir_.empty()) return;
-    script("stop");
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const std::string& endpoints() const { return endpoints_; }
-  std::string script(const std::string& args) {
-    return run_command("SLUICE_SERVICES_DIR=" + dir_ +
-                       " SLUICE_ETCD_MEMBERS=3 " SLUICE_SOURCE_DIR "/scripts/services/etcd " + args + " 2>&1");
-  }
-
- private:
-  std::string dir_;
-  std::string endpoints_;
-};
+using sluice::testing::PrivateEtcd;
 
 PrivateEtcd* etcd = nullptr;
 
@@ -339,23 +313,21 @@ TEST_F(EtcdHaTest, SluiceHaStatusPrintsTheLeaderAndTheStoredJobs) {
   EXPECT_NE(down.err.find("no endpoint answered"), std::string::npos) << down.err;
 }
 
-// Until the JobManager uses the HA services, `sluice jobmanager` and `sluice taskmanager` refuse HA options instead
-// of ignoring them (a user must not believe a standby would take over); a bad HA option is named.
-TEST_F(EtcdHaTest, ClusterCommandsRefuseHighAvailabilityUntilItIsWired) {
+// The HA options of the cluster commands are checked (the HA runs themselves are in
+// tests/chaos/jobmanager_ha_test.cc): a TaskManager with HA finds the leader through etcd and takes no
+// --jobmanager, one without HA needs it; an unknown type or a misspelt key is named; `sluice run` refuses HA.
+TEST_F(EtcdHaTest, ClusterCommandsCheckHighAvailabilityOptions) {
   const std::string pipeline = SLUICE_SOURCE_DIR "/examples/quickstart.yaml";
   const std::vector<std::string> ha = {"-D", "high-availability.type=etcd", "-D",
                                        "high-availability.etcd.endpoints=" + etcd->endpoints()};
-  std::vector<std::string> jm = {"jobmanager", pipeline, "--rpc-port", "0", "--rest-port", "-1"};
-  jm.insert(jm.end(), ha.begin(), ha.end());
-  auto r = sluice::testing::run_to_end(SLUICE_BINARY, jm);
-  EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("high-availability.type: etcd is not supported by sluice jobmanager/taskmanager yet"),
-            std::string::npos)
-      << r.err;
   std::vector<std::string> tm = {"taskmanager", pipeline, "--jobmanager", "127.0.0.1:1"};
   tm.insert(tm.end(), ha.begin(), ha.end());
-  r = sluice::testing::run_to_end(SLUICE_BINARY, tm);
+  auto r = sluice::testing::run_to_end(SLUICE_BINARY, tm);
   EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--jobmanager is not used with high-availability.type: etcd"), std::string::npos) << r.err;
+  r = sluice::testing::run_to_end(SLUICE_BINARY, {"taskmanager", pipeline});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--jobmanager HOST:PORT is required"), std::string::npos) << r.err;
   r = sluice::testing::run_to_end(SLUICE_BINARY, {"jobmanager", pipeline, "--rpc-port", "0", "--rest-port", "-1", "-D",
                                                   "high-availability.type=zookeeper"});
   EXPECT_EQ(r.code, 2);

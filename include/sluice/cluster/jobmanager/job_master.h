@@ -35,6 +35,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,12 @@ struct JobMasterOptions {
   /// How long a TaskManager that could not be reached at deployment is left out of placements (its loss is
   /// declared after heartbeat.timeout; use that).
   int64_t unreachable_exclusion_ms = 10000;
+  /// High availability (docs/high-availability.md); both unset without it. `publish_checkpoint` moves the fenced
+  /// latest-checkpoint pointer to checkpoint `id` at `path` after its `_metadata` is written and before the
+  /// TaskManagers are told it completed (sinks commit on that): an error (a former leader's fenced write, etcd out
+  /// of reach) keeps the checkpoint from completing. `is_leader` (advisory) is asked before each checkpoint starts.
+  std::function<Status(int64_t id, const std::string& path)> publish_checkpoint;
+  std::function<bool()> is_leader;
 };
 
 /// Where the JobMaster placed a subtask (for the REST API and logs).
@@ -126,6 +133,7 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   Triggered trigger(const CheckpointBarrier& barrier) override;
   Triggered trigger_into(const CheckpointBarrier& barrier, const std::filesystem::path& dir) override;
   void trigger_task(const CheckpointTaskKey& task, const CheckpointBarrier& barrier) override;
+  Status before_complete(int64_t checkpoint_id, const std::filesystem::path& dir) override;
   void notify_complete(int64_t checkpoint_id) override;
   void notify_aborted(int64_t checkpoint_id) override;
   void fail_job(const Error& error) override;

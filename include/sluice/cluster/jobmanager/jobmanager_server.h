@@ -103,6 +103,10 @@ class JobManagerServer {
   /// Declares lost every TaskManager whose heartbeat is overdue at the clock's now; returns them.
   std::vector<ClosedRegistration> check_heartbeats();
   void set_listener(Listener listener);
+  /// With high availability: this JobManager's leader epoch (its etcd leader key's create revision), told to every
+  /// TaskManager that registers; TaskManagers refuse calls carrying an older epoch than they have seen. 0: no HA.
+  void set_leader_epoch(int64_t epoch);
+  int64_t leader_epoch() const;
   /// Sets (or clears, with nullptr) the job events receiver; it must stay alive until cleared.
   void set_job_events(JobEvents* events);
 

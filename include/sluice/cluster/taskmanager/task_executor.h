@@ -11,12 +11,15 @@
 // snapshot's state files into the job's checkpoint directory (from SubmitTasks) and acknowledges them with
 // their handles (AcknowledgeCheckpoint), or declines with the error. FreeSlot answers UNIMPLEMENTED.
 //
+// High availability (find_leader set): the JobManager is whoever etcd names as leader; see TaskExecutorOptions.
+//
 // Lifecycle: start() serves and starts the connection thread; wait() blocks until it stops (refused, or
 // stop()); stop() disconnects from the JobManager when registered (its slots go at once) and stops.
 // Threading: thread-safe. One thread runs the JobManagerConnection state machine and makes the blocking RPCs
 // with deadlines; time comes from the injected Clock (real waits in between).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,8 +32,19 @@
 
 namespace sluice {
 
+/// The JobManager leader as high availability publishes it (etcd's leader key): its RPC address and epoch.
+struct JobManagerLeader {
+  std::string address;
+  int64_t epoch = 0;
+};
+
 struct TaskExecutorOptions {
-  std::string jobmanager;             ///< host:port of the JobManager's RPC service
+  std::string jobmanager;  ///< host:port of the JobManager's RPC service (unused with find_leader)
+  /// High availability: reads the current leader (nullopt between terms); called every `leader_poll_ms` from the
+  /// connection thread. A leader of a new epoch replaces the one registered with (its tasks are cancelled), and
+  /// calls carrying an older epoch than the highest seen are refused (FAILED_PRECONDITION). Unset: `jobmanager`.
+  std::function<Result<std::optional<JobManagerLeader>>()> find_leader;
+  int64_t leader_poll_ms = 500;
   std::string address = "127.0.0.1";  ///< taskmanager.host: where this TaskManager's RPC service binds
   int port = 0;                       ///< taskmanager.rpc.port; 0 = a free port
   int32_t slots = 1;                  ///< taskmanager.numberOfTaskSlots

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "sluice/checkpoint/s3_client.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
@@ -80,6 +81,15 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
     vertices.push_back(std::move(info));
   }
   int64_t first_id = 1;
+  // Ids continue after every chk-<n> already in this job's directory: a new leader of the same job (high
+  // availability keeps the job id) must not reuse an id a former leader may still be writing.
+  if (!is_s3_uri(storage_->job_dir().string())) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(storage_->job_dir(), ec)) {
+      const int64_t id = FileCheckpointStorage::checkpoint_id_of(entry.path());
+      if (id >= first_id) first_id = id + 1;
+    }
+  }
   if (!recovery.empty()) {
     auto path = FileCheckpointStorage::resolve_restore_path(recovery);
     if (!path.ok()) return path.error();
@@ -88,7 +98,7 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
     if (!loaded.ok()) return loaded.error();
     std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
     SLUICE_RETURN_IF_ERROR(check_unclaimed_state(loaded->metadata, uids, ignore_unclaimed));
-    first_id = loaded->metadata.checkpoint_id + 1;
+    first_id = std::max(first_id, loaded->metadata.checkpoint_id + 1);
     initial_restore_ = RestorePoint{loaded->dir, loaded->metadata};
     spdlog::info("job '{}' starts from {} {} ({})", options_.job_name, snapshot_type_name(loaded->metadata.type),
                  loaded->metadata.checkpoint_id, loaded->dir.string());
@@ -244,6 +254,9 @@ JobMaster::Snapshot JobMaster::snapshot_locked() const {
 }
 
 bool JobMaster::ready_for_checkpoint() {
+  // A JobManager that may have lost its leadership (its lease not renewed for a TTL: paused, cut off) starts no
+  // checkpoint; the pointer write of one already under way is fenced by etcd (publish_checkpoint).
+  if (options_.is_leader && !options_.is_leader()) return false;
   std::lock_guard lock(mu_);
   return running_ && !terminal_ && !cancel_requested_;
 }
@@ -280,6 +293,7 @@ CheckpointJobHooks::Triggered JobMaster::trigger_into(const CheckpointBarrier& b
     const Deployed& d = s.tms[static_cast<size_t>(peer)];
     v1::TriggerCheckpointRequest req;
     req.set_jobmanager_id(server_.jobmanager_id());
+    req.set_leader_epoch(server_.leader_epoch());
     req.set_checkpoint_id(barrier.checkpoint_id);
     req.set_timestamp_ms(barrier.timestamp);
     req.set_savepoint(barrier.type != SnapshotType::kCheckpoint);
@@ -318,6 +332,7 @@ void JobMaster::trigger_task(const CheckpointTaskKey& task, const CheckpointBarr
   const Deployed& d = s.tms[static_cast<size_t>(it->second)];
   v1::TriggerCheckpointRequest req;
   req.set_jobmanager_id(server_.jobmanager_id());
+  req.set_leader_epoch(server_.leader_epoch());
   req.mutable_subtask()->set_vertex_id(task.vertex);
   req.mutable_subtask()->set_subtask_index(task.subtask);
   req.mutable_subtask()->set_attempt(s.attempt);
@@ -355,12 +370,14 @@ void JobMaster::notify_all(int64_t checkpoint_id, bool complete) {
     if (complete) {
       v1::NotifyCheckpointCompleteRequest req;
       req.set_jobmanager_id(server_.jobmanager_id());
+      req.set_leader_epoch(server_.leader_epoch());
       req.set_checkpoint_id(checkpoint_id);
       req.set_attempt(s.attempt);
       st = stub->NotifyCheckpointComplete(&ctx, req, &ack);
     } else {
       v1::NotifyCheckpointAbortedRequest req;
       req.set_jobmanager_id(server_.jobmanager_id());
+      req.set_leader_epoch(server_.leader_epoch());
       req.set_checkpoint_id(checkpoint_id);
       req.set_attempt(s.attempt);
       st = stub->NotifyCheckpointAborted(&ctx, req, &ack);
@@ -372,6 +389,14 @@ void JobMaster::notify_all(int64_t checkpoint_id, bool complete) {
                    d.tm.resource_id, rpc::to_error(st, call, d.tm.rpc_address).message());
     }
   }
+}
+
+Status JobMaster::before_complete(int64_t checkpoint_id, const std::filesystem::path& dir) {
+  if (!options_.publish_checkpoint) return ok_status();
+  // Only checkpoints (chk-<n> of the job's directory) become the pointer a new leader resumes from; a savepoint is
+  // the user's (Flink neither restores from one on failover).
+  if (!storage_ || dir != storage_->checkpoint_dir(checkpoint_id)) return ok_status();
+  return options_.publish_checkpoint(checkpoint_id, dir.string());
 }
 
 void JobMaster::notify_complete(int64_t checkpoint_id) {
@@ -460,6 +485,7 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
   std::vector<int> peer_of_offer(tms.size(), -1);
   v1::SubmitTasksRequest base;
   base.set_jobmanager_id(server_.jobmanager_id());
+  base.set_leader_epoch(server_.leader_epoch());
   base.set_attempt(attempt_);
   base.set_job_id(options_.job_id);
   if (storage_) base.set_checkpoint_job_dir(storage_->job_dir().string());
@@ -548,6 +574,7 @@ void JobMaster::cancel_deployed(const std::string& reason, const std::string& ex
     auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
     v1::CancelTasksRequest req;
     req.set_jobmanager_id(server_.jobmanager_id());
+    req.set_leader_epoch(server_.leader_epoch());
     req.set_attempt(attempt_);
     req.set_reason(reason);
     grpc::ClientContext ctx;

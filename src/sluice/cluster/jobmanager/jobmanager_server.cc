@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -48,6 +49,8 @@ std::optional<TaskState> from_proto(v1::ExecutionState s) {
 
 class JobManagerServer::Impl final : public v1::JobManagerService::Service {
  public:
+  std::atomic<int64_t> leader_epoch_{0};  // set by JobManagerServer::set_leader_epoch; read by RegisterTaskManager
+
   Impl(JobManagerServerOptions options, const Clock& clock, std::string id)
       : options_(std::move(options)),
         clock_(clock),
@@ -126,6 +129,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     }
     resp->set_registration_id(reg->registration_id);
     resp->set_jobmanager_id(id_);
+    resp->set_leader_epoch(leader_epoch_.load());
     resp->set_heartbeat_interval_ms(options_.heartbeat.interval_ms);
     resp->set_heartbeat_timeout_ms(options_.heartbeat.timeout_ms);
     resp->mutable_job()->set_fingerprint(options_.job.fingerprint);
@@ -400,6 +404,12 @@ std::vector<ClosedRegistration> JobManagerServer::check_heartbeats() {
 }
 void JobManagerServer::set_listener(Listener listener) {
   impl_->set_listener(std::move(listener));
+}
+void JobManagerServer::set_leader_epoch(int64_t epoch) {
+  impl_->leader_epoch_.store(epoch);
+}
+int64_t JobManagerServer::leader_epoch() const {
+  return impl_->leader_epoch_.load();
 }
 void JobManagerServer::set_job_events(JobEvents* events) {
   impl_->set_job_events(events);

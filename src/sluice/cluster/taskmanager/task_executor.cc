@@ -111,9 +111,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       }
       connections_ = std::move(*cm);
     }
-    stub_ = v1::JobManagerService::NewStub(rpc::make_channel(options_.jobmanager));
-    spdlog::info("TaskManager {} with {} slots, RPC at {}; registering at JobManager {}", resource_id_, options_.slots,
-                 rpc_address(), options_.jobmanager);
+    if (options_.find_leader) {
+      spdlog::info("TaskManager {} with {} slots, RPC at {}; finding the JobManager leader through etcd", resource_id_,
+                   options_.slots, rpc_address());
+    } else {
+      set_jobmanager(options_.jobmanager);
+      spdlog::info("TaskManager {} with {} slots, RPC at {}; registering at JobManager {}", resource_id_,
+                   options_.slots, rpc_address(), options_.jobmanager);
+    }
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "sluice-tm-conn");
       run();
@@ -181,6 +186,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
 
   // --- TaskManagerService: the JobManager's calls ---
   grpc::Status SubmitTasks(grpc::ServerContext*, const v1::SubmitTasksRequest* req, v1::Acknowledgement*) override {
+    if (grpc::Status st = check_epoch(req->leader_epoch(), "SubmitTasks"); !st.ok()) return st;
     {
       std::lock_guard lock(mu_);
       if (!status_.registered || req->jobmanager_id() != status_.jobmanager_id ||
@@ -310,6 +316,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     return grpc::Status::OK;
   }
   grpc::Status CancelTasks(grpc::ServerContext*, const v1::CancelTasksRequest* req, v1::Acknowledgement*) override {
+    if (grpc::Status st = check_epoch(req->leader_epoch(), "CancelTasks"); !st.ok()) return st;
     {
       std::lock_guard lock(mu_);
       if (req->jobmanager_id() != status_.jobmanager_id) {
@@ -323,6 +330,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   }
   grpc::Status TriggerCheckpoint(grpc::ServerContext*, const v1::TriggerCheckpointRequest* req,
                                  v1::TriggerCheckpointResponse* resp) override {
+    if (grpc::Status st = check_epoch(req->leader_epoch(), "TriggerCheckpoint"); !st.ok()) return st;
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
     CheckpointBarrier barrier;
     barrier.checkpoint_id = req->checkpoint_id();
@@ -353,6 +361,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   }
   grpc::Status NotifyCheckpointComplete(grpc::ServerContext*, const v1::NotifyCheckpointCompleteRequest* req,
                                         v1::Acknowledgement*) override {
+    if (grpc::Status st = check_epoch(req->leader_epoch(), "NotifyCheckpointComplete"); !st.ok()) return st;
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
     std::lock_guard lock(deploy_mu_);
     if (deployed_ && deployed_->attempt() == req->attempt())
@@ -361,6 +370,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   }
   grpc::Status NotifyCheckpointAborted(grpc::ServerContext*, const v1::NotifyCheckpointAbortedRequest* req,
                                        v1::Acknowledgement*) override {
+    if (grpc::Status st = check_epoch(req->leader_epoch(), "NotifyCheckpointAborted"); !st.ok()) return st;
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
     std::lock_guard lock(deploy_mu_);
     if (deployed_ && deployed_->attempt() == req->attempt()) deployed_->notify_checkpoint_aborted(req->checkpoint_id());
@@ -380,6 +390,35 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     std::string name;
     TaskStateSnapshot snapshot;
   };
+
+  std::shared_ptr<v1::JobManagerService::Stub> stub() const {
+    std::lock_guard lock(stub_mu_);
+    return stub_;
+  }
+  std::string jobmanager_address() const {
+    std::lock_guard lock(stub_mu_);
+    return jobmanager_address_;
+  }
+  void set_jobmanager(const std::string& address) {
+    auto stub =
+        std::shared_ptr<v1::JobManagerService::Stub>(v1::JobManagerService::NewStub(rpc::make_channel(address)));
+    std::lock_guard lock(stub_mu_);
+    stub_ = std::move(stub);
+    jobmanager_address_ = address;
+  }
+
+  // A call of a JobManager whose leader epoch is older than one this TaskManager has seen comes from a former
+  // leader (paused past its lease, cut off): it must have no effect.
+  grpc::Status check_epoch(int64_t epoch, const char* call) const {
+    const int64_t highest = highest_epoch_.load();
+    if (epoch >= highest) return grpc::Status::OK;
+    spdlog::warn("TaskManager {}: refused {} of a former JobManager leader (epoch {}; the current leader's is {})",
+                 resource_id_, call, epoch, highest);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        fmt::format("TaskManager {} refuses {} from a former JobManager leader: its leader epoch {} is "
+                                    "older than {}, the current leader's",
+                                    resource_id_, call, epoch, highest));
+  }
 
   grpc::Status check_jobmanager(const std::string& jobmanager_id) {
     std::lock_guard lock(mu_);
@@ -462,7 +501,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         req.set_checkpoint_id(id);
         req.set_reason(error->to_string());
         call = "DeclineCheckpoint";
-        st = stub_->DeclineCheckpoint(&ctx, req, &reply);
+        st = stub()->DeclineCheckpoint(&ctx, req, &reply);
       } else {
         ack.set_registration_id(registration);
         *ack.mutable_subtask() = subtask;
@@ -471,12 +510,12 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         ack.set_sync_duration_ns(job.snapshot.sync_pause_ns);
         ack.set_finished_input(job.snapshot.finished_input);
         ack.set_task_name(job.name);
-        st = stub_->AcknowledgeCheckpoint(&ctx, ack, &reply);
+        st = stub()->AcknowledgeCheckpoint(&ctx, ack, &reply);
       }
       if (!st.ok()) {
         // The checkpoint then expires on the JobManager (execution.checkpointing.timeout).
         spdlog::warn("cannot send {} of checkpoint {} for {}: {}", call, id, job.name,
-                     rpc::to_error(st, call, options_.jobmanager).message());
+                     rpc::to_error(st, call, jobmanager_address()).message());
       }
     }
   }
@@ -495,10 +534,17 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         spdlog::warn(
             "JobManager {} lost: no heartbeat reply for {} ms (heartbeat.timeout {} ms; last error: {}); this "
             "TaskManager registers again",
-            options_.jobmanager, now - connection_.last_reply_ms(), connection_.heartbeat().timeout_ms,
+            jobmanager_address(), now - connection_.last_reply_ms(), connection_.heartbeat().timeout_ms,
             last_error.empty() ? "none" : last_error);
         publish();
         release_tasks(-1, "the JobManager was lost");
+      }
+      if (options_.find_leader && !follow_leader(now)) {
+        // No leader known yet (an election under way, etcd out of reach): look again shortly.
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, options_.leader_poll_ms)),
+                     [&] { return stopping_; });
+        continue;
       }
       send_reports();
       const JobManagerConnection::Action a = connection_.next_action(now);
@@ -508,7 +554,9 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           return;
         case JobManagerConnection::Action::Kind::kWait: {
           std::unique_lock lock(mu_);
-          cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, a.wait_until_ms - now)),
+          const TimestampMs until =
+              options_.find_leader ? std::min(a.wait_until_ms, next_leader_check_ms_) : a.wait_until_ms;
+          cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, until - now)),
                        [&] { return stopping_ || !reports_.empty(); });
           break;
         }
@@ -528,10 +576,52 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       req.set_registration_id(connection_.registration_id());
       req.set_reason("the TaskManager shuts down");
       v1::Acknowledgement ack;
-      const grpc::Status st = stub_->DisconnectTaskManager(&ctx, req, &ack);
-      if (!st.ok()) spdlog::warn("{}", rpc::to_error(st, "DisconnectTaskManager", options_.jobmanager).message());
+      const grpc::Status st = stub()->DisconnectTaskManager(&ctx, req, &ack);
+      if (!st.ok()) spdlog::warn("{}", rpc::to_error(st, "DisconnectTaskManager", jobmanager_address()).message());
     }
     finish();
+  }
+
+  // With high availability: reads the leader from etcd every leader_poll_ms. A leader of another epoch than the
+  // one registered with replaces it: the tasks of the former leader are cancelled (it deployed them; the new one
+  // restores the job from its latest checkpoint), and this TaskManager registers with the new leader. Returns
+  // false while no JobManager is known at all.
+  bool follow_leader(TimestampMs now) {
+    if (connection_.state() == JobManagerConnection::State::kRefused) return true;
+    const bool have_jobmanager = stub() != nullptr;
+    if (now < next_leader_check_ms_ && have_jobmanager) return true;
+    next_leader_check_ms_ = now + options_.leader_poll_ms;
+    Result<std::optional<JobManagerLeader>> leader = options_.find_leader();
+    if (!leader.ok()) {
+      if (!leader_error_logged_) {
+        spdlog::warn("TaskManager {}: cannot read the JobManager leader from etcd: {}", resource_id_,
+                     leader.error().to_string());
+      }
+      leader_error_logged_ = true;
+      return have_jobmanager;
+    }
+    leader_error_logged_ = false;
+    if (!leader->has_value()) return have_jobmanager;  // between terms: the next leader appears soon
+    const JobManagerLeader& l = **leader;
+    int64_t highest = highest_epoch_.load();
+    while (l.epoch > highest && !highest_epoch_.compare_exchange_weak(highest, l.epoch)) {
+    }
+    const bool registered = connection_.state() == JobManagerConnection::State::kRegistered;
+    if (registered && l.epoch != registered_epoch_) {
+      spdlog::warn(
+          "TaskManager {}: a new JobManager leader (epoch {}) at {}; it was epoch {} at {}: registering with "
+          "the new leader",
+          resource_id_, l.epoch, l.address, registered_epoch_, jobmanager_address());
+      connection_.on_registration_unknown(now);
+      publish();
+      release_tasks(-1, "a new JobManager leader was elected");
+    }
+    if (l.address != jobmanager_address()) {
+      if (!registered)
+        spdlog::info("TaskManager {}: the JobManager leader (epoch {}) is at {}", resource_id_, l.epoch, l.address);
+      set_jobmanager(l.address);
+    }
+    return true;
   }
 
   void register_once(int64_t deadline_ms, std::string& last_error) {
@@ -549,20 +639,24 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
     v1::RegisterTaskManagerResponse resp;
     const TimestampMs sent = clock_.now_ms();
-    const grpc::Status st = stub_->RegisterTaskManager(&ctx, req, &resp);
+    const grpc::Status st = stub()->RegisterTaskManager(&ctx, req, &resp);
     const TimestampMs now = clock_.now_ms();
     if (st.ok()) {
       lease_from_ms_ = sent;
+      registered_epoch_ = resp.leader_epoch();
+      int64_t highest = highest_epoch_.load();
+      while (resp.leader_epoch() > highest && !highest_epoch_.compare_exchange_weak(highest, resp.leader_epoch())) {
+      }
       connection_.on_registered(resp.registration_id(), resp.jobmanager_id(),
                                 HeartbeatOptions{resp.heartbeat_interval_ms(), resp.heartbeat_timeout_ms()}, now);
       connection_heartbeat_timeout_ms_.store(resp.heartbeat_timeout_ms());
       last_error.clear();
       spdlog::info("registered at JobManager {} (jobmanager id {}) as registration {} with {} slots",
-                   options_.jobmanager, resp.jobmanager_id(), resp.registration_id(), options_.slots);
+                   jobmanager_address(), resp.jobmanager_id(), resp.registration_id(), options_.slots);
       publish();
       return;
     }
-    const Error e = rpc::to_error(st, "RegisterTaskManager", options_.jobmanager);
+    const Error e = rpc::to_error(st, "RegisterTaskManager", jobmanager_address());
     if (!rpc::is_transient(st)) {
       spdlog::error("the JobManager refused this TaskManager: {}", st.error_message());
       {
@@ -575,7 +669,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     last_error = e.message();
     const int64_t wait = connection_.on_registration_failed(now);
     spdlog::warn("registration attempt {} at JobManager {} failed: {}; next attempt in {} ms",
-                 connection_.failed_attempts(), options_.jobmanager, e.message(), wait);
+                 connection_.failed_attempts(), jobmanager_address(), e.message(), wait);
     publish();
   }
 
@@ -589,7 +683,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
     v1::JobManagerHeartbeat resp;
-    const grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
+    const grpc::Status st = stub()->Heartbeat(&ctx, req, &resp);
     const TimestampMs now = clock_.now_ms();
     if (st.ok()) {
       if (resp.jobmanager_id() != connection_.jobmanager_id()) {
@@ -610,13 +704,13 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       spdlog::warn(
           "the JobManager {} refused this TaskManager's registration {} as stale: {}; registering again as "
           "a new registration",
-          options_.jobmanager, connection_.registration_id(), st.error_message());
+          jobmanager_address(), connection_.registration_id(), st.error_message());
       connection_.on_registration_unknown(now);
       publish();
       release_tasks(-1, "the JobManager no longer knows this TaskManager's registration");
       return;
     }
-    last_error = rpc::to_error(st, "Heartbeat", options_.jobmanager).message();
+    last_error = rpc::to_error(st, "Heartbeat", jobmanager_address()).message();
     spdlog::debug("{}", last_error);
     connection_.on_heartbeat_failed(sent);
   }
@@ -697,10 +791,10 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       grpc::ClientContext ctx;
       ctx.set_deadline(rpc::deadline_in(std::max<int64_t>(1000, connection_.heartbeat().interval_ms)));
       v1::Acknowledgement ack;
-      const grpc::Status st = stub_->UpdateTaskExecutionState(&ctx, req, &ack);
+      const grpc::Status st = stub()->UpdateTaskExecutionState(&ctx, req, &ack);
       if (!st.ok()) {
         spdlog::warn("cannot report the end of subtask {}/{} (attempt {}) to the JobManager: {}", e.vertex, e.subtask,
-                     e.attempt, rpc::to_error(st, "UpdateTaskExecutionState", options_.jobmanager).message());
+                     e.attempt, rpc::to_error(st, "UpdateTaskExecutionState", jobmanager_address()).message());
       }
     }
   }
@@ -727,7 +821,13 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   int port_ = 0;
   std::string resource_id_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::JobManagerService::Stub> stub_;
+  mutable std::mutex stub_mu_;
+  std::shared_ptr<v1::JobManagerService::Stub> stub_;  // guarded by stub_mu_: the current JobManager's
+  std::string jobmanager_address_;                     // guarded by stub_mu_
+  int64_t registered_epoch_ = 0;                       // the connection thread's: the leader epoch registered with
+  TimestampMs next_leader_check_ms_ = 0;               // the connection thread's
+  bool leader_error_logged_ = false;                   // the connection thread's
+  std::atomic<int64_t> highest_epoch_{0};              // the highest leader epoch seen: older calls are refused
   std::thread thread_;
   JobManagerConnection connection_;  // only the connection thread touches it
 
@@ -762,7 +862,7 @@ Result<std::unique_ptr<TaskExecutor>> TaskExecutor::start(TaskExecutorOptions op
     return Error(ErrorCode::kConfiguration,
                  fmt::format("taskmanager.numberOfTaskSlots = {}; a TaskManager needs at least 1 slot", options.slots));
   }
-  if (options.jobmanager.empty()) {
+  if (options.jobmanager.empty() && !options.find_leader) {
     return Error(ErrorCode::kConfiguration, "a TaskManager needs the JobManager's address (--jobmanager HOST:PORT)");
   }
   auto impl = std::make_unique<Impl>(std::move(options), clock);
