@@ -11,7 +11,11 @@
 #      kubelet would start them (manifests.py exec), with the real `sluice` against the S3 server of
 #      scripts/services/s3 on loopback: the job runs on two TaskManagers, the JobManager's and TaskManagers' /health
 #      answer 200, a checkpoint completes on S3, a TaskManager's /health answers 503 once its JobManager is gone, and
-#      a JobManager rendered with restoreFrom = the job's checkpoint directory starts from its latest checkpoint.
+#      a JobManager rendered with restoreFrom = the job's checkpoint directory starts from its latest checkpoint;
+#      an upgrade with a savepoint (sluice stop, then restoreFrom) checked by sluice verify;
+#   5. with high availability on a private etcd: two JobManagers, a leader and a standby (its RPC port open for the
+#      liveness probe, no /health), TaskManagers finding the leader through etcd; kill -9 of the leader: the standby
+#      resumes the same job from the checkpoint pointer and the TaskManagers register with it.
 # Usage: tests/integration/deploy/helm_chart_test.sh SLUICE_BINARY   (S3_ENDPOINT from scripts/services/run-with s3)
 # Exit 77 (ctest: skipped) when helm or kubernetes-validate is not installed: scripts/setup installs both.
 set -euo pipefail
@@ -36,6 +40,7 @@ cleanup() {
   local rc=$?
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "${etcd_dir:-}" ]; then SLUICE_SERVICES_DIR="$etcd_dir" "$root/scripts/services/etcd" stop >/dev/null 2>&1 || true; fi
   if [ $rc = 0 ] && [ -z "${SLUICE_KEEP_TEST_DIR:-}" ]; then rm -rf "$work"; else echo "kept $work (logs, rendered manifests)"; fi
 }
 trap cleanup EXIT
@@ -256,4 +261,62 @@ wait_for "the upgraded JobManager to exit" 30 jm_gone
   >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "sluice verify of the output across the upgrade"; }
 echo "ok: upgrade with a savepoint from $savepoint, final savepoint $final;" \
   "$(grep -E '^(records|duplicated|missing):' "$work/verify.log" | tr -s ' ' | tr '\n' ' ')"
+# --- 5: with high availability: two JobManagers on etcd, a leader and a standby --------------------------------
+# A private one-member etcd (scripts/services/etcd with its own services dir), the default values' HA options
+# pointing at it, a lease of 2 s. Each JobManager and TaskManager runs with its own ports (its own pod IP on
+# Kubernetes). The standby binds its RPC port (the liveness probe) and serves no REST API (never ready); after
+# kill -9 of the leader it leads, resumes the job from the checkpoint pointer and the TaskManagers register there.
+etcd_dir="$work/services"
+SLUICE_SERVICES_DIR="$etcd_dir" SLUICE_ETCD_MEMBERS=1 "$root/scripts/services/etcd" start >"$work/etcd-start.log" 2>&1 ||
+  { cat "$work/etcd-start.log"; fail "etcd"; }
+endpoints=$(SLUICE_SERVICES_DIR="$etcd_dir" "$root/scripts/services/etcd" env | sed -n 's/^ETCD_ENDPOINTS=//p')
+[ -n "$endpoints" ] || fail "no etcd endpoints"
+render_ha() {  # file jm_rpc jm_rest tm_rpc tm_data tm_http
+  "$helm" template sluice "$chart" --namespace sluice \
+    --set etcd.enabled=false --set highAvailability.etcdEndpoints="$endpoints" \
+    --set highAvailability.clusterId="deploy-test-$$" --set highAvailability.leaseTtl=2s \
+    --set-file pipeline.file="$work/pipeline.yaml" \
+    --set jobmanager.rpcPort="$2",jobmanager.restPort="$3" \
+    --set taskmanager.rpcPort="$4",taskmanager.dataPort="$5",taskmanager.httpPort="$6" \
+    --set checkpoints.dir="s3://$bucket/$prefix-ha/checkpoints",checkpoints.savepointDir="s3://$bucket/$prefix-ha/savepoints" \
+    --set s3.endpoint="$S3_ENDPOINT",s3.pathStyleAccess=true,s3.region=us-east-1 \
+    --set s3.accessKeyId=deploy-test-key,s3.secretAccessKey="$secret_key" \
+    --set secrets.env.SINK_DIR="$work/out-ha" >"$1"
+}
+declare -A rest_of rpc_of
+for n in a b; do
+  rpc_of[$n]=$(free_port); rest_of[$n]=$(free_port)
+  render_ha "$work/ha-jm-$n.yaml" "${rpc_of[$n]}" "${rest_of[$n]}" 1 1 1
+done
+"$python" "$root/tests/integration/deploy/manifests.py" check "$work/ha-jm-a.yaml" --ha || fail "HA manifest checks"
+for i in 1 2; do
+  read -r r d h <<<"$(free_port) $(free_port) $(free_port)"
+  tm_http_ha[$i]=$h
+  render_ha "$work/ha-tm$i.yaml" 1 1 "$r" "$d" "$h"
+done
+start jm-a "$work/ha-jm-a.yaml" jobmanager; pid_of_a=${pids[-1]}
+wait_for "JobManager a leading (REST API up)" 30 curl -sf "http://127.0.0.1:${rest_of[a]}/jobs"
+start jm-b "$work/ha-jm-b.yaml" jobmanager; pid_of_b=${pids[-1]}
+port_open() { "$python" -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$1"; }
+wait_for "the standby's RPC port (its liveness probe)" 30 port_open "${rpc_of[b]}"
+is_status "http://127.0.0.1:${rest_of[b]}/health" 000 || fail "the standby serves /health: it would be ready"
+start tm-ha1 "$work/ha-tm1.yaml" taskmanager
+start tm-ha2 "$work/ha-tm2.yaml" taskmanager
+wait_for "the HA job RUNNING with /health 200" 60 is_status "http://127.0.0.1:${rest_of[a]}/health" 200
+for i in 1 2; do is_status "http://127.0.0.1:${tm_http_ha[$i]}/health" 200 || fail "HA TaskManager $i not registered"; done
+jm_rest=${rest_of[a]}
+job=$(curl -s "http://127.0.0.1:$jm_rest/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+wait_for "a completed checkpoint (HA)" 60 completed
+kill -KILL "$pid_of_a"
+wait "$pid_of_a" 2>/dev/null || true  # reaped here, so the shell reports no "Killed"
+jm_rest=${rest_of[b]}
+wait_for "the standby leading, the job RUNNING again" 60 is_status "http://127.0.0.1:$jm_rest/health" 200
+job_b=$(curl -s "http://127.0.0.1:$jm_rest/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+[ "$job_b" = "$job" ] || fail "the new leader runs job $job_b, not the job $job it took over"
+for i in 1 2; do
+  wait_for "HA TaskManager $i registered with the new leader" 30 is_status "http://127.0.0.1:${tm_http_ha[$i]}/health" 200
+done
+grep -q "resumes from checkpoint" "$work/jm-b.log" || fail "the new leader did not resume from the checkpoint pointer"
+echo "ok: with high availability: standby not ready but live, took over job $job after kill -9 of the leader"
+
 echo "helm_chart_test: all checks passed"
