@@ -8,11 +8,11 @@
 #include <random>
 #include <set>
 
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
 #include "sluice/core/config.h"
+#include "sluice/core/s3_client.h"
 
 namespace sluice {
 namespace v1 = ::sluice::cluster::v1;
