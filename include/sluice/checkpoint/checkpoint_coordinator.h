@@ -15,7 +15,8 @@
 //
 // Threading: public methods are thread-safe. One coordinator thread runs the timer loop and completes
 // checkpoints; two writer threads write state files. Lock order: the coordinator's locks, then whatever the
-// CheckpointJobHooks take; hooks must never call back into the coordinator synchronously.
+// CheckpointJobHooks take; hooks must never call back into the coordinator synchronously. Which member each
+// lock guards is annotated (SLUICE_GUARDED_BY) and checked by clang's -Wthread-safety (the thread-safety preset).
 #pragma once
 
 #include <compare>
@@ -27,7 +28,6 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +39,8 @@
 #include "sluice/checkpoint/completed_checkpoint_store.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/config.h"
+#include "sluice/core/mutex.h"
+#include "sluice/core/thread_annotations.h"
 #include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/task_state.h"
 
@@ -129,12 +131,13 @@ class CheckpointCoordinator {
   CheckpointCoordinator& operator=(const CheckpointCoordinator&) = delete;
 
   /// Starts the coordinator and writer threads.
-  void start();
+  void start() SLUICE_EXCLUDES(mu_);
   /// Aborts pending checkpoints (without telling tasks) and stops the threads. Idempotent.
-  void stop();
+  void stop() SLUICE_EXCLUDES(mu_);
 
   /// A task finished the synchronous part of checkpoint `snapshot.checkpoint_id` (task thread).
-  void acknowledge(const CheckpointTaskKey& task, std::string task_name, TaskStateSnapshot&& snapshot);
+  void acknowledge(const CheckpointTaskKey& task, std::string task_name, TaskStateSnapshot&& snapshot)
+      SLUICE_EXCLUDES(mu_);
   /// Cluster mode: the TaskManager of `task` wrote its state of checkpoint `checkpoint_id` into the checkpoint's
   /// directory (`handles[i]` is the state of operator `uids[i]`) and acknowledged it over RPC. With
   /// `finished_input` it is the task's final state: the coordinator maps the files (the bytes outlive the
@@ -143,37 +146,37 @@ class CheckpointCoordinator {
   /// checkpoint aborted meanwhile) is dropped.
   void acknowledge_written(const CheckpointTaskKey& task, int64_t checkpoint_id, std::vector<std::string> uids,
                            std::vector<OperatorSubtaskStateHandle> handles, TaskCheckpointStats stats,
-                           bool finished_input);
+                           bool finished_input) SLUICE_EXCLUDES(mu_);
   /// `task` could not take checkpoint `checkpoint_id` (Flink's declineCheckpoint): the checkpoint is aborted
   /// with the reason (in stats()) and counts as a failed checkpoint. Any thread.
   void decline(const CheckpointTaskKey& task, const std::string& task_name, int64_t checkpoint_id,
-               const std::string& reason);
+               const std::string& reason) SLUICE_EXCLUDES(mu_);
   /// A task consumed all its input and waits for a checkpoint of its final state.
-  void on_end_of_input(const CheckpointTaskKey& task);
+  void on_end_of_input(const CheckpointTaskKey& task) SLUICE_EXCLUDES(mu_);
   /// A task closed after its final state was checkpointed; later checkpoints reuse that state, and pending
   /// ones that still wait for it take it. `mark_exited` runs under the coordinator's lock, so no trigger sees
   /// the task both live and finished (it should make the job stop listing the task as live).
-  void on_task_finished(const CheckpointTaskKey& task, const std::function<void()>& mark_exited);
+  void on_task_finished(const CheckpointTaskKey& task, const std::function<void()>& mark_exited) SLUICE_EXCLUDES(mu_);
   /// The tasks of a region are being restarted: forget their retained final states.
-  void on_tasks_reset(const std::vector<CheckpointTaskKey>& tasks);
+  void on_tasks_reset(const std::vector<CheckpointTaskKey>& tasks) SLUICE_EXCLUDES(mu_);
   /// Aborts every pending checkpoint (a failover); tasks are told. Waits for a completion in progress, so
   /// afterwards latest_restore_point() is what a restart must restore.
-  void abort_pending(const std::string& reason);
+  void abort_pending(const std::string& reason) SLUICE_EXCLUDES(completion_mu_, mu_);
   /// Triggers a savepoint into `target_dir` ("" = the configured savepoint dir). The future yields its
   /// directory or the error that aborted it.
-  std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate);
+  std::future<Result<std::string>> trigger_savepoint(std::string target_dir, bool terminate) SLUICE_EXCLUDES(mu_);
 
   /// The newest completed checkpoint or savepoint of this run, or the one it was started from.
-  std::optional<RestorePoint> latest_restore_point() const;
+  std::optional<RestorePoint> latest_restore_point() const SLUICE_EXCLUDES(mu_);
   /// Candidates for a restore, newest first (for execution.checkpointing.restore-fallback).
-  std::vector<RestorePoint> restore_candidates() const;
+  std::vector<RestorePoint> restore_candidates() const SLUICE_EXCLUDES(mu_);
   /// Seeds the restore point with the checkpoint the job was started from.
-  void set_initial_restore_point(RestorePoint point);
-  std::vector<CheckpointStats> stats() const;
-  int64_t completed_count() const;
+  void set_initial_restore_point(RestorePoint point) SLUICE_EXCLUDES(mu_);
+  std::vector<CheckpointStats> stats() const SLUICE_EXCLUDES(mu_);
+  int64_t completed_count() const SLUICE_EXCLUDES(mu_);
   /// Checkpoints and savepoints that failed or were aborted since the coordinator started (Flink's
   /// numberOfFailedCheckpoints).
-  int64_t failed_count() const;
+  int64_t failed_count() const SLUICE_EXCLUDES(mu_);
   const CheckpointCoordinatorOptions& options() const { return options_; }
 
  private:
@@ -186,52 +189,55 @@ class CheckpointCoordinator {
     std::shared_ptr<std::promise<Result<std::string>>> promise;
   };
 
-  void run();
-  void run_writer();
+  void run() SLUICE_EXCLUDES(mu_);
+  void run_writer() SLUICE_EXCLUDES(mu_);
   void trigger_locked(SnapshotType type, const std::string& target_dir,
-                      std::shared_ptr<std::promise<Result<std::string>>> promise);
+                      std::shared_ptr<std::promise<Result<std::string>>> promise) SLUICE_REQUIRES(mu_);
   void enqueue_write_locked(Pending& p, const CheckpointTaskKey& key, std::string task_name,
                             std::shared_ptr<const TaskStateSnapshot> snapshot,
-                            std::shared_ptr<const RetainedFiles> files = nullptr);
+                            std::shared_ptr<const RetainedFiles> files = nullptr) SLUICE_REQUIRES(mu_);
   void on_written(int64_t id, const CheckpointTaskKey& key, Result<std::vector<OperatorSubtaskStateHandle>> handles,
-                  std::vector<std::string> uids, TaskCheckpointStats stats);
-  void complete(int64_t id);
+                  std::vector<std::string> uids, TaskCheckpointStats stats) SLUICE_EXCLUDES(mu_);
+  void complete(int64_t id) SLUICE_EXCLUDES(completion_mu_, mu_);
   /// `discard`: delete the checkpoint's directory (false: keep it, something may point to it).
-  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure, bool discard = true);
-  void record_stats_locked(CheckpointStats stats);
+  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure, bool discard = true)
+      SLUICE_REQUIRES(mu_);
+  void record_stats_locked(CheckpointStats stats) SLUICE_REQUIRES(mu_);
 
   CheckpointCoordinatorOptions options_;
   FileCheckpointStorage& storage_;
   std::vector<CheckpointVertexInfo> vertices_;
   CheckpointJobHooks& hooks_;
   const Clock& clock_;
-  std::unique_ptr<CompletedCheckpointStore> store_;
+  std::unique_ptr<CompletedCheckpointStore> store_ SLUICE_PT_GUARDED_BY(mu_);
 
-  std::mutex completion_mu_;  // held while a checkpoint completes; taken before mu_
-  mutable std::mutex mu_;
+  Mutex completion_mu_ SLUICE_ACQUIRED_BEFORE(mu_);  // held while a checkpoint completes
+  mutable Mutex mu_;
   std::condition_variable cv_;
   std::condition_variable writer_cv_;
-  bool stopping_ = false;
+  bool stopping_ SLUICE_GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::vector<std::thread> writers_;
 
-  int64_t next_id_;
-  std::map<int64_t, std::unique_ptr<Pending>> pending_;
-  std::deque<int64_t> ready_;     // fully written, waiting for completion
-  std::deque<Request> requests_;  // savepoints asked for
-  std::deque<std::unique_ptr<WriteJob>> write_queue_;
-  int64_t last_trigger_ns_ = 0;
-  int64_t last_end_ns_ = 0;
-  bool urgent_ = false;
-  int consecutive_failures_ = 0;
-  int64_t completed_ = 0;
-  int64_t failed_ = 0;
-  std::optional<RestorePoint> latest_;
-  std::map<std::string, std::string> last_coordinator_state_;
-  std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_;
-  std::map<CheckpointTaskKey, std::shared_ptr<const RetainedFiles>> final_files_;  // cluster mode
-  std::map<CheckpointTaskKey, std::string> finished_tasks_;  // key -> task name, final state retained
-  std::deque<CheckpointStats> stats_;
+  int64_t next_id_ SLUICE_GUARDED_BY(mu_);
+  std::map<int64_t, std::unique_ptr<Pending>> pending_ SLUICE_GUARDED_BY(mu_);
+  std::deque<int64_t> ready_ SLUICE_GUARDED_BY(mu_);     // fully written, waiting for completion
+  std::deque<Request> requests_ SLUICE_GUARDED_BY(mu_);  // savepoints asked for
+  std::deque<std::unique_ptr<WriteJob>> write_queue_ SLUICE_GUARDED_BY(mu_);
+  int64_t last_trigger_ns_ SLUICE_GUARDED_BY(mu_) = 0;
+  int64_t last_end_ns_ SLUICE_GUARDED_BY(mu_) = 0;
+  bool urgent_ SLUICE_GUARDED_BY(mu_) = false;
+  int consecutive_failures_ SLUICE_GUARDED_BY(mu_) = 0;
+  int64_t completed_ SLUICE_GUARDED_BY(mu_) = 0;
+  int64_t failed_ SLUICE_GUARDED_BY(mu_) = 0;
+  std::optional<RestorePoint> latest_ SLUICE_GUARDED_BY(mu_);
+  std::map<std::string, std::string> last_coordinator_state_ SLUICE_GUARDED_BY(mu_);
+  std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_ SLUICE_GUARDED_BY(mu_);
+  std::map<CheckpointTaskKey, std::shared_ptr<const RetainedFiles>> final_files_
+      SLUICE_GUARDED_BY(mu_);  // cluster mode
+  std::map<CheckpointTaskKey, std::string> finished_tasks_
+      SLUICE_GUARDED_BY(mu_);  // key -> task name, final state retained
+  std::deque<CheckpointStats> stats_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

@@ -6,10 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "sluice/core/error.h"
+#include "sluice/core/mutex.h"
+#include "sluice/core/thread_annotations.h"
 
 namespace sluice {
 
@@ -34,14 +35,14 @@ class NetworkBufferPool {
 
   /// Hands out `n` buffers (released ones first, then fresh ones), or fails (kNetwork) when that would pass
   /// the cap.
-  Result<std::vector<NetworkBuffer*>> allocate(size_t n);
+  Result<std::vector<NetworkBuffer*>> allocate(size_t n) SLUICE_EXCLUDES(mu_);
   /// Takes back buffers of channels that were torn down (a failover restarts a region's channels).
-  void release(const std::vector<NetworkBuffer*>& buffers);
+  void release(const std::vector<NetworkBuffer*>& buffers) SLUICE_EXCLUDES(mu_);
 
   uint32_t segment_size() const { return segment_size_; }
   size_t max_buffers() const { return max_buffers_; }
   /// Buffers allocated so far (never above max_buffers()).
-  size_t allocated() const;
+  size_t allocated() const SLUICE_EXCLUDES(mu_);
 
   /// A sender took a buffer to fill / a receiver gave one back: maintains the in-flight counters.
   void on_acquire() noexcept {
@@ -59,10 +60,10 @@ class NetworkBufferPool {
  private:
   uint32_t segment_size_;
   size_t max_buffers_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<uint8_t[]>> segments_;
-  std::vector<std::unique_ptr<NetworkBuffer>> buffers_;
-  std::vector<NetworkBuffer*> free_;
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> segments_ SLUICE_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<NetworkBuffer>> buffers_ SLUICE_GUARDED_BY(mu_);
+  std::vector<NetworkBuffer*> free_ SLUICE_GUARDED_BY(mu_);
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> peak_in_flight_{0};
 };

@@ -27,6 +27,7 @@
 #include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/checkpoint_barrier.h"
 #include "sluice/runtime/input_processor.h"
+#include "sluice/runtime/mailbox.h"
 #include "sluice/runtime/record_writer.h"
 #include "sluice/runtime/task_state.h"
 #include "sluice/runtime/wakeup.h"
@@ -229,9 +230,7 @@ class Task final : public TaskServices, public CreditWaiter {
   std::atomic<TaskState> state_{TaskState::kCreated};
   std::thread thread_;
 
-  std::mutex mail_mu_;
-  std::deque<std::function<void()>> mails_;
-  std::atomic<bool> has_mail_{false};
+  Mailbox mailbox_;
   // Processing-time timers (task thread only), earliest first; ties fire in registration order.
   struct ProcessingTimer {
     TimestampMs time;

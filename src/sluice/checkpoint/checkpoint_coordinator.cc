@@ -139,8 +139,11 @@ CheckpointCoordinator::~CheckpointCoordinator() {
 }
 
 void CheckpointCoordinator::start() {
-  last_trigger_ns_ = clock_.monotonic_ns();
-  last_end_ns_ = 0;
+  {
+    MutexLock lock(mu_);  // no other thread yet: taken for the analysis, which cannot know that
+    last_trigger_ns_ = clock_.monotonic_ns();
+    last_end_ns_ = 0;
+  }
   thread_ = std::thread([this] { run(); });
   for (int i = 0; i < kWriterThreads; ++i)
     writers_.emplace_back([this] { run_writer(); });
@@ -148,7 +151,7 @@ void CheckpointCoordinator::start() {
 
 void CheckpointCoordinator::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -160,7 +163,7 @@ void CheckpointCoordinator::stop() {
     if (w.joinable()) w.join();
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<int64_t> ids;
     for (auto& [id, p] : pending_)
       ids.push_back(id);
@@ -175,7 +178,7 @@ void CheckpointCoordinator::stop() {
 
 void CheckpointCoordinator::run() {
   pthread_setname_np(pthread_self(), "sluice-ckpt");
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
     // Completions first: they free a concurrent slot.
     while (!ready_.empty() && !stopping_) {
@@ -202,7 +205,7 @@ void CheckpointCoordinator::run() {
     int64_t next_ns = now + 100'000'000;  // re-check at least every 100 ms
     // A free concurrent slot: fewer than max-concurrent checkpoints and savepoints pending, and none with a
     // minimum pause (which counts from the end of the previous one).
-    const auto slot_free = [&] {
+    const auto slot_free = [&]() SLUICE_REQUIRES(mu_) {
       return static_cast<int>(pending_.size()) < options_.max_concurrent &&
              (options_.min_pause_ms == 0 || pending_.empty());
     };
@@ -236,8 +239,8 @@ void CheckpointCoordinator::run() {
       next_ns = std::min(next_ns, p->start_ns + options_.timeout_ms * 1'000'000 + 1);
     // Intervals, pauses and timeouts are read on the job's Clock; the wait is at most 100 ms of real time, so a
     // ManualClock a test advances is noticed within that (the system clock's waits end when due).
-    cv_.wait_for(
-        lock, std::chrono::nanoseconds(std::clamp<int64_t>(next_ns - clock_.monotonic_ns(), 1'000'000, 100'000'000)));
+    lock.wait_for(
+        cv_, std::chrono::nanoseconds(std::clamp<int64_t>(next_ns - clock_.monotonic_ns(), 1'000'000, 100'000'000)));
   }
 }
 
@@ -328,7 +331,7 @@ void CheckpointCoordinator::enqueue_write_locked(Pending& p, const CheckpointTas
 void CheckpointCoordinator::acknowledge(const CheckpointTaskKey& task, std::string task_name,
                                         TaskStateSnapshot&& snapshot) {
   auto shared = std::make_shared<const TaskStateSnapshot>(std::move(snapshot));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (shared->finished_input) final_snapshots_[task] = shared;
   auto it = pending_.find(shared->checkpoint_id);
   if (it == pending_.end() || stopping_) return;  // aborted meanwhile
@@ -342,8 +345,9 @@ void CheckpointCoordinator::run_writer() {
   for (;;) {
     std::unique_ptr<WriteJob> job;
     {
-      std::unique_lock lock(mu_);
-      writer_cv_.wait(lock, [&] { return stopping_ || !write_queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && write_queue_.empty())
+        lock.wait(writer_cv_);
       if (stopping_) return;
       job = std::move(write_queue_.front());
       write_queue_.pop_front();
@@ -402,7 +406,7 @@ void CheckpointCoordinator::run_writer() {
 void CheckpointCoordinator::on_written(int64_t id, const CheckpointTaskKey& key,
                                        Result<std::vector<OperatorSubtaskStateHandle>> handles,
                                        std::vector<std::string> uids, TaskCheckpointStats stats) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending& p = *it->second;
@@ -421,11 +425,11 @@ void CheckpointCoordinator::on_written(int64_t id, const CheckpointTaskKey& key,
 }
 
 void CheckpointCoordinator::complete(int64_t id) {
-  std::lock_guard completion(completion_mu_);
+  MutexLock completion(completion_mu_);
   CheckpointMetadata meta;
   std::filesystem::path dir;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
     Pending& p = *it->second;
@@ -454,7 +458,7 @@ void CheckpointCoordinator::complete(int64_t id) {
     }
   }
   Status st = storage_.finalize_checkpoint(dir, meta);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   if (!st.ok()) {
@@ -552,7 +556,7 @@ void CheckpointCoordinator::acknowledge_written(const CheckpointTaskKey& task, i
     // them again after this one is subsumed (outside the lock: it reads and hashes every file).
     std::filesystem::path dir;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = pending_.find(checkpoint_id);
       if (it != pending_.end() && it->second->not_acknowledged.count(task) != 0) dir = it->second->dir;
     }
@@ -571,11 +575,11 @@ void CheckpointCoordinator::acknowledge_written(const CheckpointTaskKey& task, i
         }
         retained->bytes.push_back(std::move(*bytes));
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       final_files_[task] = std::move(retained);
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(checkpoint_id);
   if (it == pending_.end() || stopping_) return;  // aborted meanwhile
   Pending& p = *it->second;
@@ -594,7 +598,7 @@ void CheckpointCoordinator::acknowledge_written(const CheckpointTaskKey& task, i
 
 void CheckpointCoordinator::decline(const CheckpointTaskKey& task, const std::string& task_name, int64_t checkpoint_id,
                                     const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(checkpoint_id);
   if (it == pending_.end() || stopping_ || it->second->completing) return;
   if (it->second->not_acknowledged.count(task) == 0) return;  // a task of another attempt, or a duplicate
@@ -605,7 +609,7 @@ void CheckpointCoordinator::decline(const CheckpointTaskKey& task, const std::st
 }
 
 void CheckpointCoordinator::on_end_of_input(const CheckpointTaskKey& task) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [id, p] : pending_) {
     if (p->not_acknowledged.count(task) != 0) hooks_.trigger_task(task, p->barrier);
   }
@@ -615,7 +619,7 @@ void CheckpointCoordinator::on_end_of_input(const CheckpointTaskKey& task) {
 }
 
 void CheckpointCoordinator::on_task_finished(const CheckpointTaskKey& task, const std::function<void()>& mark_exited) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   mark_exited();
   auto it = final_snapshots_.find(task);
   auto files = final_files_.find(task);
@@ -644,7 +648,7 @@ void CheckpointCoordinator::on_task_finished(const CheckpointTaskKey& task, cons
 }
 
 void CheckpointCoordinator::on_tasks_reset(const std::vector<CheckpointTaskKey>& tasks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& t : tasks) {
     final_snapshots_.erase(t);
     final_files_.erase(t);
@@ -653,8 +657,8 @@ void CheckpointCoordinator::on_tasks_reset(const std::vector<CheckpointTaskKey>&
 }
 
 void CheckpointCoordinator::abort_pending(const std::string& reason) {
-  std::lock_guard completion(completion_mu_);
-  std::lock_guard lock(mu_);
+  MutexLock completion(completion_mu_);
+  MutexLock lock(mu_);
   std::vector<int64_t> ids;
   for (auto& [id, p] : pending_)
     ids.push_back(id);
@@ -667,7 +671,7 @@ std::future<Result<std::string>> CheckpointCoordinator::trigger_savepoint(std::s
   auto promise = std::make_shared<std::promise<Result<std::string>>>();
   auto future = promise->get_future();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) {
       promise->set_value(Error(ErrorCode::kCheckpoint, "the job is not running"));
       return future;
@@ -685,12 +689,12 @@ std::future<Result<std::string>> CheckpointCoordinator::trigger_savepoint(std::s
 }
 
 std::optional<RestorePoint> CheckpointCoordinator::latest_restore_point() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return latest_;
 }
 
 std::vector<RestorePoint> CheckpointCoordinator::restore_candidates() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<RestorePoint> out;
   for (const auto& c : store_->all())
     out.push_back(RestorePoint{c->dir, c->metadata});
@@ -701,23 +705,23 @@ std::vector<RestorePoint> CheckpointCoordinator::restore_candidates() const {
 }
 
 void CheckpointCoordinator::set_initial_restore_point(RestorePoint point) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_coordinator_state_ = point.metadata.coordinator_state;
   latest_ = std::move(point);
 }
 
 std::vector<CheckpointStats> CheckpointCoordinator::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {stats_.begin(), stats_.end()};
 }
 
 int64_t CheckpointCoordinator::completed_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return completed_;
 }
 
 int64_t CheckpointCoordinator::failed_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return failed_;
 }
 

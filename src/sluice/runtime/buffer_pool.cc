@@ -10,7 +10,7 @@ NetworkBufferPool::NetworkBufferPool(uint32_t segment_size, size_t max_buffers)
 NetworkBufferPool::~NetworkBufferPool() = default;
 
 Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<NetworkBuffer*> out;
   out.reserve(n);
   while (!free_.empty() && out.size() < n) {
@@ -38,7 +38,7 @@ Result<std::vector<NetworkBuffer*>> NetworkBufferPool::allocate(size_t n) {
 }
 
 void NetworkBufferPool::release(const std::vector<NetworkBuffer*>& buffers) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (NetworkBuffer* b : buffers) {
     b->size = 0;
     free_.push_back(b);
@@ -46,7 +46,7 @@ void NetworkBufferPool::release(const std::vector<NetworkBuffer*>& buffers) {
 }
 
 size_t NetworkBufferPool::allocated() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return buffers_.size();
 }
 

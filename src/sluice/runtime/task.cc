@@ -119,11 +119,7 @@ void Task::join() {
 }
 
 void Task::post_mail(std::function<void()> mail) {
-  {
-    std::lock_guard lock(mail_mu_);
-    mails_.push_back(std::move(mail));
-    has_mail_.store(true, std::memory_order_release);
-  }
+  mailbox_.put(std::move(mail));
   wakeup_.notify();
 }
 
@@ -398,14 +394,8 @@ void Task::run_input_loop() {
 }
 
 void Task::process_mails() {
-  if (!has_mail_.load(std::memory_order_acquire)) return;
-  std::deque<std::function<void()>> batch;
-  {
-    std::lock_guard lock(mail_mu_);
-    batch.swap(mails_);
-    has_mail_.store(false, std::memory_order_release);
-  }
-  for (auto& m : batch)
+  if (!mailbox_.has_mail()) return;
+  for (auto& m : mailbox_.take_all())
     m();
 }
 
