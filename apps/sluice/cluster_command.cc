@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "sluice/api/job.h"
-#include "sluice/checkpoint/s3_client.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/ha/etcd_client.h"
 #include "sluice/cluster/ha/ha_options.h"
@@ -30,6 +29,7 @@
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/core/config.h"
+#include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"

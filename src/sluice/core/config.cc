@@ -243,7 +243,7 @@ Status validate_engine_options(const Configuration& config) {
     return e.error();
   }
   for (const auto& [key, value] : config.entries()) {
-    // The S3 client's options (checkpoint/s3_client.h, a later layer, defines, reads and checks them).
+    // The S3 client's options (core/s3_client.h defines, reads and checks them).
     static const std::vector<std::string_view> s3 = {"s3.endpoint",
                                                      "s3.path-style-access",
                                                      "s3.region",

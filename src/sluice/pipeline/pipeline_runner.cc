@@ -401,6 +401,15 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   if (p.dead_letter && p.dead_letter->options.type == "files") {
     Result<std::string> dl = detail::expand_env(p.dead_letter->options.get_string("path"));
     if (!dl.ok()) return dl.error().with_context("pipeline.dead-letter.path");
+    // The sources and sinks write their own dead letters through DeadLetterFile, a local file: an object-store URI
+    // would become a local folder literally named "s3:...", so it is refused rather than silently misplaced.
+    if (dl->find("://") != std::string::npos) {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("pipeline '{}': the dead-letter sink's path '{}' must be a local directory (the "
+                               "connectors write dead letters to local files); use a kafka dead-letter sink for a "
+                               "shared location",
+                               p.name, *dl));
+    }
     dead_letter_dir = *dl;
   }
   s->dead_letter_dir = dead_letter_dir;

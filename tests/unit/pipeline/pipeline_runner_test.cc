@@ -699,6 +699,27 @@ sink:
       << refused.error().message();
 }
 
+// A dead-letter path on an object store is refused: the connectors' dead-letter files are local, and "s3://b/dlq"
+// would have become a local folder named "s3:".
+TEST_F(PipelineRunnerTest, ADeadLetterPathOnAnObjectStoreIsRefused) {
+  Result<PipelineSpec> spec = parse_pipeline(fmt::format(R"(pipeline:
+  name: s3-dead-letters
+  checkpoint: {{ interval: 1s, storage: "{0}/checkpoints" }}
+  dead-letter: {{ type: files, path: "s3://bucket/dlq" }}
+source: {{ type: datagen, count: 10 }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                                         dir_.string()),
+                                             "test.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Result<std::unique_ptr<PipelineRunner>> refused = PipelineRunner::create(*spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kConfiguration);
+  EXPECT_NE(refused.error().message().find("'s3://bucket/dlq' must be a local directory"), std::string::npos)
+      << refused.error().message();
+}
+
 TEST_F(PipelineRunnerTest, ABadRollingPolicyNamesTheKey) {
   for (const auto& [policy, expected] : std::vector<std::pair<std::string, std::string>>{
            {"{ part-size: 0 }", "part-size '0' is not a size"},

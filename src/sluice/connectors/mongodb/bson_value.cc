@@ -106,12 +106,12 @@ bool decimal128_is_canonical(const bson_decimal128_t& dec) {
   const uint64_t combination = dec.high >> 58 & 0x1f;
   if (combination >= 0x1e) return true;  // Infinity (11110) and NaN (11111)
   if ((dec.high >> 61 & 0x3) == 0x3) return false;
-  const unsigned __int128 coefficient =
-      static_cast<unsigned __int128>(dec.high & ((uint64_t{1} << 49) - 1)) << 64 | dec.low;
-  unsigned __int128 max = 1;
-  for (int i = 0; i < kDecimal128Digits; ++i)
-    max *= 10;
-  return coefficient < max;
+  // The 113-bit coefficient against 10^34 as two 64-bit halves (0x1ed09bead87c0 : 0x378d8e6400000000), since
+  // ISO C++ has no 128-bit integer.
+  constexpr uint64_t kTenTo34High = 0x1ed09bead87c0;
+  constexpr uint64_t kTenTo34Low = 0x378d8e6400000000;
+  const uint64_t high = dec.high & ((uint64_t{1} << 49) - 1);
+  return high < kTenTo34High || (high == kTenTo34High && dec.low < kTenTo34Low);
 }
 
 Result<Value> decimal128_to_value(const bson_decimal128_t& dec) {
