@@ -132,7 +132,8 @@ class CheckpointCoordinator {
 
   /// Starts the coordinator and writer threads.
   void start() SLUICE_EXCLUDES(mu_);
-  /// Aborts pending checkpoints (without telling tasks) and stops the threads. Idempotent.
+  /// Aborts pending checkpoints (without telling tasks) and stops the threads. Idempotent. A periodic
+  /// checkpoint pending then is discarded, not counted as failed; a pending savepoint fails.
   void stop() SLUICE_EXCLUDES(mu_);
 
   /// A task finished the synchronous part of checkpoint `snapshot.checkpoint_id` (task thread).
@@ -199,9 +200,12 @@ class CheckpointCoordinator {
   void on_written(int64_t id, const CheckpointTaskKey& key, Result<std::vector<OperatorSubtaskStateHandle>> handles,
                   std::vector<std::string> uids, TaskCheckpointStats stats) SLUICE_EXCLUDES(mu_);
   void complete(int64_t id) SLUICE_EXCLUDES(completion_mu_, mu_);
-  /// `discard`: delete the checkpoint's directory (false: keep it, something may point to it).
-  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure, bool discard = true)
-      SLUICE_REQUIRES(mu_);
+  /// `discard`: delete the checkpoint's directory (false: keep it, something may point to it). With `job_ended`,
+  /// a periodic checkpoint is discarded rather than failed: the job finished (or was cancelled) while it was
+  /// pending, which says nothing about checkpointing, so it is neither in stats() nor in failed_count() (Flink's
+  /// CheckpointFailureManager ignores such aborts too). A savepoint someone asked for is still recorded as failed.
+  void abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure, bool discard = true,
+                    bool job_ended = false) SLUICE_REQUIRES(mu_);
   void record_stats_locked(CheckpointStats stats) SLUICE_REQUIRES(mu_);
 
   CheckpointCoordinatorOptions options_;

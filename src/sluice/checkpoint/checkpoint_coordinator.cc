@@ -168,7 +168,8 @@ void CheckpointCoordinator::stop() {
     for (auto& [id, p] : pending_)
       ids.push_back(id);
     for (int64_t id : ids)
-      abort_locked(id, "the job ended", /*notify_tasks=*/false, /*count_failure=*/false);
+      abort_locked(id, "the job ended", /*notify_tasks=*/false, /*count_failure=*/false, /*discard=*/true,
+                   /*job_ended=*/true);
     for (auto& r : requests_)
       r.promise->set_value(Error(ErrorCode::kCheckpoint, "the job ended before the savepoint was triggered"));
     requests_.clear();
@@ -304,7 +305,7 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
   }
   if (t.tasks.empty() && ref.not_written.empty()) {
     // Every task has closed (a stop-with-savepoint, or the job ended meanwhile): nothing to checkpoint.
-    abort_locked(id, "no task is running", false, false);
+    abort_locked(id, "no task is running", false, false, /*discard=*/true, /*job_ended=*/true);
     return;
   }
   spdlog::debug("triggered {} {} at {} tasks", snapshot_type_name(type), id, t.tasks.size());
@@ -510,7 +511,7 @@ void CheckpointCoordinator::complete(int64_t id) {
 }
 
 void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, bool notify_tasks, bool count_failure,
-                                         bool discard) {
+                                         bool discard, bool job_ended) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   std::unique_ptr<Pending> p = std::move(it->second);
@@ -524,6 +525,11 @@ void CheckpointCoordinator::abort_locked(int64_t id, const std::string& reason, 
               : notify_tasks              ? spdlog::level::info
                                           : spdlog::level::debug,
               "{} {} aborted: {}", snapshot_type_name(p->type), id, reason);
+  if (job_ended && p->type == SnapshotType::kCheckpoint && !p->promise) {
+    // Discarded, not failed: nothing went wrong with checkpointing (a bounded job simply finished first).
+    if (notify_tasks) hooks_.notify_aborted(id);
+    return;
+  }
   CheckpointStats s;
   s.checkpoint_id = id;
   s.type = snapshot_type_name(p->type);
