@@ -51,8 +51,9 @@ struct OperatorStats {
 struct OperatorSubtaskMetrics {
   std::string name;
   std::string uid;
-  uint64_t records_in = 0;   ///< numRecordsIn, summed over the subtask's attempts
-  uint64_t records_out = 0;  ///< numRecordsOut, summed over the subtask's attempts
+  uint64_t records_in = 0;      ///< numRecordsIn, summed over the subtask's attempts
+  uint64_t records_out = 0;     ///< numRecordsOut, summed over the subtask's attempts
+  bool network_output = false;  ///< its records leave the task over the network (not only to chained operators)
   TimestampMs input_watermark = std::numeric_limits<int64_t>::min();   ///< currentInputWatermark (live attempt)
   TimestampMs output_watermark = std::numeric_limits<int64_t>::min();  ///< currentOutputWatermark (live attempt)
 };
@@ -73,6 +74,22 @@ struct SubtaskMetrics {
   int64_t backpressured_ns = 0;                   ///< of which blocked on output credit
   std::vector<OperatorSubtaskMetrics> operators;  ///< the chain, head first
 };
+
+/// The task's numRecordsOut (Flink's task scope, the REST API's write-records): what its chain sends to other
+/// tasks, the records out of its operators whose output leaves the task. The chain's tail is not always that
+/// operator: a dead-letter sink chained to a transform's side output comes last in the chain. A chain with no
+/// such operator (one ending in a sink) reports its tail's.
+inline uint64_t task_records_out(const SubtaskMetrics& m) {
+  uint64_t out = 0;
+  bool any = false;
+  for (const auto& op : m.operators) {
+    if (!op.network_output) continue;
+    out += op.records_out;
+    any = true;
+  }
+  if (any || m.operators.empty()) return out;
+  return m.operators.back().records_out;
+}
 
 /// Checkpoints (and savepoints) since the job started: Flink's numberOfCompletedCheckpoints and
 /// numberOfFailedCheckpoints, which, unlike checkpoint_stats(), are not bounded by the history's length.

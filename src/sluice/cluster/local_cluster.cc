@@ -464,7 +464,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   std::map<std::pair<int, int>, SubtaskMetrics> subtask_totals_;
   mutable std::map<std::pair<int, int>, SubtaskMetrics> reported_subtasks_;
 
-  static SubtaskMetrics& subtask_entry(std::map<std::pair<int, int>, SubtaskMetrics>& m, const Task& t) {
+  SubtaskMetrics& subtask_entry(std::map<std::pair<int, int>, SubtaskMetrics>& m, const Task& t) const {
     const Task::Options& o = t.options();
     SubtaskMetrics& e = m[{o.vertex_id, o.subtask_index}];
     e.vertex_id = o.vertex_id;
@@ -477,6 +477,16 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
       for (size_t i = 0; i < e.operators.size(); ++i) {
         e.operators[i].name = t.operators()[i]->name();
         e.operators[i].uid = i < t.operator_uids().size() ? t.operator_uids()[i] : std::string();
+      }
+      // The task's operators are its vertex's chained nodes in order: mark those feeding a job edge.
+      if (o.vertex_id >= 0 && static_cast<size_t>(o.vertex_id) < jg_.vertices.size()) {
+        const JobVertex& v = jg_.vertices[static_cast<size_t>(o.vertex_id)];
+        for (int je : v.outputs) {
+          const int node = jg_.edges[static_cast<size_t>(je)].source_node;
+          for (size_t i = 0; i < v.chained_nodes.size() && i < e.operators.size(); ++i) {
+            if (v.chained_nodes[i] == node) e.operators[i].network_output = true;
+          }
+        }
       }
     }
     return e;

@@ -105,11 +105,13 @@ void JobMetrics::register_subtask(const std::shared_ptr<Slot>& slot, const Subta
       tm_job_->add_group("task", {{"task_name", m.task_name}, {"subtask_index", std::to_string(m.subtask_index)}});
   auto rd = [slot](auto f) { return [slot, f] { return slot->read(f); }; };
   auto head_in = [](const SubtaskMetrics& s) { return s.operators.empty() ? 0 : s.operators.front().records_in; };
-  auto tail_out = [](const SubtaskMetrics& s) { return s.operators.empty() ? 0 : s.operators.back().records_out; };
+  auto tail_out = [](const SubtaskMetrics& s) { return task_records_out(s); };
   auto bytes_in = [](const SubtaskMetrics& s) { return s.bytes_in; };
   auto bytes_out = [](const SubtaskMetrics& s) { return s.bytes_out; };
   task.counter_function("numRecordsIn", rd(head_in), "Records the task received (its chain's head).");
-  task.counter_function("numRecordsOut", rd(tail_out), "Records the task emitted (its chain's tail).");
+  task.counter_function(
+      "numRecordsOut", rd(tail_out),
+      "Records the task emitted: out of its operators whose output leaves it (the chain's tail when none does).");
   task.meter("numRecordsInPerSecond", rd(head_in), "Records received per second (over 60 s).");
   task.meter("numRecordsOutPerSecond", rd(tail_out), "Records emitted per second (over 60 s).");
   task.counter_function("numBytesIn", rd(bytes_in), "Bytes of network buffers the task read.");

@@ -47,7 +47,7 @@ struct Io {
     write_bytes += m.bytes_out;
     if (!m.operators.empty()) {
       read_records += m.operators.front().records_in;
-      write_records += m.operators.back().records_out;
+      write_records += task_records_out(m);
     }
     backpressured_ms += ns_to_ms(m.backpressured_ns);
     idle_ms += ns_to_ms(m.idle_ns);

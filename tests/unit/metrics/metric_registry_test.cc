@@ -198,8 +198,8 @@ TEST(JobMetricsTest, AJobsCountersAppearUnderFlinksNames) {
     m.subtask_index = i;
     m.parallelism = 2;
     m.bytes_out = 1000 * (i + 1);
-    m.operators.push_back({"Source: gen", "source", 0, 10u * (i + 1), 5, 5});
-    m.operators.push_back({"Map", "map", 10u * (i + 1), 9u * (i + 1), 5, 4});
+    m.operators.push_back({"Source: gen", "source", 0, 10u * (i + 1), false, 5, 5});
+    m.operators.push_back({"Map", "map", 10u * (i + 1), 9u * (i + 1), false, 5, 4});
     job->subtasks.push_back(m);
   }
   CheckpointStats cp;

@@ -364,5 +364,62 @@ sink:
   fs::remove_all(dir);
 }
 
+// A chain whose tail is a dead-letter sink (source -> transform, and the transform's dead letters to a chained
+// sink; the events go on over the network to the route vertices): the task's write-records and numRecordsOut are
+// the transform's records out, not the dead-letter sink's 0.
+TEST(RestFlinkViewsTest, AChainEndingInADeadLetterSinkCountsTheRecordsItSends) {
+  char tmpl[] = "/tmp/sluice-rest-views-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  constexpr int kRecords = 600;
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: dead-letter-tail
+  parallelism: 1
+  checkpoint: {{ interval: 100ms, storage: "{0}/checkpoints" }}
+  dead-letter: {{ type: files, path: "{0}/dead" }}
+source: {{ type: datagen, count: {1}, entities: 50 }}
+transform:
+  - match: "*.public.charges"
+    key: after.id
+    event: {{ type: "'charge.' || after.status", payload: "after.id, after.amount_cents" }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir.string(), kRecords);
+  Result<pipeline::PipelineSpec> spec = pipeline::parse_pipeline(yaml, "dead-letter-tail.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Result<std::unique_ptr<pipeline::PipelineRunner>> created = pipeline::PipelineRunner::create(*spec);
+  ASSERT_TRUE(created.ok()) << created.error().message();
+  pipeline::PipelineRunner& runner = **created;
+  const JobPlan plan = job_plan_of(runner.stream_graph());
+  auto server = RestServer::start(RestServerOptions{});
+  ASSERT_TRUE(server.ok());
+  RestServer& rest = **server;
+  rest.serve_metric_samples([&runner] { return runner.metric_samples(); });
+  ASSERT_TRUE(runner.start().ok());
+  rest.register_job("dead-letter-tail", *runner.client(), plan);
+  const std::string id = runner.client()->job_id();
+  const JobResult result = runner.wait();
+  ASSERT_EQ(result.status, JobStatus::kFinished) << (result.error ? result.error->to_string() : "");
+  httplib::Client http(rest.address(), rest.port());
+
+  Answer details = get(http, "/jobs/" + id);
+  ASSERT_EQ(details.status, 200) << details.text;
+  ASSERT_GE(details.body.find("vertices")->size(), 2u) << details.text;
+  const std::string name = str(details.body, "vertices[0].name");
+  ASSERT_NE(name.find("Transform"), std::string::npos) << details.text;
+  ASSERT_EQ(name.substr(name.size() - std::string("dead-letter").size()), "dead-letter") << name;
+  EXPECT_EQ(num(details.body, "vertices[0].metrics.write-records"), kRecords) << details.text;
+  // The next vertex read them all.
+  EXPECT_EQ(num(details.body, "vertices[1].metrics.read-records"), kRecords) << details.text;
+  // The same in the task metrics, summed over the source vertex's subtasks.
+  const std::string source_vid = str(details.body, "vertices[0].id");
+  Answer agg = get(http, "/jobs/" + id + "/vertices/" + source_vid + "/subtasks/metrics?get=numRecordsOut");
+  ASSERT_EQ(agg.status, 200) << agg.text;
+  EXPECT_EQ(real(agg.body, "[0].sum"), kRecords) << agg.text;
+  rest.stop();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sluice
