@@ -214,6 +214,8 @@ CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags) {
   cmd->add_option("--seq-end", flags.seq_end, "Last sequence number of every key (default: each key's largest seen)");
   cmd->add_flag("--allow-duplicates", flags.allow_duplicates,
                 "At-least-once output: report duplicates without failing");
+  cmd->add_flag("--allow-empty", flags.allow_empty,
+                "Output with no record at all is clean (without it, reading nothing fails the check: exit 1)");
   cmd->add_option("--timeout", flags.timeout_s, "Kafka: seconds to read every partition to its end")
       ->capture_default_str();
   cmd->add_option("--kafka-properties", flags.kafka_properties,
@@ -265,6 +267,17 @@ int run_verify(const VerifyFlags& flags) {
   fmt::print("unreadable:    {}\n", r.unreadable);
   for (const auto& e : r.examples)
     fmt::print("  {}\n", e);
+  // Nothing read proves nothing: a wrong directory or topic, or a job that lost everything, must not pass.
+  const bool empty = r.records == 0 && r.unreadable == 0 && !flags.allow_empty;
+  if (empty) {
+    fmt::print(
+        "result:        EMPTY: no record was read from {} ({} ms); give --allow-empty if no output is expected\n",
+        flags.files.empty() ? "topic " + flags.topic : flags.files, ms);
+    std::fflush(stdout);
+    fmt::print(stderr, "error: no record was read from {}\n",
+               flags.files.empty() ? "topic " + flags.topic : flags.files);
+    return 1;
+  }
   fmt::print("result:        {} ({} ms)\n", bad ? "VIOLATED" : "OK", ms);
   std::fflush(stdout);
   return bad ? 1 : 0;

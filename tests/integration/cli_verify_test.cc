@@ -117,6 +117,24 @@ TEST(CliVerifyTest, AFilesSinkOutputIsCleanAndABrokenCopyIsCaught) {
   // Bad flags and unreadable sources are exit code 2, with the reason.
   auto no_source = run_to_end(SLUICE_BINARY, {"verify", "--id-field", "id"});
   EXPECT_EQ(no_source.code, 2) << no_source.out << no_source.err;
+  // An empty directory (or one holding only uncommitted files) read nothing: not clean unless --allow-empty.
+  {
+    const TempDir empty;
+    write_lines(fs::path(empty.path()) / ".part-0-0.inprogress",
+                {R"({"id":"a","entity":"k","payload":{"revision":0}})"});
+    std::vector<std::string> args = {"verify", "--files", empty.path()};
+    args.insert(args.end(), kFields.begin(), kFields.end());
+    auto nothing = run_to_end(SLUICE_BINARY, args);
+    EXPECT_EQ(nothing.code, 1) << nothing.out << nothing.err;
+    EXPECT_NE(nothing.out.find("records:       0"), std::string::npos) << nothing.out;
+    EXPECT_NE(nothing.out.find("result:        EMPTY: no record was read from " + empty.path()), std::string::npos)
+        << nothing.out;
+    EXPECT_NE(nothing.err.find("no record was read"), std::string::npos) << nothing.err;
+    args.push_back("--allow-empty");
+    auto allowed = run_to_end(SLUICE_BINARY, args);
+    EXPECT_EQ(allowed.code, 0) << allowed.out << allowed.err;
+    EXPECT_NE(allowed.out.find("result:        OK"), std::string::npos) << allowed.out;
+  }
   auto missing_dir = run_to_end(SLUICE_BINARY, {"verify", "--files", dir.path() + "/nope", "--id-field", "id"});
   EXPECT_EQ(missing_dir.code, 2);
   EXPECT_NE(missing_dir.err.find("not a directory"), std::string::npos) << missing_dir.err;
@@ -191,6 +209,18 @@ TEST(CliVerifyTest, AKafkaTopicIsReadCommittedAndAGapIsCaught) {
   auto dirty = run_to_end(SLUICE_BINARY, uncommitted);
   EXPECT_EQ(dirty.code, 1) << dirty.out << dirty.err;
   EXPECT_NE(dirty.out.find("duplicated:    50"), std::string::npos) << dirty.out;
+
+  // A topic that holds only an aborted transaction reads nothing committed: not clean unless --allow-empty.
+  const std::string empty_topic = testing::kafka::unique_topic("verify-empty");
+  ASSERT_TRUE(testing::kafka::create_topic(bootstrap, empty_topic, 3));
+  produce_transaction(bootstrap, empty_topic, empty_topic + "-txn", workload(5, 10), false);
+  args[4] = empty_topic;
+  auto nothing = run_to_end(SLUICE_BINARY, args);
+  EXPECT_EQ(nothing.code, 1) << nothing.out << nothing.err;
+  EXPECT_NE(nothing.out.find("EMPTY: no record was read from topic " + empty_topic), std::string::npos) << nothing.out;
+  std::vector<std::string> allow_empty = args;
+  allow_empty.push_back("--allow-empty");
+  EXPECT_EQ(run_to_end(SLUICE_BINARY, allow_empty).code, 0);
 
   // Broken: seq 17 of key k0 never written.
   const std::string gap_topic = testing::kafka::unique_topic("verify-gap");
