@@ -440,6 +440,8 @@ int main(int argc, char** argv) {
   };
   auto* list = app.add_subcommand("list", "List the jobs of a JobManager");
   add_jobmanager(list);
+  list->add_option("--timeout", timeout_s, "Seconds to wait for the JobManager's answer (at most 60)")
+      ->default_str("60");
   auto* savepoint = app.add_subcommand("savepoint", "Take a savepoint of a running job and wait for it");
   add_jobmanager(savepoint);
   savepoint->add_option("JOB_ID", job_id, "The job (sluice list shows the ids)")->required();
@@ -456,6 +458,8 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a job (no savepoint)");
   add_jobmanager(cancel);
   cancel->add_option("JOB_ID", job_id, "The job (sluice list shows the ids)")->required();
+  cancel->add_option("--timeout", timeout_s, "Seconds to wait for the JobManager's answer (at most 60)")
+      ->default_str("60");
 
   try {
     app.parse(argc, argv);
@@ -505,9 +509,9 @@ int main(int argc, char** argv) {
     rest->set_token(std::move(*token));
     rest->set_ca_file(ca_file);
     const std::chrono::seconds timeout(std::max(1, timeout_s));
-    // --timeout bounds each request too, not only the wait for the savepoint (a paused JobManager).
-    if (savepoint->parsed() || stop->parsed())
-      rest->set_request_timeout(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(60)));
+    // --timeout bounds each request too, not only the wait for the savepoint (a paused JobManager); list and
+    // cancel make one request, which --timeout bounds (60 s by default, as before).
+    rest->set_request_timeout(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(60)));
     int rc = 0;
     if (list->parsed()) rc = list_jobs(*rest);
     if (savepoint->parsed()) rc = trigger_savepoint(*rest, job_id, target_dir, timeout);

@@ -281,6 +281,17 @@ TEST(CliSavepointTest, ClientErrorsAreClear) {
     socklen_t len = sizeof addr;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    // list and cancel take --timeout too (list waited the fixed 60 s).
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"list", "-m", silent, "--timeout", "2"},
+          std::vector<std::string>{"cancel", "-m", silent, "--timeout", "2", "0123456789abcdef0123456789abcdef"}}) {
+      const auto begin = std::chrono::steady_clock::now();
+      Ran r = run(args);
+      const auto took = std::chrono::steady_clock::now() - begin;
+      EXPECT_EQ(r.code, 1) << args[0];
+      EXPECT_NE(r.err.find("within 2000 ms: is that process paused"), std::string::npos) << args[0] << ": " << r.err;
+      EXPECT_LT(took, std::chrono::seconds(30)) << args[0];
+    }
     const auto start = std::chrono::steady_clock::now();
     Ran paused = run({"savepoint", "-m", silent, "--timeout", "2", "0123456789abcdef0123456789abcdef"});
     const auto took = std::chrono::steady_clock::now() - start;
