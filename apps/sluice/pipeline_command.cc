@@ -12,6 +12,9 @@
 
 #include "sluice/cluster/ha/ha_options.h"
 #include "sluice/core/config.h"
+#include "sluice/core/error.h"
+#include "sluice/graph/job_graph.h"
+#include "sluice/graph/stream_graph.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/rest_server.h"
@@ -124,6 +127,20 @@ std::pair<CLI::App*, CLI::App*> add_pipeline_commands(CLI::App& app, PipelineFla
 int validate_pipeline(const PipelineFlags& f) {
   std::optional<Loaded> loaded = load(f);
   if (!loaded) return 2;
+  // The checks `sluice run` makes before it starts: the engine options (a bad value is an error, an unknown key a
+  // warning) and the job graph (parallelism, uids), on a copy of the graph.
+  StreamGraph graph = loaded->runner->stream_graph();
+  Result<JobGraph> jg = [&]() -> Result<JobGraph> {
+    try {
+      return build_job_graph(graph);
+    } catch (const SluiceException& e) {
+      return e.error();
+    }
+  }();
+  if (!jg.ok()) {
+    fmt::print(stderr, "{}: {}\n", f.file, jg.error().to_string());
+    return 2;
+  }
   fmt::print("{}: valid; {}\n", f.file, describe(loaded->spec));
   if (f.sample > 0) {
     Result<std::string> sampled = pipeline::sample_transforms(loaded->spec, f.sample);

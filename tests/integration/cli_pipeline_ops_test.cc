@@ -340,6 +340,17 @@ TEST(CliPipelineOpsTest, ValidateSampleRunsTheTransformOverTheFirstRecordsOfAFil
   EXPECT_NE(right.out.find("5 records: 5 changes in, 4 events out, 1 filtered"), std::string::npos) << right.out;
   EXPECT_EQ(right.out.find("warning"), std::string::npos) << right.out;
 
+  // validate checks what run checks before it starts: engine options and the job graph (both passed validate and
+  // then failed or warned in run).
+  const std::string file = write_filter_pipeline(tmp.path, source, "TRUE", "").string();
+  Ran zero = sluice({"validate", file, "-D", "parallelism.default=0"});
+  EXPECT_EQ(zero.code, 2) << zero.out << zero.err;
+  EXPECT_NE(zero.err.find("parallelism 0"), std::string::npos) << zero.err;
+  EXPECT_EQ(zero.out.find("valid;"), std::string::npos) << zero.out;
+  Ran unknown = sluice({"validate", file, "-D", "state.backend.typo=1"});
+  EXPECT_EQ(unknown.code, 0) << unknown.err;
+  EXPECT_NE(unknown.err.find("'state.backend.typo' is not an engine option"), std::string::npos) << unknown.err;
+
   Ran not_files =
       sluice({"validate", write_filter_pipeline(tmp.path, "  type: datagen\n", "TRUE", "").string(), "--sample", "3"});
   EXPECT_EQ(not_files.code, 2);
