@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "sluice/connectors/mongodb/libmongoc_logging.h"
 #include "sluice/core/non_recoverable.h"
 #include "sluice/core/redact.h"
 
@@ -55,19 +56,6 @@ class BsonPtr {
  private:
   bson_t* b_;
 };
-
-std::once_flag g_mongoc_init;
-void ensure_mongoc_init() {
-  std::call_once(g_mongoc_init, [] {
-    mongoc_init();
-    // libmongoc logs through its own handler to stderr; route warnings and errors to spdlog instead.
-    mongoc_log_set_handler(
-        [](mongoc_log_level_t level, const char* domain, const char* message, void*) {
-          if (level <= MONGOC_LOG_LEVEL_WARNING) spdlog::warn("libmongoc [{}]: {}", domain, message);
-        },
-        nullptr);
-  });
-}
 
 mongodb::DriverError driver_error(const bson_error_t& e) {
   return mongodb::DriverError{e.domain, e.code, e.message};
@@ -240,7 +228,7 @@ bool is_history_lost(uint32_t code) noexcept {
 }
 
 Result<std::unique_ptr<MongoDriver>> make_libmongoc_driver(const std::string& uri, int64_t socket_timeout_ms) {
-  ensure_mongoc_init();
+  mongodb::init_libmongoc();
   bson_error_t e;
   mongoc_uri_t* u = mongoc_uri_new_with_error(uri.c_str(), &e);
   if (u == nullptr) {
@@ -618,7 +606,7 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
     return bad("the dead-letter policy needs a file: on_bad_record(BadRecordPolicy::kDeadLetter, path)");
   }
   if (!s.driver_factory) {
-    ensure_mongoc_init();
+    mongodb::init_libmongoc();
     bson_error_t e;
     mongoc_uri_t* u = mongoc_uri_new_with_error(s.uri.c_str(), &e);
     if (u == nullptr) return bad(redact_secrets(fmt::format("invalid URI '{}': {}", s.uri, e.message)));
