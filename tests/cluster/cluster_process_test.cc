@@ -157,6 +157,29 @@ TEST_F(ClusterProcessTest, ATaskManagerWithAnotherJobGraphIsRefusedNamingBothFin
   EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart));
 }
 
+// An unknown -D option is warned about once per process (it was twice: once when the job graph was fingerprinted
+// and once when it was built).
+TEST_F(ClusterProcessTest, AnUnknownOptionIsWarnedAboutOncePerProcess) {
+  std::vector<std::string> options = kOptions;
+  options.push_back("state.backend.typo=1");
+  harness_ = std::make_unique<ClusterHarness>(pipeline("p4", 4), options);
+  ClusterHarness& c = *harness_;
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* tm = c.start_taskmanager(2);
+  ASSERT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart)) << c.logs();
+  // The warning comes before the JobManager's RPC line and before the TaskManager registers.
+  auto count = [](const std::string& out) {
+    size_t n = 0;
+    for (size_t at = out.find("'state.backend.typo' is not an engine option"); at != std::string::npos;
+         at = out.find("'state.backend.typo' is not an engine option", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count(jm->output()), 1u) << jm->output();
+  EXPECT_EQ(count(tm->output()), 1u) << tm->output();
+}
+
 // The tests below keep fewer slots registered than the job needs (4), so that it is never deployed and they
 // observe the control plane alone (cluster_job_test deploys).
 TEST_F(ClusterProcessTest, AKilledTaskManagerIsDeclaredLostWithinTheHeartbeatTimeout) {

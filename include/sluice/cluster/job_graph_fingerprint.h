@@ -30,8 +30,10 @@ struct JobGraphIdentity {
   std::string build_version;  ///< the Sluice build, e.g. "0.1.0"
 };
 
-/// Builds the job graph of a copy of `graph` (the graph itself is left as it is) and fingerprints it. Errors:
-/// those of build_job_graph (kGraph, kConfiguration).
+/// Builds the job graph of a copy of `graph` (the graph itself is left as it is) and fingerprints it, quietly:
+/// neither build_job_graph's warnings nor its check of the engine options, which the build that runs the job
+/// makes (so each is said once per process). Errors: those of build_job_graph's chaining (kGraph), kConfiguration
+/// for a malformed option it reads.
 [[nodiscard]] Result<JobGraphFingerprint> fingerprint_job_graph(const StreamGraph& graph);
 
 }  // namespace sluice

@@ -3,13 +3,21 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "sluice/core/error.h"
 #include "sluice/graph/job_graph.h"
 
 namespace sluice {
 
 Result<JobGraphFingerprint> fingerprint_job_graph(const StreamGraph& graph) {
   StreamGraph copy = graph;  // build_job_graph fills derived uids and default partitioners
-  Result<JobGraph> built = build_job_graph(copy);
+  // Quietly: the process builds the same graph again to run it, and that build warns (unknown options, uids).
+  Result<JobGraph> built = [&]() -> Result<JobGraph> {
+    try {
+      return build_job_graph(copy, /*log_warnings=*/false);
+    } catch (const SluiceException& e) {  // a malformed option it reads (unchecked in a quiet build)
+      return e.error();
+    }
+  }();
   if (!built.ok()) return built.error();
   const JobGraph& jg = *built;
   // Version line first: a change of this text's format changes every fingerprint, on purpose.
