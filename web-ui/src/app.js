@@ -171,6 +171,7 @@ function vertexMetrics(node, metrics, uids) {
 // Flink's colouring: backpressured (>= 50 % of the time blocked on output) is dark; otherwise from blue (idle)
 // to red (busy all the time).
 const BACKPRESSURED = "#2b2b2b";
+const TERMINAL = new Set(["FINISHED", "FAILED", "CANCELED", "SUSPENDED"]); // Flink's globally terminal states (and suspended)
 function vertexState(vm) {
   if (vm.busy == null) return { state: "unknown", fill: "#dfe5ec" };
   if (vm.backpressured >= 500) return { state: "backpressured", fill: BACKPRESSURED };
@@ -247,9 +248,9 @@ function jobView(jobId) {
       <div id="job-summary" class="muted"></div>
       <div class="actions" style="margin-top:.6em">
         <input id="savepoint-dir" placeholder="savepoint directory (empty: execution.checkpointing.savepoint-dir)">
-        <button id="btn-savepoint">Trigger savepoint</button>
-        <button id="btn-stop">Stop with savepoint</button>
-        <button id="btn-cancel" class="danger">Cancel job</button>
+        <button id="btn-savepoint" disabled>Trigger savepoint</button>
+        <button id="btn-stop" disabled>Stop with savepoint</button>
+        <button id="btn-cancel" class="danger" disabled>Cancel job</button>
       </div>
       <div id="op-result"></div>
     </div>
@@ -433,11 +434,20 @@ function jobView(jobId) {
     const st = document.getElementById("job-status");
     st.textContent = job.state;
     st.className = `status ${job.state}`;
+    // An ended job ran for a fixed time: its duration is end - start, and nothing can be done to it any more.
+    const ended = TERMINAL.has(job.state);
+    const endTime = job["end-time"];
+    const took = ended && endTime >= 0 ? endTime - job["start-time"] : job.duration;
     document.getElementById("job-summary").textContent =
-      `${job.jid} · started ${fmtTime(job["start-time"])} · running for ${fmtDuration(job.duration)}` +
+      `${job.jid} · started ${fmtTime(job["start-time"])} · ` +
+      (ended ? `ran for ${fmtDuration(took)}` + (endTime >= 0 ? ` · ended ${fmtTime(endTime)}` : "")
+             : `running for ${fmtDuration(took)}`) +
       (job["status-message"] ? ` · ${job["status-message"]}` : "");
+    // Savepoints and stop need running tasks; a job being created or restarting can still be cancelled.
     const running = job.state === "RUNNING";
-    for (const b of ["btn-savepoint", "btn-stop", "btn-cancel"]) document.getElementById(b).disabled = !running;
+    document.getElementById("btn-savepoint").disabled = !running;
+    document.getElementById("btn-stop").disabled = !running;
+    document.getElementById("btn-cancel").disabled = ended;
 
     const plan = job.plan && job.plan.nodes && job.plan.nodes.length ? job.plan : null;
     if (plan) {

@@ -232,6 +232,53 @@ sink:
   }
 });
 
+test("a FINISHED job: its duration stands still and no button acts on it", async () => {
+  // A bounded pipeline that ends at once; --linger keeps its REST API (and the UI) up afterwards.
+  const file = path.join(dir, "finished.yaml");
+  fs.writeFileSync(
+    file,
+    `pipeline:
+  name: finished-${process.pid}
+  checkpoint: { interval: 200ms, storage: "${dir}/finished-checkpoints" }
+  http: { port: 0 }
+source: { type: datagen, count: 2000 }
+sink:
+  out: { type: files, path: "${dir}/finished-out" }
+`,
+  );
+  const { log } = await startSluice("finished", ["run", file, "--linger", "2min"], /FINISHED after/, { SLUICE_WEB_UI_DIR: UI_DIR });
+  const url = /REST API, \/metrics and \/health at (http:\/\/[0-9.]+:[0-9]+)/.exec(log())[1];
+  const jobId = (await (await fetch(url + "/jobs")).json()).jobs[0].id;
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  try {
+    await page.goto(`${url}/?poll=200#/jobs/${jobId}`);
+    await page.locator("#job-status", { hasText: "FINISHED" }).waitFor({ timeout: 30_000 });
+    for (const b of ["#btn-savepoint", "#btn-stop", "#btn-cancel"]) {
+      assert.equal(await page.locator(b).isDisabled(), true, `${b} is disabled on a FINISHED job`);
+    }
+    // ... and looks it: the disabled Cancel button is grey, not the red of an active one.
+    const cancelColour = await page.locator("#btn-cancel").evaluate((e) => getComputedStyle(e).color);
+    assert.notEqual(cancelColour, "rgb(198, 40, 40)", `the disabled Cancel button is drawn red: ${cancelColour}`);
+    const summary = page.locator("#job-summary");
+    const first = await summary.textContent();
+    assert.match(first, /ran for /, first);
+    assert.doesNotMatch(first, /running for/, first);
+    assert.match(first, /ended /, first);
+    // Several refreshes later (poll=200 ms) the text is the same: nothing ticks.
+    const updated = await page.locator("#live").textContent();
+    await page.waitForFunction((u) => document.getElementById("live").textContent !== u, updated, { timeout: 10_000 });
+    await page.waitForFunction(
+      (u) => document.getElementById("live").textContent !== u,
+      await page.locator("#live").textContent(),
+      { timeout: 10_000 },
+    );
+    assert.equal(await summary.textContent(), first);
+    await page.screenshot({ path: path.join(ARTIFACTS, "06-finished.png"), fullPage: true });
+  } finally {
+    await page.close();
+  }
+});
+
 test("without the UI's files, / says how to get them and the REST API still works", async () => {
   const { url } = await runSluice(
     "no-ui",
