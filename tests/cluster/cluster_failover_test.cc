@@ -177,6 +177,25 @@ TEST(ClusterFailoverTest, AKilledTaskManagerIsReplacedFromTheLatestCheckpointAnd
       kStart))
       << c.logs();
   const auto first_new_commit = Clock::now();
+  // The failure is in the job's exception history, newest first, marked as restarted (Flink's shape); the job
+  // list's last-failure is that newest entry.
+  {
+    const auto history = c.get("/jobs/" + c.job_id() + "/exceptions");
+    ASSERT_TRUE(history.has_value());
+    const Value* entries = history->at_path("exceptionHistory.entries");
+    ASSERT_TRUE(entries != nullptr && entries->is_array() && !entries->as_array().empty()) << history->to_json();
+    const Value& newest = entries->as_array().front();
+    EXPECT_TRUE(newest.find("restarted") != nullptr && newest.find("restarted")->as_bool()) << history->to_json();
+    const std::vector<Value>& all = entries->as_array();
+    for (size_t i = 1; i < all.size(); ++i) {
+      EXPECT_GE(num(all[i - 1], "timestamp"), num(all[i], "timestamp")) << "newest first: " << history->to_json();
+    }
+    const auto jobs = c.get("/jobs");
+    ASSERT_TRUE(jobs.has_value());
+    const Value* last = jobs->at_path("jobs[0].last-failure.message");
+    ASSERT_TRUE(last != nullptr && last->is_string()) << jobs->to_json();
+    EXPECT_EQ(std::string(last->as_string()), str(newest, "message")) << jobs->to_json();
+  }
   std::cout << "recovery: RUNNING again "
             << std::chrono::duration_cast<std::chrono::milliseconds>(running_again - killed).count()
             << " ms after the kill, first newly committed record read "

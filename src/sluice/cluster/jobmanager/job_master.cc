@@ -417,7 +417,10 @@ void JobMaster::fail_job(const Error& error) {
 
 std::vector<JobExceptionInfo> JobMaster::exceptions() const {
   std::lock_guard lock(mu_);
-  return exceptions_;
+  // JobClient's contract: newest first, at most kMaxExceptionHistory (exceptions_ is in the order they happened).
+  std::vector<JobExceptionInfo> out(exceptions_.rbegin(), exceptions_.rend());
+  if (out.size() > JobClient::kMaxExceptionHistory) out.resize(JobClient::kMaxExceptionHistory);
+  return out;
 }
 
 void JobMaster::on_task_state(const TaskStateReport& report) {
@@ -571,6 +574,9 @@ void JobMaster::cancel_deployed(const std::string& reason, const std::string& ex
   }
   for (const auto& d : deployed) {
     if (d.tm.registration_id == except_registration) continue;
+    // The count is what this attempt deployed there; the TaskManager says how many of them still ran.
+    spdlog::info("job '{}': asking TaskManager {} to cancel the {} task(s) of attempt {} deployed to it: {}",
+                 options_.job_name, d.tm.resource_id, d.tasks, attempt_, reason);
     auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(d.tm.rpc_address));
     v1::CancelTasksRequest req;
     req.set_jobmanager_id(server_.jobmanager_id());
@@ -675,6 +681,11 @@ void JobMaster::run() {
       return;
     }
     const int64_t backoff = restart_strategy_->backoff_time_ms();
+    if (!exceptions_.empty()) exceptions_.back().restarted = true;  // the failure this restart follows
+    if (exceptions_.size() > JobClient::kMaxExceptionHistory) {     // a crash loop keeps the newest only
+      exceptions_.erase(exceptions_.begin(),
+                        exceptions_.end() - static_cast<std::ptrdiff_t>(JobClient::kMaxExceptionHistory));
+    }
     status_ = JobStatus::kRestarting;
     ++restarts_;
     spdlog::warn("job '{}' RESTARTING (restart {}, {}) in {} ms after: {}", options_.job_name, restarts_,

@@ -745,9 +745,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     {
       std::lock_guard lock(deploy_mu_);
       if (!deployed_ || (attempt >= 0 && deployed_->attempt() != attempt)) return;
-      if (deployed_->running() > 0) {
-        spdlog::warn("TaskManager {}: cancelling {} task(s) of attempt {}: {}", resource_id_, deployed_->running(),
-                     deployed_->attempt(), reason);
+      if (const size_t running = deployed_->running(); running > 0) {
+        // Counted here, not as deployed: tasks that already ended (finished, or failed on a lost connection)
+        // have nothing left to cancel.
+        spdlog::warn(
+            "TaskManager {}: cancelling the {} running task(s) of attempt {} ({} deployed here, {} already "
+            "ended): {}",
+            resource_id_, running, deployed_->attempt(), deployed_->task_count(), deployed_->task_count() - running,
+            reason);
       }
       gone = std::move(deployed_);
       const int attempt_gone = gone->attempt();
