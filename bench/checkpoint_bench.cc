@@ -104,6 +104,7 @@ Configuration base_config(const CheckpointBenchOptions& o, const fs::path& dir, 
   c.set(options::kParallelism, o.parallelism);
   c.set(options::kStateBackendType, o.backend);
   if (!o.rocksdb_memory.empty()) c.set_string(std::string(options::kRocksDBMemoryFixedPerSlot.key), o.rocksdb_memory);
+  c.set(options::kStateBackendIncremental, o.incremental);
   if (interval != "none") {
     c.set_string(std::string(options::kCheckpointInterval.key), interval);
     c.set(options::kCheckpointDir, dir.string());
@@ -215,6 +216,81 @@ int run_state(const CheckpointBenchOptions& o) {
   return 0;
 }
 
+// Writes every key once at full speed, then changes churn_percent of the keys per 3 s interval (random keys, paced
+// by the generator): the checkpoints after the fill show what a mostly unchanged large state costs.
+int run_churn(const CheckpointBenchOptions& o) {
+  const int64_t keys = keys_for(o);
+  const int64_t interval_ms = 3'000;
+  const double per_second = std::max(1.0, static_cast<double>(keys) * o.churn_percent / 100 / (interval_ms / 1000.0));
+  fs::path dir = checkpoint_root(o, "churn");
+  g_processed = 0;
+  StreamEnvironment env(base_config(o, dir, "3s"));
+  auto source = std::make_shared<DataGeneratorSource<int64_t>>(
+      [keys](int64_t i) {
+        if (i < keys) return i;
+        return static_cast<int64_t>((static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL) % static_cast<uint64_t>(keys));
+      },
+      DataGeneratorSource<int64_t>::kUnbounded);
+  env.from_source(source, "keys")
+      .uid("keys")
+      .map([keys, per_second, start_ns = int64_t{0}](const int64_t& v) mutable {
+        // After the fill, pace to per_second records (a benchmark driver's throttle, not synchronisation).
+        const int64_t n = g_processed.load(std::memory_order_relaxed);
+        if (n >= keys) {
+          if (start_ns == 0) start_ns = now_ns();
+          const int64_t due = start_ns + static_cast<int64_t>(static_cast<double>(n - keys) / per_second * 1e9);
+          const int64_t wait = due - now_ns();
+          if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+        }
+        return v;
+      })
+      .uid("pace")
+      .key_by([](const int64_t& v) { return v; })
+      .process(FillState(o.value_bytes))
+      .uid("state")
+      .sink_to(std::make_shared<Discard>())
+      .uid("discard");
+  JobClient client = env.execute_async("checkpoint churn benchmark");
+  if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: the state was not filled within 10 minutes\n");
+    return 1;
+  }
+  const int64_t filled_ms = SystemClock::instance().now_ms();
+  auto after_fill = [&] {
+    std::vector<CheckpointStats> out;
+    for (auto& s : client.checkpoint_stats()) {
+      if (s.completed && s.trigger_time_ms > filled_ms + interval_ms) out.push_back(s);  // the 2nd on: churn only
+    }
+    return out;
+  };
+  if (!wait_for([&] { return after_fill().size() >= 5; }, std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: no 5 checkpoints completed within 10 minutes\n");
+    return 1;
+  }
+  const double rss = rss_mib();
+  const double cpu = cpu_seconds();
+  client.cancel();
+  client.wait();
+  std::vector<double> duration, written, size, pause;
+  for (const auto& s : after_fill()) {
+    duration.push_back(static_cast<double>(s.duration_ms));
+    written.push_back(static_cast<double>(s.checkpointed_bytes) / (1 << 20));
+    size.push_back(static_cast<double>(s.state_bytes) / (1 << 20));
+    int64_t p = 0;
+    for (const auto& t : s.tasks)
+      p = std::max(p, t.sync_pause_ns);
+    pause.push_back(static_cast<double>(p) / 1e6);
+  }
+  fmt::print(
+      "checkpoint churn: {} MiB target ({} keys x {} B), {}% of the keys changed per 3 s, {} backend{}, {} "
+      "checkpoints: median duration {:.0f} ms, written {:.2f} MiB of {:.1f} MiB state, max synchronous pause "
+      "{:.2f} ms (median); RSS {:.0f} MiB, CPU {:.1f} s\n",
+      o.state_mb, keys, o.value_bytes, o.churn_percent, o.backend, o.incremental ? " (incremental)" : "",
+      duration.size(), median(duration), median(written), median(size), median(pause), rss, cpu);
+  if (!is_s3_uri(dir.native())) fs::remove_all(dir);
+  return 0;
+}
+
 int run_throughput(const CheckpointBenchOptions& o) {
   std::vector<std::string> intervals;
   for (size_t start = 0; start <= o.intervals.size();) {
@@ -296,9 +372,10 @@ int run_recovery(const CheckpointBenchOptions& o) {
   client.cancel();
   client.wait();
   fmt::print(
-      "checkpoint recovery: {} MiB target ({} keys x {} B, checkpoint {:.1f} MiB), parallelism {}: {:.0f} ms from "
-      "the failure to the first record processed by the restored operator\n",
-      o.state_mb, keys, o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism, ms);
+      "checkpoint recovery: {} MiB target ({} keys x {} B, checkpoint {:.1f} MiB), parallelism {}, {} backend{}: "
+      "{:.0f} ms from the failure to the first record processed by the restored operator\n",
+      o.state_mb, keys, o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism, o.backend,
+      o.incremental ? " (incremental)" : "", ms);
   if (!is_s3_uri(dir.native())) fs::remove_all(dir);
   return 0;
 }
@@ -307,9 +384,10 @@ int run_recovery(const CheckpointBenchOptions& o) {
 
 int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   if (options.scenario == "state") return run_state(options);
+  if (options.scenario == "churn") return run_churn(options);
   if (options.scenario == "throughput") return run_throughput(options);
   if (options.scenario == "recovery") return run_recovery(options);
-  fmt::print(stderr, "error: unknown scenario '{}' (state, throughput, recovery)\n", options.scenario);
+  fmt::print(stderr, "error: unknown scenario '{}' (state, churn, throughput, recovery)\n", options.scenario);
   return 2;
 }
 

@@ -1,6 +1,8 @@
 // `sluice-bench checkpoint ...`: what checkpoints cost on the local mini-cluster.
 //
 //   state      heap keyed state of --state-mb MiB: checkpoint duration, size and the synchronous pause
+//   churn      --state-mb MiB of keyed state written once, then --churn-percent of the keys changed per 3 s
+//              checkpoint interval: duration, bytes written and full size of the checkpoints (--incremental)
 //   throughput a keyed counting job with checkpoints every --intervals (none,10s,1s,200ms): records/s and
 //              the ratio to no checkpoints, medians over --rounds rounds run alternately
 //   recovery   --state-mb MiB of state, one injected failure: time from the failure to the first record
@@ -23,6 +25,8 @@ struct CheckpointBenchOptions {
   std::string dir;                  ///< checkpoint directory; default: a fresh one under the temp dir
   std::string backend = "hashmap";  ///< state.backend.type: hashmap or rocksdb
   std::string rocksdb_memory;       ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
+  bool incremental = false;         ///< state.backend.incremental
+  double churn_percent = 1;         ///< keys changed per checkpoint interval, in % (churn)
 };
 
 /// Runs one scenario and prints its figures; returns the process exit code.

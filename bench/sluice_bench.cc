@@ -342,10 +342,10 @@ int main(int argc, char** argv) {
   nexmark_checksum->add_option("--seed", sum_opt.seed, "Seed of the generator")->capture_default_str();
 
   sluice::bench::CheckpointBenchOptions ck;
-  auto* checkpoint = app.add_subcommand("checkpoint", "What checkpoints cost: state size, throughput, recovery");
-  checkpoint->add_option("scenario", ck.scenario, "state, throughput or recovery")
+  auto* checkpoint = app.add_subcommand("checkpoint", "What checkpoints cost: state size, churn, throughput, recovery");
+  checkpoint->add_option("scenario", ck.scenario, "state, churn, throughput or recovery")
       ->required()
-      ->check(CLI::IsMember({"state", "throughput", "recovery"}));
+      ->check(CLI::IsMember({"state", "churn", "throughput", "recovery"}));
   checkpoint->add_option("--state-mb", ck.state_mb, "MiB of keyed state (state, recovery)")->capture_default_str();
   checkpoint->add_option("--value-bytes", ck.value_bytes, "Bytes of each key's value")->capture_default_str();
   checkpoint->add_option("--records", ck.records, "Records per run (throughput)")->capture_default_str();
@@ -359,6 +359,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"hashmap", "rocksdb"}));
   checkpoint->add_option("--rocksdb-memory", ck.rocksdb_memory,
                          "Memory budget of each RocksDB database (state.backend.rocksdb.memory.fixed-per-slot)");
+  checkpoint->add_flag("--incremental", ck.incremental, "Incremental checkpoints (state.backend.incremental: true)");
+  checkpoint->add_option("--churn-percent", ck.churn_percent, "Keys changed per checkpoint interval, in % (churn)")
+      ->capture_default_str();
 
   sluice::bench::NexmarkKafkaOptions kfill;
   auto* kafka_fill = app.add_subcommand("nexmark-kafka-fill", "Write Nexmark bids as JSON into a Kafka topic");

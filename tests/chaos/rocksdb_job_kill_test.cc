@@ -7,8 +7,11 @@
 // exactly once (a lost or replayed record shifts every later count of its key). It also checks that the RocksDB
 // directories the killed processes left behind were removed by the next process.
 //
-// Scale: CI runs 3 kills over 60,000 records at 4,000 a second (about 30 s); SLUICE_CHAOS_SCALE multiplies
-// records and kills. The seed is printed; SLUICE_TEST_SEED replays a run.
+// The incremental variant (state.backend.incremental, 3 retained checkpoints) kills each run only after a chain
+// of 10 checkpoints of its own, and checks that every checkpoint it restored from referenced shared SST files.
+//
+// Scale: CI runs 3 kills over 60,000 records at 4,000 a second (about 30 s each variant); SLUICE_CHAOS_SCALE
+// multiplies records and kills. The seed is printed; SLUICE_TEST_SEED replays a run.
 // Run: build/release/tests/rocksdb_job_kill_test
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +34,7 @@
 #include "integration/test_util/polling.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/files.h"
 #include "test_util/counting_job.h"
@@ -75,6 +80,7 @@ int run_child() {
   const int64_t records = std::strtoll(std::getenv("SLUICE_ROCKSDB_CHAOS_RECORDS"), nullptr, 10);
   const double rate = std::strtod(std::getenv("SLUICE_ROCKSDB_CHAOS_RATE"), nullptr);
   const char* recovery = std::getenv("SLUICE_ROCKSDB_CHAOS_RECOVERY");
+  const char* incremental = std::getenv("SLUICE_ROCKSDB_CHAOS_INCREMENTAL");
   Configuration c;
   c.set(options::kParallelism, 2);
   c.set(options::kStateBackendType, std::string("rocksdb"));
@@ -83,6 +89,10 @@ int run_child() {
   c.set_string(std::string(options::kCheckpointInterval.key), "200ms");
   c.set(options::kCheckpointDir, "file://" + (dir / "checkpoints").string());
   c.set(options::kRestartStrategy, std::string("none"));
+  if (incremental != nullptr && *incremental == '1') {
+    c.set(options::kStateBackendIncremental, true);
+    c.set(options::kCheckpointsRetained, 3);
+  }
   if (recovery != nullptr && *recovery != '\0') c.set(options::kStateRecoveryPath, std::string(recovery));
   StreamEnvironment env(c);
   env.from_source(datagen::sequence(0, records - 1, rate), "numbers")
@@ -127,8 +137,34 @@ size_t database_dirs(const fs::path& localdir) {
   return n;
 }
 
-pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::string& recovery, int run) {
+/// The highest id of a completed checkpoint in a job directory not in `known` (this run's job), or -1.
+int64_t newest_in_new_job(const fs::path& root, const std::set<fs::path>& known) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (fs::directory_iterator job(root, ec), end; !ec && job != end; job.increment(ec)) {
+    if (known.contains(job->path())) continue;
+    std::error_code ec2;
+    for (fs::directory_iterator c(job->path(), ec2), e2; !ec2 && c != e2; c.increment(ec2)) {
+      const int64_t id = FileCheckpointStorage::checkpoint_id_of(c->path());
+      std::error_code ec3;
+      if (id > newest && fs::exists(c->path() / "_metadata", ec3)) newest = id;
+    }
+  }
+  return newest;
+}
+
+std::set<fs::path> job_dirs(const fs::path& root) {
+  std::set<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator job(root, ec), end; !ec && job != end; job.increment(ec))
+    out.insert(job->path());
+  return out;
+}
+
+pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::string& recovery, int run,
+                  bool incremental) {
   const std::string log = (dir / ("run-" + std::to_string(run) + ".log")).string();
+  std::fflush(stdout);  // or the child writes the parent's buffered lines again
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv(kChildEnv, "1", 1);
@@ -136,6 +172,7 @@ pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::
     ::setenv("SLUICE_ROCKSDB_CHAOS_RECORDS", std::to_string(records).c_str(), 1);
     ::setenv("SLUICE_ROCKSDB_CHAOS_RATE", std::to_string(rate).c_str(), 1);
     ::setenv("SLUICE_ROCKSDB_CHAOS_RECOVERY", recovery.c_str(), 1);
+    ::setenv("SLUICE_ROCKSDB_CHAOS_INCREMENTAL", incremental ? "1" : "0", 1);
     std::freopen(log.c_str(), "w", stdout);
     std::freopen(log.c_str(), "a", stderr);
     const std::string self = self_path();
@@ -165,7 +202,7 @@ bool wait_for(pid_t pid, Pred pred, std::chrono::seconds deadline, bool& exited,
   return held;
 }
 
-TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
+void counts_are_exactly_once_across_sigkills(bool incremental) {
   const uint64_t seed = testing::test_seed();
   std::printf("seed %llu (SLUICE_TEST_SEED replays)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
@@ -185,15 +222,31 @@ TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
     ASSERT_LT(run, kills + 10) << "too many runs";
     std::vector<fs::path> before = completed_checkpoints(dir / "checkpoints");
     const std::string recovery = before.empty() ? "" : before.back().string();
-    pid_t pid = start_child(dir, records, rate, recovery, run);
+    const std::set<fs::path> known_jobs = job_dirs(dir / "checkpoints");
+    if (incremental && !recovery.empty()) {
+      // The checkpoint this run restores from is incremental: its SST files are shared files.
+      auto m = FileCheckpointStorage::load_metadata(recovery);
+      ASSERT_TRUE(m.ok()) << m.error().to_string();
+      const size_t shared = shared_files_of(*m).size();
+      std::printf("run %d restores %s, which references %zu shared files\n", run, recovery.c_str(), shared);
+      EXPECT_GT(shared, 0u);
+    }
+    pid_t pid = start_child(dir, records, rate, recovery, run, incremental);
     ASSERT_GT(pid, 0);
     bool exited = false;
     int status = 0;
     if (killed < kills) {
       // Kill once this run completed a checkpoint of its own, after a seeded extra delay of up to 600 ms.
       const size_t n = before.size();
+      // Incremental: a chain of 10 checkpoints of this run (ids continue after the restored one).
+      const int64_t restored_id = recovery.empty() ? 0 : FileCheckpointStorage::checkpoint_id_of(recovery);
       bool ok = wait_for(
-          pid, [&] { return completed_checkpoints(dir / "checkpoints").size() > n; }, 120s, exited, status);
+          pid,
+          [&] {
+            return incremental ? newest_in_new_job(dir / "checkpoints", known_jobs) >= restored_id + 10
+                               : completed_checkpoints(dir / "checkpoints").size() > n;
+          },
+          120s, exited, status);
       ASSERT_TRUE(ok && !exited) << "run " << run << " did not checkpoint before exiting or the deadline; log:\n"
                                  << tail(dir / ("run-" + std::to_string(run) + ".log"));
       std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 600));  // a random moment, not a wait
@@ -234,11 +287,19 @@ TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(duplicated, 0);
   EXPECT_EQ(unexpected, 0);
-  if (HasFailure()) {
+  if (::testing::Test::HasFailure()) {
     std::printf("kept %s for inspection\n", dir.c_str());
   } else {
     fs::remove_all(dir);
   }
+}
+
+TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
+  counts_are_exactly_once_across_sigkills(/*incremental=*/false);
+}
+
+TEST(RocksDBJobKillTest, IncrementalCheckpointChainsOfTenSurviveSigkills) {
+  counts_are_exactly_once_across_sigkills(/*incremental=*/true);
 }
 
 }  // namespace

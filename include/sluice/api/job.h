@@ -112,7 +112,9 @@ struct CheckpointStats {
   std::string type;  ///< "checkpoint", "savepoint" or "stop-with-savepoint"
   TimestampMs trigger_time_ms = 0;
   int64_t duration_ms = 0;   ///< trigger to completion (or abort)
-  uint64_t state_bytes = 0;  ///< all state files
+  uint64_t state_bytes = 0;  ///< all state files (incremental checkpoints: with the shared files they reference)
+  /// Bytes this checkpoint wrote (Flink's checkpointed size): state files plus newly uploaded shared files.
+  uint64_t checkpointed_bytes = 0;
   bool completed = false;
   std::string failure;  ///< why it was aborted (empty when completed)
   std::string path;     ///< its directory once completed

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,25 @@ struct KeyGroupHandle {
   friend bool operator==(const KeyGroupHandle&, const KeyGroupHandle&) = default;
 };
 
+/// One file of a native (incremental rocksdb) keyed state: in the job's shared directory, or inside the state
+/// file of the checkpoint.
+struct NativeFileHandle {
+  std::string local_name;   ///< the file's name in the database directory (000012.sst, MANIFEST-000005, ...)
+  std::string shared_name;  ///< its object in `<job dir>/shared/`, or "" when its bytes are in the state file
+  uint64_t offset = 0;      ///< bytes from the start of the state file (shared_name empty)
+  uint64_t size = 0;        ///< bytes
+  uint64_t checksum = 0;    ///< XXH3-64 of a shared file (0 in the state file, which has its own checksum)
+  friend bool operator==(const NativeFileHandle&, const NativeFileHandle&) = default;
+};
+
+/// The database of one subtask's incremental rocksdb checkpoint (Flink's IncrementalRemoteKeyedStateHandle).
+struct NativeKeyedStateHandle {
+  int32_t key_group_start = 0;  ///< the key groups the database holds: [start, end]
+  int32_t key_group_end = -1;
+  std::vector<NativeFileHandle> files;  ///< every file of the database, by name
+  friend bool operator==(const NativeKeyedStateHandle&, const NativeKeyedStateHandle&) = default;
+};
+
 /// The state of one operator in one (old) subtask: one file in the checkpoint directory.
 struct OperatorSubtaskStateHandle {
   int subtask = 0;                         ///< the subtask index at the time of the checkpoint
@@ -41,6 +61,8 @@ struct OperatorSubtaskStateHandle {
   uint64_t operator_state_offset = 0;      ///< OperatorStateStore::snapshot() bytes: offset in the file
   uint64_t operator_state_length = 0;      ///< ... and length (0: no operator state)
   std::vector<KeyGroupHandle> key_groups;  ///< ascending key group; only non-empty key groups
+  /// Incremental rocksdb checkpoints: the database's files (key_groups then hold timers and state beside it).
+  std::optional<NativeKeyedStateHandle> native;
   friend bool operator==(const OperatorSubtaskStateHandle&, const OperatorSubtaskStateHandle&) = default;
 };
 
@@ -65,8 +87,12 @@ struct CheckpointMetadata {
   friend bool operator==(const CheckpointMetadata&, const CheckpointMetadata&) = default;
 };
 
-/// Current version of the metadata format (docs/state-format.md, "Checkpoint storage layout").
-inline constexpr uint32_t kCheckpointMetadataVersion = 1;
+/// Current version of the metadata format (docs/state-format.md, "Checkpoint storage layout"). Version 2 adds
+/// the native handles of incremental checkpoints; version 1 files are still read.
+inline constexpr uint32_t kCheckpointMetadataVersion = 2;
+
+/// The shared files (`<job dir>/shared/<name>`) a checkpoint references, with their sizes.
+std::map<std::string, uint64_t> shared_files_of(const CheckpointMetadata& metadata);
 
 /// Encodes `metadata` (magic "SLCM", version, fields, trailing XXH3-64 of everything before it).
 std::string serialize_checkpoint_metadata(const CheckpointMetadata& metadata);

@@ -5,7 +5,8 @@
 //
 //   <base>/<job-id>/chk-<n>/_metadata          a completed checkpoint n: metadata ...
 //   <base>/<job-id>/chk-<n>/<uid>-<subtask>-<hex>   ... and one state file per operator and subtask
-//   <base>/<job-id>/shared/                    reserved for the files of incremental checkpoints
+//   <base>/<job-id>/shared/                    SST files of incremental rocksdb checkpoints, referenced by
+//                                              any number of chk-<n>; deleted when no retained one does
 //   <target>/savepoint-<job id[0:6]>-<12 hex>/ a savepoint: the same files; never deleted by the engine
 //
 // A checkpoint directory without `_metadata` is an incomplete checkpoint: `_metadata` is written last and
@@ -105,10 +106,39 @@ class FileCheckpointStorage {
   /// asynchronous part of a checkpoint runs on writer threads.
   /// Errors: kCheckpoint naming the file for I/O failures; the error of write_key_group() (a thrown
   /// SluiceException or other exception, with the uid and subtask as context). No file is left on error.
+  ///
+  /// Incremental checkpoints: when `keyed->native()` is set and `dir` is a `chk-<n>` directory (never for a
+  /// savepoint, which stays canonical), the key groups hold only write_key_group_beside_native(), the native
+  /// SST files that the backend did not upload before are uploaded into `<job dir>/shared/` as
+  /// `<uid>-<subtask>-<16 hex>-<file>` and the others referenced, and the remaining native files (MANIFEST,
+  /// CURRENT, OPTIONS) are appended to the state file; `handle.native` lists them all. `uploaded_bytes`
+  /// (nullable) receives the bytes uploaded into shared/ by this call.
   [[nodiscard]] Result<OperatorSubtaskStateHandle> write_subtask_state(const std::filesystem::path& dir,
                                                                        const std::string& uid, int subtask,
                                                                        const std::string& operator_state,
-                                                                       const KeyedStateSnapshot* keyed) const;
+                                                                       const KeyedStateSnapshot* keyed,
+                                                                       uint64_t* uploaded_bytes = nullptr) const;
+
+  /// Deletes `<job dir>/shared/<name>` (a shared file no retained checkpoint references any more; see
+  /// CompletedCheckpointStore). On s3:// in the background. Never throws; failures are logged.
+  void discard_shared_file(const std::string& name) const noexcept;
+
+  /// The shared directory of the job a checkpoint directory `chk-<n>` belongs to (its sibling `shared`).
+  static std::filesystem::path shared_dir_of(const std::filesystem::path& checkpoint_dir);
+
+  /// Checks the shared file `file` of checkpoint `checkpoint_dir` against its handle: local storage its size and
+  /// XXH3-64, S3 that the object exists (materialize_native() checks the downloaded bytes). Errors: kState
+  /// naming the path.
+  [[nodiscard]] static Status verify_shared_file(const std::filesystem::path& checkpoint_dir,
+                                                 const NativeFileHandle& file);
+
+  /// Writes the files of the native database `native` of checkpoint `checkpoint_dir` into the existing
+  /// directory `target`: shared files hard-linked (copied when linking fails) from local storage or downloaded
+  /// from S3 and checked (size; downloads also XXH3-64), the others from `state_file`, the subtask's mapped
+  /// state file. Errors: kState naming the file.
+  [[nodiscard]] static Status materialize_native(const std::filesystem::path& checkpoint_dir,
+                                                 const NativeKeyedStateHandle& native, const StateFileBytes& state_file,
+                                                 const std::filesystem::path& target);
 
   /// Completes the checkpoint or savepoint in `dir`: writes `_metadata` atomically (temporary file in `dir`,
   /// fsync, rename to `_metadata`, fsync of `dir` and of its parent). After it returns OK the checkpoint is

@@ -6,13 +6,21 @@
 // periodic checkpoints have their directories deleted, dropped savepoints are only forgotten (the engine
 // never deletes a savepoint).
 //
+// Shared files (incremental rocksdb checkpoints, `<job dir>/shared/`) are reference-counted over the retained
+// checkpoints (Flink's SharedStateRegistry): add() counts the files a new checkpoint references before it drops
+// older checkpoints, and a dropped checkpoint's files whose count reaches 0 are deleted. So a shared file is
+// deleted only when no retained checkpoint references it, and never one that no completed checkpoint registered
+// (an upload of a checkpoint that was aborted stays, as its backend may reference it next time).
+//
 // Threading: every member function is thread-safe (one mutex); directories are deleted outside the lock.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "sluice/checkpoint/checkpoint_metadata.h"
@@ -55,11 +63,17 @@ class CompletedCheckpointStore {
   /// The retention limit (>= 1).
   int num_retained() const noexcept { return num_retained_; }
 
+  /// How many retained checkpoints reference the shared file `name` (0: none, or deleted).
+  int shared_references(const std::string& name) const;
+  /// Number of shared files the retained checkpoints reference.
+  size_t shared_file_count() const;
+
  private:
   const int num_retained_;
   FileCheckpointStorage& storage_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<const CompletedCheckpoint>> checkpoints_;  // ascending id; guarded by mu_
+  std::map<std::string, int> shared_refs_;                               // shared file -> references; mu_
 };
 
 }  // namespace sluice

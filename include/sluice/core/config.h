@@ -152,7 +152,9 @@ inline const ConfigOption<std::string> kStateBackendType{
     "Where keyed state lives: hashmap (in memory) or rocksdb (one RocksDB database per keyed operator subtask on "
     "local disk)."};
 inline const ConfigOption<bool> kStateBackendIncremental{
-    "state.backend.incremental", false, "Incremental checkpoints (RocksDB SST files); true is refused (not built)."};
+    "state.backend.incremental", false,
+    "Incremental checkpoints of the rocksdb backend: each uploads only the SST files no earlier checkpoint uploaded "
+    "(into <dir>/<job-id>/shared/); hashmap checkpoints stay full."};
 inline const ConfigOption<std::string> kRocksDBLocalDir{
     "state.backend.rocksdb.localdir", "",
     "Directory for the RocksDB working directories of this process's subtasks; empty: the system temp dir."};

@@ -57,6 +57,19 @@ class KeyedOperatorSnapshot final : public KeyedStateSnapshot {
     out.write_bytes(timer_bytes.data(), timer_bytes.size());
   }
 
+  /// The backend's native files (incremental rocksdb checkpoints), or nullptr.
+  const NativeKeyedStateSnapshot* native() const override { return state_->native(); }
+  /// As write_key_group(), with the state part reduced to what the native files do not hold.
+  void write_key_group_beside_native(KeyGroup kg, DataOutput& out) const override {
+    DataOutput state_bytes;
+    state_->write_key_group_beside_native(kg, state_bytes);
+    out.write_varint(state_bytes.size());
+    out.write_bytes(state_bytes.data(), state_bytes.size());
+    std::string_view timer_bytes = timers_ ? timers_->key_group_bytes(kg) : std::string_view();
+    out.write_varint(timer_bytes.size());
+    out.write_bytes(timer_bytes.data(), timer_bytes.size());
+  }
+
   /// The captured backend state alone.
   const KeyedStateSnapshot& state() const noexcept { return *state_; }
   /// The captured timers, or null.

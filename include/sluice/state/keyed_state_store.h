@@ -41,6 +41,8 @@ struct StateBackendOptions {
   std::filesystem::path local_dir;
   /// The budget of each RocksDB instance (state.backend.rocksdb.memory.*).
   RocksDBMemoryOptions memory;
+  /// state.backend.incremental: rocksdb checkpoints upload only new SST files (rocksdb_incremental.h).
+  bool incremental = false;
 
   /// Reads the options from `config` (nullptr: the defaults, hashmap). Throws SluiceException
   /// (kConfiguration) for values validate_engine_options() refuses, with the same reasons.
@@ -69,6 +71,7 @@ class KeyedStateStore {
       rocks_ = std::make_unique<RocksDBKeyedStateBackend<K>>(
           range, max_parallelism, clock, make_rocksdb_working_dir(options, operator_name, subtask_index, attempt),
           options.memory);
+      if (options.incremental) rocks_->enable_incremental_checkpoints();
     }
   }
   KeyedStateStore(const KeyedStateStore&) = delete;
@@ -136,16 +139,29 @@ class KeyedStateStore {
 
   /// Captures the state and `timers` (nullable; built on timer_key_context()) for a checkpoint: the heap's
   /// copy-on-write capture or a RocksDB snapshot; both write the canonical key-group blobs, so a checkpoint of
-  /// one backend restores into the other.
+  /// one backend restores into the other. With state.backend.incremental the RocksDB capture also holds the
+  /// native files that checkpoints (not savepoints) store instead.
   template <class N>
   std::unique_ptr<KeyedStateSnapshot> capture(const InternalTimerService<K, N>* timers) const {
     std::unique_ptr<TimerServiceSnapshot> timer_capture = timers != nullptr ? timers->capture() : nullptr;
     if (rocks_ != nullptr) return std::make_unique<KeyedOperatorSnapshot>(rocks_->capture(), std::move(timer_capture));
     return std::make_unique<KeyedOperatorSnapshot>(heap_->capture(), std::move(timer_capture));
   }
-  /// Restores the key groups of `restore` (either backend's checkpoint) and `timers` (nullable).
+  /// Restores the key groups of `restore` (either backend's checkpoint or savepoint, or an incremental rocksdb
+  /// checkpoint's databases, which only rocksdb reads: the heap refuses them with kState) and `timers`
+  /// (nullable).
   template <class N>
   [[nodiscard]] Status restore(InternalTimerService<K, N>* timers, const KeyedStateRestore& restore) {
+    if (!restore.native.empty()) {
+      if (rocks_ == nullptr) {
+        return Error(ErrorCode::kState,
+                     "operator '" + operator_name_ +
+                         "': the checkpoint holds incremental rocksdb state (RocksDB's own files), which "
+                         "state.backend.type = hashmap cannot read; restore it with state.backend.type = rocksdb, "
+                         "or switch backends through a savepoint (savepoints are canonical)");
+      }
+      SLUICE_RETURN_IF_ERROR(rocks_->restore_native(restore.native));
+    }
     if (rocks_ != nullptr) return restore_keyed_operator(*rocks_, timers, restore);
     return restore_keyed_operator(*heap_, timers, restore);
   }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
 
@@ -56,6 +57,11 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// ratios outside their ranges.
   static std::shared_ptr<RocksDBInstance> open(const std::filesystem::path& dir,
                                                const RocksDBMemoryOptions& memory = {});
+  /// Opens the database whose files are already in `dir` (restored from an incremental checkpoint: SST
+  /// files, MANIFEST, CURRENT, OPTIONS) with all its column families; `dir` is removed when the instance is
+  /// destroyed. Memory as open(). Throws SluiceException (kState) naming `dir` when RocksDB cannot open it.
+  static std::shared_ptr<RocksDBInstance> open_existing(const std::filesystem::path& dir,
+                                                        const RocksDBMemoryOptions& memory = {});
   ~RocksDBInstance();
   RocksDBInstance(const RocksDBInstance&) = delete;
   RocksDBInstance& operator=(const RocksDBInstance&) = delete;
@@ -69,10 +75,36 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// read again (Flink's TTL compaction filter).
   using ValueFilter = std::function<FilterDecision(std::string_view value, std::string& new_value)>;
 
-  /// The column family `name`, created on first use with `filter` as its compaction filter (ignored when it
-  /// exists already). Every column family has a merge operator that concatenates values (list states append
-  /// with merge()). Task thread only.
+  /// The column family `name`, created on first use with `filter` as its compaction filter (an existing one
+  /// gets `filter` when it is not null: a restored database learns its states' TTL on registration). Every column
+  /// family has a merge operator that concatenates values (list states append with merge()). Task thread only.
   ColumnFamily* column_family(std::string_view name, ValueFilter filter = nullptr);
+
+  /// Installs `filter` as the compaction filter of state `name`'s column family (one opened by
+  /// open_existing() has none until its state is registered). Task thread.
+  void set_filter(std::string_view name, ValueFilter filter);
+
+  /// Names of the states' column families (without the internal "state/" prefix), sorted.
+  std::vector<std::string> state_names() const;
+
+  /// The per-state metadata kept in the database itself (the state's kind and format flags, so a database
+  /// restored from its files can check a registration); empty when `name` has none.
+  std::string state_meta(std::string_view name) const;
+  void set_state_meta(std::string_view name, std::string_view bytes);
+
+  /// The synchronous part of an incremental checkpoint: flushes every memtable and creates a RocksDB
+  /// checkpoint in `target` (which must not exist; same file system as directory()): SST files as hard links,
+  /// MANIFEST, CURRENT and OPTIONS copied. Returns the file names in `target`. Throws kState.
+  std::vector<std::string> create_checkpoint(const std::filesystem::path& target);
+
+  /// Copies every entry of every state column family of `other` whose key lies in [begin, end) (bytewise)
+  /// into the column family of the same name here (created when missing), with its state metadata; the
+  /// restore of a rescaled incremental checkpoint. Task thread.
+  void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end);
+
+  /// Deletes every key outside [begin, end) in every state column family (RocksDB range deletions; compactions
+  /// reclaim the space later): clips a restored database to the subtask's key groups. Task thread.
+  void clip_to_range(std::string_view begin, std::string_view end);
 
   /// Reads `key`; returns false when it is absent. `value` is overwritten when found.
   bool get(ColumnFamily* cf, std::string_view key, std::string& value) const;
@@ -111,6 +143,8 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
  private:
   struct Impl;
   explicit RocksDBInstance(std::filesystem::path dir);
+  static std::shared_ptr<RocksDBInstance> open_impl(const std::filesystem::path& dir,
+                                                    const RocksDBMemoryOptions& memory, bool existing);
   std::filesystem::path dir_;
   std::unique_ptr<Impl> impl_;
 };

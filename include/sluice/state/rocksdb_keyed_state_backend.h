@@ -14,7 +14,11 @@
 // HeapKeyedStateBackend: a checkpoint or savepoint written by one backend restores into the other, and key
 // groups move between subtasks on rescaling exactly as with the heap backend. capture() takes a RocksDB
 // snapshot (a sequence number: no data is copied); the checkpoint writer thread then scans each key group
-// through it while the task keeps writing. (Incremental checkpoints of SST files are not built yet.)
+// through it while the task keeps writing. With incremental checkpoints (state.backend.incremental) the
+// capture also holds a hard-link RocksDB checkpoint (rocksdb_incremental.h): checkpoints store its files, of
+// which only SST files new since this backend's earlier uploads are uploaded, while savepoints stay canonical.
+// A database restored from an incremental checkpoint is opened from its files; its states' kinds and format
+// flags are kept in the database (RocksDBInstance::state_meta) and checked when the states are registered.
 //
 // TTL (Flink's StateTtlConfig on RocksDB): values carry their i64 last-access timestamp as in the canonical
 // format (list elements and map entries each their own); a read never returns an expired value (it deletes
@@ -36,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +54,7 @@
 #include "sluice/core/key_group.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/rocksdb_incremental.h"
 #include "sluice/state/rocksdb_instance.h"
 #include "sluice/state/state.h"
 
@@ -816,22 +822,51 @@ class RocksDBKeyedStateSnapshot final : public KeyedStateSnapshot {
   };
   using CapturedPending = std::vector<std::pair<std::string, detail::PendingHandle>>;
 
+  /// `native` (nullable): the RocksDB checkpoint of an incremental capture; `native_unregistered`: states of a
+  /// database restored from an incremental checkpoint that are not registered (no codec: not canonical).
   RocksDBKeyedStateSnapshot(KeyGroupRange range, int max_parallelism, std::shared_ptr<RocksDBInstance> db,
-                            std::vector<CapturedState> states, CapturedPending pending)
+                            std::vector<CapturedState> states, CapturedPending pending,
+                            std::shared_ptr<const RocksDBNativeSnapshot> native = nullptr,
+                            std::vector<std::string> native_unregistered = {})
       : range_(range),
         max_parallelism_(max_parallelism),
         db_(std::move(db)),
         snapshot_(db_->snapshot()),
         states_(std::move(states)),
-        pending_(std::move(pending)) {}
+        pending_(std::move(pending)),
+        native_(std::move(native)),
+        native_unregistered_(std::move(native_unregistered)) {}
 
   KeyGroupRange key_group_range() const override { return range_; }
   int max_parallelism() const override { return max_parallelism_; }
 
   /// Appends the canonical key-group blob of `kg` (docs/state-format.md) as of capture time: the same
   /// bytes a HeapKeyedStateBackend with equal contents writes, up to entry order. Throws kState when `kg`
-  /// is outside the range.
+  /// is outside the range, or when a state restored from an incremental checkpoint is not registered (its
+  /// canonical form needs its types).
   void write_key_group(KeyGroup kg, DataOutput& out) const override {
+    if (!native_unregistered_.empty()) {
+      std::string names;
+      for (const auto& n : native_unregistered_)
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      detail::throw_state_error(
+          "state(s) " + names +
+          " were restored from an incremental checkpoint and are not registered by the operator: a savepoint or a "
+          "full checkpoint needs their types to write them canonically; register them (get_state) before the "
+          "snapshot, or keep taking incremental checkpoints");
+    }
+    write_blob(kg, out, /*registered=*/true);
+  }
+
+  const NativeKeyedStateSnapshot* native() const override { return native_.get(); }
+  /// The blob of `kg` with only the restored states that are not registered yet (the others are in the
+  /// native files).
+  void write_key_group_beside_native(KeyGroup kg, DataOutput& out) const override {
+    write_blob(kg, out, /*registered=*/false);
+  }
+
+ private:
+  void write_blob(KeyGroup kg, DataOutput& out, bool registered) const {
     if (!range_.contains(kg)) {
       detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside the captured range " +
                                 range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
@@ -839,7 +874,7 @@ class RocksDBKeyedStateSnapshot final : public KeyedStateSnapshot {
     const int32_t g = kg.value - range_.start();
     std::vector<std::pair<uint64_t, DataOutput>> entries(states_.size());
     uint64_t sections = 0;
-    for (size_t i = 0; i < states_.size(); ++i) {
+    for (size_t i = 0; i < states_.size() && registered; ++i) {
       entries[i].first = states_[i].codec->write_group(*db_, states_[i].cf, snapshot_.get(), kg, entries[i].second);
       sections += entries[i].first > 0 ? 1 : 0;
     }
@@ -865,13 +900,14 @@ class RocksDBKeyedStateSnapshot final : public KeyedStateSnapshot {
     }
   }
 
- private:
   KeyGroupRange range_;
   int max_parallelism_;
   std::shared_ptr<RocksDBInstance> db_;
   std::shared_ptr<const RocksDBInstance::Snapshot> snapshot_;
   std::vector<CapturedState> states_;  // in name order
   CapturedPending pending_;            // in name order
+  std::shared_ptr<const RocksDBNativeSnapshot> native_;
+  std::vector<std::string> native_unregistered_;
 };
 
 /// The RocksDB keyed state backend for key type K (requires TypeSerializer<K> and operator==). Its API
@@ -887,7 +923,7 @@ class RocksDBKeyedStateBackend {
   /// `memory` bounds the database's block cache and memtables (RocksDBMemoryOptions).
   RocksDBKeyedStateBackend(KeyGroupRange range, int max_parallelism, const Clock& clock,
                            const std::filesystem::path& working_dir, const RocksDBMemoryOptions& memory = {})
-      : range_(range), max_parallelism_(max_parallelism), clock_(clock) {
+      : range_(range), max_parallelism_(max_parallelism), clock_(clock), memory_(memory) {
     detail::check_backend_range(range, max_parallelism);
     db_ = RocksDBInstance::open(working_dir, memory);
   }
@@ -1013,16 +1049,52 @@ class RocksDBKeyedStateBackend {
   // Snapshot and restore (docs/state-format.md): the same key-group blobs as HeapKeyedStateBackend
   // -------------------------------------------------------------------------------------------------------
 
+  /// Makes capture() also take a RocksDB checkpoint for incremental checkpoints (state.backend.incremental).
+  void enable_incremental_checkpoints() { incremental_ = true; }
+  bool incremental_checkpoints() const noexcept { return incremental_; }
+  /// Local SST files this backend has uploaded into the shared area (for tests and metrics).
+  size_t uploaded_files() const { return ledger_->size(); }
+
   /// A consistent capture of every key group as of now (a RocksDB snapshot: no data copied); its
-  /// write_key_group() may run on another thread while the task goes on. Task thread only.
+  /// write_key_group() may run on another thread while the task goes on. With incremental checkpoints it also
+  /// holds a RocksDB checkpoint (the synchronous part: a flush and hard links). Task thread only.
   std::unique_ptr<RocksDBKeyedStateSnapshot> capture() const {
     std::vector<RocksDBKeyedStateSnapshot::CapturedState> states;
     states.reserve(states_.size());
     for (const auto& [name, s] : states_)
       states.push_back({name, s->kind(), s->format_flags(), s->column_family(), s->codec()});
     RocksDBKeyedStateSnapshot::CapturedPending pending(pending_.begin(), pending_.end());
-    return std::make_unique<RocksDBKeyedStateSnapshot>(range_, max_parallelism_, db_, std::move(states),
-                                                       std::move(pending));
+    std::shared_ptr<const RocksDBNativeSnapshot> native;
+    if (incremental_) {
+      native = std::make_shared<const RocksDBNativeSnapshot>(
+          *db_, db_->directory().string() + ".chk-" + std::to_string(++captures_), range_, ledger_);
+    }
+    return std::make_unique<RocksDBKeyedStateSnapshot>(
+        range_, max_parallelism_, db_, std::move(states), std::move(pending), std::move(native),
+        std::vector<std::string>(native_unregistered_.begin(), native_unregistered_.end()));
+  }
+
+  /// Replaces the (empty) database with the one restored from `sources`, the old subtasks' databases of an
+  /// incremental checkpoint (restore_native_database()); before any state is registered or restored. Task
+  /// thread. Errors: kState (states registered already, RocksDB or file failures naming the file).
+  [[nodiscard]] Status restore_native(const std::vector<NativeKeyedStateRestore>& sources) {
+    if (!states_.empty() || !pending_.empty()) {
+      return Error(ErrorCode::kState,
+                   "restoring an incremental rocksdb checkpoint into a backend that already has states: restore "
+                   "before registering any state");
+    }
+    const std::filesystem::path dir = db_->directory();
+    db_.reset();  // closes the empty database and removes its directory
+    auto restored = restore_native_database(dir, range_, sources, memory_);
+    if (!restored.ok()) {
+      db_ = RocksDBInstance::open(dir, memory_);  // an empty database again, for a consistent object
+      return restored.error();
+    }
+    db_ = std::move(*restored);
+    ledger_ = std::make_shared<RocksDBUploadLedger>();
+    for (std::string& name : db_->state_names())
+      native_unregistered_.insert(std::move(name));
+    return ok_status();
   }
 
   /// Appends the key-group blob of `kg` (as snapshot_key_group of the heap backend). Throws kState when
@@ -1066,6 +1138,17 @@ class RocksDBKeyedStateBackend {
     }
     auto state = std::make_unique<S>(d, *db_, ctx_, clock_);
     S& ref = *state;
+    // The kind and flags live in the database too, so a database restored from its files checks them here.
+    const std::string meta = db_->state_meta(d.name);
+    if (meta.size() == 2) {
+      detail::check_restored_state(d.name, static_cast<StateKind>(static_cast<uint8_t>(meta[0])),
+                                   static_cast<uint8_t>(meta[1]), kind, ref.format_flags())
+          .value_or_throw();
+    } else {
+      const char bytes[2] = {static_cast<char>(kind), static_cast<char>(ref.format_flags())};
+      db_->set_state_meta(d.name, std::string_view(bytes, 2));
+    }
+    native_unregistered_.erase(d.name);
     if (auto p = pending_.find(d.name); p != pending_.end()) {
       const detail::PendingKeyedState& pending = *p->second;
       detail::check_restored_state(d.name, pending.kind, pending.flags, kind, ref.format_flags()).value_or_throw();
@@ -1161,6 +1244,11 @@ class RocksDBKeyedStateBackend {
   KeyGroupRange range_;
   int max_parallelism_;
   const Clock& clock_;
+  RocksDBMemoryOptions memory_;
+  bool incremental_ = false;
+  mutable uint64_t captures_ = 0;
+  std::shared_ptr<RocksDBUploadLedger> ledger_ = std::make_shared<RocksDBUploadLedger>();
+  std::set<std::string, std::less<>> native_unregistered_;  // restored column families not registered yet
   std::shared_ptr<RocksDBInstance> db_;
   detail::RocksKeyContext<K> ctx_;
   DataOutput key_buf_;

@@ -385,14 +385,15 @@ void CheckpointCoordinator::run_writer() {
     stats.sync_pause_ns = job->snapshot->sync_pause_ns;
     for (const auto& op : job->snapshot->operators) {
       if (op.operator_state.empty() && op.keyed == nullptr) continue;
-      Result<OperatorSubtaskStateHandle> h =
-          storage_.write_subtask_state(job->dir, op.operator_uid, job->key.subtask, op.operator_state, op.keyed.get());
+      uint64_t uploaded = 0;
+      Result<OperatorSubtaskStateHandle> h = storage_.write_subtask_state(job->dir, op.operator_uid, job->key.subtask,
+                                                                          op.operator_state, op.keyed.get(), &uploaded);
       if (!h.ok()) {
         error =
             h.error().with_context(fmt::format("writing the state of '{}' for checkpoint {}", job->task_name, job->id));
         break;
       }
-      stats.state_bytes += h->file_size;
+      stats.state_bytes += h->file_size + uploaded;  // what this checkpoint wrote (incremental: new files only)
       handles.push_back(std::move(*h));
       uids.push_back(op.operator_uid);
     }
@@ -452,8 +453,13 @@ void CheckpointCoordinator::complete(int64_t id) {
         e.subtasks = h->second;
         std::sort(e.subtasks.begin(), e.subtasks.end(),
                   [](const auto& a, const auto& b) { return a.subtask < b.subtask; });
-        for (const auto& s : e.subtasks)
+        for (const auto& s : e.subtasks) {
           meta.total_state_bytes += s.file_size;
+          if (s.native) {
+            for (const auto& f : s.native->files)
+              if (!f.shared_name.empty()) meta.total_state_bytes += f.size;  // the full state, shared files too
+          }
+        }
         meta.operators.push_back(std::move(e));
       }
     }
@@ -493,11 +499,13 @@ void CheckpointCoordinator::complete(int64_t id) {
   for (const auto& t : p->task_stats) {
     max_sync = std::max(max_sync, t.sync_pause_ns);
     max_align = std::max(max_align, t.alignment_ns);
+    s.checkpointed_bytes += t.state_bytes;
   }
   s.tasks = std::move(p->task_stats);
-  spdlog::info("completed {} {} ({}) in {} ms: {}, max alignment {:.1f} ms, max sync pause {:.2f} ms",
+  spdlog::info("completed {} {} ({}) in {} ms: {} ({} written), max alignment {:.1f} ms, max sync pause {:.2f} ms",
                snapshot_type_name(p->type), id, dir.string(), duration_ms, human_bytes(meta.total_state_bytes),
-               static_cast<double>(max_align) / 1e6, static_cast<double>(max_sync) / 1e6);
+               human_bytes(s.checkpointed_bytes), static_cast<double>(max_align) / 1e6,
+               static_cast<double>(max_sync) / 1e6);
   record_stats_locked(std::move(s));
   // Older pending checkpoints are subsumed (Flink aborts them).
   std::vector<int64_t> older;

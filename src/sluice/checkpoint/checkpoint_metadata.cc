@@ -49,10 +49,39 @@ Status check_subtask(std::string_view file, const OperatorStateEntry& op, const 
                               kg.length, h.file_size));
     previous = kg.key_group;
   }
+  if (h.native) {
+    const NativeKeyedStateHandle& n = *h.native;
+    if (n.key_group_start < 0 || n.key_group_end >= op.max_parallelism || n.key_group_start > n.key_group_end)
+      return fail(fmt::format("native key groups [{}, {}] not within [0, {})", n.key_group_start, n.key_group_end,
+                              op.max_parallelism));
+    auto plain = [](const std::string& name) {
+      return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+    };
+    for (const NativeFileHandle& f : n.files) {
+      if (!plain(f.local_name)) return fail(fmt::format("native file '{}' is not a plain file name", f.local_name));
+      if (!f.shared_name.empty() && !plain(f.shared_name))
+        return fail(fmt::format("shared file '{}' is not a plain file name", f.shared_name));
+      if (f.shared_name.empty() && !in_file(f.offset, f.size))
+        return fail(fmt::format("native file {} [{}, +{}) lies outside the file of {} bytes", f.local_name, f.offset,
+                                f.size, h.file_size));
+    }
+  }
   return ok_status();
 }
 
 }  // namespace
+
+std::map<std::string, uint64_t> shared_files_of(const CheckpointMetadata& metadata) {
+  std::map<std::string, uint64_t> files;
+  for (const OperatorStateEntry& op : metadata.operators) {
+    for (const OperatorSubtaskStateHandle& h : op.subtasks) {
+      if (!h.native) continue;
+      for (const NativeFileHandle& f : h.native->files)
+        if (!f.shared_name.empty()) files.emplace(f.shared_name, f.size);
+    }
+  }
+  return files;
+}
 
 std::string serialize_checkpoint_metadata(const CheckpointMetadata& m) {
   DataOutput out;
@@ -82,6 +111,19 @@ std::string serialize_checkpoint_metadata(const CheckpointMetadata& m) {
         out.write_fixed<uint64_t>(kg.offset);
         out.write_fixed<uint64_t>(kg.length);
       }
+      out.write_u8(h.native ? 1 : 0);
+      if (h.native) {
+        out.write_varint(static_cast<uint64_t>(h.native->key_group_start));
+        out.write_varint(static_cast<uint64_t>(h.native->key_group_end));
+        out.write_varint(h.native->files.size());
+        for (const NativeFileHandle& f : h.native->files) {
+          out.write_string(f.local_name);
+          out.write_string(f.shared_name);
+          out.write_fixed<uint64_t>(f.offset);
+          out.write_fixed<uint64_t>(f.size);
+          out.write_fixed<uint64_t>(f.checksum);
+        }
+      }
     }
   }
   out.write_varint(m.coordinator_state.size());
@@ -103,8 +145,9 @@ Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view byte
   try {
     DataInput header(bytes.substr(sizeof(kMagic)));
     uint64_t version = header.read_varint();
-    if (version != kCheckpointMetadataVersion)
-      return metadata_error(file, fmt::format("format version {} is not supported (this Sluice reads version {})",
+    if (version != 1 && version != kCheckpointMetadataVersion)
+      return metadata_error(file, fmt::format("format version {} is not supported (this Sluice reads versions 1 "
+                                              "to {})",
                                               version, kCheckpointMetadataVersion));
     const std::string_view body = bytes.substr(0, bytes.size() - sizeof(uint64_t));
     uint64_t expected;
@@ -117,7 +160,7 @@ Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view byte
 
     DataInput in(body);
     in.skip(sizeof(kMagic));
-    (void)in.read_varint();
+    const uint64_t read_version = in.read_varint();
     m.checkpoint_id = in.read_fixed<int64_t>();
     m.trigger_timestamp = in.read_fixed<int64_t>();
     uint8_t type = in.read_u8();
@@ -148,6 +191,20 @@ Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view byte
           kg.key_group = read_int(in, "key group", kMaxInt);
           kg.offset = in.read_fixed<uint64_t>();
           kg.length = in.read_fixed<uint64_t>();
+        }
+        if (read_version >= 2 && in.read_u8() != 0) {
+          NativeKeyedStateHandle& n = h.native.emplace();
+          n.key_group_start = read_int(in, "key group", kMaxInt);
+          n.key_group_end = read_int(in, "key group", kMaxInt);
+          const uint64_t file_count = in.read_varint();
+          for (uint64_t f = 0; f < file_count; ++f) {
+            NativeFileHandle& nf = n.files.emplace_back();
+            in.read_string(nf.local_name);
+            in.read_string(nf.shared_name);
+            nf.offset = in.read_fixed<uint64_t>();
+            nf.size = in.read_fixed<uint64_t>();
+            nf.checksum = in.read_fixed<uint64_t>();
+          }
         }
         SLUICE_RETURN_IF_ERROR(check_subtask(file, op, h));
       }

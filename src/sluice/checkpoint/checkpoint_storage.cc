@@ -381,11 +381,103 @@ Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path&
   return std::make_shared<const StateFileBytes>(std::move(*bytes));
 }
 
-// The state file's body (header, operator state, key groups) through `writer` (HashingFileWriter or
-// HashingS3Writer), filling the handle's offsets.
+// Streams the local file `path` through `sink(data, n)` in chunks; kCheckpoint naming the file on errors.
+template <class Sink>
+Status stream_local_file(const fs::path& path, uint64_t& size, Sink sink) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("opening", path, errno);
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  std::string chunk(kReadChunkSize, '\0');
+  size = 0;
+  for (;;) {
+    ssize_t r = ::read(fd, chunk.data(), chunk.size());
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return io_error("reading", path, errno);
+    }
+    if (r == 0) break;
+    SLUICE_RETURN_IF_ERROR(sink(chunk.data(), static_cast<size_t>(r)));
+    size += static_cast<uint64_t>(r);
+  }
+  return ok_status();
+}
+
+// Uploads the local SST file `path` into the job's shared directory `shared_dir` as `name` (fsynced file, or
+// an S3 object), returning its size and XXH3-64.
+Result<SharedStateFile> upload_shared_file(const fs::path& shared_dir, const std::string& name, const fs::path& path) {
+  SharedStateFile shared;
+  shared.name = name;
+  uint64_t size = 0;
+  if (is_s3(shared_dir)) {
+    auto t = s3_target(shared_dir);
+    if (!t.ok()) return t.error();
+    HashingS3Writer writer(t->client, t->uri.bucket, t->child(name));
+    Status st = stream_local_file(path, size, [&](const char* data, size_t n) { return writer.append(data, n); });
+    if (st.ok()) st = writer.finish();
+    if (!st.ok()) {
+      writer.abort();
+      return st.error().with_context("uploading " + path.string() + " into " + shared_dir.string());
+    }
+    shared.size = writer.size();
+    shared.checksum = writer.digest();
+    return shared;
+  }
+  HashingFileWriter writer;
+  const fs::path target = shared_dir / name;
+  int err = 0;
+  SLUICE_RETURN_IF_ERROR(writer.create(target, err));
+  Status st = stream_local_file(path, size, [&](const char* data, size_t n) { return writer.append(data, n); });
+  if (st.ok()) st = writer.finish();
+  if (!st.ok()) {
+    std::error_code ec;
+    fs::remove(target, ec);
+    return st.error().with_context("uploading " + path.string() + " into " + shared_dir.string());
+  }
+  shared.size = writer.size();
+  shared.checksum = writer.digest();
+  return shared;
+}
+
+// The native files of an incremental snapshot: SST files the backend uploaded before are referenced, new ones
+// uploaded into `shared_dir`, the others (MANIFEST, CURRENT, OPTIONS) appended to the state file.
+template <class Writer>
+Status write_native_files(Writer& writer, OperatorSubtaskStateHandle& handle, const NativeKeyedStateSnapshot& native,
+                          const fs::path& shared_dir, const std::string& name_prefix, uint64_t& uploaded) {
+  NativeKeyedStateHandle& out = handle.native.emplace();
+  out.key_group_start = native.key_group_range().start();
+  out.key_group_end = native.key_group_range().end();
+  for (const std::string& file : native.files()) {
+    NativeFileHandle f;
+    f.local_name = file;
+    const fs::path path = native.directory() / file;
+    if (NativeKeyedStateSnapshot::is_shared_file(file)) {
+      std::optional<SharedStateFile> shared = native.uploaded_before(file);
+      if (!shared) {
+        auto up = upload_shared_file(shared_dir, fmt::format("{}-{}-{}", name_prefix, random_hex(16), file), path);
+        if (!up.ok()) return up.error();
+        native.record_upload(file, *up);
+        uploaded += up->size;
+        shared = std::move(*up);
+      }
+      f.shared_name = shared->name;
+      f.size = shared->size;
+      f.checksum = shared->checksum;
+    } else {
+      f.offset = writer.size();
+      Status st = stream_local_file(path, f.size, [&](const char* data, size_t n) { return writer.append(data, n); });
+      if (!st.ok()) return st;
+    }
+    out.files.push_back(std::move(f));
+  }
+  return ok_status();
+}
+
+// The state file's body (header, operator state, key groups, native files) through `writer` (HashingFileWriter
+// or HashingS3Writer), filling the handle's offsets. `shared_dir` empty: no native files (a savepoint).
 template <class Writer>
 Status write_state_contents(Writer& writer, OperatorSubtaskStateHandle& handle, const std::string& operator_state,
-                            const KeyedStateSnapshot* keyed) {
+                            const KeyedStateSnapshot* keyed, const fs::path& shared_dir, const std::string& name_prefix,
+                            uint64_t& uploaded) {
   try {
     DataOutput header;
     header.write_bytes(kStateFileMagic, sizeof(kStateFileMagic));
@@ -395,14 +487,22 @@ Status write_state_contents(Writer& writer, OperatorSubtaskStateHandle& handle, 
     handle.operator_state_length = operator_state.size();
     SLUICE_RETURN_IF_ERROR(writer.append(operator_state.data(), operator_state.size()));
     if (keyed != nullptr) {
+      const NativeKeyedStateSnapshot* native = shared_dir.empty() ? nullptr : keyed->native();
       const KeyGroupRange range = keyed->key_group_range();
       DataOutput bytes;
       for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
         bytes.clear();
-        keyed->write_key_group(KeyGroup{kg}, bytes);
+        if (native != nullptr) {
+          keyed->write_key_group_beside_native(KeyGroup{kg}, bytes);
+        } else {
+          keyed->write_key_group(KeyGroup{kg}, bytes);
+        }
         if (bytes.size() == 0) continue;
         handle.key_groups.push_back(KeyGroupHandle{kg, writer.size(), bytes.size()});
         SLUICE_RETURN_IF_ERROR(writer.append(bytes.data(), bytes.size()));
+      }
+      if (native != nullptr) {
+        SLUICE_RETURN_IF_ERROR(write_native_files(writer, handle, *native, shared_dir, name_prefix, uploaded));
       }
     }
     SLUICE_RETURN_IF_ERROR(writer.finish());
@@ -437,7 +537,15 @@ class FileCheckpointStorage::ObjectDeleter {
   void enqueue(fs::path dir) {
     {
       std::lock_guard lock(mu_);
-      queue_.push_back(std::move(dir));
+      queue_.push_back({std::move(dir), false});
+    }
+    cv_.notify_all();
+  }
+  /// Deletes the one object `path` (a shared file).
+  void enqueue_object(fs::path path) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back({std::move(path), true});
     }
     cv_.notify_all();
   }
@@ -447,14 +555,22 @@ class FileCheckpointStorage::ObjectDeleter {
     pthread_setname_np(pthread_self(), "sluice-s3-del");
     for (;;) {
       fs::path dir;
+      bool object = false;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, and nothing left
-        dir = std::move(queue_.front());
+        dir = std::move(queue_.front().first);
+        object = queue_.front().second;
         queue_.pop_front();
       }
       auto t = s3_target(dir);
+      if (object) {
+        Status st = t.ok() ? t->client->delete_object(t->uri.bucket, t->uri.key) : Status(t.error());
+        if (!st.ok())
+          spdlog::warn("deleting the shared file {} failed (it stays): {}", dir.string(), st.error().to_string());
+        continue;
+      }
       if (t.ok() && dir.filename().string().starts_with("savepoint-")) {
         auto completed = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
         if (!completed.ok() || *completed) {
@@ -475,7 +591,7 @@ class FileCheckpointStorage::ObjectDeleter {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<fs::path> queue_;
+  std::deque<std::pair<fs::path, bool>> queue_;  // path, single object
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -591,9 +707,20 @@ Result<fs::path> FileCheckpointStorage::init_checkpoint(int64_t id) const {
 Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(const fs::path& dir,
                                                                               const std::string& uid, int subtask,
                                                                               const std::string& operator_state,
-                                                                              const KeyedStateSnapshot* keyed) const {
+                                                                              const KeyedStateSnapshot* keyed,
+                                                                              uint64_t* uploaded_bytes) const {
   OperatorSubtaskStateHandle handle;
   handle.subtask = subtask;
+  // Native (incremental) files only into checkpoints: savepoints stay canonical.
+  const bool native = keyed != nullptr && keyed->native() != nullptr && checkpoint_id_of(dir) >= 0;
+  const fs::path shared = !native      ? fs::path()
+                          : is_s3(dir) ? fs::path(dir.parent_path().native() + "/shared")
+                                       : dir.parent_path() / "shared";
+  const std::string name_prefix = fmt::format("{}-{}", sanitize(uid), subtask);
+  uint64_t uploaded = 0;
+  auto report = [&] {
+    if (uploaded_bytes != nullptr) *uploaded_bytes = uploaded;
+  };
   auto context = [&](const Error& error) {
     return error.with_context(fmt::format("writing the state of operator '{}' subtask {}", uid, subtask));
   };
@@ -603,7 +730,8 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
     auto t = s3_target(dir);
     if (!t.ok()) return context(t.error());
     HashingS3Writer writer(t->client, t->uri.bucket, t->child(handle.file));
-    Status s = write_state_contents(writer, handle, operator_state, keyed);
+    Status s = write_state_contents(writer, handle, operator_state, keyed, shared, name_prefix, uploaded);
+    report();
     if (!s.ok()) {
       writer.abort();
       return context(s.error());
@@ -620,7 +748,8 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
     if (created.ok()) break;
     if (err != EEXIST || attempt + 1 == kCreateAttempts) return created.error();
   }
-  Status s = write_state_contents(writer, handle, operator_state, keyed);
+  Status s = write_state_contents(writer, handle, operator_state, keyed, shared, name_prefix, uploaded);
+  report();
   if (!s.ok()) {
     std::error_code ec;
     fs::remove(path, ec);
@@ -709,6 +838,129 @@ void FileCheckpointStorage::discard(const fs::path& dir) const noexcept {
   } catch (const std::exception& e) {
     spdlog::warn("discarding checkpoint directory {} failed: {}", dir.string(), e.what());
   }
+}
+
+void FileCheckpointStorage::discard_shared_file(const std::string& name) const noexcept {
+  try {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      spdlog::error("not deleting shared file '{}': not a plain file name", name);
+      return;
+    }
+    if (is_s3(job_dir_)) {
+      if (deleter_ != nullptr) deleter_->enqueue_object(fs::path(job_dir_.native() + "/shared/" + name));
+      return;
+    }
+    std::error_code ec;
+    fs::remove(job_dir_ / "shared" / name, ec);
+    if (ec) spdlog::warn("deleting the shared file {} failed: {}", (job_dir_ / "shared" / name).string(), ec.message());
+  } catch (const std::exception& e) {
+    spdlog::warn("deleting the shared file {} failed: {}", name, e.what());
+  }
+}
+
+fs::path FileCheckpointStorage::shared_dir_of(const fs::path& checkpoint_dir) {
+  if (is_s3(checkpoint_dir)) return fs::path(checkpoint_dir.parent_path().native() + "/shared");
+  return normalized(checkpoint_dir).parent_path() / "shared";
+}
+
+namespace {
+
+fs::path shared_path(const fs::path& checkpoint_dir, const std::string& name) {
+  const fs::path shared = FileCheckpointStorage::shared_dir_of(checkpoint_dir);
+  if (is_s3(shared)) return fs::path(shared.native() + "/" + name);
+  return shared / name;
+}
+
+Error shared_file_error(const fs::path& path, const std::string& what) {
+  return Error(ErrorCode::kState, fmt::format("shared state file {}: {}", path.string(), what));
+}
+
+}  // namespace
+
+Status FileCheckpointStorage::verify_shared_file(const fs::path& checkpoint_dir, const NativeFileHandle& file) {
+  const fs::path path = shared_path(checkpoint_dir, file.shared_name);
+  if (is_s3(path)) {
+    auto t = s3_target(path);
+    if (!t.ok()) return t.error();
+    auto there = t->client->exists(t->uri.bucket, t->uri.key);
+    if (!there.ok()) return shared_file_error(path, "cannot be checked: " + there.error().message());
+    if (!*there) return shared_file_error(path, "is missing (deleted while a checkpoint still references it?)");
+    return ok_status();
+  }
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
+  if (hash == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(hash.get());
+  uint64_t size = 0;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return shared_file_error(path, "is missing (deleted while a checkpoint still references it?)");
+  Status st = stream_local_file(path, size, [&](const char* data, size_t n) {
+    XXH3_64bits_update(hash.get(), data, n);
+    return ok_status();
+  });
+  if (!st.ok()) return shared_file_error(path, st.error().message());
+  if (size != file.size)
+    return shared_file_error(path, fmt::format("the metadata records {} bytes, the file has {}", file.size, size));
+  const uint64_t actual = XXH3_64bits_digest(hash.get());
+  if (actual != file.checksum) {
+    return shared_file_error(
+        path,
+        fmt::format("checksum mismatch: expected {:016x} (from the metadata), actual {:016x}", file.checksum, actual));
+  }
+  return ok_status();
+}
+
+Status FileCheckpointStorage::materialize_native(const fs::path& checkpoint_dir, const NativeKeyedStateHandle& native,
+                                                 const StateFileBytes& state_file, const fs::path& target) {
+  const std::string_view bytes = state_file.view();
+  for (const NativeFileHandle& f : native.files) {
+    const fs::path out = target / f.local_name;
+    if (f.shared_name.empty()) {
+      if (f.offset > bytes.size() || f.size > bytes.size() - f.offset)
+        return Error(ErrorCode::kState, fmt::format("native file {} lies outside its state file", f.local_name));
+      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return io_error("creating", out, errno).with_context("restoring a rocksdb database");
+      Status st = write_all(fd, bytes.data() + f.offset, f.size, out);
+      ::close(fd);
+      if (!st.ok()) return st;
+      continue;
+    }
+    const fs::path from = shared_path(checkpoint_dir, f.shared_name);
+    if (is_s3(from)) {
+      auto t = s3_target(from);
+      if (!t.ok()) return t.error();
+      bool found = true;
+      auto got = t->client->get_object(t->uri.bucket, t->uri.key, &found);
+      if (!got.ok()) return shared_file_error(from, "cannot be read: " + got.error().message());
+      if (!found) return shared_file_error(from, "is missing");
+      if (got->size() != f.size)
+        return shared_file_error(from,
+                                 fmt::format("the metadata records {} bytes, the object has {}", f.size, got->size()));
+      const uint64_t actual = XXH3_64bits(got->data(), got->size());
+      if (actual != f.checksum)
+        return shared_file_error(
+            from, fmt::format("checksum mismatch: expected {:016x}, actual {:016x}", f.checksum, actual));
+      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return io_error("creating", out, errno);
+      Status st = write_all(fd, got->data(), got->size(), out);
+      ::close(fd);
+      if (!st.ok()) return st;
+      continue;
+    }
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(from, ec);
+    if (ec) return shared_file_error(from, "cannot be read: " + ec.message());
+    if (size != f.size)
+      return shared_file_error(from, fmt::format("the metadata records {} bytes, the file has {}", f.size, size));
+    // SST files are immutable and RocksDB only ever unlinks them: a hard link shares the bytes safely.
+    fs::create_hard_link(from, out, ec);
+    if (ec) {
+      ec.clear();
+      fs::copy_file(from, out, fs::copy_options::overwrite_existing, ec);
+      if (ec) return shared_file_error(from, "cannot be copied to " + out.string() + ": " + ec.message());
+    }
+  }
+  return ok_status();
 }
 
 Result<fs::path> FileCheckpointStorage::init_savepoint(std::string_view target_dir_uri, int64_t id) const {

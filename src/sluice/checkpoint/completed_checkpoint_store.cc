@@ -22,8 +22,14 @@ CompletedCheckpointStore::CompletedCheckpointStore(int num_retained, FileCheckpo
 void CompletedCheckpointStore::add(CompletedCheckpoint checkpoint) {
   auto entry = std::make_shared<const CompletedCheckpoint>(std::move(checkpoint));
   std::vector<std::shared_ptr<const CompletedCheckpoint>> dropped;
+  std::vector<std::string> unreferenced;
   {
     std::lock_guard lock(mu_);
+    // Count the new checkpoint's shared files first, so files it shares with dropped ones survive.
+    if (entry->metadata.type == SnapshotType::kCheckpoint) {
+      for (const auto& [name, size] : shared_files_of(entry->metadata))
+        ++shared_refs_[name];
+    }
     auto it = std::lower_bound(checkpoints_.begin(), checkpoints_.end(), entry->id,
                                [](const auto& c, int64_t id) { return c->id < id; });
     if (it != checkpoints_.end() && (*it)->id == entry->id) {
@@ -37,6 +43,21 @@ void CompletedCheckpointStore::add(CompletedCheckpoint checkpoint) {
                               : 0;
     dropped.insert(dropped.end(), checkpoints_.begin(), checkpoints_.begin() + static_cast<ptrdiff_t>(excess));
     checkpoints_.erase(checkpoints_.begin(), checkpoints_.begin() + static_cast<ptrdiff_t>(excess));
+    for (const auto& old : dropped) {
+      if (old->metadata.type != SnapshotType::kCheckpoint) continue;
+      for (const auto& [name, size] : shared_files_of(old->metadata)) {
+        auto it = shared_refs_.find(name);
+        if (it == shared_refs_.end()) continue;
+        if (--it->second <= 0) {
+          unreferenced.push_back(name);
+          shared_refs_.erase(it);
+        }
+      }
+    }
+  }
+  for (const std::string& name : unreferenced) {
+    spdlog::debug("shared file {} is no longer referenced by a retained checkpoint; deleting it", name);
+    storage_.discard_shared_file(name);
   }
   for (const auto& old : dropped) {
     if (old->metadata.type == SnapshotType::kCheckpoint) {
@@ -57,6 +78,17 @@ std::shared_ptr<const CompletedCheckpoint> CompletedCheckpointStore::latest() co
 std::vector<std::shared_ptr<const CompletedCheckpoint>> CompletedCheckpointStore::all() const {
   std::lock_guard lock(mu_);
   return {checkpoints_.rbegin(), checkpoints_.rend()};
+}
+
+int CompletedCheckpointStore::shared_references(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = shared_refs_.find(name);
+  return it == shared_refs_.end() ? 0 : it->second;
+}
+
+size_t CompletedCheckpointStore::shared_file_count() const {
+  std::lock_guard lock(mu_);
+  return shared_refs_.size();
 }
 
 size_t CompletedCheckpointStore::size() const {

@@ -20,7 +20,7 @@ namespace {
 
 bool has_keyed_state(const OperatorStateEntry& op) {
   for (const auto& h : op.subtasks)
-    if (!h.key_groups.empty()) return true;
+    if (!h.key_groups.empty() || h.native) return true;
   return false;
 }
 
@@ -34,6 +34,7 @@ bool has_operator_state(const OperatorStateEntry& op) {
 class StateFileCache {
  public:
   StateFileCache(const fs::path& dir, int64_t checkpoint_id) : dir_(dir), checkpoint_id_(checkpoint_id) {}
+  const fs::path& dir() const noexcept { return dir_; }
 
   Result<std::shared_ptr<const StateFileBytes>> get(const std::string& uid, const OperatorSubtaskStateHandle& handle) {
     auto it = files_.find(handle.file);
@@ -152,6 +153,19 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
         state->key_groups.emplace(kg, (*bytes)->view().substr(at.key_group->offset, at.key_group->length));
         if (state->owners.empty() || state->owners.back() != *bytes) state->owners.push_back(*bytes);
       }
+      // Incremental rocksdb checkpoints: the old databases holding key groups of the new range.
+      for (const auto* h : old) {
+        if (h == nullptr || !h->native) continue;
+        if (h->native->key_group_end < range.start() || h->native->key_group_start > range.end()) continue;
+        auto bytes = files.get(op.uid, *h);
+        if (!bytes.ok()) return bytes.error();
+        NativeKeyedStateRestore native;
+        native.key_groups = KeyGroupRange(h->native->key_group_start, h->native->key_group_end);
+        native.materialize = [dir = files.dir(), handle = *h->native, file = *bytes](const fs::path& target) {
+          return FileCheckpointStorage::materialize_native(dir, handle, *file, target);
+        };
+        state->native.push_back(std::move(native));
+      }
       restore.keyed = std::move(state);
     }
     restores[static_cast<size_t>(s)].operators.emplace(op.uid, std::move(restore));
@@ -235,6 +249,13 @@ Status verify_checkpoint_files(const CheckpointMetadata& metadata, const fs::pat
     for (const OperatorSubtaskStateHandle& h : op.subtasks) {
       if (!verified.insert(h.file).second) continue;
       Status s = FileCheckpointStorage::verify_state_file(dir, h);
+      if (s.ok() && h.native) {
+        for (const NativeFileHandle& f : h.native->files) {
+          if (f.shared_name.empty() || !verified.insert(f.shared_name).second) continue;
+          s = FileCheckpointStorage::verify_shared_file(dir, f);
+          if (!s.ok()) break;
+        }
+      }
       if (!s.ok()) {
         return s.error().with_context(fmt::format("{} {}, operator '{}' subtask {}", snapshot_type_name(metadata.type),
                                                   metadata.checkpoint_id, op.uid, h.subtask));

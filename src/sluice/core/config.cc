@@ -203,12 +203,7 @@ Status validate_engine_options(const Configuration& config) {
                    fmt::format("{} = '{}'; expected hashmap or rocksdb", options::kStateBackendType.key,
                                config.get(options::kStateBackendType)));
     }
-    if (config.get(options::kStateBackendIncremental)) {
-      return Error(ErrorCode::kConfiguration,
-                   fmt::format("{} = true: incremental checkpoints are not supported yet (every checkpoint of "
-                               "either backend is a full one); remove the key or set it to false",
-                               options::kStateBackendIncremental.key));
-    }
+    // state.backend.incremental applies to rocksdb; hashmap checkpoints stay full (as Flink's).
     std::string timers = config.get(options::kRocksDBTimerServiceFactory);
     std::transform(timers.begin(), timers.end(), timers.begin(), [](unsigned char c) { return std::tolower(c); });
     if (timers == "rocksdb") {

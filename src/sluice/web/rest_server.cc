@@ -69,7 +69,7 @@ Value checkpoint_json(const CheckpointStats& s) {
                         {"latest_ack_timestamp", end},
                         {"end_to_end_duration", s.duration_ms},
                         {"state_size", s.state_bytes},
-                        {"checkpointed_size", s.state_bytes},
+                        {"checkpointed_size", s.completed ? s.checkpointed_bytes : s.state_bytes},
                         {"alignment_buffered", 0},
                         {"processed_data", 0},
                         {"persisted_data", 0},

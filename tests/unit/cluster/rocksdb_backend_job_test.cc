@@ -220,8 +220,9 @@ void build_counting_job(StreamEnvironment& env, const fs::path& out, int64_t rec
 }
 
 // Every failure restarts the job from its last checkpoint: the RocksDB state is restored from the checkpoint
-// into fresh databases, and the committed output equals a failure-free run's, line for line.
-TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresOnRocksDB) {
+// into fresh databases, and the committed output equals a failure-free run's, line for line. With incremental
+// checkpoints the restore opens the checkpoint's own RocksDB files.
+void exactly_once_under_injected_failures(bool incremental) {
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu (failures after seeded record counts)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
@@ -232,10 +233,28 @@ TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresOnRocksDB) {
     thresholds->push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(kRecords / kFailures / 4)) + 1);
   const fs::path root = fresh_dir("eo");
   auto fired = std::make_shared<std::atomic<int>>(0);
-  StreamEnvironment env(checkpointing_config("rocksdb", root, 2));
+  Configuration c = checkpointing_config("rocksdb", root, 2);
+  c.set(options::kStateBackendIncremental, incremental);
+  c.set(options::kCheckpointsRetained, 3);
+  StreamEnvironment env(c);
   build_counting_job(env, root / "out", kRecords, fired, thresholds);
-  JobResult r = env.execute("rocksdb exactly-once counting");
+  JobResult r;
+  std::vector<CheckpointStats> stats;
+  {
+    JobClient client = env.execute_async("rocksdb exactly-once counting");
+    r = client.wait();
+    stats = client.checkpoint_stats();
+  }  // the job's released state (its databases) is freed with it
   ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  if (incremental) {
+    // Later checkpoints wrote less than the state they reference (the shared SST files of earlier ones).
+    int smaller = 0;
+    for (const CheckpointStats& st : stats)
+      smaller += st.completed && st.checkpointed_bytes < st.state_bytes ? 1 : 0;
+    std::printf("%d of %zu checkpoints wrote less than their state\n", smaller, stats.size());
+    EXPECT_GT(smaller, 0);
+    EXPECT_FALSE(fs::is_empty(root / "checkpoints" / r.job_id / "shared"));
+  }
   // Each failure fires after its seeded count of one subtask's records; a run that ends first leaves the rest.
   std::printf("%d injected failures, %d restarts\n", fired->load(), r.restarts);
   EXPECT_GE(fired->load(), 1);
@@ -244,6 +263,57 @@ TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresOnRocksDB) {
   EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(kRecords, kKeys))
       << "output differs from the failure-free run (seed " << seed << ")";
   EXPECT_EQ(database_dirs(root / "local"), 0u);
+  fs::remove_all(root);
+}
+
+TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresOnRocksDB) {
+  exactly_once_under_injected_failures(/*incremental=*/false);
+}
+
+TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresWithIncrementalCheckpoints) {
+  exactly_once_under_injected_failures(/*incremental=*/true);
+}
+
+// Incremental checkpoints restore at another parallelism (2 -> 3 -> 1): each new subtask opens the old database
+// covering its key groups and clips it, or copies the key groups of several; the heap refuses such a checkpoint
+// with the way out (a savepoint).
+TEST(RocksDBBackendJobTest, IncrementalCheckpointsRescaleTwoThreeOne) {
+  const int64_t records = 60'000;
+  const fs::path root = fresh_dir("rescale-incremental");
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  auto no_failures = std::make_shared<const std::vector<int64_t>>();
+  std::string checkpoint;
+  for (int parallelism : {2, 3, 1}) {
+    Configuration c = checkpointing_config("rocksdb", root, parallelism);
+    c.set(options::kStateBackendIncremental, true);
+    if (!checkpoint.empty()) c.set(options::kStateRecoveryPath, checkpoint);
+    StreamEnvironment env(c);
+    build_counting_job(env, root / "out", records, fired, no_failures, /*rate=*/15'000);
+    JobClient client = env.execute_async("incremental p=" + std::to_string(parallelism));
+    if (parallelism == 1) {
+      JobResult r = client.wait();
+      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+      break;
+    }
+    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 3; }, 60s));
+    client.cancel();
+    JobResult r = client.wait();
+    ASSERT_FALSE(r.latest_checkpoint_path.empty());
+    checkpoint = r.latest_checkpoint_path;  // the last completed one: the committed output matches it
+    if (parallelism == 2) {
+      // The heap cannot read RocksDB's files: the job fails with the way out.
+      Configuration h = checkpointing_config("hashmap", root / "heap", 2);
+      h.set(options::kStateRecoveryPath, checkpoint);
+      h.set(options::kRestartStrategy, std::string("none"));
+      StreamEnvironment heap_env(h);
+      build_counting_job(heap_env, root / "heap-out", records, fired, no_failures);
+      JobResult hr = heap_env.execute("heap from an incremental checkpoint");
+      ASSERT_FALSE(hr.ok());
+      ASSERT_TRUE(hr.error.has_value());
+      EXPECT_THAT(hr.error->to_string(), HasSubstr("through a savepoint"));
+    }
+  }
+  EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(records, kKeys));
   fs::remove_all(root);
 }
 
@@ -310,7 +380,6 @@ TEST(RocksDBBackendJobTest, WindowsRefuseRocksDBWithAReason) {
 TEST(RocksDBBackendJobTest, UnbuiltOptionsAreRefusedAtExecute) {
   const fs::path root = fresh_dir("refused");
   for (const auto& [key, value, reason] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"state.backend.incremental", "true", "incremental checkpoints are not supported yet"},
            {"state.backend.rocksdb.timer-service.factory", "ROCKSDB", "timers in RocksDB are not supported yet"},
            {"state.backend.type", "forst", "expected hashmap or rocksdb"}}) {
     Configuration c = backend_config("rocksdb", root / "local");

@@ -21,6 +21,7 @@
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_store.h"
 #include "sluice/state/rocksdb_keyed_state_backend.h"
 #include "sluice/state/state.h"
 
@@ -772,8 +773,8 @@ TEST(RocksDBBackendTest, BadMemoryRatiosAreConfigurationErrors) {
   EXPECT_EQ(code_of([&] { RocksDBInstance::open(fresh_dir(), bad); }), ErrorCode::kConfiguration);
 }
 
-// state.backend.type: rocksdb is accepted; what is not built (incremental checkpoints, timers in RocksDB) is
-// refused with a reason, and so are typos.
+// state.backend.type: rocksdb and state.backend.incremental are accepted; what is not built (timers in RocksDB)
+// is refused with a reason, and so are typos.
 TEST(StateBackendConfigTest, RocksDBIsAcceptedAndUnbuiltOptionsAreRefused) {
   Configuration config;
   EXPECT_TRUE(validate_engine_options(config).ok());
@@ -788,8 +789,8 @@ TEST(StateBackendConfigTest, RocksDBIsAcceptedAndUnbuiltOptionsAreRefused) {
   EXPECT_THAT(st.error().message(), HasSubstr("expected hashmap or rocksdb"));
   config.set_string("state.backend.type", "rocksdb");
   config.set_string("state.backend.incremental", "true");
-  EXPECT_THAT(validate_engine_options(config).error().message(),
-              HasSubstr("incremental checkpoints are not supported"));
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  EXPECT_TRUE(StateBackendOptions::from_config(&config).incremental);
   config.set_string("state.backend.incremental", "false");
   EXPECT_TRUE(validate_engine_options(config).ok());
   config.set_string("state.backend.rocksdb.timer-service.factory", "ROCKSDB");

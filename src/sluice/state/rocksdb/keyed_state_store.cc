@@ -69,10 +69,7 @@ StateBackendOptions StateBackendOptions::from_config(const Configuration* config
     refuse(fmt::format("{} = '{}'; expected hashmap or rocksdb", options::kStateBackendType.key,
                        config->get(options::kStateBackendType)));
   }
-  if (config->get(options::kStateBackendIncremental)) {
-    refuse(
-        fmt::format("{} = true: incremental checkpoints are not supported yet", options::kStateBackendIncremental.key));
-  }
+  o.incremental = config->get(options::kStateBackendIncremental);
   if (lower(config->get(options::kRocksDBTimerServiceFactory)) != "heap") {
     refuse(fmt::format("{} = '{}': only heap is supported (timers in RocksDB are not built)",
                        options::kRocksDBTimerServiceFactory.key, config->get(options::kRocksDBTimerServiceFactory)));

@@ -8,9 +8,11 @@
 #include <rocksdb/slice.h>
 #include <rocksdb/snapshot.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <system_error>
@@ -38,14 +40,25 @@ class ConcatMergeOperator final : public rocksdb::AssociativeMergeOperator {
 };
 
 // Runs a state's ValueFilter on every plain value a compaction sees (merge operands are kept: the next
-// compaction after they are merged filters the result).
+// compaction after they are merged filters the result). The filter can be installed after the column family
+// was opened (a database restored from its files learns its states' TTL when they are registered), so it is
+// read under a mutex; compactions run on RocksDB's background threads.
 class ValueCompactionFilter final : public rocksdb::CompactionFilter {
  public:
-  explicit ValueCompactionFilter(RocksDBInstance::ValueFilter filter) : filter_(std::move(filter)) {}
+  void set(RocksDBInstance::ValueFilter filter) {
+    std::lock_guard lock(mu_);
+    filter_ = std::make_shared<const RocksDBInstance::ValueFilter>(std::move(filter));
+  }
   Decision FilterV2(int, const rocksdb::Slice&, ValueType type, const rocksdb::Slice& value, std::string* new_value,
                     std::string*) const override {
     if (type != ValueType::kValue) return Decision::kKeep;
-    switch (filter_(std::string_view(value.data(), value.size()), *new_value)) {
+    std::shared_ptr<const RocksDBInstance::ValueFilter> filter;
+    {
+      std::lock_guard lock(mu_);
+      filter = filter_;
+    }
+    if (filter == nullptr || !*filter) return Decision::kKeep;
+    switch ((*filter)(std::string_view(value.data(), value.size()), *new_value)) {
       case RocksDBInstance::FilterDecision::kRemove:
         return Decision::kRemove;
       case RocksDBInstance::FilterDecision::kChange:
@@ -58,8 +71,12 @@ class ValueCompactionFilter final : public rocksdb::CompactionFilter {
   const char* Name() const override { return "SluiceTtlCompactionFilter"; }
 
  private:
-  RocksDBInstance::ValueFilter filter_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const RocksDBInstance::ValueFilter> filter_;
 };
+
+constexpr std::string_view kStatePrefix = "state/";
+constexpr std::string_view kMetaFamily = "sluice/meta";
 
 rocksdb::Slice slice(std::string_view s) {
   return rocksdb::Slice(s.data(), s.size());
@@ -89,7 +106,7 @@ std::string prefix_successor(std::string_view prefix) {
 
 struct RocksDBInstance::ColumnFamily {
   rocksdb::ColumnFamilyHandle* handle = nullptr;
-  std::unique_ptr<rocksdb::CompactionFilter> filter;  // outlives the handle (destroyed after it)
+  std::unique_ptr<ValueCompactionFilter> filter;  // outlives the handle (destroyed after it)
 };
 
 class RocksDBInstance::Snapshot {
@@ -117,12 +134,23 @@ struct RocksDBInstance::Impl {
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> families;
   std::unique_ptr<rocksdb::WriteBatch> batch;
   std::shared_ptr<rocksdb::Cache> cache;  // with a memory budget: blocks, indexes, filters and memtables
+  std::unique_ptr<ColumnFamily> meta;     // kMetaFamily: per-state kind and flags
 };
 
 RocksDBInstance::RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)), impl_(std::make_unique<Impl>()) {}
 
 std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::path& dir,
                                                        const RocksDBMemoryOptions& memory) {
+  return open_impl(dir, memory, /*existing=*/false);
+}
+
+std::shared_ptr<RocksDBInstance> RocksDBInstance::open_existing(const std::filesystem::path& dir,
+                                                                const RocksDBMemoryOptions& memory) {
+  return open_impl(dir, memory, /*existing=*/true);
+}
+
+std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesystem::path& dir,
+                                                            const RocksDBMemoryOptions& memory, bool existing) {
   if (!(memory.write_buffer_ratio > 0 && memory.write_buffer_ratio < 1)) {
     throw SluiceException(
         Error(ErrorCode::kConfiguration, "state.backend.rocksdb.memory.write-buffer-ratio must be in (0, 1), got " +
@@ -134,7 +162,7 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::pa
                                              std::to_string(memory.high_priority_pool_ratio)));
   }
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  if (!existing) std::filesystem::remove_all(dir, ec);
   if (ec) {
     throw SluiceException(Error(
         ErrorCode::kState,
@@ -148,8 +176,8 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::pa
   std::shared_ptr<RocksDBInstance> instance(new RocksDBInstance(dir));
   Impl& impl = *instance->impl_;
   rocksdb::Options options;
-  options.create_if_missing = true;
-  options.error_if_exists = true;
+  options.create_if_missing = !existing;
+  options.error_if_exists = !existing;
   options.keep_log_file_num = 1;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   // The files are thrown away on close: nothing to persist first.
@@ -175,8 +203,40 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::pa
   impl.cf_options.merge_operator = std::make_shared<ConcatMergeOperator>();
   // Local state is recovered from checkpoints, never from the local files (Flink disables the WAL too).
   impl.write_options.disableWAL = true;
-  rocksdb::Status s = rocksdb::DB::Open(options, dir.string(), &impl.db);
-  if (!s.ok()) throw_rocksdb(dir, "opening the database", s);
+  if (!existing) {
+    rocksdb::Status s = rocksdb::DB::Open(options, dir.string(), &impl.db);
+    if (!s.ok()) throw_rocksdb(dir, "opening the database", s);
+    return instance;
+  }
+  std::vector<std::string> names;
+  rocksdb::Status s = rocksdb::DB::ListColumnFamilies(options, dir.string(), &names);
+  if (!s.ok()) throw_rocksdb(dir, "listing the column families of the restored database", s);
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  std::vector<std::unique_ptr<ColumnFamily>> families;
+  for (const std::string& name : names) {
+    auto cf = std::make_unique<ColumnFamily>();
+    rocksdb::ColumnFamilyOptions cf_options = impl.cf_options;
+    if (std::string_view(name).starts_with(kStatePrefix)) {
+      cf->filter = std::make_unique<ValueCompactionFilter>();
+      cf_options.compaction_filter = cf->filter.get();
+    }
+    descriptors.emplace_back(name, cf_options);
+    families.push_back(std::move(cf));
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  s = rocksdb::DB::Open(options, dir.string(), descriptors, &handles, &impl.db);
+  if (!s.ok()) throw_rocksdb(dir, "opening the restored database", s);
+  for (size_t i = 0; i < names.size(); ++i) {
+    families[i]->handle = handles[i];
+    std::string_view name = names[i];
+    if (name.starts_with(kStatePrefix)) {
+      impl.families.emplace(std::string(name.substr(kStatePrefix.size())), std::move(families[i]));
+    } else if (name == kMetaFamily) {
+      impl.meta = std::move(families[i]);
+    } else {
+      impl.db->DestroyColumnFamilyHandle(handles[i]);  // "default": unused
+    }
+  }
   return instance;
 }
 
@@ -184,6 +244,7 @@ RocksDBInstance::~RocksDBInstance() {
   if (impl_->db != nullptr) {
     for (auto& [name, cf] : impl_->families)
       impl_->db->DestroyColumnFamilyHandle(cf->handle);
+    if (impl_->meta) impl_->db->DestroyColumnFamilyHandle(impl_->meta->handle);
     impl_->db->Close();
     delete impl_->db;
   }
@@ -193,18 +254,130 @@ RocksDBInstance::~RocksDBInstance() {
 
 RocksDBInstance::ColumnFamily* RocksDBInstance::column_family(std::string_view name, ValueFilter filter) {
   std::lock_guard lock(impl_->mutex);
-  if (auto it = impl_->families.find(name); it != impl_->families.end()) return it->second.get();
+  if (auto it = impl_->families.find(name); it != impl_->families.end()) {
+    // A column family of a restored database gets its state's filter when the state is registered.
+    if (filter && it->second->filter) it->second->filter->set(std::move(filter));
+    return it->second.get();
+  }
   auto cf = std::make_unique<ColumnFamily>();
   rocksdb::ColumnFamilyOptions cf_options = impl_->cf_options;
-  if (filter) {
-    cf->filter = std::make_unique<ValueCompactionFilter>(std::move(filter));
-    cf_options.compaction_filter = cf->filter.get();
-  }
-  rocksdb::Status s = impl_->db->CreateColumnFamily(cf_options, "state/" + std::string(name), &cf->handle);
+  cf->filter = std::make_unique<ValueCompactionFilter>();
+  if (filter) cf->filter->set(std::move(filter));
+  cf_options.compaction_filter = cf->filter.get();
+  rocksdb::Status s =
+      impl_->db->CreateColumnFamily(cf_options, std::string(kStatePrefix) + std::string(name), &cf->handle);
   if (!s.ok()) throw_rocksdb(dir_, "creating the column family of state '" + std::string(name) + "'", s);
   ColumnFamily* raw = cf.get();
   impl_->families.emplace(std::string(name), std::move(cf));
   return raw;
+}
+
+void RocksDBInstance::set_filter(std::string_view name, ValueFilter filter) {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->families.find(name);
+  if (it != impl_->families.end() && it->second->filter) it->second->filter->set(std::move(filter));
+}
+
+std::vector<std::string> RocksDBInstance::state_names() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, cf] : impl_->families)
+    names.push_back(name);
+  return names;
+}
+
+std::string RocksDBInstance::state_meta(std::string_view name) const {
+  std::string value;
+  if (!impl_->meta) return value;
+  rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), impl_->meta->handle, slice(name), &value);
+  if (s.IsNotFound()) return {};
+  if (!s.ok()) throw_rocksdb(dir_, "reading the metadata of state '" + std::string(name) + "'", s);
+  return value;
+}
+
+void RocksDBInstance::set_state_meta(std::string_view name, std::string_view bytes) {
+  if (!impl_->meta) {
+    auto cf = std::make_unique<ColumnFamily>();
+    rocksdb::Status s = impl_->db->CreateColumnFamily(impl_->cf_options, std::string(kMetaFamily), &cf->handle);
+    if (!s.ok()) throw_rocksdb(dir_, "creating the state metadata column family", s);
+    impl_->meta = std::move(cf);
+  }
+  rocksdb::Status s = impl_->db->Put(impl_->write_options, impl_->meta->handle, slice(name), slice(bytes));
+  if (!s.ok()) throw_rocksdb(dir_, "writing the metadata of state '" + std::string(name) + "'", s);
+}
+
+std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesystem::path& target) {
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  for (const auto& [name, cf] : impl_->families)
+    handles.push_back(cf->handle);
+  if (impl_->meta) handles.push_back(impl_->meta->handle);
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  if (!handles.empty()) {
+    rocksdb::Status s = impl_->db->Flush(flush, handles);
+    if (!s.ok()) throw_rocksdb(dir_, "the flush of a checkpoint", s);
+  }
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db, &raw);
+  if (!s.ok()) throw_rocksdb(dir_, "starting a checkpoint", s);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush 0: flush (again) so every column family is in SST files; the WAL is off.
+  s = checkpoint->CreateCheckpoint(target.string(), 0);
+  if (!s.ok()) throw_rocksdb(dir_, "creating the checkpoint " + target.string(), s);
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec))
+    files.push_back(it->path().filename().string());
+  if (ec) {
+    throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend: cannot list the checkpoint " +
+                                                       target.string() + ": " + ec.message()));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void RocksDBInstance::copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) {
+  rocksdb::Slice lower = slice(begin);
+  rocksdb::Slice upper = slice(end);
+  for (const std::string& name : other.state_names()) {
+    ColumnFamily* from = other.impl_->families.at(name).get();
+    ColumnFamily* to = column_family(name);
+    const std::string meta = other.state_meta(name);
+    if (!meta.empty() && state_meta(name).empty()) set_state_meta(name, meta);
+    rocksdb::ReadOptions ro;
+    ro.iterate_lower_bound = &lower;
+    ro.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(other.impl_->db->NewIterator(ro, from->handle));
+    rocksdb::WriteBatch batch;
+    for (it->Seek(lower); it->Valid(); it->Next()) {
+      rocksdb::Status s = batch.Put(to->handle, it->key(), it->value());
+      if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+      if (batch.GetDataSize() > (4u << 20)) {
+        s = impl_->db->Write(impl_->write_options, &batch);
+        if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+        batch.Clear();
+      }
+    }
+    if (!it->status().ok()) throw_rocksdb(other.dir_, "a restore scan", it->status());
+    rocksdb::Status s = impl_->db->Write(impl_->write_options, &batch);
+    if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+  }
+}
+
+void RocksDBInstance::clip_to_range(std::string_view begin, std::string_view end) {
+  const std::string lowest(1, '\0');
+  const std::string highest(8, '\xff');
+  for (const auto& [name, cf] : impl_->families) {
+    rocksdb::Status s;
+    if (std::string_view(lowest) < begin) {
+      s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(""), slice(begin));
+      if (!s.ok()) throw_rocksdb(dir_, "clipping a restored database", s);
+    }
+    if (!end.empty()) {
+      s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(end), slice(highest));
+      if (!s.ok()) throw_rocksdb(dir_, "clipping a restored database", s);
+    }
+  }
 }
 
 bool RocksDBInstance::get(ColumnFamily* cf, std::string_view key, std::string& value) const {

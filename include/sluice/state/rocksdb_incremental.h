@@ -1,0 +1,87 @@
+// Incremental checkpoints of the rocksdb state backend (Flink's RocksIncrementalSnapshotStrategy and
+// RocksDBIncrementalRestoreOperation): the native side of a RocksDBKeyedStateBackend's capture and restore.
+//
+// Snapshot: the synchronous part flushes the memtables and creates a RocksDB checkpoint (hard links of the SST
+// files, copies of MANIFEST, CURRENT and OPTIONS) in a sibling of the working directory; the checkpoint writer
+// thread then uploads the SST files that no earlier checkpoint of this backend uploaded into the job's shared
+// area and references the others (RocksDBUploadLedger remembers what went where). Restore: the old subtasks'
+// files are materialized locally; a database whose key groups cover the new range is opened in place and clipped
+// with range deletions, the others are opened beside it and their entries of the range copied in (rescaling).
+//
+// Threading: RocksDBNativeSnapshot is used on writer threads (immutable but for the ledger, which is locked);
+// restore_native_database() runs on the task thread. Errors: kState naming the directory or file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/api/keyed_state_snapshot.h"
+#include "sluice/core/key_group.h"
+#include "sluice/state/rocksdb_instance.h"
+
+namespace sluice {
+
+/// Which local SST files of one backend were uploaded into the shared area, and as what. The base of the next
+/// incremental checkpoint: a file listed here is referenced, not uploaded again. Shared files are deleted only
+/// when no retained checkpoint references them and never when no completed checkpoint registered them
+/// (CompletedCheckpointStore), so a file uploaded for a checkpoint that was later aborted stays usable. SST
+/// file numbers are never reused within one database, so a local name identifies its contents. Thread-safe.
+class RocksDBUploadLedger {
+ public:
+  std::optional<SharedStateFile> find(std::string_view file) const;
+  void record(std::string_view file, const SharedStateFile& shared);
+  /// Forgets files no longer in `live` (compacted away): they never come back.
+  void retain_only(const std::vector<std::string>& live);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, SharedStateFile, std::less<>> files_;
+};
+
+/// A RocksDB checkpoint directory of one capture; removes the directory when destroyed.
+class RocksDBNativeSnapshot final : public NativeKeyedStateSnapshot {
+ public:
+  /// Creates the checkpoint of `db` in `dir` (must not exist) for the key groups `range`. Task thread.
+  RocksDBNativeSnapshot(RocksDBInstance& db, std::filesystem::path dir, KeyGroupRange range,
+                        std::shared_ptr<RocksDBUploadLedger> ledger);
+  ~RocksDBNativeSnapshot() override;
+  RocksDBNativeSnapshot(const RocksDBNativeSnapshot&) = delete;
+  RocksDBNativeSnapshot& operator=(const RocksDBNativeSnapshot&) = delete;
+
+  KeyGroupRange key_group_range() const override { return range_; }
+  const std::filesystem::path& directory() const override { return dir_; }
+  const std::vector<std::string>& files() const override { return files_; }
+  std::optional<SharedStateFile> uploaded_before(std::string_view file) const override { return ledger_->find(file); }
+  void record_upload(std::string_view file, const SharedStateFile& shared) const override {
+    ledger_->record(file, shared);
+  }
+
+ private:
+  std::filesystem::path dir_;
+  KeyGroupRange range_;
+  std::shared_ptr<RocksDBUploadLedger> ledger_;
+  std::vector<std::string> files_;
+};
+
+/// The smallest RocksDB key of key group `kg` and the first key after key group `last`: [begin, end) covers
+/// the key groups [first, last] (2-byte big-endian prefixes).
+std::string rocksdb_key_group_begin(int32_t kg);
+
+/// Builds the database of a subtask owning `range` in `working_dir` (which must not exist) from `sources` (the
+/// old subtasks' databases of an incremental checkpoint): the first source whose key groups cover `range` is
+/// materialized into `working_dir`, opened and clipped; every other source intersecting `range` is
+/// materialized beside it, opened, and its entries of `range` copied in. Without a covering source the database
+/// starts empty. Task thread. Errors: the sources' materialize() errors, kState for RocksDB failures.
+[[nodiscard]] Result<std::shared_ptr<RocksDBInstance>> restore_native_database(
+    const std::filesystem::path& working_dir, KeyGroupRange range, const std::vector<NativeKeyedStateRestore>& sources,
+    const RocksDBMemoryOptions& memory);
+
+}  // namespace sluice

@@ -1,0 +1,129 @@
+#include "sluice/state/rocksdb_incremental.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#include "sluice/core/error.h"
+
+namespace sluice {
+
+namespace fs = std::filesystem;
+
+std::optional<SharedStateFile> RocksDBUploadLedger::find(std::string_view file) const {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(file);
+  if (it == files_.end()) return std::nullopt;
+  return it->second;
+}
+
+void RocksDBUploadLedger::record(std::string_view file, const SharedStateFile& shared) {
+  std::lock_guard lock(mu_);
+  files_.insert_or_assign(std::string(file), shared);
+}
+
+void RocksDBUploadLedger::retain_only(const std::vector<std::string>& live) {
+  std::set<std::string_view> keep(live.begin(), live.end());
+  std::lock_guard lock(mu_);
+  std::erase_if(files_, [&](const auto& entry) { return !keep.contains(entry.first); });
+}
+
+size_t RocksDBUploadLedger::size() const {
+  std::lock_guard lock(mu_);
+  return files_.size();
+}
+
+RocksDBNativeSnapshot::RocksDBNativeSnapshot(RocksDBInstance& db, fs::path dir, KeyGroupRange range,
+                                             std::shared_ptr<RocksDBUploadLedger> ledger)
+    : dir_(std::move(dir)), range_(range), ledger_(std::move(ledger)) {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);  // a leftover of an earlier capture that failed
+  files_ = db.create_checkpoint(dir_);
+  ledger_->retain_only(files_);
+}
+
+RocksDBNativeSnapshot::~RocksDBNativeSnapshot() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  if (ec)
+    spdlog::warn("rocksdb state backend: cannot remove the checkpoint directory {}: {}", dir_.string(), ec.message());
+}
+
+std::string rocksdb_key_group_begin(int32_t kg) {
+  std::string s;
+  s.push_back(static_cast<char>((kg >> 8) & 0xff));
+  s.push_back(static_cast<char>(kg & 0xff));
+  return s;
+}
+
+namespace {
+
+bool covers(const KeyGroupRange& outer, const KeyGroupRange& inner) {
+  return outer.start() <= inner.start() && outer.end() >= inner.end();
+}
+
+Status fresh_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return Error(ErrorCode::kState, fmt::format("rocksdb state backend: cannot create the restore directory {}: {}",
+                                                dir.string(), ec.message()));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<RocksDBInstance>> restore_native_database(const fs::path& working_dir, KeyGroupRange range,
+                                                                 const std::vector<NativeKeyedStateRestore>& sources,
+                                                                 const RocksDBMemoryOptions& memory) {
+  try {
+    const std::string begin = rocksdb_key_group_begin(range.start());
+    const std::string end = rocksdb_key_group_begin(range.end() + 1);
+    const NativeKeyedStateRestore* base = nullptr;
+    for (const auto& s : sources) {
+      if (covers(s.key_groups, range)) {
+        base = &s;
+        break;
+      }
+    }
+    std::shared_ptr<RocksDBInstance> db;
+    if (base != nullptr) {
+      SLUICE_RETURN_IF_ERROR(fresh_dir(working_dir));
+      SLUICE_RETURN_IF_ERROR(base->materialize(working_dir));
+      db = RocksDBInstance::open_existing(working_dir, memory);
+      if (!(base->key_groups == range)) db->clip_to_range(begin, end);
+    } else {
+      db = RocksDBInstance::open(working_dir, memory);
+    }
+    int n = 0;
+    for (const auto& s : sources) {
+      if (&s == base) continue;
+      const int32_t first = std::max(s.key_groups.start(), range.start());
+      const int32_t last = std::min(s.key_groups.end(), range.end());
+      if (first > last) continue;
+      const fs::path tmp = working_dir.string() + fmt::format(".restore-{}", n++);
+      SLUICE_RETURN_IF_ERROR(fresh_dir(tmp));
+      Status st = s.materialize(tmp);
+      if (!st.ok()) {
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+        return st.error();
+      }
+      // The instance removes `tmp` when it goes.
+      std::shared_ptr<RocksDBInstance> other = RocksDBInstance::open_existing(tmp, memory);
+      db->copy_range_from(*other, rocksdb_key_group_begin(first), rocksdb_key_group_begin(last + 1));
+    }
+    return db;
+  } catch (const SluiceException& e) {
+    return e.error().with_context("restoring the rocksdb state of key groups " + range.to_string() +
+                                  " from an incremental checkpoint");
+  }
+}
+
+}  // namespace sluice
