@@ -3,9 +3,9 @@
 //   sluice-bench nexmark --query q1 --events 10000000 --parallelism 2 [--rate 10000] [--format json]
 //                        [--metrics-scrape-ms 1000]
 //   sluice-bench metrics-scrape [--operators 100] [--parallelism 8] [--scrapes 50]
-//   sluice-bench checkpoint state|churn|throughput|recovery [--state-mb 100] [--backend rocksdb] [--incremental]
-//   [--intervals none,10s,1s,200ms] ... sluice-bench nexmark-kafka-fill --bootstrap HOST:PORT --topic T --events N
-//   [--partitions 2] sluice-bench nexmark-kafka-q1 --bootstrap HOST:PORT --input T --output T2 [--parallelism 2] ...
+//   sluice-bench checkpoint state|churn|throughput|recovery [--state-mb 100] [--incremental] ...
+//   sluice-bench nexmark-kafka-fill --bootstrap HOST:PORT --topic T --events N [--partitions 2]
+//   sluice-bench nexmark-kafka-q1 --bootstrap HOST:PORT --input T --output T2 [--parallelism 2] ...
 //
 // Runs one Nexmark query over generated events into a discarding sink and prints one line: query, events,
 // parallelism, wall seconds, events/s, events per CPU-second, peak RSS and output records. CPU time is the
