@@ -9,6 +9,9 @@
 //   checkpoint-age       the last completed checkpoint (the start, before the first) is older than the bound
 //   failed-checkpoints   max_failed_checkpoints checkpoints in a row failed (the latest ones, savepoints aside)
 //   source-lag           a source lags more than max_source_lag_ms
+//   source-disconnected  a reader subtask of a source lost its connection to its system (the Kafka cluster, the
+//                        Postgres server, ...): named with how long and the connector's reason; no bound (each
+//                        connector reports a loss after about 3 s, connectors/source_connection.h)
 //
 // Pure functions of their arguments and of the JobClient's thread-safe accessors: thread-safe.
 #pragma once
@@ -41,11 +44,21 @@ struct JobHealthOptions {
 struct SourceHealth {
   std::string name;     ///< "postgres", "kafka", ...
   int64_t lag_ms = -1;  ///< behind its server (ms), -1 unknown
+  /// What it reads, for messages ("orders" for Kafka topics, "slot sluice" for Postgres); "" = name.
+  std::string description;
+  /// A reader subtask that lost its connection.
+  struct Disconnected {
+    int subtask = 0;
+    int64_t for_ms = 0;  ///< how long (ms)
+    std::string reason;  ///< the connector's ("no broker of '...' answers: all brokers down (...)")
+  };
+  std::vector<Disconnected> disconnected;
 };
 
 /// One reason a job is unhealthy.
 struct HealthReason {
-  std::string code;     ///< job-not-running, recent-failure, checkpoint-age, failed-checkpoints, source-lag, ...
+  std::string
+      code;  ///< job-not-running, recent-failure, checkpoint-age, failed-checkpoints, source-lag, source-disconnected
   std::string message;  ///< what and how much, with the bound and the option that sets it
 };
 

@@ -13,6 +13,7 @@
 
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/cdc/change_event.h"
+#include "sluice/connectors/source_connection.h"
 #include "sluice/core/type_serializer.h"
 #include "sluice/core/value.h"
 #include "sluice/pipeline/pipeline_spec.h"
@@ -121,6 +122,10 @@ struct PipelineCounters {
 /// Source lag and position readers of the running source, for /metrics and /health.
 struct SourceProbe {
   std::string type;
+  /// What the source reads, for /health's messages ("orders" for a Kafka topic, "slot x" for Postgres).
+  std::string description;
+  /// Its reader subtasks' connections to their system (empty: the source reports none, e.g. files).
+  std::function<std::vector<SourceConnection>()> connections;
   /// Lag in ms (now minus the source timestamp of the latest change not yet caught up), or -1 unknown. Set by
   /// the runner from the transform's latest source time for sources that do not report their own.
   std::function<int64_t(int64_t now_ms)> lag_ms;

@@ -313,6 +313,25 @@ void register_metrics(State& s, const JobClient& client) {
   }
   for (const auto& sink : s.counters->sink_metrics)
     register_connector_metrics(*s.job_metrics, subtasks, sink.uid, sink.uid, sink.read);
+  if (s.probe.connections) {
+    // One series per source subtask (not "all"): which reader lost its server matters, as for Flink's per-subtask
+    // metrics.
+    for (const SubtaskMetrics& m : subtasks) {
+      const auto op =
+          std::find_if(m.operators.begin(), m.operators.end(), [](const auto& o) { return o.uid == "source"; });
+      if (op == m.operators.end()) continue;
+      auto connections = s.probe.connections;
+      const int subtask = m.subtask_index;
+      s.job_metrics->task_job_group()
+          .add_group("task", {{"task_name", m.task_name}, {"subtask_index", std::to_string(subtask)}})
+          .add_group("operator", {{"operator_name", op->name}, {"operator_id", op->uid}})
+          .gauge(
+              "sourceConnected",
+              [connections, subtask] { return SourceConnectionBoard::gauge(connections(), subtask); },
+              "1 while the source subtask is connected to its system, 0 while disconnected, -1 when its reader is "
+              "not open.");
+    }
+  }
   metrics::MetricGroup& job = s.job_metrics->job_group();
   auto counters = s.counters;
   job.add_group("deadLetters", {{"stage", "transform"}})
@@ -835,7 +854,13 @@ JobHealthOptions PipelineRunner::health_options() const {
 std::vector<SourceHealth> PipelineRunner::State::source_health(int64_t now) const {
   SourceHealth s;
   s.name = probe.type;
+  s.description = probe.description;
   s.lag_ms = probe.lag_ms ? probe.lag_ms(now) : -1;
+  if (probe.connections) {
+    for (const SourceConnection& c : probe.connections()) {
+      if (!c.connected) s.disconnected.push_back(SourceHealth::Disconnected{c.subtask, c.disconnected_ms, c.reason});
+    }
+  }
   return {s};
 }
 

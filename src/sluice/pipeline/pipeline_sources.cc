@@ -1,5 +1,6 @@
 // The source of a pipeline as a stream of change events, per `source.type`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -167,6 +168,8 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     Result<std::shared_ptr<PostgresCdcSource>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
     std::shared_ptr<PostgresCdcSource> s = *src;
+    probe.description = "slot " + s->settings().slot_name;
+    probe.connections = [s] { return s->connections(); };
     probe.bad_records = [s] { return s->metrics().bad_records; };
     probe.lag_ms = [s](int64_t) { return s->metrics().lag_ms; };
     probe.gauges = [s] {
@@ -275,6 +278,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     Result<std::shared_ptr<KafkaSource<cdc::ChangeEvent>>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
     std::shared_ptr<KafkaSource<cdc::ChangeEvent>> s = *src;
+    probe.description = s->settings().topic_pattern.empty() ? fmt::format("{}", fmt::join(s->settings().topics, ", "))
+                                                            : s->settings().topic_pattern;
+    probe.connections = [s] { return s->connections(); };
     probe.bad_records = [s] { return s->metrics().bad_records; };
     probe.lag_ms = [s](int64_t) { return s->metrics().lag_ms; };
     probe.gauges = [s] {

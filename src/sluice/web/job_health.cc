@@ -106,6 +106,14 @@ HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& o
                                     s.lag_ms, o.max_source_lag_ms));
     }
   }
+  for (const auto& s : sources) {
+    for (const auto& d : s.disconnected) {
+      add("source-disconnected",
+          fmt::format("source '{}' ({}) disconnected for {:.1f} s (subtask {}): {}",
+                      s.description.empty() ? s.name : s.description, s.name, static_cast<double>(d.for_ms) / 1000.0,
+                      d.subtask, redact_secrets(d.reason)));
+    }
+  }
   h.healthy = h.reasons.empty();
   for (const auto& r : h.reasons) {
     if (!h.reason.empty()) h.reason += "; ";

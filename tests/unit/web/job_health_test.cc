@@ -167,6 +167,29 @@ TEST_F(JobHealthTest, SourceLagOverTheBoundNamesTheSource) {
   EXPECT_TRUE(evaluate_job_health(job_, options_, kStart, {{"postgres", 999'999}}, kStart + 10).healthy);
 }
 
+TEST_F(JobHealthTest, ADisconnectedSourceSubtaskIsNamedWithItsReasonAndNoSecret) {
+  SourceHealth s;
+  s.name = "kafka";
+  s.description = "orders";
+  s.lag_ms = 0;
+  EXPECT_TRUE(evaluate_job_health(job_, options_, kStart, {s}, kStart + 10).healthy);
+  s.disconnected.push_back({1, 3240, "no broker of '127.0.0.1:9092' answers: all brokers down (1/1 brokers are down)"});
+  HealthReport h = evaluate_job_health(job_, options_, kStart, {s}, kStart + 10);
+  EXPECT_FALSE(h.healthy);
+  EXPECT_EQ(codes(h), std::vector<std::string>{"source-disconnected"});
+  EXPECT_EQ(h.reason,
+            "source 'orders' (kafka) disconnected for 3.2 s (subtask 1): no broker of '127.0.0.1:9092' answers: all "
+            "brokers down (1/1 brokers are down)");
+  // Without a description the connector names it; a password in a connector's reason never reaches /health.
+  s.description.clear();
+  s.disconnected[0].reason = "cannot connect: postgresql://cdc:hunter2@db/payments refused";
+  h = evaluate_job_health(job_, options_, kStart, {s}, kStart + 10);
+  EXPECT_NE(h.reason.find("source 'kafka' (kafka) disconnected for 3.2 s (subtask 1): cannot connect"),
+            std::string::npos)
+      << h.reason;
+  EXPECT_EQ(h.reason.find("hunter2"), std::string::npos) << h.reason;
+}
+
 TEST_F(JobHealthTest, JsonNamesEveryReason) {
   impl_->st = JobStatus::kFailed;
   const std::string json = evaluate_job_health(job_, options_, kStart, {}, kStart + 20'000).to_json();

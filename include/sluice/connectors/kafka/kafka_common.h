@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/connectors/source_connection.h"
 #include "sluice/core/error.h"
 
 namespace sluice::kafka {
@@ -153,6 +154,12 @@ struct KafkaTopicInfo {
                                                                        std::chrono::milliseconds timeout,
                                                                        std::string_view bootstrap_servers);
 
+/// Where a source reader's liveness probe reports its connection (KafkaLivenessProbe).
+struct KafkaConnectionWatch {
+  std::shared_ptr<SourceConnectionBoard> board;  ///< null: no watch
+  int subtask = 0;
+};
+
 /// Watches whether a Kafka cluster answers, also while a connector sends nothing (an idle sink, a source on a
 /// quiet topic): a thread of its own sends a metadata request for no topic (a round trip to one broker) every
 /// interval = clamp(timeout / 4, 100 ms, 5 s), each bounded by clamp(timeout / 2, 500 ms, 5 s), on a client of
@@ -160,20 +167,28 @@ struct KafkaTopicInfo {
 /// last answered. failure() is a stopped or paused broker (no answer) and an unreachable one (connection
 /// refused) alike; librdkafka's own retries never end, so a connector without this would wait silently.
 ///
+/// With a ConnectionWatch (a source reader's), the probe also reports the reader's connection to the watch's
+/// board (source_connection.h) after every round: disconnected once no broker answered for 3 s (kDisconnectedAfter;
+/// the reason names the bootstrap servers and librdkafka's last error, "all brokers down" when its error callback
+/// said so), connected again at the next answer. It then probes at least every second, each request bounded by
+/// 2.5 s, so a stopped or paused cluster shows within about 3.5 s. A timeout of 0 never fails (the watch only).
+///
 /// Lifecycle: start() -> failure() ... -> destroyed (stops the thread; waits for at most one request bound).
 /// Thread-safety: failure() may be called from any thread; `on_failure` runs on the probe's thread, once when
 /// the failure starts (a source uses it to wake its task thread).
 class KafkaLivenessProbe {
  public:
+  using ConnectionWatch = KafkaConnectionWatch;
+  /// No broker answered for this long: disconnected (with a ConnectionWatch).
+  static constexpr std::chrono::milliseconds kDisconnectedAfter{3'000};
+
   /// Starts probing the cluster of `properties` (bootstrap.servers required) with a client of `type`, the
   /// connector's own (so its properties apply without warnings): a producer drops transactional.id and
   /// idempotence, a consumer its group (it never joins one). `who` names the connector in failure(). Errors:
   /// kConfiguration when the client cannot be created from the properties.
-  [[nodiscard]] static Result<std::unique_ptr<KafkaLivenessProbe>> start(rd_kafka_type_t type,
-                                                                         KafkaProperties properties,
-                                                                         std::chrono::milliseconds timeout,
-                                                                         std::string who,
-                                                                         std::function<void()> on_failure = nullptr);
+  [[nodiscard]] static Result<std::unique_ptr<KafkaLivenessProbe>> start(
+      rd_kafka_type_t type, KafkaProperties properties, std::chrono::milliseconds timeout, std::string who,
+      std::function<void()> on_failure = nullptr, ConnectionWatch watch = {});
   ~KafkaLivenessProbe();
   KafkaLivenessProbe(const KafkaLivenessProbe&) = delete;
   KafkaLivenessProbe& operator=(const KafkaLivenessProbe&) = delete;
@@ -183,10 +198,14 @@ class KafkaLivenessProbe {
   std::optional<std::string> failure() const;
 
  private:
-  KafkaLivenessProbe(KafkaClientPtr client, std::chrono::milliseconds timeout, std::string who, std::string bootstrap,
-                     std::function<void()> on_failure);
+  KafkaLivenessProbe(std::chrono::milliseconds timeout, std::string who, std::string bootstrap,
+                     std::function<void()> on_failure, ConnectionWatch watch);
   void run();
+  // librdkafka's error callback of the probe's client (served by rd_kafka_poll on the probe's thread).
+  static void error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque);
 
+  const ConnectionWatch watch_;
+  std::string client_error_;  // the client's last error callback since the last answer; guarded by mu_
   KafkaClientPtr client_;
   const std::chrono::milliseconds timeout_;
   const std::string who_;

@@ -84,7 +84,10 @@
 // reader runs a kafka::KafkaLivenessProbe (kafka_common.h; a metadata round trip every timeout / 4, at most 5 s,
 // off the task thread); when no broker answered for `liveness.timeout.ms` (a broker that is gone, paused or
 // unreachable, also on a quiet topic) it wakes the task, which fails naming the bootstrap servers, the time
-// without an answer and librdkafka's last error, and the restart strategy takes over.
+// without an answer and librdkafka's last error, and the restart strategy takes over. Before that (and with the
+// liveness timeout off too) the probe reports the reader disconnected once no broker answered for 3 s
+// (connections(), source_connection.h: /health's `source-disconnected`, the `sourceConnected` gauge, one log
+// line when lost and one when back); the job stays RUNNING and librdkafka keeps retrying.
 //
 // Metrics (KafkaSourceMetrics, from metrics(); Flink's KafkaSource metrics): records and bytes read, bad
 // records, records per second, and per assigned partition the current offset (next to read), the committed
@@ -321,6 +324,8 @@ struct KafkaSourceStats {
   std::atomic<int64_t> bytes_read{0};
   std::atomic<int64_t> last_timestamp_ms{-1};  ///< Kafka timestamp of the last record any reader read
   std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
+  /// Each open reader's connection to the cluster, reported by its liveness probe (kafka_common.h).
+  std::shared_ptr<SourceConnectionBoard> connections = std::make_shared<SourceConnectionBoard>("Kafka source");
   mutable std::mutex mu;
   std::vector<std::shared_ptr<KafkaReaderStats>> readers;  // guarded by mu
 
@@ -521,7 +526,9 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
 
   /// Use builder(). `settings` must have passed normalize_and_validate.
   KafkaSource(detail::KafkaSourceSettings settings, KafkaDeserializer<T> deserializer)
-      : settings_(std::move(settings)), deserializer_(std::move(deserializer)) {}
+      : settings_(std::move(settings)), deserializer_(std::move(deserializer)) {
+    stats_->connections = std::make_shared<SourceConnectionBoard>("Kafka source (" + settings_.describe_topics() + ")");
+  }
 
   Boundedness boundedness() const override {
     return settings_.bounded ? Boundedness::kBounded : Boundedness::kContinuousUnbounded;
@@ -553,6 +560,11 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
   /// Thread-safe: may be called from any thread while the job runs; never asks the broker (high watermarks
   /// are librdkafka's cached values).
   KafkaSourceMetrics metrics() const { return stats_->metrics(); }
+  /// Each open reader subtask's connection to the cluster: disconnected when no broker answered its probe for
+  /// KafkaLivenessProbe::kDisconnectedAfter (3 s), naming librdkafka's last error. Thread-safe.
+  std::vector<SourceConnection> connections() const {
+    return stats_->connections->snapshot(SourceConnectionBoard::steady_now_ms());
+  }
   const detail::KafkaSourceSettings& settings() const noexcept { return settings_; }
 
  private:

@@ -53,7 +53,10 @@
 // Keepalives that ask for a reply are answered at once, and a status update goes out at least every
 // min(status_interval, wal_sender_timeout / 2), also while backpressure stops reading. Liveness: no message for
 // liveness_timeout (default wal_sender_timeout + 10 s; an idle stream pings every min(1 s, timeout / 4)) fails
-// the source; queries on the normal connection are bounded by it and interruptible by close().
+// the source; queries on the normal connection are bounded by it and interruptible by close(). Before that, a
+// stream silent for the ping interval + 2 s (3 s by default) shows the reader disconnected (connections(),
+// source_connection.h: /health's `source-disconnected`, the `sourceConnected` gauge, a log line when lost and one
+// when back), as does a connection that failed, also while the job restarts and cannot connect.
 //
 // Heartbeats. With heartbeat_interval() > 0, the reader runs `SELECT pg_logical_emit_message(false,
 // 'sluice-heartbeat', ...)` on its normal connection at that interval while streaming. The message passes
@@ -91,6 +94,7 @@
 #include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/cdc/change_event.h"
 #include "sluice/connectors/postgres/pgoutput.h"
+#include "sluice/connectors/source_connection.h"
 #include "sluice/core/error.h"
 #include "sluice/core/type_serializer.h"
 
@@ -226,6 +230,14 @@ struct PostgresCdcStats {
   std::atomic<bool> snapshot_done{false};
   /// Since when (wall ms) the reader waits for its slot held by another connection; -1 = not waiting.
   std::atomic<int64_t> slot_busy_since_ms{-1};
+  /// The reader's connections to the server (source_connection.h), reported by its fetcher: connected once a
+  /// connection is up, disconnected when one fails or the replication stream is silent for the ping interval
+  /// + 2 s. Kept across restarts (a server that is down fails every attempt to connect).
+  std::shared_ptr<SourceConnectionBoard> connections = std::make_shared<SourceConnectionBoard>("Postgres CDC source");
+  /// While streaming: the subtask that streams and when (steady ms) its replication connection last received a
+  /// message (connections() reads it too, for a fetcher blocked in a query); -1 = not streaming.
+  std::atomic<int> streaming_subtask{-1};
+  std::atomic<int64_t> last_rx_steady_ms{-1};
   std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
 };
 
@@ -259,6 +271,8 @@ class PostgresCdcSource final : public Source<cdc::ChangeEvent, PostgresCdcSplit
 
   /// The current metrics (thread-safe).
   PostgresCdcMetrics metrics() const;
+  /// The reading subtask's connection to the server (see PostgresCdcStats::connections; thread-safe).
+  std::vector<SourceConnection> connections() const;
   /// The validated settings (for tests and tools).
   const detail::PostgresCdcSettings& settings() const noexcept { return settings_; }
 

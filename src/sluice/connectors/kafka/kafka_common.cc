@@ -172,8 +172,8 @@ int64_t steady_ns() {
 
 Result<std::unique_ptr<KafkaLivenessProbe>> KafkaLivenessProbe::start(rd_kafka_type_t type, KafkaProperties properties,
                                                                       std::chrono::milliseconds timeout,
-                                                                      std::string who,
-                                                                      std::function<void()> on_failure) {
+                                                                      std::string who, std::function<void()> on_failure,
+                                                                      ConnectionWatch watch) {
   if (type == RD_KAFKA_PRODUCER) {
     properties.erase("transactional.id");
     properties.erase("transaction.timeout.ms");
@@ -187,17 +187,20 @@ Result<std::unique_ptr<KafkaLivenessProbe>> KafkaLivenessProbe::start(rd_kafka_t
   const std::string bootstrap = properties.count("bootstrap.servers") ? properties["bootstrap.servers"] : "";
   Result<KafkaConfPtr> conf = make_kafka_conf(properties, who);
   if (!conf.ok()) return conf.error();
-  Result<KafkaClientPtr> client = make_kafka_client(type, std::move(conf).value(), who);
-  if (!client.ok()) return client.error();
   std::unique_ptr<KafkaLivenessProbe> probe(
-      new KafkaLivenessProbe(std::move(client).value(), timeout, std::move(who), bootstrap, std::move(on_failure)));
+      new KafkaLivenessProbe(timeout, std::move(who), bootstrap, std::move(on_failure), std::move(watch)));
+  rd_kafka_conf_set_opaque(conf->get(), probe.get());
+  rd_kafka_conf_set_error_cb(conf->get(), &KafkaLivenessProbe::error_cb);
+  Result<KafkaClientPtr> client = make_kafka_client(type, std::move(conf).value(), probe->who_);
+  if (!client.ok()) return client.error();
+  probe->client_ = std::move(client).value();
   probe->thread_ = std::thread([p = probe.get()] { p->run(); });
   return probe;
 }
 
-KafkaLivenessProbe::KafkaLivenessProbe(KafkaClientPtr client, std::chrono::milliseconds timeout, std::string who,
-                                       std::string bootstrap, std::function<void()> on_failure)
-    : client_(std::move(client)),
+KafkaLivenessProbe::KafkaLivenessProbe(std::chrono::milliseconds timeout, std::string who, std::string bootstrap,
+                                       std::function<void()> on_failure, ConnectionWatch watch)
+    : watch_(std::move(watch)),
       timeout_(timeout),
       who_(std::move(who)),
       bootstrap_(std::move(bootstrap)),
@@ -211,30 +214,61 @@ KafkaLivenessProbe::~KafkaLivenessProbe() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (watch_.board) watch_.board->remove(watch_.subtask);
+}
+
+void KafkaLivenessProbe::error_cb(rd_kafka_t* /*rk*/, int err, const char* reason, void* opaque) {
+  auto* self = static_cast<KafkaLivenessProbe*>(opaque);
+  const auto code = static_cast<rd_kafka_resp_err_t>(err);
+  std::lock_guard lock(self->mu_);
+  // "all brokers down" says more than the transport error of one of them that usually comes with it.
+  if (code != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && self->client_error_.starts_with("all brokers down")) return;
+  self->client_error_ = code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN
+                            ? fmt::format("all brokers down ({})", reason)
+                            : fmt::format("{}: {}", rd_kafka_err2name(code), reason);
 }
 
 void KafkaLivenessProbe::run() {
-  const auto interval =
+  // Watching a source's connection needs rounds shorter than kDisconnectedAfter; failure alone does not.
+  auto interval =
       std::clamp<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(100), std::chrono::seconds(5));
-  const int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_.count() / 2, 500, 5000));
+  int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_.count() / 2, 500, 5000));
+  if (watch_.board) {
+    interval = timeout_.count() > 0 ? std::min<std::chrono::milliseconds>(interval, std::chrono::seconds(1))
+                                    : std::chrono::milliseconds(std::chrono::seconds(1));
+    request_ms = std::min(request_ms, 2500);
+    if (timeout_.count() <= 0) request_ms = 2500;
+    watch_.board->set_connected(watch_.subtask, steady_ns() / 1'000'000);
+  }
   bool failed = false;
   std::unique_lock lock(mu_);
   while (!stop_) {
     lock.unlock();
+    rd_kafka_poll(client_.get(), 0);  // serves error_cb
     const auto sent = std::chrono::steady_clock::now();
     const rd_kafka_metadata_t* md = nullptr;
     // No topic: the broker answers with the cluster's brokers only (all_topics=0 and no topic handle). On a
     // client that never used a topic the request names none.
     const rd_kafka_resp_err_t err = rd_kafka_metadata(client_.get(), /*all_topics=*/0, nullptr, &md, request_ms);
     if (md != nullptr) rd_kafka_metadata_destroy(md);
+    rd_kafka_poll(client_.get(), 0);
     lock.lock();
+    const int64_t now_ns = steady_ns();
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      last_answer_ns_.store(steady_ns(), std::memory_order_relaxed);
+      last_answer_ns_.store(now_ns, std::memory_order_relaxed);
       failed = false;
+      client_error_.clear();
+      if (watch_.board) watch_.board->set_connected(watch_.subtask, now_ns / 1'000'000);
     } else {
       last_error_ = kafka_error_text(err);
-      const int64_t silent_ms = (steady_ns() - last_answer_ns_.load(std::memory_order_relaxed)) / 1'000'000;
-      if (!failed && silent_ms > timeout_.count()) {
+      const int64_t last_answer_ns = last_answer_ns_.load(std::memory_order_relaxed);
+      const int64_t silent_ms = (now_ns - last_answer_ns) / 1'000'000;
+      if (watch_.board && silent_ms > kDisconnectedAfter.count()) {
+        watch_.board->set_disconnected(watch_.subtask, last_answer_ns / 1'000'000,
+                                       fmt::format("no broker of '{}' answers: {}", bootstrap_,
+                                                   client_error_.empty() ? last_error_ : client_error_));
+      }
+      if (!failed && timeout_.count() > 0 && silent_ms > timeout_.count()) {
         failed = true;
         if (on_failure_) {
           lock.unlock();
@@ -249,6 +283,7 @@ void KafkaLivenessProbe::run() {
 }
 
 std::optional<std::string> KafkaLivenessProbe::failure() const {
+  if (timeout_.count() <= 0) return std::nullopt;
   const int64_t silent_ms = (steady_ns() - last_answer_ns_.load(std::memory_order_relaxed)) / 1'000'000;
   if (silent_ms <= timeout_.count()) return std::nullopt;
   std::string last;

@@ -955,14 +955,16 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
   }
   impl.wakeup.ctx = &ctx;
   rd_kafka_queue_cb_event_enable(impl.queue.get(), &on_queue_event, &impl.wakeup);
-  if (settings.liveness_timeout_ms > 0) {
+  {
     // A quiet topic calls poll() only when the consumer queue has something: the probe wakes the task itself.
+    // Also with the liveness timeout off, the probe watches the connection for /health (connections()).
     Result<std::unique_ptr<kafka::KafkaLivenessProbe>> probe = kafka::KafkaLivenessProbe::start(
         RD_KAFKA_CONSUMER, settings.properties, std::chrono::milliseconds(settings.liveness_timeout_ms), impl.name,
         [hook = &impl.wakeup] {
           std::lock_guard lock(hook->mu);
           if (hook->ctx != nullptr) hook->ctx->wakeup();
-        });
+        },
+        kafka::KafkaLivenessProbe::ConnectionWatch{core->stats_->connections, impl.subtask});
     if (!probe.ok()) return probe.error();
     impl.liveness = std::move(probe).value();
   }

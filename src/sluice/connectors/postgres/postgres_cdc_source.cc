@@ -275,6 +275,7 @@ class Fetcher {
     PgConn c(PQconnectdbParams(keys, vals, 1));
     if (!c || PQstatus(c.get()) != CONNECTION_OK) {
       const std::string why = c ? conn_error(c.get()) : "out of memory";
+      lost(fmt::format("cannot connect{}: {}", replication ? " for replication" : "", why));
       std::string message = fmt::format("{} (slot {}): cannot connect{}: {}", kRole, s_.slot_name,
                                         replication ? " for replication" : "", why);
       if (std::string reason = non_recoverable_connect(why); !reason.empty()) {
@@ -282,9 +283,45 @@ class Fetcher {
       }
       fail(std::move(message));
     }
+    // Not yet streaming: connected as far as anyone can tell (the stream's silence is watched once it runs).
+    if (!streaming_) found();
     std::lock_guard lock(cancel_mu_);
     cancels_.push_back(PQgetCancel(c.get()));
     return c;
+  }
+
+  // ---- the connection's state, for /health (PostgresCdcStats::connections)
+
+  /// The connection is lost (since the first call after it was up): `why`.
+  void lost(std::string why) {
+    const int64_t now = SourceConnectionBoard::steady_now_ms();
+    stats_->connections->set_disconnected(subtask_, lost_ ? lost_since_ : now, std::move(why));
+    if (!lost_) lost_since_ = now;
+    lost_ = true;
+  }
+  /// The connection is up (again).
+  void found() {
+    if (lost_ || !reported_) stats_->connections->set_connected(subtask_, SourceConnectionBoard::steady_now_ms());
+    lost_ = false;
+    reported_ = true;
+  }
+  /// While streaming: lost when no message came for the ping interval + 2 s (a keepalive answers every ping).
+  void watch_stream(std::chrono::steady_clock::time_point now) {
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_rx_);
+    if (silent.count() > ping_interval_ms_ + 2000) {
+      if (!lost_) {
+        lost_since_ = SourceConnectionBoard::steady_now_ms() - silent.count();
+        lost_ = true;
+        reported_ = true;
+        stats_->connections->set_disconnected(
+            subtask_, lost_since_,
+            fmt::format("no message on the replication connection of slot {} (the server is paused, hung or "
+                        "unreachable; liveness timeout {} ms)",
+                        s_.slot_name, liveness_ms_));
+      }
+    } else if (lost_) {
+      found();
+    }
   }
 
   void forget_cancels() {
@@ -423,6 +460,7 @@ class Fetcher {
     forget_cancels();
     repl_.reset();
     normal_.reset();
+    stats_->streaming_subtask.store(-1);
   }
 
   /// Hands over what was decoded before the error (regardless of the capacity), then the error.
@@ -810,6 +848,8 @@ class Fetcher {
     slot_free(busy_since);
     spdlog::info("{}: streaming slot {} from {}", kRole, s_.slot_name, format_lsn(start_lsn));
     streaming_ = true;
+    found();
+    stats_->streaming_subtask.store(subtask_);
     received_ = start_lsn;
     decoder_ = std::make_unique<postgres::PgOutputDecoder>(
         [this](const postgres::PgRelation& rel) -> Result<std::vector<std::string>> {
@@ -825,6 +865,7 @@ class Fetcher {
       if (stop_.load()) return;
       maintenance();
       if (PQconsumeInput(rc) == 0) {
+        lost(fmt::format("the replication connection failed: {}", conn_error(rc)));
         fail(fmt::format("{} (slot {}): the replication connection failed after {}: {}", kRole, s_.slot_name,
                          format_lsn(received_), conn_error(rc)));
       }
@@ -839,6 +880,7 @@ class Fetcher {
           const std::string why = r ? result_error(r.get()) : "no reason given";
           std::string message = fmt::format("{} (slot {}): the server ended the replication stream after {}: {}", kRole,
                                             s_.slot_name, format_lsn(received_), why);
+          lost(fmt::format("the server ended the replication stream: {}", why));
           // E.g. bytes of a SQL_ASCII database that are not UTF-8 (22021): every restart meets the same WAL record.
           if (std::string reason = non_recoverable_sqlstate(state != nullptr ? state : "", why); !reason.empty()) {
             fail_for_good(std::move(message), reason);
@@ -846,6 +888,7 @@ class Fetcher {
           fail(std::move(message));
         }
         if (n < 0) {
+          lost(fmt::format("reading the replication stream failed: {}", conn_error(rc)));
           fail(fmt::format("{} (slot {}): reading the replication stream after {} failed: {}", kRole, s_.slot_name,
                            format_lsn(received_), conn_error(rc)));
         }
@@ -855,6 +898,10 @@ class Fetcher {
       }
       push(batch);
       auto now = std::chrono::steady_clock::now();
+      stats_->last_rx_steady_ms.store(
+          std::chrono::duration_cast<std::chrono::milliseconds>(last_rx_.time_since_epoch()).count(),
+          std::memory_order_relaxed);
+      watch_stream(now);
       const auto silent = now - last_rx_;
       if (silent > std::chrono::milliseconds(liveness_ms_)) {
         fail(
@@ -1147,6 +1194,11 @@ class Fetcher {
   std::chrono::steady_clock::time_point last_rx_, next_ping_;
   std::unique_ptr<postgres::PgOutputDecoder> decoder_;
   bool streaming_ = false;
+  // The connection's state as last reported (lost(), found(), watch_stream(); fetcher thread).
+  const int subtask_ = ctx_.subtask_index();
+  bool lost_ = false;
+  bool reported_ = false;
+  int64_t lost_since_ = 0;  // steady ms
   Lsn received_ = 0, sent_flush_ = 0, skip_before_ = 0, overlap_until_ = 0;
   // The restored checkpoint's partly emitted transaction (0 = none, or already passed) and its emitted events.
   Lsn resume_txn_lsn_ = 0;
@@ -1371,7 +1423,10 @@ PostgresCdcSourceBuilder PostgresCdcSource::builder() {
   return PostgresCdcSourceBuilder();
 }
 
-PostgresCdcSource::PostgresCdcSource(detail::PostgresCdcSettings settings) : settings_(std::move(settings)) {}
+PostgresCdcSource::PostgresCdcSource(detail::PostgresCdcSettings settings) : settings_(std::move(settings)) {
+  stats_->connections =
+      std::make_shared<SourceConnectionBoard>("Postgres CDC source (slot " + settings_.slot_name + ")");
+}
 
 std::unique_ptr<SplitEnumerator<PostgresCdcSplit>> PostgresCdcSource::create_enumerator(
     SplitEnumeratorContext<PostgresCdcSplit>& ctx) const {
@@ -1422,6 +1477,28 @@ PostgresCdcMetrics PostgresCdcSource::metrics() const {
   const int64_t busy = st.slot_busy_since_ms.load();
   m.slot_busy_ms = busy < 0 ? 0 : std::max<int64_t>(1, now - busy);
   return m;
+}
+
+std::vector<SourceConnection> PostgresCdcSource::connections() const {
+  const int64_t now = SourceConnectionBoard::steady_now_ms();
+  std::vector<SourceConnection> out = stats_->connections->snapshot(now);
+  // A fetcher blocked in a query (a heartbeat to a paused server) reports late: the stream's silence says it now.
+  const int streaming = stats_->streaming_subtask.load();
+  const int64_t last_rx = stats_->last_rx_steady_ms.load(std::memory_order_relaxed);
+  const int64_t silent = now - last_rx;
+  if (streaming >= 0 && last_rx >= 0 && silent > stats_->ping_interval_ms.load() + 2000) {
+    for (SourceConnection& c : out) {
+      if (c.subtask == streaming && c.connected) {
+        c.connected = false;
+        c.disconnected_ms = silent;
+        c.reason = fmt::format(
+            "no message on the replication connection of slot {} (the server is paused, hung "
+            "or unreachable)",
+            settings_.slot_name);
+      }
+    }
+  }
+  return out;
 }
 
 PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::conninfo(std::string conninfo) {
