@@ -23,11 +23,11 @@
 // per-key sequences (nothing lost in both modes, no duplicate with exactly-once, every key in order) and
 // `sluice verify` on the same topic (its report asserted). A summary line gives the figures.
 //
-// CI runs the short version: 6 faults exactly-once, 4 at-least-once (the two tests together take the first ten of
-// the same seeded sequence, so each CI run covers every kind), about 2-3 minutes per test. By hand:
-// SLUICE_CHAOS_FAULTS=N (faults per test) or SLUICE_CHAOS_SCALE=F (multiplies the faults); the source's record
-// count grows with the fault count. SLUICE_TEST_SEED replays a schedule. Needs S3_SERVER_BIN (scripts/services/run-with
-// s3 -- ...); Kafka, etcd and moto are started privately.
+// CI runs the short version: 6 faults exactly-once, 4 at-least-once (the two tests take the first ten of the same
+// seeded sequence, so each CI run covers every kind), about 1.5-2 minutes per test with the services' start. By
+// hand: SLUICE_CHAOS_FAULTS=N (faults per test) or SLUICE_CHAOS_SCALE=F (multiplies the faults); the source's
+// record count grows with the fault count. SLUICE_TEST_SEED replays a schedule. Needs S3_SERVER_BIN
+// (scripts/services/run-with s3 -- ...); Kafka, etcd and moto are started privately.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -146,9 +146,9 @@ size_t fault_budget(size_t ci) {
 
 struct FaultRecord {
   Fault kind;
-  double at_s = 0;           // since the job started
-  int64_t duration_ms = 0;   // how long the fault itself lasted (a pause, a restart), 0 for a kill
-  int64_t recovery_ms = 0;   // from the fault's start to the cluster healthy again
+  double at_s = 0;          // since the job started
+  int64_t duration_ms = 0;  // how long the fault itself lasted (a pause, a restart), 0 for a kill
+  int64_t recovery_ms = 0;  // from the fault's start to the cluster healthy again
   std::string detail;
 };
 
@@ -309,15 +309,15 @@ class ClusterChaosTest : public ::testing::Test {
       }
       if (finished_) continue;
       ++unplanned_;
-      std::cout << fmt::format("[{:7.1f} s] unplanned: a JobManager (pid {}) exited with code {}; restarted\n",
-                               secs(), jm->pid(), code);
+      std::cout << fmt::format("[{:7.1f} s] unplanned: a JobManager (pid {}) exited with code {}; restarted\n", secs(),
+                               jm->pid(), code);
       jm = spawn_jobmanager();
     }
     for (ChildProcess*& tm : tms_) {
       if (finished_ || !tm->exited()) continue;
       ++unplanned_;
-      std::cout << fmt::format("[{:7.1f} s] unplanned: a TaskManager (pid {}) exited with code {}; restarted\n",
-                               secs(), tm->pid(), *tm->wait_exit(1s));
+      std::cout << fmt::format("[{:7.1f} s] unplanned: a TaskManager (pid {}) exited with code {}; restarted\n", secs(),
+                               tm->pid(), *tm->wait_exit(1s));
       tm = spawn_taskmanager();
     }
   }
@@ -572,11 +572,10 @@ class ClusterChaosTest : public ::testing::Test {
         break;
       }
       FaultRecord rec = inject(f);
-      std::cout << fmt::format("[{:7.1f} s] fault {}/{}: {}{}{}; healthy again after {} ms\n", rec.at_s,
-                               done.size() + 1, schedule.size(), fault_name(f),
-                               rec.detail.empty() ? "" : " (" + rec.detail + ")",
-                               rec.duration_ms > 0 ? fmt::format(", lasted {} ms", rec.duration_ms) : "",
-                               rec.recovery_ms)
+      std::cout << fmt::format(
+                       "[{:7.1f} s] fault {}/{}: {}{}{}; healthy again after {} ms\n", rec.at_s, done.size() + 1,
+                       schedule.size(), fault_name(f), rec.detail.empty() ? "" : " (" + rec.detail + ")",
+                       rec.duration_ms > 0 ? fmt::format(", lasted {} ms", rec.duration_ms) : "", rec.recovery_ms)
                 << std::flush;
       done.push_back(rec);
       if (HasFailure()) return;
@@ -602,7 +601,9 @@ class ClusterChaosTest : public ::testing::Test {
       const std::string out = final_leader->output();
       const std::string key = ", job id ";
       const size_t at = out.find(key);
-      return at == std::string::npos ? std::string() : out.substr(at + key.size(), out.find_first_of("\n ", at + key.size()) - at - key.size());
+      return at == std::string::npos
+                 ? std::string()
+                 : out.substr(at + key.size(), out.find_first_of("\n ", at + key.size()) - at - key.size());
     }();
     auto status = store.job_status(job_id);
     ASSERT_TRUE(status.ok()) << status.error().to_string();
@@ -646,10 +647,10 @@ class ClusterChaosTest : public ::testing::Test {
     EXPECT_NE(verify.out.find("result:        OK"), std::string::npos);
     if (exactly_once) {
       // The keyed state too: entity_version counts each entity's events 1, 2, 3, ... exactly once.
-      const sluice::testing::Ran versions = sluice::testing::run_to_end(
-          SLUICE_BINARY, {"verify", "--bootstrap-servers", kafka->bootstrap(), "--topic", topic_, "--key-field",
-                          "entity", "--seq-field", "entity_version", "--seq-start", "1", "--seq-end",
-                          std::to_string(rounds)});
+      const sluice::testing::Ran versions =
+          sluice::testing::run_to_end(SLUICE_BINARY, {"verify", "--bootstrap-servers", kafka->bootstrap(), "--topic",
+                                                      topic_, "--key-field", "entity", "--seq-field", "entity_version",
+                                                      "--seq-start", "1", "--seq-end", std::to_string(rounds)});
       EXPECT_EQ(versions.code, 0) << "sluice verify of entity_version:\n" << versions.out << versions.err;
     }
 
@@ -704,7 +705,9 @@ class ClusterChaosTest : public ::testing::Test {
 };
 
 // The two tests take consecutive parts of one seeded fault sequence, so together they cover every kind.
-TEST_F(ClusterChaosTest, ExactlyOnceThroughASeededFaultSchedule) { run("exactly-once", 0, fault_budget(6)); }
+TEST_F(ClusterChaosTest, ExactlyOnceThroughASeededFaultSchedule) {
+  run("exactly-once", 0, fault_budget(6));
+}
 
 TEST_F(ClusterChaosTest, AtLeastOnceThroughASeededFaultSchedule) {
   run("at-least-once", fault_budget(6), fault_budget(4));
