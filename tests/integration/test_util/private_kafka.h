@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 namespace sluice::testing {
 
@@ -40,7 +41,9 @@ inline std::string run_command(const std::string& cmd) {
 /// bootstrap() is empty (and a test failure recorded) when it did not start. Not thread-safe: one test thread.
 class PrivateKafka {
  public:
-  PrivateKafka() {
+  /// `env`: variables for the script's start, e.g. "SLUICE_KAFKA_SASL_PLAIN_USERS='alice:secret'" (a SASL_PLAINTEXT
+  /// listener, then in sasl_bootstrap()).
+  explicit PrivateKafka(std::string env = "") : env_(std::move(env)) {
     char tmpl[] = "/tmp/sluice-private-kafka-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
       ADD_FAILURE() << "mkdtemp " << tmpl;
@@ -48,9 +51,8 @@ class PrivateKafka {
     }
     dir_ = tmpl;
     const std::string out = script("start");
-    const std::string key = "KAFKA_BOOTSTRAP_SERVERS=";
-    const size_t at = out.find(key);
-    if (at != std::string::npos) bootstrap_ = out.substr(at + key.size(), out.find('\n', at) - at - key.size());
+    bootstrap_ = value_of(out, "KAFKA_BOOTSTRAP_SERVERS=");
+    sasl_bootstrap_ = value_of(out, "KAFKA_SASL_BOOTSTRAP_SERVERS=");
   }
   ~PrivateKafka() {
     if (dir_.empty()) return;
@@ -64,6 +66,8 @@ class PrivateKafka {
 
   /// host:port of its client listener, e.g. "127.0.0.1:40123".
   const std::string& bootstrap() const { return bootstrap_; }
+  /// host:port of its SASL_PLAINTEXT listener ("" without SLUICE_KAFKA_SASL_PLAIN_USERS).
+  const std::string& sasl_bootstrap() const { return sasl_bootstrap_; }
 
   /// SIGSTOP: the broker's connections stay open and nothing answers (a hung broker, a network partition).
   void pause() {
@@ -82,8 +86,17 @@ class PrivateKafka {
   }
 
  private:
+  static std::string value_of(const std::string& text, const std::string& key) {
+    const size_t at = text.find(key);
+    if (at == std::string::npos || (at > 0 && text[at - 1] != '\n')) {
+      const size_t again = text.find("\n" + key);
+      if (again == std::string::npos) return {};
+      return value_of(text.substr(again + 1), key);
+    }
+    return text.substr(at + key.size(), text.find('\n', at) - at - key.size());
+  }
   std::string script(const std::string& verb) {
-    return run_command("SLUICE_SERVICES_DIR='" + dir_ + "' '" + std::string(SLUICE_SOURCE_DIR) +
+    return run_command(env_ + " SLUICE_SERVICES_DIR='" + dir_ + "' '" + std::string(SLUICE_SOURCE_DIR) +
                        "/scripts/services/kafka' " + verb + " 2>&1");
   }
   // The broker's pid while it runs (the script's pid file), else -1.
@@ -94,8 +107,10 @@ class PrivateKafka {
     return ::kill(static_cast<pid_t>(p), 0) == 0 ? static_cast<pid_t>(p) : -1;
   }
 
+  std::string env_;
   std::string dir_;
   std::string bootstrap_;
+  std::string sasl_bootstrap_;
 };
 
 }  // namespace sluice::testing

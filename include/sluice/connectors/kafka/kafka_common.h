@@ -149,10 +149,28 @@ struct KafkaTopicInfo {
 /// Errors: kConnector "cannot reach the Kafka cluster at '<bootstrap>' within <n> ms: <last librdkafka
 /// error>; check bootstrap.servers, the security settings and that the brokers run" when no answer came;
 /// permanent errors (authentication, authorization) at once.
-[[nodiscard]] Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk,
-                                                                       const std::vector<std::string>& topics,
-                                                                       std::chrono::milliseconds timeout,
-                                                                       std::string_view bootstrap_servers);
+/// `permanent_error` (optional) is asked after each failed attempt, once rk's callbacks were served
+/// (rd_kafka_poll): a non-empty answer (the client's error callback saw an authentication or TLS failure, which
+/// rd_kafka_metadata itself reports only as brokers down) fails at once with kConnector "the Kafka cluster at
+/// '<bootstrap>' refused the client: <answer>; check the security settings (security.protocol, sasl.*, ssl.*)".
+[[nodiscard]] Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(
+    rd_kafka_t* rk, const std::vector<std::string>& topics, std::chrono::milliseconds timeout,
+    std::string_view bootstrap_servers, const std::function<std::string()>& permanent_error = {});
+
+/// What a client's error callback saw that no retry cures (authentication, TLS, librdkafka fatal errors), for
+/// clients that have no error callback of their own: install() it on the client's configuration (it becomes the
+/// opaque); it must outlive the client. Thread-safe.
+class KafkaPermanentErrorCapture {
+ public:
+  void install(rd_kafka_conf_t* conf);
+  /// "" while none; else "<error name>: <librdkafka's reason>" of the first one.
+  std::string get() const;
+
+ private:
+  static void error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque);
+  mutable std::mutex mu_;
+  std::string error_;  // guarded by mu_
+};
 
 /// Where a source reader's liveness probe reports its connection (KafkaLivenessProbe).
 struct KafkaConnectionWatch {

@@ -76,7 +76,8 @@
 // durable (file sync, producer flush) before a checkpoint records offsets past them.
 //
 // Errors. At start the enumerator fails the job (SluiceException, kConnector) when the cluster cannot be
-// reached within `startup.timeout.ms` or a listed topic does not exist; invalid client properties fail
+// reached within `startup.timeout.ms`, at once when its client's error callback reports an authentication or TLS
+// failure (kafka::KafkaPermanentErrorCapture), or when a listed topic does not exist; invalid client properties fail
 // build() (kConfiguration). While reading, permanent client errors (authentication, authorization, TLS,
 // librdkafka fatal errors, a failed offset reset with `auto.offset.reset=error`) fail the task with
 // librdkafka's error text (the job then restarts under its restart strategy); transient ones (broker down,

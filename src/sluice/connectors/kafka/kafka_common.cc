@@ -113,9 +113,38 @@ Result<KafkaClientPtr> make_kafka_client(rd_kafka_type_t type, KafkaConfPtr conf
   return KafkaClientPtr(rk);
 }
 
+void KafkaPermanentErrorCapture::install(rd_kafka_conf_t* conf) {
+  rd_kafka_conf_set_opaque(conf, this);
+  rd_kafka_conf_set_error_cb(conf, &KafkaPermanentErrorCapture::error_cb);
+}
+
+std::string KafkaPermanentErrorCapture::get() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+void KafkaPermanentErrorCapture::error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+  auto* self = static_cast<KafkaPermanentErrorCapture*>(opaque);
+  const auto code = static_cast<rd_kafka_resp_err_t>(err);
+  std::string text;
+  if (code == RD_KAFKA_RESP_ERR__FATAL) {
+    char buf[512];
+    const rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof buf);
+    text = fmt::format("{}: {}", rd_kafka_err2name(orig), buf);
+  } else if (is_permanent_kafka_error(code)) {
+    text = fmt::format("{}: {}", rd_kafka_err2name(code), reason);
+  } else {
+    spdlog::debug("librdkafka {}: {}: {}", rd_kafka_name(rk), rd_kafka_err2name(code), redact_secrets(reason));
+    return;
+  }
+  std::lock_guard lock(self->mu_);
+  if (self->error_.empty()) self->error_ = redact_secrets(text);
+}
+
 Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const std::vector<std::string>& topics,
                                                          std::chrono::milliseconds timeout,
-                                                         std::string_view bootstrap_servers) {
+                                                         std::string_view bootstrap_servers,
+                                                         const std::function<std::string()>& permanent_error) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   rd_kafka_resp_err_t last = RD_KAFKA_RESP_ERR__TIMED_OUT;
@@ -149,6 +178,15 @@ Result<std::vector<KafkaTopicInfo>> fetch_topic_metadata(rd_kafka_t* rk, const s
     if (is_permanent_kafka_error(err)) {
       return kafka_error(ErrorCode::kConnector,
                          fmt::format("the Kafka cluster at '{}' refused the metadata request", bootstrap_servers), err);
+    }
+    if (permanent_error) {
+      rd_kafka_poll(rk, 0);  // serves the error callback
+      if (std::string why = permanent_error(); !why.empty()) {
+        return Error(ErrorCode::kConnector,
+                     fmt::format("the Kafka cluster at '{}' refused the client: {}; check the security settings "
+                                 "(security.protocol, sasl.*, ssl.*)",
+                                 bootstrap_servers, why));
+      }
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
     // rd_kafka_metadata returns at once while no broker connection is up: do not spin.

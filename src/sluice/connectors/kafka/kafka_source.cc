@@ -397,14 +397,16 @@ namespace {
 
 class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
  public:
-  RdKafkaDiscoverer(const KafkaSourceSettings& s, KafkaClientPtr client) : settings_(s), client_(std::move(client)) {
+  RdKafkaDiscoverer(const KafkaSourceSettings& s, std::unique_ptr<kafka::KafkaPermanentErrorCapture> errors,
+                    KafkaClientPtr client)
+      : settings_(s), errors_(std::move(errors)), client_(std::move(client)) {
     if (!s.topic_pattern.empty()) pattern_.emplace(s.topic_pattern, std::regex::ECMAScript);
   }
 
   Result<std::vector<KafkaTopicPartition>> discover(std::chrono::milliseconds timeout) override {
     const std::vector<std::string> wanted = pattern_ ? std::vector<std::string>{} : settings_.topics;
-    Result<std::vector<kafka::KafkaTopicInfo>> md =
-        kafka::fetch_topic_metadata(client_.get(), wanted, timeout, settings_.bootstrap_servers());
+    Result<std::vector<kafka::KafkaTopicInfo>> md = kafka::fetch_topic_metadata(
+        client_.get(), wanted, timeout, settings_.bootstrap_servers(), [this] { return errors_->get(); });
     if (!md.ok()) return md.error().with_context(kRole);
     std::vector<KafkaTopicPartition> out;
     for (const kafka::KafkaTopicInfo& t : *md) {
@@ -608,6 +610,7 @@ class RdKafkaDiscoverer final : public KafkaPartitionDiscoverer {
   }
 
   KafkaSourceSettings settings_;
+  std::unique_ptr<kafka::KafkaPermanentErrorCapture> errors_;  // the client's opaque: outlives it
   KafkaClientPtr client_;
   std::optional<std::regex> pattern_;
 };
@@ -618,10 +621,14 @@ Result<std::unique_ptr<KafkaPartitionDiscoverer>> make_kafka_discoverer(const Ka
   Result<kafka::KafkaConfPtr> conf =
       kafka::make_kafka_conf(consumer_properties(settings, settings.client_id_prefix + "-enumerator"), kRole);
   if (!conf.ok()) return conf.error();
+  // A wrong password or certificate shows only as "brokers down" to rd_kafka_metadata: the error callback names it,
+  // so that the job fails at once instead of after startup.timeout.ms.
+  auto errors = std::make_unique<kafka::KafkaPermanentErrorCapture>();
+  errors->install(conf->get());
   Result<KafkaClientPtr> client = kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf).value(), kRole);
   if (!client.ok()) return client.error();
   return std::unique_ptr<KafkaPartitionDiscoverer>(
-      std::make_unique<RdKafkaDiscoverer>(settings, std::move(client).value()));
+      std::make_unique<RdKafkaDiscoverer>(settings, std::move(errors), std::move(client).value()));
 }
 
 // ---------------------------------------------------------------------------------------------------------
