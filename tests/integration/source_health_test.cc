@@ -1,7 +1,7 @@
 // /health names a source that lost its server while the job stays RUNNING (issue 16 item 5), against a private
-// Kafka broker and a private Postgres server that the test pauses (SIGSTOP of the broker; of the postmaster and
-// every server process): the shared instances other tests use are never touched (test_util/private_kafka.h,
-// private_postgres.h). A pipeline (`sluice run`'s PipelineRunner with its /health and /metrics server) reads the
+// Kafka broker, a private Postgres server and a private MongoDB emulator that the test pauses (SIGSTOP of the
+// broker; of the postmaster and every server process; of the emulator): the shared instances other tests use are
+// never touched (test_util/private_kafka.h, private_postgres.h, private_mongodb.h). A pipeline (`sluice run`'s PipelineRunner with its /health and /metrics server) reads the
 // paused service into a files sink:
 //  * before the pause /health answers 200 and every source subtask's `sourceConnected` gauge is 1;
 //  * within 5 s of the pause /health answers 503 with a `source-disconnected` reason naming the source, its
@@ -10,11 +10,11 @@
 //  * after the resume /health answers 200 again and the gauge is 1;
 //  * every record written before and after the pause is in the output, counted by id (none missing, none twice);
 //  * the log says each subtask's loss once and its recovery once (not once per poll).
-// Run: scripts/services/run-with kafka postgres -- build/<dir>/tests/source_health_test (a broker's JVM start and an
-// initdb: about 40 s).
+// Run: build/<dir>/tests/source_health_test (two JVM starts and an initdb: about 45 s).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <mongoc/mongoc.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -32,6 +32,7 @@
 #include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/private_kafka.h"
+#include "integration/test_util/private_mongodb.h"
 #include "integration/test_util/private_postgres.h"
 #include "sluice/core/logging.h"
 #include "sluice/core/value.h"
@@ -148,31 +149,34 @@ class Harness {
   std::unique_ptr<MetricsServer> http_;
 };
 
-std::string pipeline_yaml(const fs::path& dir, const std::string& name, const std::string& source) {
+std::string pipeline_yaml(const fs::path& dir, const std::string& name, const std::string& source,
+                          const std::string& match = "*.*.*", int parallelism = 2) {
   return fmt::format(R"(pipeline:
   name: {1}
-  parallelism: 2
+  parallelism: {4}
   checkpoint: {{ interval: 200ms, storage: "{0}/checkpoints" }}
   restart: {{ strategy: none }}
 source:
 {2}
 transform:
-  - match: "*.*.*"
-    key: key.id
+  - match: "{3}"
+    key: after.id
     event:
       type: "'row.' || op"
       payload: "after.id AS id"
 sink:
   events: {{ type: files, path: "{0}/out", rolling-policy: {{ rollover-interval: 100ms, inactivity-interval: 100ms }} }}
 )",
-                     dir.string(), name, source);
+                     dir.string(), name, source, match, parallelism);
 }
 
 /// The shared scenario: healthy, paused -> 503 naming the source within 5 s, resumed -> 200, nothing lost.
 /// `write(from, to)` writes the records with ids [from, to) into the source's system.
+/// `snapshot_overlap`: the first records are read by an initial snapshot whose end the stream may repeat (MongoDB:
+/// documented, the stream starts at the snapshot's start time inclusive); their repeats are counted apart.
 template <class Pause, class Resume, class Write>
 void pause_and_resume(Harness& h, const fs::path& dir, const std::string& expect_in_reason, int subtasks, Pause pause,
-                      Resume resume, Write write) {
+                      Resume resume, Write write, bool snapshot_overlap = false) {
   constexpr int kBefore = 300, kAfter = 300;
   write(0, kBefore);
   ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore; }, 60s))
@@ -237,15 +241,17 @@ void pause_and_resume(Harness& h, const fs::path& dir, const std::string& expect
   write(kBefore, kBefore + kAfter);
   ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore + kAfter; }, 60s));
   const std::map<std::string, int> ids = output_ids(dir / "out");
-  int missing = 0, duplicated = 0;
+  int missing = 0, duplicated = 0, overlap = 0;
   for (int i = 0; i < kBefore + kAfter; ++i) {
     auto it = ids.find(fmt::format("r{:05d}", i));
     if (it == ids.end()) {
       ++missing;
     } else if (it->second > 1) {
-      duplicated += it->second - 1;
+      std::printf("%s appears %d times\n", it->first.c_str(), it->second);
+      (snapshot_overlap && i < kBefore ? overlap : duplicated) += it->second - 1;
     }
   }
+  if (snapshot_overlap) std::printf("%d repeats of snapshot records by the stream's overlap\n", overlap);
   std::printf("%d records written, %zu distinct in the output, %d missing, %d duplicated\n", kBefore + kAfter,
               ids.size(), missing, duplicated);
   EXPECT_EQ(missing, 0);
@@ -337,6 +343,52 @@ TEST_F(SourceHealthTest, PostgresServerPausedShowsTheSourceDisconnectedWithin5sA
   pause_and_resume(
       h, dir_, "source 'slot health_slot' (postgres) disconnected for", 1, [&] { server.pause(); },
       [&] { server.resume(); }, write);
+}
+
+TEST_F(SourceHealthTest, MongoServerPausedShowsTheSourceDisconnectedWithin5sAndRecovers) {
+  sluice::testing::PrivateMongoDb server;
+  ASSERT_FALSE(server.uri().empty()) << "the private server did not start";
+  mongoc_init();
+  auto insert = [&](int from, int to) {
+    mongoc_client_t* client = mongoc_client_new(server.uri().c_str());
+    ASSERT_NE(client, nullptr);
+    mongoc_collection_t* coll = mongoc_client_get_collection(client, "shop", "items");
+    for (int i = from; i < to; ++i) {
+      const std::string id = fmt::format("r{:05d}", i);
+      bson_t* doc = BCON_NEW("_id", BCON_UTF8(id.c_str()), "id", BCON_UTF8(id.c_str()));
+      bson_error_t e;
+      const bool ok = mongoc_collection_insert_one(coll, doc, nullptr, nullptr, &e);
+      bson_destroy(doc);
+      ASSERT_TRUE(ok) << e.message;
+    }
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(client);
+  };
+  {
+    // The collection exists before the source starts (its initial snapshot reads it).
+    mongoc_client_t* client = mongoc_client_new(server.uri().c_str());
+    mongoc_database_t* db = mongoc_client_get_database(client, "shop");
+    bson_error_t e;
+    mongoc_collection_t* coll = mongoc_database_create_collection(db, "items", nullptr, &e);
+    ASSERT_NE(coll, nullptr) << e.message;
+    mongoc_collection_destroy(coll);
+    mongoc_database_destroy(db);
+    mongoc_client_destroy(client);
+  }
+  // The first records before the start, read by the initial snapshot (records written while the snapshot runs may
+  // come again from the stream: at-least-once there, docs/cdc.md), the others after the resume, by the stream.
+  insert(0, 300);
+  const std::string source = fmt::format(
+      "  type: mongodb\n  uri: \"{}\"\n  database: shop\n  collections: [items]\n  start: initial\n", server.uri());
+  // One reader: a collection is one split, and a reader without a split ends (its probe with it).
+  Harness h(pipeline_yaml(dir_, "health-mongodb", source, "*.*", 1));
+  ASSERT_TRUE(h.ok());
+  pause_and_resume(
+      h, dir_, "source 'shop' (mongodb) disconnected for", 1, [&] { server.pause(); }, [&] { server.resume(); },
+      [&](int from, int to) {
+        if (from > 0) insert(from, to);
+      },
+      true);
 }
 
 }  // namespace

@@ -223,6 +223,8 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     Result<std::shared_ptr<MongoCdcSource>> src = b.try_build();
     if (!src.ok()) return option_error(spec, o, "type", src.error().message());
     std::shared_ptr<MongoCdcSource> s = *src;
+    probe.description = o.get_string("database");
+    probe.connections = [s] { return s->connections(); };
     probe.bad_records = [s] { return s->metrics()->bad_records.load(); };
     probe.lag_ms = [s](int64_t now_ms) { return s->metrics()->lag_ms(now_ms); };
     probe.gauges = [s] {

@@ -77,6 +77,9 @@
 // Liveness. Every client sets libmongoc's socketTimeoutMS (socket_timeout(), default 30 s, unless the URI sets
 // it) and connectTimeoutMS to at most that: a server that stops answering (paused, partitioned) fails the read
 // within about that time, and the task fails so the restart strategy takes over, instead of waiting for TCP.
+// Before that, each reader's probe (a client of its own pinging every second, timeouts 2.5 s) shows the reader
+// disconnected once no ping was answered for 3 s (connections(), source_connection.h: /health's
+// `source-disconnected`, the `sourceConnected` gauge, one log line when lost and one when back).
 //
 // Threading: MongoCdcSource is an immutable, thread-safe factory; the enumerator runs under the source
 // coordinator's lock, except its periodic collection discovery, whose listCollections runs off that lock
@@ -102,6 +105,7 @@
 #include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/cdc/change_event.h"
 #include "sluice/connectors/mongodb/bson_value.h"
+#include "sluice/connectors/source_connection.h"
 #include "sluice/core/error.h"
 #include "sluice/core/type_serializer.h"
 
@@ -268,6 +272,10 @@ class MongoCdcSourceMetrics {
   std::atomic<int64_t> bad_records{0};
   /// Cluster time (ms since epoch) of the latest stream event emitted by any reader (0 none yet).
   std::atomic<int64_t> last_event_time_ms{0};
+  /// Each open reader's connection to the server (source_connection.h), reported by its probe: a client of its
+  /// own that pings the server every second (socket and server-selection timeouts 2.5 s); disconnected once no
+  /// ping was answered for 3 s. Only with the default libmongoc driver.
+  std::shared_ptr<SourceConnectionBoard> connections = std::make_shared<SourceConnectionBoard>("MongoDB CDC source");
 
   /// What a reader records after it emitted a stream event: `position` of split `split_id` and its time.
   void record_position(const std::string& split_id, const std::string& position, int64_t cluster_time_ms);
@@ -322,6 +330,9 @@ struct MongoCdcSourceSettings {
   std::string dead_letter_path;
   /// Makes the driver of each reader and of the enumerator; defaults to libmongoc on `uri`.
   mongodb::MongoDriverFactory driver_factory;
+  /// Each reader pings `uri` on a client of its own (MongoCdcSourceMetrics::connections); set with the default
+  /// driver.
+  bool watch_connection = false;
 
   /// "db.[a, b]" or "db./pattern/" for messages.
   std::string describe() const;
@@ -350,6 +361,10 @@ class MongoCdcSource final : public Source<cdc::ChangeEvent, MongoCollectionSpli
 
   /// Counters and gauges shared by all readers (thread-safe).
   const std::shared_ptr<MongoCdcSourceMetrics>& metrics() const noexcept { return metrics_; }
+  /// Each open reader subtask's connection to the server (see MongoCdcSourceMetrics::connections). Thread-safe.
+  std::vector<SourceConnection> connections() const {
+    return metrics_->connections->snapshot(SourceConnectionBoard::steady_now_ms());
+  }
   const detail::MongoCdcSourceSettings& settings() const noexcept { return settings_; }
 
  private:

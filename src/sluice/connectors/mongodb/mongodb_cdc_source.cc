@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <regex>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "sluice/connectors/mongodb/libmongoc_logging.h"
@@ -614,6 +616,7 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
     s.driver_factory = [uri = s.uri, timeout = s.socket_timeout_ms] {
       return mongodb::make_libmongoc_driver(uri, timeout);
     };
+    s.watch_connection = true;
   }
   return std::make_shared<MongoCdcSource>(std::move(s));
 }
@@ -826,6 +829,84 @@ class MongoCdcEnumerator final : public SplitEnumerator<MongoCollectionSplit> {
 // ---------------------------------------------------------------------------------------------------------
 // Reader
 
+namespace {
+
+// Watches one reader's connection to the server for /health (MongoCdcSourceMetrics::connections): the change
+// stream's own calls block up to the socket timeout (30 s) on a paused server, so a thread of its own pings the
+// server every second on a client of its own with short timeouts, and reports the reader disconnected once no ping
+// was answered for 3 s.
+class MongoConnectionProbe {
+ public:
+  static constexpr int32_t kTimeoutMs = 2'500;
+  static constexpr int64_t kDisconnectedAfterMs = 3'000;
+
+  MongoConnectionProbe(const std::string& uri, std::shared_ptr<SourceConnectionBoard> board, int subtask)
+      : board_(std::move(board)), subtask_(subtask) {
+    mongodb::init_libmongoc();
+    bson_error_t e;
+    mongoc_uri_t* u = mongoc_uri_new_with_error(uri.c_str(), &e);
+    if (u == nullptr) return;  // the source's own client reports it
+    mongoc_uri_set_appname(u, "sluice-mongodb-probe");
+    mongoc_uri_set_option_as_int32(u, MONGOC_URI_SOCKETTIMEOUTMS, kTimeoutMs);
+    mongoc_uri_set_option_as_int32(u, MONGOC_URI_CONNECTTIMEOUTMS, kTimeoutMs);
+    mongoc_uri_set_option_as_int32(u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, kTimeoutMs);
+    client_ = mongoc_client_new_from_uri_with_error(u, &e);
+    mongoc_uri_destroy(u);
+    if (client_ == nullptr) return;
+    mongoc_client_set_error_api(client_, MONGOC_ERROR_API_VERSION_2);
+    board_->set_connected(subtask_, SourceConnectionBoard::steady_now_ms());
+    thread_ = std::thread([this] { run(); });
+  }
+  ~MongoConnectionProbe() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (client_ != nullptr) mongoc_client_destroy(client_);
+    board_->remove(subtask_);
+  }
+  MongoConnectionProbe(const MongoConnectionProbe&) = delete;
+  MongoConnectionProbe& operator=(const MongoConnectionProbe&) = delete;
+
+ private:
+  void run() {
+    int64_t last_answer = SourceConnectionBoard::steady_now_ms();
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      const auto sent = std::chrono::steady_clock::now();
+      bson_t* ping = BCON_NEW("ping", BCON_INT32(1));
+      bson_t reply;
+      bson_error_t e;
+      const bool ok = mongoc_client_command_simple(client_, "admin", ping, nullptr, &reply, &e);
+      bson_destroy(&reply);
+      bson_destroy(ping);
+      const int64_t now = SourceConnectionBoard::steady_now_ms();
+      if (ok) {
+        last_answer = now;
+        board_->set_connected(subtask_, now);
+      } else if (now - last_answer > kDisconnectedAfterMs) {
+        board_->set_disconnected(subtask_, last_answer,
+                                 fmt::format("the server does not answer pings: {}", redact_secrets(e.message)));
+      }
+      lock.lock();
+      cv_.wait_until(lock, sent + std::chrono::seconds(1), [this] { return stop_; });
+    }
+  }
+
+  std::shared_ptr<SourceConnectionBoard> board_;
+  const int subtask_;
+  mongoc_client_t* client_ = nullptr;  // used by the probe's thread only
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace
+
 class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollectionSplit> {
  public:
   MongoCdcReader(SourceReaderContext& ctx, const detail::MongoCdcSourceSettings& s,
@@ -836,7 +917,11 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
         driver_(std::move(driver)),
         metrics_(std::move(metrics)),
         dead_letter_(std::move(dead_letter)),
-        name_(fmt::format("{} subtask {} ({})", kRole, ctx.subtask_index(), s.describe())) {}
+        name_(fmt::format("{} subtask {} ({})", kRole, ctx.subtask_index(), s.describe())) {
+    if (s.watch_connection) {
+      probe_ = std::make_unique<MongoConnectionProbe>(s.uri, metrics_->connections, ctx.subtask_index());
+    }
+  }
 
   InputStatus poll_next(ReaderOutput<cdc::ChangeEvent>& output) override {
     out_ = &output;
@@ -894,6 +979,7 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
     }
     splits_.clear();
     driver_.reset();
+    probe_.reset();
   }
 
  private:
@@ -1202,6 +1288,7 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
   std::shared_ptr<MongoCdcSourceMetrics> metrics_;
   std::shared_ptr<DeadLetterFile> dead_letter_;
   std::string name_;
+  std::unique_ptr<MongoConnectionProbe> probe_;  // null with a driver other than libmongoc's
   std::vector<std::unique_ptr<Split>> splits_;
   size_t next_ = 0;
   bool no_more_splits_ = false;
@@ -1214,7 +1301,9 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
 // ---------------------------------------------------------------------------------------------------------
 // Source
 
-MongoCdcSource::MongoCdcSource(detail::MongoCdcSourceSettings settings) : settings_(std::move(settings)) {}
+MongoCdcSource::MongoCdcSource(detail::MongoCdcSourceSettings settings) : settings_(std::move(settings)) {
+  metrics_->connections = std::make_shared<SourceConnectionBoard>("MongoDB CDC source (" + settings_.describe() + ")");
+}
 
 std::shared_ptr<DeadLetterFile> MongoCdcSource::dead_letter_file() const {
   if (settings_.bad_record_policy != BadRecordPolicy::kDeadLetter) return nullptr;
