@@ -26,7 +26,8 @@
 // CI runs the short version: 6 faults exactly-once, 4 at-least-once (the two tests take the first ten of the same
 // seeded sequence, so each CI run covers every kind), about 1.5-2 minutes per test with the services' start. By
 // hand: SLUICE_CHAOS_FAULTS=N (faults per test) or SLUICE_CHAOS_SCALE=F (multiplies the faults); the source's
-// record count grows with the fault count. SLUICE_TEST_SEED replays a schedule. Needs S3_SERVER_BIN
+// record count grows with the fault count. SLUICE_TEST_SEED replays a schedule; SLUICE_TEST_LOGS=1 keeps every
+// process's log of a passing run (a failing one's are always kept). Needs S3_SERVER_BIN
 // (scripts/services/run-with s3 -- ...); Kafka, etcd and moto are started privately.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -202,15 +203,18 @@ class ClusterChaosTest : public ::testing::Test {
 
   void TearDown() override {
     const bool failed = HasFailure();
-    if (failed) {
-      // Every process's whole output into the kept test directory; the current ones' tails on stderr.
+    // SLUICE_TEST_LOGS keeps the logs of a run that passed too (a slow recovery in a long run by hand).
+    const bool keep = failed || std::getenv("SLUICE_TEST_LOGS") != nullptr;
+    if (keep) {
+      // Every process's whole output into the kept test directory; on failure the current ones' tails on stderr.
       int n = 0;
       for (const auto& p : all_)
         std::ofstream(dir_ / fmt::format("{:02d}-{}-{}.log", n++, p->role(), p->pid())) << p->output();
-      std::cerr << "logs of all " << all_.size() << " processes in " << dir_.string() << "\n" << tails();
+      std::cerr << "logs of all " << all_.size() << " processes in " << dir_.string() << "\n";
+      if (failed) std::cerr << tails();
     }
     all_.clear();
-    chaos::keep_or_remove(dir_, failed);
+    chaos::keep_or_remove(dir_, keep);
   }
 
   // ---- the cluster -----------------------------------------------------------------------------------------
