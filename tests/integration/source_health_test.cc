@@ -1,8 +1,8 @@
 // /health names a source that lost its server while the job stays RUNNING (issue 16 item 5), against a private
 // Kafka broker, a private Postgres server and a private MongoDB emulator that the test pauses (SIGSTOP of the
 // broker; of the postmaster and every server process; of the emulator): the shared instances other tests use are
-// never touched (test_util/private_kafka.h, private_postgres.h, private_mongodb.h). A pipeline (`sluice run`'s PipelineRunner with its /health and /metrics server) reads the
-// paused service into a files sink:
+// never touched (test_util/private_kafka.h, private_postgres.h, private_mongodb.h). A pipeline (`sluice run`'s
+// PipelineRunner with its /health and /metrics server) reads the paused service into a files sink:
 //  * before the pause /health answers 200 and every source subtask's `sourceConnected` gauge is 1;
 //  * within 5 s of the pause /health answers 503 with a `source-disconnected` reason naming the source, its
 //    connector and the cause (Kafka: no broker of '<bootstrap>' answers; Postgres: no message on the replication
