@@ -1291,7 +1291,10 @@ TEST_F(PostgresCdcTest, LagOfAnIdleSourceStaysZero) {
     worst = std::max(worst, src->metrics().lag_ms);
     std::this_thread::sleep_for(50ms);  // the sampling pace
   }
-  EXPECT_EQ(worst, 0);
+  // 0 on a quiet machine. Under a loaded CI run (ctest -j2 beside chaos tests) a keepalive answered a second late
+  // shows as a lag of about that second (seen: 1,222 ms); a lag computed from the age of the last change would
+  // reach 6 s here, which is what this test rules out.
+  EXPECT_LT(worst, 3000);
   // A change is followed by lag 0 again.
   pg_->exec("INSERT INTO " + t + " VALUES (2)");
   ASSERT_TRUE(out->wait_for(2));

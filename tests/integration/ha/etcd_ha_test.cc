@@ -317,7 +317,11 @@ TEST_F(EtcdHaTest, SluiceHaStatusPrintsTheLeaderAndTheStoredJobs) {
 // tests/chaos/jobmanager_ha_test.cc): a TaskManager with HA finds the leader through etcd and takes no
 // --jobmanager, one without HA needs it; an unknown type or a misspelt key is named; `sluice run` refuses HA.
 TEST_F(EtcdHaTest, ClusterCommandsCheckHighAvailabilityOptions) {
-  const std::string pipeline = SLUICE_SOURCE_DIR "/examples/quickstart.yaml";
+  // A pipeline of its own: the quickstart's files source needs examples/data/payments, which only its generator
+  // writes, and the checks below must not depend on whether someone ran the quickstart in this checkout.
+  const std::string pipeline = "/tmp/sluice-ha-options-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(pipeline) << "pipeline: { name: ha-options }\nsource: { type: datagen, count: 10 }\n"
+                             "sink: { out: { type: print } }\n";
   const std::vector<std::string> ha = {"-D", "high-availability.type=etcd", "-D",
                                        "high-availability.etcd.endpoints=" + etcd->endpoints()};
   std::vector<std::string> tm = {"taskmanager", pipeline, "--jobmanager", "127.0.0.1:1"};
@@ -367,6 +371,7 @@ TEST_F(EtcdHaTest, ClusterCommandsCheckHighAvailabilityOptions) {
   r = sluice::testing::run_to_end(SLUICE_BINARY, {"ha", "status"});
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("--endpoints is required"), std::string::npos) << r.err;
+  std::remove(pipeline.c_str());
 }
 
 }  // namespace

@@ -61,6 +61,10 @@ class JobManagerConnection {
   /// The JobManager does not know this registration (it declared this TaskManager lost, or restarted):
   /// register again at once, as a new registration.
   void on_registration_unknown(TimestampMs now_ms);
+  /// This TaskManager cancelled its tasks on its own (no heartbeat reply for heartbeat.timeout): register again at
+  /// once, as a new registration, so that the JobManager, which may still count on those tasks (its answers were
+  /// only late), closes the old registration and fails the job over instead of waiting on tasks that are gone.
+  void on_tasks_fenced(TimestampMs now_ms);
 
   /// Declares the JobManager lost when registered, heartbeat.timeout or more has passed since the last reply
   /// and a heartbeat failed in the last interval before that; returns true when it did so now (the state is

@@ -85,6 +85,11 @@ void JobManagerConnection::on_registration_unknown(TimestampMs now_ms) {
   reregister(now_ms);
 }
 
+void JobManagerConnection::on_tasks_fenced(TimestampMs now_ms) {
+  if (state_ != State::kRegistered) return;
+  reregister(now_ms);
+}
+
 bool JobManagerConnection::check_jobmanager(TimestampMs now_ms) {
   if (state_ != State::kRegistered || now_ms - last_reply_ms_ < heartbeat_.timeout_ms) return false;
   // Silence must have been observed, not slept through: a heartbeat sent within the last interval before the

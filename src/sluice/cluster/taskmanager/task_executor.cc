@@ -732,6 +732,15 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     release_tasks(-1, fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager has "
                                   "declared this TaskManager lost by now, so its tasks are stale",
                                   silent, connection_.heartbeat().timeout_ms));
+    // The JobManager may not have declared it lost (its answers were only late, on a loaded machine): it would then
+    // wait on tasks that are gone, the job RUNNING with every checkpoint expiring (seen in the chaos suite: 4 minutes
+    // until something else failed the job over). A new registration closes the old one on the JobManager, which
+    // fails the job over at once; if it did declare this TaskManager lost, registering again is what comes next
+    // anyway.
+    spdlog::warn("TaskManager {}: registers again so that the JobManager restarts the job without its cancelled tasks",
+                 resource_id_);
+    connection_.on_tasks_fenced(now);
+    publish();
   }
 
   int slots_in_use() {
