@@ -96,6 +96,15 @@ Result<FencedWrite> EtcdHaStore::set_latest_checkpoint(const LeaderEpoch& epoch,
     if (!current.ok()) return current.error();
     auto stored = parse_pointer(*current);
     if (!stored.ok()) return stored.error();
+    // This very write, applied by an earlier attempt whose answer was lost (an etcd member restarting under the
+    // transaction: the client retried on the next endpoint, where the mod-revision compare then failed).
+    if (stored->has_value() && (*stored)->checkpoint_id == pointer.checkpoint_id &&
+        (*stored)->external_path == pointer.external_path && (*stored)->leader_epoch == epoch.create_revision) {
+      auto leader = read_leader(client_, keys_.leader());
+      if (!leader.ok()) return leader.error();
+      if (!leader->has_value() || (*leader)->epoch != epoch) return FencedWrite::kFenced;
+      return FencedWrite::kApplied;
+    }
     if (stored->has_value() && (*stored)->checkpoint_id >= pointer.checkpoint_id) {
       // A former leader's pointer is usually behind the new leader's: say "fenced", which is what it needs to know.
       auto leader = read_leader(client_, keys_.leader());
