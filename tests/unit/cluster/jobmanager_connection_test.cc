@@ -144,6 +144,25 @@ TEST(JobManagerConnectionTest, AStaleRegistrationRegistersAgainAtOnce) {
   EXPECT_EQ(c.registrations(), 2);
 }
 
+// A TaskManager that cancelled its tasks on its own (no heartbeat reply for heartbeat.timeout) registers again at
+// once, even though the JobManager may still hold its registration: the new one replaces it there, which fails the
+// job over instead of leaving it waiting on the cancelled tasks.
+TEST(JobManagerConnectionTest, FencedTasksMakeTheTaskManagerRegisterAgainAtOnce) {
+  ManualClock clock(0);
+  JobManagerConnection c(kHeartbeat, kBackoff);
+  c.on_registered("jm-1", "jm", HeartbeatOptions{0, 0}, clock.now_ms());
+  clock.advance(5500);
+  c.on_tasks_fenced(clock.now_ms());
+  EXPECT_EQ(c.state(), JobManagerConnection::State::kRegistering);
+  EXPECT_TRUE(c.registration_id().empty());
+  EXPECT_EQ(c.next_action(clock.now_ms()).kind, Kind::kRegister);
+  // Not registered: nothing to do (a second fence before the new registration changes nothing).
+  c.on_tasks_fenced(clock.now_ms());
+  EXPECT_EQ(c.next_action(clock.now_ms()).kind, Kind::kRegister);
+  c.on_registered("jm-2", "jm", HeartbeatOptions{0, 0}, clock.now_ms());
+  EXPECT_EQ(c.registration_id(), "jm-2");
+}
+
 TEST(JobManagerConnectionTest, ARefusalStopsForGood) {
   ManualClock clock(0);
   JobManagerConnection c(kHeartbeat, kBackoff);
