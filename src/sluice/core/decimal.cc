@@ -1,6 +1,4 @@
 // Decimal (value.h): limits, JSON number literals in and out, conversion to double, exact numeric order.
-#include "sluice/core/value.h"
-
 #include <fmt/format.h>
 
 #include <array>
@@ -9,6 +7,7 @@
 #include <string>
 #include <system_error>
 
+#include "sluice/core/value.h"
 #include "value_internals.h"
 
 namespace sluice {
