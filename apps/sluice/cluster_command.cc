@@ -27,6 +27,7 @@
 #include "sluice/cluster/job_graph_fingerprint.h"
 #include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
+#include "sluice/cluster/source_connection_report.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
@@ -469,6 +470,24 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       }
       return out;
     });
+    // The TaskManagers' heartbeats carry their source readers' connections: /health names a disconnected one
+    // (source-disconnected, with its subtask and TaskManager) as `sluice run`'s does.
+    rest->serve_source_health(client.job_id(), [&jm] {
+      std::map<std::pair<std::string, std::string>, SourceHealth> by_source;
+      for (const ReportedSourceConnection& r : jm.source_connections()) {
+        const SourceConnectionReport& c = r.connection;
+        SourceHealth& s = by_source[{c.source, c.description}];
+        s.name = c.source;
+        s.description = c.description;
+        if (!c.connected) {
+          s.disconnected.push_back(SourceHealth::Disconnected{c.subtask, c.disconnected_ms, c.reason, r.task_manager});
+        }
+      }
+      std::vector<SourceHealth> out;
+      for (auto& [key, s] : by_source)
+        out.push_back(std::move(s));
+      return out;
+    });
     rest->serve_task_managers([&jm] {
       std::vector<RestTaskManagerInfo> out;
       for (const auto& t : jm.task_managers()) {
@@ -591,6 +610,17 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   o.job = JobGraphIdentity{p->fingerprint.hex, p->spec.pipeline.name, version};
   o.heartbeat = *hb;
   o.backoff = *backoff;
+  // The readers of the job's source that run here (the tasks are built from p->runner's graph, so its source
+  // object is theirs), reported with every heartbeat for the JobManager's /health.
+  o.source_connections = [runner = p->runner.get()] {
+    const pipeline::PipelineRunner::SourceConnections c = runner->source_connections();
+    std::vector<SourceConnectionReport> out;
+    out.reserve(c.readers.size());
+    for (const SourceConnection& r : c.readers)
+      out.push_back(
+          SourceConnectionReport{c.source, c.description, r.subtask, r.connected, r.disconnected_ms, r.reason});
+    return out;
+  };
   std::shared_ptr<ha::EtcdClient> etcd;
   if (p->ha.enabled) {
     etcd = etcd_client(p->ha);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sluice/api/job.h"
+#include "sluice/connectors/source_connection.h"
 #include "sluice/core/config.h"
 #include "sluice/core/error.h"
 #include "sluice/metrics/metric_registry.h"
@@ -70,6 +71,17 @@ class PipelineRunner {
   HealthReport health() const;
   /// The health bounds in force (from the pipeline's health.* and checkpoint interval).
   JobHealthOptions health_options() const;
+
+  /// The source's reader subtasks open in this process and their connections to its system
+  /// (connectors/source_connection.h), with the connector's type and what it reads. `readers` is empty for a
+  /// source that reports none (files, datagen) and before its readers open. A cluster's TaskManager sends them to
+  /// its JobManager with every heartbeat (its job runs from this runner's graph). Thread-safe.
+  struct SourceConnections {
+    std::string source;       ///< "kafka", "postgres", "mongodb", ...
+    std::string description;  ///< what it reads ("orders", "slot sluice")
+    std::vector<SourceConnection> readers;
+  };
+  SourceConnections source_connections() const;
 
   /// A warning about the transform's filters, with a key that names its kind and filter (stable while the
   /// count in the text changes).

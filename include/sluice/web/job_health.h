@@ -51,6 +51,8 @@ struct SourceHealth {
     int subtask = 0;
     int64_t for_ms = 0;  ///< how long (ms)
     std::string reason;  ///< the connector's ("no broker of '...' answers: all brokers down (...)")
+    /// Cluster mode: the resource id of the TaskManager that runs the reader ("" in one process).
+    std::string task_manager;
   };
   std::vector<Disconnected> disconnected;
 };

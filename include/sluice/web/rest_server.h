@@ -56,6 +56,7 @@
 #include "sluice/core/error.h"
 #include "sluice/graph/stream_graph.h"
 #include "sluice/metrics/metric_registry.h"
+#include "sluice/web/job_health.h"
 #include "sluice/web/job_plan.h"
 #include "sluice/web/metrics_server.h"
 #include "sluice/web/rest_security.h"
@@ -156,6 +157,12 @@ class RestServer {
   /// /jobs/:id/vertices/:vid's "subtasks" (taskmanager-id, host, slot). `provider` is called on HTTP threads
   /// (thread-safe); it returns nothing before deployment. Unknown job ids are ignored.
   void serve_subtask_locations(const std::string& job_id, std::function<std::vector<RestSubtaskLocation>()> provider);
+
+  /// Serves what the sources of `job_id` say of themselves (a cluster's JobManager: the source connections its
+  /// TaskManagers report with their heartbeats) to GET /health, which then names a disconnected source reader
+  /// (`source-disconnected`) as `sluice run`'s does. `provider` is called on HTTP threads (thread-safe). Unknown job
+  /// ids are ignored.
+  void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider);
 
   /// Builds `env`'s job, starts it (execute_async) and registers it under `name` with its operators: a user's
   /// C++ job served as `sluice run` serves a pipeline. Errors: as StreamEnvironment::execute_async (thrown).

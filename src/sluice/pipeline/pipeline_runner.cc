@@ -864,6 +864,12 @@ std::vector<SourceHealth> PipelineRunner::State::source_health(int64_t now) cons
   return {s};
 }
 
+PipelineRunner::SourceConnections PipelineRunner::source_connections() const {
+  SourceConnections out{s_->probe.type, s_->probe.description, {}};
+  if (s_->probe.connections) out.readers = s_->probe.connections();
+  return out;
+}
+
 HealthReport PipelineRunner::health() const {
   std::optional<JobClient> c;
   {

@@ -109,9 +109,10 @@ HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& o
   for (const auto& s : sources) {
     for (const auto& d : s.disconnected) {
       add("source-disconnected",
-          fmt::format("source '{}' ({}) disconnected for {:.1f} s (subtask {}): {}",
+          fmt::format("source '{}' ({}) disconnected for {:.1f} s (subtask {}{}): {}",
                       s.description.empty() ? s.name : s.description, s.name, static_cast<double>(d.for_ms) / 1000.0,
-                      d.subtask, redact_secrets(d.reason)));
+                      d.subtask, d.task_manager.empty() ? "" : " on TaskManager " + d.task_manager,
+                      redact_secrets(d.reason)));
     }
   }
   h.healthy = h.reasons.empty();

@@ -134,6 +134,7 @@ struct JobEntry {
   std::function<std::string()> status_message;   // what the job waits for; empty when nothing
   std::unique_ptr<metrics::JobMetrics> metrics;  // in the server's registry; null when the registry is external
   std::function<std::vector<RestSubtaskLocation>()> locations;  // guarded by Impl::mu_; cluster mode only
+  std::function<std::vector<SourceHealth>()> sources;           // guarded by Impl::mu_; cluster mode only
 };
 
 std::string this_hostname() {
@@ -374,6 +375,11 @@ class RestServer::Impl {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) it->second->locations = std::move(provider);
+  }
+  void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) it->second->sources = std::move(provider);
   }
 
  private:
@@ -640,7 +646,13 @@ class RestServer::Impl {
     const auto entries = jobs_in_order();
     const int64_t now = now_ms();
     for (const auto& j : entries) {
-      const HealthReport h = evaluate_job_health(j->client, JobHealthOptions{}, j->start_time_ms, {}, now);
+      std::function<std::vector<SourceHealth>()> sources;
+      {
+        std::lock_guard lock(mu_);
+        sources = j->sources;
+      }
+      const HealthReport h = evaluate_job_health(j->client, JobHealthOptions{}, j->start_time_ms,
+                                                 sources ? sources() : std::vector<SourceHealth>{}, now);
       const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
       Value reasons = Value::array();
       for (const auto& r : h.reasons)
@@ -1334,6 +1346,9 @@ void RestServer::set_plan(const std::string& job_id, JobPlan plan) {
 void RestServer::serve_subtask_locations(const std::string& job_id,
                                          std::function<std::vector<RestSubtaskLocation>()> provider) {
   impl_->serve_subtask_locations(job_id, std::move(provider));
+}
+void RestServer::serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
+  impl_->serve_source_health(job_id, std::move(provider));
 }
 JobClient RestServer::execute(StreamEnvironment& env, std::string name) {
   JobPlan plan = job_plan_of(env.stream_graph());

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "integration/test_util/polling.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
@@ -87,6 +91,128 @@ TEST(ControlPlaneTest, TaskManagersRegisterWithTheirSlotsAndLeaveOnStop) {
   b->stop();  // disconnects: its slots go at once, not after heartbeat.timeout
   EXPECT_EQ(jm->slots().task_managers, 2);
   EXPECT_EQ(jm->slots().slots_total, 4);
+}
+
+/// What a fake job's source readers say of their connections, set by the test, read by the connection thread.
+class FakeSources {
+ public:
+  void set(std::vector<SourceConnectionReport> r) {
+    std::lock_guard lock(mu_);
+    reports_ = std::move(r);
+  }
+  std::vector<SourceConnectionReport> get() const {
+    std::lock_guard lock(mu_);
+    return reports_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<SourceConnectionReport> reports_;
+};
+
+TEST(ControlPlaneTest, SourceConnectionsReachTheJobManagerAtOnceAndLeaveWithTheTaskManager) {
+  // Heartbeats every 10 s: a change that arrives within 5 s came with the early heartbeat a change sends.
+  const HeartbeatOptions hb{10'000, 30'000};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  FakeSources sources;
+  sources.set({{"kafka", "orders", 0, true, 0, ""}, {"kafka", "orders", 1, true, 0, ""}});
+  TaskExecutorOptions o;
+  o.jobmanager = jm->target();
+  o.slots = 2;
+  o.job = kJob;
+  o.heartbeat = hb;
+  o.backoff = RegistrationBackoff{20, 200};
+  o.source_connections = [&sources] { return sources.get(); };
+  auto made = TaskExecutor::start(o, SystemClock::instance());
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  std::unique_ptr<TaskExecutor> tm = std::move(*made);
+  auto reported = [&](int subtask) -> std::optional<ReportedSourceConnection> {
+    for (auto& r : jm->source_connections()) {
+      if (r.connection.subtask == subtask) return r;
+    }
+    return std::nullopt;
+  };
+  // Reported right after the registration, not one interval later.
+  ASSERT_TRUE(eventually([&] { return jm->source_connections().size() == 2; }, 5s));
+  EXPECT_TRUE(reported(0)->connection.connected);
+  EXPECT_EQ(reported(0)->task_manager, tm->resource_id());
+
+  const auto lost_at = std::chrono::steady_clock::now();
+  sources.set({{"kafka", "orders", 0, true, 0, ""}, {"kafka", "orders", 1, false, 3000, "no broker answered"}});
+  ASSERT_TRUE(eventually([&] { return !reported(1)->connection.connected; }, 5s));
+  std::printf(
+      "the disconnection reached the JobManager after %lld ms (heartbeat.interval 10000 ms)\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count()));
+  const ReportedSourceConnection r = *reported(1);
+  EXPECT_EQ(r.task_manager, tm->resource_id());
+  EXPECT_EQ(r.connection.source, "kafka");
+  EXPECT_EQ(r.connection.description, "orders");
+  EXPECT_EQ(r.connection.reason, "no broker answered");
+  EXPECT_GE(r.connection.disconnected_ms, 3000);  // grown by the time since the heartbeat
+  EXPECT_TRUE(reported(0)->connection.connected);
+
+  sources.set({{"kafka", "orders", 0, true, 0, ""}, {"kafka", "orders", 1, true, 0, ""}});
+  ASSERT_TRUE(eventually([&] { return reported(1)->connection.connected; }, 5s));
+  // A reader that closes is no longer reported.
+  sources.set({{"kafka", "orders", 0, true, 0, ""}});
+  ASSERT_TRUE(eventually([&] { return jm->source_connections().size() == 1; }, 5s));
+
+  // A TaskManager that leaves takes its readers' states with it: no stale "disconnected" (nor "connected").
+  sources.set({{"kafka", "orders", 0, false, 3500, "no broker answered"}});
+  ASSERT_TRUE(eventually([&] { return !reported(0)->connection.connected; }, 5s));
+  tm->stop();
+  EXPECT_TRUE(jm->source_connections().empty());
+}
+
+TEST(ControlPlaneTest, ALostTaskManagersSourceConnectionsAgeOnTheJobManagersClockAndAreForgotten) {
+  ManualClock clock(1'000'000);
+  const HeartbeatOptions hb{1000, 5000};
+  auto jm = start_jm(clock, hb, /*monitor=*/false);
+  ASSERT_TRUE(jm);
+  auto stub = jm_stub(jm->target());
+  v1::RegisterTaskManagerRequest req;
+  req.set_resource_id("tm-raw");
+  req.set_rpc_address("127.0.0.1:1");
+  req.set_slots(1);
+  req.mutable_job()->set_fingerprint(kJob.fingerprint);
+  req.mutable_job()->set_job_name(kJob.job_name);
+  req.mutable_job()->set_build_version(kJob.build_version);
+  v1::RegisterTaskManagerResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->RegisterTaskManager(&ctx, req, &resp).ok());
+  }
+  v1::TaskManagerHeartbeat beat;
+  beat.set_registration_id(resp.registration_id());
+  beat.set_resource_id("tm-raw");
+  beat.mutable_slot_report()->set_slots_total(1);
+  beat.mutable_slot_report()->set_slots_free(0);
+  v1::SourceConnectionStatus* c = beat.add_source_connections();
+  c->set_source("postgres");
+  c->set_description("slot s");
+  c->set_subtask(0);
+  c->set_connected(false);
+  c->set_disconnected_ms(4000);
+  c->set_reason("no message on the replication connection");
+  {
+    v1::JobManagerHeartbeat reply;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Heartbeat(&ctx, beat, &reply).ok());
+  }
+  clock.advance(2000);
+  std::vector<ReportedSourceConnection> now = jm->source_connections();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].task_manager, "tm-raw");
+  EXPECT_EQ(now[0].registration_id, resp.registration_id());
+  EXPECT_FALSE(now[0].connection.connected);
+  EXPECT_EQ(now[0].connection.disconnected_ms, 6000);  // 4000 when sent, 2000 since on the JobManager's clock
+  EXPECT_EQ(now[0].connection.reason, "no message on the replication connection");
+  // It stops reporting: declared lost at heartbeat.timeout, and its "disconnected" goes with it.
+  clock.advance(3000);
+  ASSERT_EQ(jm->check_heartbeats().size(), 1u);
+  EXPECT_TRUE(jm->source_connections().empty());
 }
 
 TEST(ControlPlaneTest, ADifferentJobGraphIsRefusedAndTheTaskManagerStops) {

@@ -37,6 +37,20 @@ TEST(JobManagerConnectionTest, RegistrationBacksOffExponentiallyUpToTheMax) {
   EXPECT_EQ(c.state(), JobManagerConnection::State::kRegistered);
 }
 
+TEST(JobManagerConnectionTest, HeartbeatNowMakesTheNextHeartbeatDueAtOnceOnlyWhenRegistered) {
+  ManualClock clock(10'000);
+  JobManagerConnection c(kHeartbeat, kBackoff);
+  c.heartbeat_now(clock.now_ms());  // registering: nothing to send a heartbeat to
+  EXPECT_EQ(c.next_action(clock.now_ms()).kind, Kind::kRegister);
+  c.on_registered("jm-1", "jm", HeartbeatOptions{0, 0}, clock.now_ms());
+  clock.advance(300);
+  EXPECT_EQ(c.next_action(clock.now_ms()).kind, Kind::kWait);
+  c.heartbeat_now(clock.now_ms());  // a source lost its connection 300 ms after the last heartbeat
+  EXPECT_EQ(c.next_action(clock.now_ms()).kind, Kind::kHeartbeat);
+  c.on_heartbeat_ok(clock.now_ms());
+  EXPECT_EQ(c.next_action(clock.now_ms()).wait_until_ms, 11'300) << "then one interval after it again";
+}
+
 TEST(JobManagerConnectionTest, HeartbeatsEveryIntervalAndDeclaresTheJobManagerLostAtTheTimeout) {
   ManualClock clock(10'000);
   JobManagerConnection c(kHeartbeat, kBackoff);

@@ -188,6 +188,13 @@ TEST_F(JobHealthTest, ADisconnectedSourceSubtaskIsNamedWithItsReasonAndNoSecret)
             std::string::npos)
       << h.reason;
   EXPECT_EQ(h.reason.find("hunter2"), std::string::npos) << h.reason;
+  // Cluster mode: the TaskManager that runs the reader is named too.
+  s.description = "orders";
+  s.disconnected[0] = {0, 4100, "no broker answered", "127.0.0.1:40913-3fa2c1"};
+  h = evaluate_job_health(job_, options_, kStart, {s}, kStart + 10);
+  EXPECT_EQ(h.reason,
+            "source 'orders' (kafka) disconnected for 4.1 s (subtask 0 on TaskManager 127.0.0.1:40913-3fa2c1): no "
+            "broker answered");
 }
 
 TEST_F(JobHealthTest, JsonNamesEveryReason) {

@@ -4,7 +4,8 @@
 //
 // Task deployment itself is the JobMaster's (job_master.h): the server passes the TaskManagers' task state
 // updates (UpdateTaskExecutionState) and every closed registration (lost, replaced, disconnected) to the
-// JobEvents set on it, and so are the tasks' checkpoint acknowledgements and declines. Not yet: OfferSlots
+// JobEvents set on it, and so are the tasks' checkpoint acknowledgements and declines. Heartbeats also carry the
+// connections of the source readers each TaskManager runs (source_connections(), for /health). Not yet: OfferSlots
 // answers UNIMPLEMENTED with a message saying so.
 //
 // Lifecycle: start() binds and serves (gRPC's threads) and starts the monitor thread; stop() (or the
@@ -22,6 +23,7 @@
 #include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/jobmanager/task_manager_registry.h"
+#include "sluice/cluster/source_connection_report.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/runtime/task.h"
@@ -69,6 +71,14 @@ class JobEvents {
   virtual void on_checkpoint_ack(CheckpointAckReport&& /*report*/) {}
 };
 
+/// A source reader subtask's connection as the latest heartbeat of the TaskManager running it reported it.
+struct ReportedSourceConnection {
+  std::string task_manager;     ///< the TaskManager's resource id
+  std::string registration_id;  ///< its registration
+  /// As reported; a disconnection's `disconnected_ms` is grown by the time since that heartbeat arrived.
+  SourceConnectionReport connection;
+};
+
 struct JobManagerServerOptions {
   std::string address = "127.0.0.1";  ///< jobmanager.rpc.address
   int port = 0;                       ///< jobmanager.rpc.port; 0 = a free port (see port())
@@ -100,6 +110,10 @@ class JobManagerServer {
 
   std::vector<TaskManagerRegistration> task_managers() const;
   SlotSummary slots() const;
+  /// The source connections the live registrations reported with their latest heartbeat (each heartbeat
+  /// replaces its TaskManager's; a closed registration's are forgotten with it), by TaskManager in registration
+  /// order. The server logs each reader's loss (warn) and recovery (info) as they arrive.
+  std::vector<ReportedSourceConnection> source_connections() const;
   /// Declares lost every TaskManager whose heartbeat is overdue at the clock's now; returns them.
   std::vector<ClosedRegistration> check_heartbeats();
   void set_listener(Listener listener);

@@ -58,6 +58,9 @@ class JobManagerConnection {
   /// time counts (not the failure's): a call that was in flight while this process was paused observed
   /// nothing.
   void on_heartbeat_failed(TimestampMs sent_ms);
+  /// Something the JobManager should know at once changed (a source lost or regained its connection): when
+  /// registered, the next heartbeat is due at `now_ms` instead of one interval after the last.
+  void heartbeat_now(TimestampMs now_ms);
   /// The JobManager does not know this registration (it declared this TaskManager lost, or restarted):
   /// register again at once, as a new registration.
   void on_registration_unknown(TimestampMs now_ms);

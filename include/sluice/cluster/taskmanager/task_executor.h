@@ -23,9 +23,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
+#include "sluice/cluster/source_connection_report.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/graph/job_graph.h"
@@ -56,6 +58,11 @@ struct TaskExecutorOptions {
   const StreamGraph* graph = nullptr;
   const JobGraph* job_graph = nullptr;
   int data_port = 0;  ///< taskmanager.data.port: its data plane (binds `address`); 0 = a free port
+  /// The connections of the source readers running here (source_connection_report.h), sent with every heartbeat
+  /// for the JobManager's /health; called on the connection thread every `source_poll_ms`, and a heartbeat goes
+  /// at once when a reader lost or regained its connection. Unset: none reported.
+  std::function<std::vector<SourceConnectionReport>()> source_connections;
+  int64_t source_poll_ms = 200;
 };
 
 /// What the TaskExecutor has seen (for tests and logs).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -28,6 +29,37 @@ grpc::Status unimplemented(const char* call) {
                       fmt::format("{} is part of the control-plane contract but this build does not serve it yet: "
                                   "slots are offered at registration (docs/cluster.md)",
                                   call));
+}
+
+std::string describe(const std::string& resource_id, const SourceConnectionReport& r) {
+  return fmt::format("source '{}' ({}) subtask {} on TaskManager {}", r.description.empty() ? r.source : r.description,
+                     r.source, r.subtask, resource_id);
+}
+
+bool same_reader(const SourceConnectionReport& a, const SourceConnectionReport& b) {
+  return a.source == b.source && a.description == b.description && a.subtask == b.subtask;
+}
+
+// One log line per reader that lost its connection, regained it, or stopped being reported while disconnected
+// (its reader closed): the JobManager's log says what its /health says, once per change (heartbeats repeat).
+void log_source_changes(const std::string& resource_id, const std::vector<SourceConnectionReport>& before,
+                        const std::vector<SourceConnectionReport>& after) {
+  for (const SourceConnectionReport& a : after) {
+    auto b = std::find_if(before.begin(), before.end(), [&](const auto& x) { return same_reader(a, x); });
+    const bool was_connected = b == before.end() || b->connected;
+    if (!a.connected && was_connected) {
+      spdlog::warn("{}: disconnected for {:.1f} s: {} (reported by its heartbeat; /health says source-disconnected)",
+                   describe(resource_id, a), static_cast<double>(a.disconnected_ms) / 1000.0, a.reason);
+    } else if (a.connected && !was_connected) {
+      spdlog::info("{}: connected again (reported by its heartbeat)", describe(resource_id, a));
+    }
+  }
+  for (const SourceConnectionReport& b : before) {
+    if (b.connected) continue;
+    if (std::none_of(after.begin(), after.end(), [&](const auto& x) { return same_reader(b, x); })) {
+      spdlog::info("{}: no longer reported while disconnected (its reader closed)", describe(resource_id, b));
+    }
+  }
 }
 
 std::optional<TaskState> from_proto(v1::ExecutionState s) {
@@ -147,14 +179,32 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     if (!req->has_slot_report()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a heartbeat must carry the TaskManager's slot report");
     }
+    std::vector<SourceConnectionReport> reported;
+    reported.reserve(static_cast<size_t>(req->source_connections_size()));
+    for (const v1::SourceConnectionStatus& c : req->source_connections()) {
+      reported.push_back(SourceConnectionReport{c.source(), c.description(), c.subtask(), c.connected(),
+                                                c.connected() ? 0 : std::max<int64_t>(0, c.disconnected_ms()),
+                                                c.connected() ? std::string() : c.reason()});
+    }
     std::string message;
     HeartbeatVerdict v;
+    std::vector<SourceConnectionReport> before;
     {
       std::lock_guard lock(mu_);
-      v = registry_.heartbeat(req->registration_id(), req->slot_report().slots_free(), clock_.now_ms(), &message);
+      const TimestampMs now = clock_.now_ms();
+      v = registry_.heartbeat(req->registration_id(), req->slot_report().slots_free(), now, &message);
+      if (v == HeartbeatVerdict::kAccepted) {
+        // Under the registry's lock: a registration closed after this heartbeat forgets what it stored.
+        ReportedSources& r = sources_[req->registration_id()];
+        before = std::move(r.connections);
+        r.resource_id = req->resource_id();
+        r.received_ms = now;
+        r.connections = reported;
+      }
     }
     switch (v) {
       case HeartbeatVerdict::kAccepted:
+        log_source_changes(req->resource_id(), before, reported);
         resp->set_jobmanager_id(id_);
         resp->set_timestamp_ms(clock_.now_ms());
         return grpc::Status::OK;
@@ -295,6 +345,21 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     std::lock_guard lock(mu_);
     return registry_.slots();
   }
+  std::vector<ReportedSourceConnection> source_connections() const {
+    std::vector<ReportedSourceConnection> out;
+    std::lock_guard lock(mu_);
+    const TimestampMs now = clock_.now_ms();
+    for (const TaskManagerRegistration& t : registry_.task_managers()) {
+      auto it = sources_.find(t.registration_id);
+      if (it == sources_.end()) continue;
+      for (const SourceConnectionReport& c : it->second.connections) {
+        ReportedSourceConnection r{t.resource_id, t.registration_id, c};
+        if (!c.connected) r.connection.disconnected_ms += std::max<int64_t>(0, now - it->second.received_ms);
+        out.push_back(std::move(r));
+      }
+    }
+    return out;
+  }
 
   std::vector<ClosedRegistration> check_heartbeats() {
     std::vector<ClosedRegistration> lost;
@@ -334,6 +399,23 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     if (listener_) listener_(s);
   }
   void notify_closed(const ClosedRegistration& c) {
+    // Its sources' states go with it: a TaskManager that stops reporting leaves neither a stale "connected" nor a
+    // stale "disconnected" (its readers are gone, or run again under a new registration that reports them).
+    ReportedSources forgotten;
+    {
+      std::lock_guard lock(mu_);
+      auto it = sources_.find(c.registration.registration_id);
+      if (it != sources_.end()) {
+        forgotten = std::move(it->second);
+        sources_.erase(it);
+      }
+    }
+    for (const SourceConnectionReport& r : forgotten.connections) {
+      if (!r.connected) {
+        spdlog::info("{}: forgotten while disconnected: its registration {} is closed ({})",
+                     describe(c.registration.resource_id, r), c.registration.registration_id, c.reason);
+      }
+    }
     std::lock_guard lock(listener_mu_);
     if (events_ != nullptr) events_->on_task_manager_closed(c);
   }
@@ -362,9 +444,17 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
   std::unique_ptr<grpc::Server> server_;
   std::thread monitor_;
 
-  mutable std::mutex mu_;  // guards registry_ and stopped_
+  // What a registration's latest heartbeat said of its source readers.
+  struct ReportedSources {
+    std::string resource_id;
+    TimestampMs received_ms = 0;
+    std::vector<SourceConnectionReport> connections;
+  };
+
+  mutable std::mutex mu_;  // guards registry_, sources_ and stopped_
   std::condition_variable cv_;
   TaskManagerRegistry registry_;
+  std::map<std::string, ReportedSources> sources_;  // by registration id; live registrations only
   bool stopped_ = false;
 
   std::mutex listener_mu_;  // guards listener_ and events_; calls them, never taken with mu_ held
@@ -398,6 +488,9 @@ std::vector<TaskManagerRegistration> JobManagerServer::task_managers() const {
 }
 SlotSummary JobManagerServer::slots() const {
   return impl_->slots();
+}
+std::vector<ReportedSourceConnection> JobManagerServer::source_connections() const {
+  return impl_->source_connections();
 }
 std::vector<ClosedRegistration> JobManagerServer::check_heartbeats() {
   return impl_->check_heartbeats();

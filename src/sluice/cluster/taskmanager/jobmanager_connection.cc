@@ -80,6 +80,11 @@ void JobManagerConnection::on_heartbeat_failed(TimestampMs sent_ms) {
   next_heartbeat_ms_ = sent_ms + heartbeat_.interval_ms;
 }
 
+void JobManagerConnection::heartbeat_now(TimestampMs now_ms) {
+  if (state_ != State::kRegistered) return;
+  next_heartbeat_ms_ = std::min(next_heartbeat_ms_, now_ms);
+}
+
 void JobManagerConnection::on_registration_unknown(TimestampMs now_ms) {
   if (state_ != State::kRegistered) return;
   reregister(now_ms);

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/cluster/rpc/rpc_status.h"
@@ -547,6 +549,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         continue;
       }
       send_reports();
+      watch_sources(now);
       const JobManagerConnection::Action a = connection_.next_action(now);
       switch (a.kind) {
         case JobManagerConnection::Action::Kind::kStop:
@@ -554,8 +557,10 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           return;
         case JobManagerConnection::Action::Kind::kWait: {
           std::unique_lock lock(mu_);
-          const TimestampMs until =
-              options_.find_leader ? std::min(a.wait_until_ms, next_leader_check_ms_) : a.wait_until_ms;
+          TimestampMs until = options_.find_leader ? std::min(a.wait_until_ms, next_leader_check_ms_) : a.wait_until_ms;
+          if (options_.source_connections && connection_.state() == JobManagerConnection::State::kRegistered) {
+            until = std::min(until, now + std::max<int64_t>(1, options_.source_poll_ms));
+          }
           cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, until - now)),
                        [&] { return stopping_ || !reports_.empty(); });
           break;
@@ -650,6 +655,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       connection_.on_registered(resp.registration_id(), resp.jobmanager_id(),
                                 HeartbeatOptions{resp.heartbeat_interval_ms(), resp.heartbeat_timeout_ms()}, now);
       connection_heartbeat_timeout_ms_.store(resp.heartbeat_timeout_ms());
+      sent_source_states_.clear();  // a new registration is told its sources' states with the next pass
       last_error.clear();
       spdlog::info("registered at JobManager {} (jobmanager id {}) as registration {} with {} slots",
                    jobmanager_address(), resp.jobmanager_id(), resp.registration_id(), options_.slots);
@@ -673,12 +679,47 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     publish();
   }
 
+  // What a change of makes the next heartbeat go at once: which reader subtasks run, and whether each is connected
+  // (not for how long, nor the reason's text).
+  static std::vector<std::tuple<std::string, std::string, int, bool>> connection_states(
+      const std::vector<SourceConnectionReport>& reports) {
+    std::vector<std::tuple<std::string, std::string, int, bool>> out;
+    out.reserve(reports.size());
+    for (const auto& r : reports)
+      out.emplace_back(r.source, r.description, r.subtask, r.connected);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // A source reader that lost or regained its connection is told to the JobManager with the next pass of this
+  // thread, not up to one heartbeat.interval later: its /health must turn within 5 s of the loss, and the
+  // connectors take about 3 s to report one (connectors/source_connection.h).
+  void watch_sources(TimestampMs now) {
+    if (!options_.source_connections || connection_.state() != JobManagerConnection::State::kRegistered) return;
+    if (connection_states(options_.source_connections()) != sent_source_states_) connection_.heartbeat_now(now);
+  }
+
   void heartbeat_once(int64_t deadline_ms, std::string& last_error) {
     v1::TaskManagerHeartbeat req;
     req.set_registration_id(connection_.registration_id());
     req.set_resource_id(resource_id_);
     req.mutable_slot_report()->set_slots_total(options_.slots);
     req.mutable_slot_report()->set_slots_free(options_.slots - slots_in_use());
+    if (options_.source_connections) {
+      const std::vector<SourceConnectionReport> sources = options_.source_connections();
+      for (const SourceConnectionReport& r : sources) {
+        v1::SourceConnectionStatus* c = req.add_source_connections();
+        c->set_source(r.source);
+        c->set_description(r.description);
+        c->set_subtask(r.subtask);
+        c->set_connected(r.connected);
+        c->set_disconnected_ms(r.disconnected_ms);
+        c->set_reason(r.reason);
+      }
+      // Also when the call fails: the next heartbeat (one interval on) carries the state then, and a JobManager out
+      // of reach is not called in a loop.
+      sent_source_states_ = connection_states(sources);
+    }
     const TimestampMs sent = clock_.now_ms();
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
@@ -850,6 +891,8 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   mutable std::mutex deploy_mu_;                           // guards deployed_, slots_used_
   std::unique_ptr<DeployedTasks> deployed_;
   int slots_used_ = 0;
+  // The source connection states the last heartbeat carried (connection thread only; see watch_sources).
+  std::vector<std::tuple<std::string, std::string, int, bool>> sent_source_states_;
   // Send time of the last registration or heartbeat the JobManager answered (connection thread only).
   TimestampMs lease_from_ms_ = 0;
 
