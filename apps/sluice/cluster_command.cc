@@ -32,6 +32,8 @@
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
+#include "sluice/graph/stream_graph.h"
+#include "sluice/metrics/job_metrics.h"
 #include "sluice/pipeline/pipeline_runner.h"
 #include "sluice/pipeline/pipeline_spec.h"
 #include "sluice/web/rest_server.h"
@@ -488,6 +490,32 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
         out.push_back(std::move(s));
       return out;
     });
+    // The `sourceConnected` gauge per source subtask, as `sluice run`'s /metrics has it (the alert rule
+    // SluiceSourceDisconnected reads it): 1 connected, 0 disconnected, -1 when no TaskManager reports the reader.
+    if (metrics::JobMetrics* job_metrics = rest->job_metrics(client.job_id())) {
+      for (const JobVertex& v : built->jg.vertices) {
+        for (const int id : v.chained_nodes) {
+          const StreamNode& n = built->graph->node(id);
+          const std::string uid = n.uid.value_or(n.derived_uid);
+          if (uid != "source") continue;  // the pipeline's source operator (pipeline_sources.cc)
+          for (int subtask = 0; subtask < v.parallelism; ++subtask) {
+            job_metrics->task_job_group()
+                .add_group("task", {{"task_name", v.name}, {"subtask_index", std::to_string(subtask)}})
+                .add_group("operator", {{"operator_name", n.name}, {"operator_id", uid}})
+                .gauge(
+                    "sourceConnected",
+                    [&jm, subtask] {
+                      for (const ReportedSourceConnection& r : jm.source_connections()) {
+                        if (r.connection.subtask == subtask) return r.connection.connected ? 1.0 : 0.0;
+                      }
+                      return -1.0;
+                    },
+                    "1 while the source subtask is connected to its system, 0 while disconnected, -1 when no "
+                    "TaskManager reports its reader (as their heartbeats say).");
+          }
+        }
+      }
+    }
     rest->serve_task_managers([&jm] {
       std::vector<RestTaskManagerInfo> out;
       for (const auto& t : jm.task_managers()) {

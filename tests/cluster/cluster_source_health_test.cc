@@ -3,15 +3,15 @@
 // pipeline at parallelism 4 reading 2 Kafka readers from a PRIVATE broker (test_util/private_kafka.h: the shared
 // broker other tests use is never paused) into files. The TaskManagers report their readers' connections with
 // their heartbeats (a change at once), and:
-//  * before the pause the JobManager's /health answers 200;
+//  * before the pause the JobManager's /health answers 200, and its /metrics has `sourceConnected` 1 per reader;
 //  * within 5 s of the broker's SIGSTOP it answers 503 with a `source-disconnected` reason naming the source, its
 //    connector, the subtask and the TaskManager that runs it (one of GET /taskmanagers), the job still RUNNING,
-//    and the JobManager's log says so once per reader;
-//  * after the SIGCONT it answers 200 again, and the log says each reader is connected again;
+//    and the JobManager's log says so once per reader; `sourceConnected` is 0;
+//  * after the SIGCONT it answers 200 again (the gauge 1), and the log says each reader is connected again;
 //  * every record written before and after the pause is in the output, counted by id (none missing, none twice);
 //  * with the broker paused again, the TaskManager of the disconnected readers is SIGKILLed: once the JobManager
-//    declares it lost (heartbeat.timeout), /health no longer names it (no stale "disconnected"), and the log says
-//    its readers' states were forgotten.
+//    declares it lost (heartbeat.timeout), /health no longer names it (no stale "disconnected"), the gauge is -1
+//    (no stale 0 or 1), and the log says its readers' states were forgotten.
 // Needs no shared service (a private broker, about 15-40 s for its JVM). Timings are printed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -87,6 +87,20 @@ std::pair<int, std::string> http_get(const std::string& base, const std::string&
   return {res->status, res->body};
 }
 
+/// The JobManager's `sourceConnected` series, by subtask index.
+std::map<int, double> source_connected(const std::string& base) {
+  std::map<int, double> out;
+  const std::string body = http_get(base, "/metrics").second;
+  static const std::regex re(R"(flink_taskmanager_job_task_operator_sourceConnected\{([^}]*)\} (\S+))");
+  static const std::regex subtask(R"re(subtask_index="(\d+)")re");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), re); it != std::sregex_iterator(); ++it) {
+    std::smatch m;
+    const std::string labels = (*it)[1];
+    if (std::regex_search(labels, m, subtask)) out[std::stoi(m[1])] = std::stod((*it)[2]);
+  }
+  return out;
+}
+
 TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNamingSourceSubtaskAndTaskManager) {
   sluice::testing::PrivateKafka broker;
   ASSERT_FALSE(broker.bootstrap().empty()) << "the private broker did not start";
@@ -150,6 +164,13 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
       },
       15s))
       << h.second;
+  // The gauge on the JobManager's /metrics: both readers connected.
+  EXPECT_TRUE(poll_until(
+      [&] {
+        return source_connected(c.rest_url()) == std::map<int, double>{{0, 1.0}, {1, 1.0}};
+      },
+      5s))
+      << http_get(c.rest_url(), "/metrics").second;
   std::set<std::string> resource_ids;
   for (const Value& t : c.task_managers())
     resource_ids.insert(str(t, "id"));
@@ -182,6 +203,14 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
       std::count_if(std::sregex_iterator(h.second.begin(), h.second.end(), code_re), std::sregex_iterator(),
                     [](const std::smatch& x) { return x[1] != "source-disconnected"; });
   EXPECT_EQ(other_reasons, 0) << h.second;
+  EXPECT_TRUE(poll_until(
+      [&] {
+        for (const auto& [subtask, v] : source_connected(c.rest_url()))
+          if (v == 0.0) return true;
+        return false;
+      },
+      5s))
+      << http_get(c.rest_url(), "/metrics").second;
   // The JobManager's log says it once per reader, naming the TaskManager (heartbeats repeat; the log does not).
   ASSERT_TRUE(jm->await_line(
       std::regex("source '" + topic + "' \\(kafka\\) subtask [01] on TaskManager " + readers_tm + ": disconnected for"),
@@ -206,6 +235,7 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   std::printf("the JobManager's /health answered 200 %lld ms after the broker's SIGCONT\n",
               static_cast<long long>(ms_since(resumed_at)));
   ASSERT_TRUE(healthy) << h.second << c.logs();
+  EXPECT_EQ(source_connected(c.rest_url()), (std::map<int, double>{{0, 1.0}, {1, 1.0}}));
   ASSERT_TRUE(poll_until([&] { return jm->count("connected again (reported by its heartbeat)") == lost_lines; }, 5s))
       << jm->output();
 
@@ -258,6 +288,8 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   ASSERT_TRUE(forgotten) << h.second << "\n" << jm->output();
   EXPECT_TRUE(jm->await_line(std::regex("TaskManager " + readers_tm + ": forgotten while disconnected"), 5s))
       << jm->output();
+  // No TaskManager reports the readers now: -1, neither a stale 1 nor a stale 0.
+  EXPECT_EQ(source_connected(c.rest_url()), (std::map<int, double>{{0, -1.0}, {1, -1.0}}));
   broker.resume();
 }
 

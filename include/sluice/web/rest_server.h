@@ -62,8 +62,11 @@
 #include "sluice/web/rest_security.h"
 
 namespace sluice {
+namespace metrics {
+class JobMetrics;
+}  // namespace metrics
 class StreamEnvironment;
-}
+}  // namespace sluice
 
 namespace sluice {
 
@@ -163,6 +166,11 @@ class RestServer {
   /// (`source-disconnected`) as `sluice run`'s does. `provider` is called on HTTP threads (thread-safe). Unknown job
   /// ids are ignored.
   void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider);
+
+  /// The Flink-named metrics of the registered job `job_id` in the server's own registry, for a caller to add
+  /// metrics of its own (a cluster's JobManager: its sources' `sourceConnected`); null for an unknown job id or when
+  /// serve_metric_samples() replaced the registry. Valid while the server lives.
+  metrics::JobMetrics* job_metrics(const std::string& job_id);
 
   /// Builds `env`'s job, starts it (execute_async) and registers it under `name` with its operators: a user's
   /// C++ job served as `sluice run` serves a pipeline. Errors: as StreamEnvironment::execute_async (thrown).

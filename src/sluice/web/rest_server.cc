@@ -376,6 +376,11 @@ class RestServer::Impl {
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) it->second->locations = std::move(provider);
   }
+  metrics::JobMetrics* job_metrics(const std::string& job_id) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    return it == jobs_.end() ? nullptr : it->second->metrics.get();
+  }
   void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(job_id);
@@ -1346,6 +1351,9 @@ void RestServer::set_plan(const std::string& job_id, JobPlan plan) {
 void RestServer::serve_subtask_locations(const std::string& job_id,
                                          std::function<std::vector<RestSubtaskLocation>()> provider) {
   impl_->serve_subtask_locations(job_id, std::move(provider));
+}
+metrics::JobMetrics* RestServer::job_metrics(const std::string& job_id) {
+  return impl_->job_metrics(job_id);
 }
 void RestServer::serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
   impl_->serve_source_health(job_id, std::move(provider));
