@@ -197,7 +197,7 @@ rd_kafka_t* raw_consumer(const Options& o, const std::string& topic) {
                                              {"isolation.level", "read_committed"},
                                              {"enable.auto.commit", "false"},
                                              {"fetch.max.bytes", "52428800"},
-                                             // As the Kafka source sets it (kafka_source.cc): else a reader
+                                             // As the Kafka source sets it (kafka_source_settings.cc): else a reader
                                              // slower than the fetcher waits about a second per 100,000 records.
                                              {"queued.min.messages", "1000000"}});
   rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(o.partitions);

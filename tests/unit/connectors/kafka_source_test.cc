@@ -21,6 +21,9 @@
 #include <vector>
 
 #include "sluice/api/stream_environment.h"
+#include "sluice/connectors/kafka/kafka_partition_discoverer.h"
+#include "sluice/connectors/kafka/kafka_source_enumerator.h"
+#include "sluice/connectors/kafka/kafka_source_stats.h"
 #include "sluice/core/data_io.h"
 #include "test_util/collect_sink.h"
 

@@ -100,20 +100,17 @@
 // Threading: KafkaSource is an immutable, thread-safe factory. The enumerator runs in the source coordinator
 // (its discovery blocks the coordinator for at most a few seconds per round); each reader runs on its task
 // thread. stats() and metrics() may be read from any thread.
+//
+// Files: the splits and the owner rule in kafka_partition_split.h, starting offsets in kafka_starting_offsets.h,
+// metrics in kafka_source_metrics.h, the settings the builder fills in kafka_source_settings.h and the reader's
+// non-template core in kafka_reader_core.h; the enumerator, the partition discoverer and the shared counters are
+// private to src/sluice/connectors/kafka/ (its README lists them).
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <compare>
-#include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -121,397 +118,32 @@
 #include "sluice/api/source.h"
 #include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/kafka/kafka_common.h"
+#include "sluice/connectors/kafka/kafka_partition_split.h"
+#include "sluice/connectors/kafka/kafka_reader_core.h"
 #include "sluice/connectors/kafka/kafka_record.h"
+#include "sluice/connectors/kafka/kafka_source_metrics.h"
+#include "sluice/connectors/kafka/kafka_source_settings.h"
+#include "sluice/connectors/kafka/kafka_starting_offsets.h"
 #include "sluice/core/error.h"
-#include "sluice/core/type_serializer.h"
 
 namespace sluice {
 
-/// A topic partition.
-struct KafkaTopicPartition {
-  std::string topic;
-  int32_t partition = 0;
-  friend auto operator<=>(const KafkaTopicPartition&, const KafkaTopicPartition&) = default;
-  friend bool operator==(const KafkaTopicPartition&, const KafkaTopicPartition&) = default;
-};
-SLUICE_FIELDS(KafkaTopicPartition, topic, partition);
-
-/// One partition to read: the split of a KafkaSource.
-struct KafkaPartitionSplit {
-  std::string topic;
-  int32_t partition = 0;
-  /// The next offset to read.
-  int64_t starting_offset = 0;
-  /// Bounded mode: reading stops before this offset. nullopt = unbounded.
-  std::optional<int64_t> stopping_offset;
-  /// Only in the enumerator's checkpoint, never in a reader's: the partition is owned by a reader (and in
-  /// that reader's checkpointed state, or finished); the offsets are meaningless.
-  bool assigned = false;
-
-  /// "<topic>-<partition>" (Flink's split id).
-  std::string split_id() const { return topic + "-" + std::to_string(partition); }
-  KafkaTopicPartition topic_partition() const { return {topic, partition}; }
-  friend bool operator==(const KafkaPartitionSplit&, const KafkaPartitionSplit&) = default;
-};
-SLUICE_FIELDS(KafkaPartitionSplit, topic, partition, starting_offset, stopping_offset, assigned);
-
-/// Where to start a partition that has no usable committed or explicit offset (Kafka's OffsetResetStrategy).
-enum class KafkaOffsetReset {
-  kEarliest,  ///< the partition's earliest offset
-  kLatest,    ///< the partition's latest offset (only new records)
-  kNone,      ///< fail the job naming the partition
-};
-
-/// Where a KafkaSource starts reading the partitions it finds at start (Flink's OffsetsInitializer).
-class KafkaStartingOffsets {
- public:
-  enum class Kind { kEarliest, kLatest, kCommitted, kTimestamp, kSpecific };
-
-  /// Each partition's earliest offset (the default).
-  static KafkaStartingOffsets earliest() { return KafkaStartingOffsets(Kind::kEarliest); }
-  /// Each partition's latest offset: only records written after the start.
-  static KafkaStartingOffsets latest() { return KafkaStartingOffsets(Kind::kLatest); }
-  /// The group's committed offsets (needs a group id); `reset` for partitions without one.
-  static KafkaStartingOffsets committed(KafkaOffsetReset reset = KafkaOffsetReset::kEarliest) {
-    KafkaStartingOffsets s(Kind::kCommitted);
-    s.reset_ = reset;
-    return s;
-  }
-  /// The first offset whose timestamp is >= `timestamp_ms` (ms since epoch); the latest offset when no record
-  /// is that recent.
-  static KafkaStartingOffsets timestamp(TimestampMs timestamp_ms) {
-    KafkaStartingOffsets s(Kind::kTimestamp);
-    s.timestamp_ms_ = timestamp_ms;
-    return s;
-  }
-  /// Explicit next offsets per partition; `reset` for partitions not listed.
-  static KafkaStartingOffsets offsets(std::map<KafkaTopicPartition, int64_t> offsets,
-                                      KafkaOffsetReset reset = KafkaOffsetReset::kEarliest) {
-    KafkaStartingOffsets s(Kind::kSpecific);
-    s.offsets_ = std::move(offsets);
-    s.reset_ = reset;
-    return s;
-  }
-
-  Kind kind() const noexcept { return kind_; }
-  KafkaOffsetReset reset() const noexcept { return reset_; }
-  TimestampMs timestamp_ms() const noexcept { return timestamp_ms_; }
-  const std::map<KafkaTopicPartition, int64_t>& specific_offsets() const noexcept { return offsets_; }
-  /// "earliest", "latest", "committed (reset earliest)", "timestamp 1700000000000", "specific offsets".
-  std::string describe() const;
-
- private:
-  explicit KafkaStartingOffsets(Kind k) : kind_(k) {}
-  Kind kind_;
-  KafkaOffsetReset reset_ = KafkaOffsetReset::kEarliest;
-  TimestampMs timestamp_ms_ = 0;
-  std::map<KafkaTopicPartition, int64_t> offsets_;
-};
-
-/// The metrics of one assigned partition (see KafkaSourceMetrics).
-struct KafkaPartitionMetrics {
-  std::string topic;
-  int32_t partition = 0;
-  /// The next offset to read: the reader's position (Flink's `currentOffset`). An offset.
-  int64_t current_offset = -1;
-  /// The offset last committed to the consumer group for this partition, as acknowledged by the broker after
-  /// a completed checkpoint (Flink's `committedOffset`); -1 when none was committed by this reader. An offset.
-  int64_t committed_offset = -1;
-  /// The partition's log end offset (high watermark) as librdkafka last saw it in a fetch response (cached,
-  /// never a broker request); -1 unknown (no fetch response yet). An offset.
-  int64_t high_watermark = -1;
-  /// high_watermark − current_offset, ≥ 0: records written but not read yet; -1 unknown. Records. Unlike Kafka's
-  /// `records-lag`, which uses the last stable offset under read_committed, an open transaction's records count
-  /// here until it ends (a topic written by an exactly-once job seldom shows 0).
-  int64_t lag = -1;
-  friend bool operator==(const KafkaPartitionMetrics&, const KafkaPartitionMetrics&) = default;
-};
-
-/// A snapshot of a KafkaSource's metrics, summed over its reader subtasks in this process (KafkaSource<T>::
-/// metrics()). Names follow Flink's Kafka connector metrics. Counters count since the source object was
-/// created (the records replayed after a restart included); per-partition values cover the partitions the
-/// running readers are assigned (a finished partition of bounded mode and a closed reader's partitions drop out).
-struct KafkaSourceMetrics {
-  /// Data messages the readers took from Kafka (those that went to the dead letters included; Flink's
-  /// `numRecordsIn`). Records.
-  int64_t records_read = 0;
-  /// Key plus value bytes of those messages (Flink's `numBytesIn`). Bytes.
-  int64_t bytes_read = 0;
-  /// Messages the deserializer rejected that went to the dead letters (BadRecordPolicy::kDeadLetter). Records.
-  int64_t bad_records = 0;
-  /// Records read per second over the last completed window of about one second per reader, summed over the
-  /// readers (Flink's `numRecordsInPerSecond`); decays towards 0 while nothing is read. Records/s.
-  double records_per_second = 0;
-  /// The largest `lag` of the assigned partitions (Flink's / Kafka's `records-lag-max`); -1 when no lag is
-  /// known. Records.
-  int64_t records_lag_max = -1;
-  /// The sum of the known `lag`s of the assigned partitions (Flink's `pendingRecords`); -1 when no lag is
-  /// known. Records.
-  int64_t pending_records = -1;
-  /// Now (wall clock) minus the Kafka timestamp of the last record read from the partitions known to lag (the
-  /// oldest such partition); 0 once every assigned partition is caught up (lag 0); -1 when unknown: before any
-  /// record was read, without assigned partitions (a restart), or when no lagging partition has read a record.
-  /// Milliseconds.
-  int64_t lag_ms = -1;
-  /// One entry per assigned partition, sorted by topic and partition.
-  std::vector<KafkaPartitionMetrics> partitions;
-};
-
-namespace kafka {
-
-/// Java's String.hashCode of an ASCII string: h = 31 * h + c, wrapping in int32.
-int32_t java_string_hash(std::string_view s) noexcept;
-
-/// The reader subtask that owns a partition (Flink's KafkaSourceEnumerator.getSplitOwner, see the file
-/// comment). `num_readers` >= 1.
-int split_owner(std::string_view topic, int32_t partition, int num_readers) noexcept;
-
-}  // namespace kafka
-
 namespace detail {
 
-/// Everything a KafkaSource is configured with, validated by KafkaSourceBuilder::try_build().
-struct KafkaSourceSettings {
-  /// librdkafka properties (bootstrap.servers and group.id included; Sluice's own keys removed).
-  kafka::KafkaProperties properties;
-  std::vector<std::string> topics;
-  std::string topic_pattern;
-  KafkaStartingOffsets starting = KafkaStartingOffsets::earliest();
-  bool bounded = false;
-  int64_t discovery_interval_ms = 30'000;
-  bool commit_offsets_on_checkpoint = true;
-  std::string client_id_prefix = "sluice-kafka-source";
-  int64_t startup_timeout_ms = 30'000;
-  int64_t liveness_timeout_ms = 30'000;  ///< no broker answered for this long: the reader fails; 0 = off
-  BadRecordPolicy bad_record_policy = BadRecordPolicy::kFail;
-  std::string dead_letter_path;
-  std::string dead_letter_topic;
+// What KafkaSource<T> reaches of its non-template parts (kafka_source.cc), so that the enumerator and the shared
+// counters stay private to src/sluice/connectors/kafka/.
 
-  const std::string& bootstrap_servers() const;
-  /// The user's group id ("" when none).
-  const std::string& group_id() const;
-  /// "topics [a, b]" or "topic pattern 'x.*'" (for messages).
-  std::string describe_topics() const;
-};
-
-/// The live position of one assigned partition: written by its reader's task thread, read by metrics().
-struct KafkaPartitionStats {
-  KafkaPartitionStats(std::string t, int32_t p) : topic(std::move(t)), partition(p) {}
-  const std::string topic;
-  const int32_t partition;
-  std::atomic<int64_t> current_offset{-1};
-  std::atomic<int64_t> committed_offset{-1};
-  std::atomic<int64_t> last_timestamp_ms{-1};  ///< Kafka timestamp of the last record read; -1 none
-};
-
-/// One reader's part of KafkaSourceStats.
-struct KafkaReaderStats {
-  /// The rate window (task thread writes, metrics() reads): steady-clock start (ms), records since then, and
-  /// the rate of the last completed window.
-  std::atomic<int64_t> window_start_ms{-1};
-  std::atomic<int64_t> window_records{0};
-  std::atomic<double> records_per_second{0};
-  /// Guarded by KafkaSourceStats::mu: the reader's consumer (nullptr once it closes; metrics() reads
-  /// librdkafka's cached high watermarks through it) and its assigned partitions.
-  rd_kafka_t* consumer = nullptr;
-  std::map<KafkaTopicPartition, std::shared_ptr<KafkaPartitionStats>> partitions;
-};
-
-/// The counters of one KafkaSource, shared by all its readers in this process and readable from any thread
-/// while the job runs. Readers publish their counters once per poll batch; the registry of readers and
-/// partitions changes only on assignment, finish and close (under `mu`), never per record.
-struct KafkaSourceStats {
-  std::atomic<int64_t> records_read{0};
-  std::atomic<int64_t> bytes_read{0};
-  std::atomic<int64_t> last_timestamp_ms{-1};  ///< Kafka timestamp of the last record any reader read
-  std::shared_ptr<BadRecordStats> bad = std::make_shared<BadRecordStats>();
-  /// Each open reader's connection to the cluster, reported by its liveness probe (kafka_common.h).
-  std::shared_ptr<SourceConnectionBoard> connections = std::make_shared<SourceConnectionBoard>("Kafka source");
-  mutable std::mutex mu;
-  std::vector<std::shared_ptr<KafkaReaderStats>> readers;  // guarded by mu
-
-  /// The snapshot at wall time `now_ms` (ms since epoch) and steady time `steady_now_ms`.
-  KafkaSourceMetrics metrics(int64_t now_ms, int64_t steady_now_ms) const;
-  /// The snapshot now.
-  KafkaSourceMetrics metrics() const;
-};
-
-/// Applies Sluice's own keys, checks the settings and that librdkafka accepts the properties.
-/// Errors: kConfiguration saying what is missing or wrong and how to fix it.
-[[nodiscard]] Status normalize_and_validate(KafkaSourceSettings& settings);
-
-/// Finds partitions and resolves offsets for the enumerator. The librdkafka implementation talks to the
-/// cluster; tests pass fakes. Called under the source coordinator's lock (never concurrently).
-class KafkaPartitionDiscoverer {
- public:
-  virtual ~KafkaPartitionDiscoverer() = default;
-  /// The partitions of the subscribed topics, sorted. Errors (kConnector): cluster unreachable within
-  /// `timeout`, a listed topic missing, authorization.
-  [[nodiscard]] virtual Result<std::vector<KafkaTopicPartition>> discover(std::chrono::milliseconds timeout) = 0;
-  /// One split per partition, in the same order, starting at `starting`; with `bounded` also the stopping
-  /// offsets (latest, or last stable under read_committed). Errors (kConnector): offset lookups failed, no
-  /// committed offset under KafkaOffsetReset::kNone.
-  [[nodiscard]] virtual Result<std::vector<KafkaPartitionSplit>> make_splits(
-      const std::vector<KafkaTopicPartition>& partitions, const KafkaStartingOffsets& starting, bool bounded,
-      std::chrono::milliseconds timeout) = 0;
-};
-
-/// The librdkafka-backed discoverer (one consumer-type client, no group membership). Errors: kConfiguration.
-[[nodiscard]] Result<std::unique_ptr<KafkaPartitionDiscoverer>> make_kafka_discoverer(
-    const KafkaSourceSettings& settings);
-
-/// The split enumerator of KafkaSource (see the file comment: discovery, owner rule, checkpoint markers).
-/// Its methods run serialized under the source coordinator's lock. Periodic discovery asks the broker for
-/// metadata off that lock (SplitEnumeratorContext::call_async), so an unreachable broker does not hold up
-/// checkpoints; only resolving the offsets of partitions that are actually new runs under it.
-class KafkaSourceEnumerator final : public SplitEnumerator<KafkaPartitionSplit> {
- public:
-  struct Options {
-    bool bounded = false;
-    int64_t discovery_interval_ms = 30'000;  ///< <= 0: no periodic discovery
-    std::chrono::milliseconds startup_timeout{30'000};
-    KafkaStartingOffsets starting = KafkaStartingOffsets::earliest();
-    std::string description;  ///< the topics, for log lines
-  };
-
-  KafkaSourceEnumerator(SplitEnumeratorContext<KafkaPartitionSplit>& ctx,
-                        std::unique_ptr<KafkaPartitionDiscoverer> discoverer, Options options);
-
-  /// Fresh start: discovers the partitions and resolves their starting offsets; throws SluiceException
-  /// (kConnector) when that fails, which fails the job at start. Restored: assigns the restored unassigned
-  /// splits and (unbounded) discovers partitions it has never seen; failures are logged and retried by the
-  /// periodic discovery. Then schedules periodic discovery (unbounded, interval > 0).
-  void start() override;
-  /// Splits are pushed to their owners; requests are ignored.
-  void handle_split_request(int /*subtask*/) override {}
-  /// Takes back splits of a failed reader; they go to their owners when those (re-)register.
-  void add_splits_back(std::vector<KafkaPartitionSplit> splits, int subtask) override;
-  /// Assigns the reader's pending splits; without discovery also tells it no more splits follow.
-  void add_reader(int subtask) override;
-  /// Unassigned splits plus one `assigned` marker per partition a reader owns.
-  std::vector<KafkaPartitionSplit> snapshot_state(int64_t checkpoint_id) override;
-  void restore_state(std::vector<KafkaPartitionSplit> splits) override;
-  void close() override;
-
-  /// One discovery round: finds partitions never seen, resolves their offsets (`starting` of the options when
-  /// `initial`, else earliest) and assigns them to registered owners (others wait for add_reader).
-  [[nodiscard]] Status discover_and_assign(bool initial, std::chrono::milliseconds timeout);
-  /// The second half of a round, given the partitions a discovery found: new ones get splits and owners.
-  [[nodiscard]] Status assign_discovered(const std::vector<KafkaTopicPartition>& found, bool initial,
-                                         std::chrono::milliseconds timeout);
-
-  /// Partitions owned by readers, and splits waiting for their owner to register (for tests).
-  const std::set<KafkaTopicPartition>& assigned_partitions() const noexcept { return assigned_; }
-  size_t pending_count() const noexcept;
-
- private:
-  void add_pending(KafkaPartitionSplit split);
-  void assign_pending(int subtask);
-  bool discovery_enabled() const noexcept { return !options_.bounded && options_.discovery_interval_ms > 0; }
-
-  SplitEnumeratorContext<KafkaPartitionSplit>& ctx_;
-  /// Shared with the periodic discovery's off-lock work, which may still be running when close() drops it.
-  std::shared_ptr<KafkaPartitionDiscoverer> discoverer_;
-  Options options_;
-  bool restored_ = false;
-  std::set<KafkaTopicPartition> assigned_;
-  std::map<int, std::vector<KafkaPartitionSplit>> pending_;  // by owner subtask
-  std::set<int> registered_;
-};
-
-/// The non-template part of a KafkaSource reader: the consumer, its assignment, positions, EOF and stop
-/// handling, errors, offset commits and dead letters. Runs on the reader's task thread only (except the
-/// queue wakeup, which librdkafka calls from its threads). Lifecycle: create() -> add_splits()/poll()/
-/// snapshot()/notify_checkpoint_complete() ... -> close() (idempotent; also run by the destructor).
-class KafkaReaderCore {
- public:
-  /// One assigned partition.
-  struct Partition {
-    std::string topic;
-    int32_t partition = 0;
-    std::string split_id;
-    int64_t next_offset = 0;
-    std::optional<int64_t> stopping_offset;
-    /// The typed reader's output for this partition (a ReaderOutput<T>*), set after take_new_partitions().
-    void* output = nullptr;
-    /// Its entry in the source's metrics.
-    std::shared_ptr<KafkaPartitionStats> stats;
-  };
-
-  /// What poll() hands each message to (the typed reader).
-  class Handler {
-   public:
-    virtual ~Handler() = default;
-    /// A data message of `partition` at or past its next offset and before its stopping offset. May call
-    /// bad_record(); may throw (fails the task).
-    virtual void on_message(Partition& partition, const KafkaMessageView& message) = 0;
-    /// `partition` reached its stopping offset; it is removed after this call.
-    virtual void on_finished(Partition& partition) = 0;
-  };
-
-  /// Creates the consumer (and the dead-letter producer). Errors: kConfiguration.
-  [[nodiscard]] static Result<std::unique_ptr<KafkaReaderCore>> create(const KafkaSourceSettings& settings,
-                                                                       SourceReaderContext& ctx,
-                                                                       std::shared_ptr<DeadLetterFile> dead_letter,
-                                                                       std::shared_ptr<KafkaSourceStats> stats);
-  ~KafkaReaderCore();
-  KafkaReaderCore(const KafkaReaderCore&) = delete;
-  KafkaReaderCore& operator=(const KafkaReaderCore&) = delete;
-
-  /// Starts reading the splits (incremental assign). Throws SluiceException (kConnector) when the consumer
-  /// refuses the assignment.
-  void add_splits(std::vector<KafkaPartitionSplit> splits);
-  void notify_no_more_splits() noexcept { no_more_splits_ = true; }
-  /// Partitions added since the last call, for the typed reader to create their outputs.
-  std::vector<Partition*> take_new_partitions();
-  /// Takes up to `max_messages` messages from the consumer without blocking and dispatches them; returns how
-  /// many it took (data, EOF and error events). Throws SluiceException (kConnector) on a permanent consumer
-  /// error and under BadRecordPolicy::kFail on a bad record.
-  size_t poll(Handler& handler, size_t max_messages);
-  /// True when no partition is left and no more splits will come.
-  bool finished() const noexcept { return no_more_splits_ && partitions_.empty(); }
-  /// Handles a message the deserializer rejected (see BadRecordPolicy). Throws SluiceException under kFail
-  /// and when the dead letter cannot be written.
-  void bad_record(const KafkaMessageView& message, std::string_view reason);
-
-  /// The splits with their next offsets; remembers them for the commit of `checkpoint_id`. Makes dead
-  /// letters durable first (throws SluiceException when that fails).
-  std::vector<KafkaPartitionSplit> snapshot(int64_t checkpoint_id);
-  /// Commits the offsets of `checkpoint_id` to the group (async; failures logged).
-  void notify_checkpoint_complete(int64_t checkpoint_id);
-  /// Stops the wakeups, flushes dead letters (bounded wait) and destroys the clients.
-  void close() noexcept;
-
-  /// Number of assigned partitions (for tests).
-  size_t partition_count() const noexcept { return partitions_.size(); }
-
-  struct Impl;  // librdkafka callbacks and state (kafka_source.cc)
-
- private:
-  KafkaReaderCore(const KafkaSourceSettings& settings, std::shared_ptr<DeadLetterFile> dead_letter,
-                  std::shared_ptr<KafkaSourceStats> stats);
-  Partition* find_partition(const rd_kafka_message_t& m);
-  void finish_partition(Partition& p, Handler& handler);
-  void handle_event(const rd_kafka_message_t& m, Handler& handler);
-
-  void set_next_offset(Partition& p, int64_t offset);
-  // Adds a poll batch's counts to the source's metrics and moves this reader's rate window.
-  void publish_batch(int64_t records, int64_t bytes, int64_t last_timestamp_ms);
-  void unregister_partition(const KafkaTopicPartition& tp);
-
-  std::shared_ptr<DeadLetterFile> dead_letter_;
-  std::shared_ptr<KafkaSourceStats> stats_;
-  std::shared_ptr<KafkaReaderStats> reader_stats_;  // this reader's entry in stats_->readers
-  std::unique_ptr<Impl> impl_;
-  std::map<KafkaTopicPartition, std::unique_ptr<Partition>> partitions_;
-  std::vector<Partition*> new_partitions_;
-  std::map<KafkaTopicPartition, int64_t> finished_offsets_;                    // final offsets of finished partitions
-  std::map<int64_t, std::map<KafkaTopicPartition, int64_t>> pending_commits_;  // by checkpoint id
-  std::vector<rd_kafka_message_t*> batch_;
-  bool no_more_splits_ = false;
-  bool logged_dead_letter_ = false;
-  bool unsynced_dead_letters_ = false;
-};
+/// The counters shared by a source's readers, with its connection board named after `settings`' topics.
+[[nodiscard]] std::shared_ptr<KafkaSourceStats> make_kafka_source_stats(const KafkaSourceSettings& settings);
+/// The bad-record counter of `stats`.
+const std::shared_ptr<BadRecordStats>& kafka_bad_record_stats(const KafkaSourceStats& stats) noexcept;
+/// The metrics snapshot now (KafkaSourceStats::metrics()). Thread-safe.
+KafkaSourceMetrics kafka_source_metrics(const KafkaSourceStats& stats);
+/// Each open reader's connection (SourceConnectionBoard::snapshot at the steady time now). Thread-safe.
+std::vector<SourceConnection> kafka_source_connections(const KafkaSourceStats& stats);
+/// The enumerator with its own librdkafka client. Throws SluiceException on a configuration error.
+std::unique_ptr<SplitEnumerator<KafkaPartitionSplit>> make_kafka_source_enumerator(
+    SplitEnumeratorContext<KafkaPartitionSplit>& ctx, const KafkaSourceSettings& settings);
 
 }  // namespace detail
 
@@ -527,9 +159,9 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
 
   /// Use builder(). `settings` must have passed normalize_and_validate.
   KafkaSource(detail::KafkaSourceSettings settings, KafkaDeserializer<T> deserializer)
-      : settings_(std::move(settings)), deserializer_(std::move(deserializer)) {
-    stats_->connections = std::make_shared<SourceConnectionBoard>("Kafka source (" + settings_.describe_topics() + ")");
-  }
+      : settings_(std::move(settings)),
+        deserializer_(std::move(deserializer)),
+        stats_(detail::make_kafka_source_stats(settings_)) {}
 
   Boundedness boundedness() const override {
     return settings_.bounded ? Boundedness::kBounded : Boundedness::kContinuousUnbounded;
@@ -539,14 +171,7 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
   std::unique_ptr<SplitEnumerator<KafkaPartitionSplit>> create_enumerator(
       SplitEnumeratorContext<KafkaPartitionSplit>& ctx) const override {
     dead_letter_file();  // a dead-letter file that cannot be opened fails the job at start
-    detail::KafkaSourceEnumerator::Options o;
-    o.bounded = settings_.bounded;
-    o.discovery_interval_ms = settings_.discovery_interval_ms;
-    o.startup_timeout = std::chrono::milliseconds(settings_.startup_timeout_ms);
-    o.starting = settings_.starting;
-    o.description = settings_.describe_topics();
-    return std::make_unique<detail::KafkaSourceEnumerator>(
-        ctx, detail::make_kafka_discoverer(settings_).value_or_throw(), std::move(o));
+    return detail::make_kafka_source_enumerator(ctx, settings_);
   }
 
   /// Creates a reader with its own consumer. Throws SluiceException on a configuration error.
@@ -556,16 +181,14 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
   }
 
   /// The bad-record counter shared by all readers of this source (also in metrics().bad_records).
-  const std::shared_ptr<BadRecordStats>& stats() const noexcept { return stats_->bad; }
+  const std::shared_ptr<BadRecordStats>& stats() const noexcept { return detail::kafka_bad_record_stats(*stats_); }
   /// The source's metrics now, over its readers in this process (see KafkaSourceMetrics for names and units).
   /// Thread-safe: may be called from any thread while the job runs; never asks the broker (high watermarks
   /// are librdkafka's cached values).
-  KafkaSourceMetrics metrics() const { return stats_->metrics(); }
+  KafkaSourceMetrics metrics() const { return detail::kafka_source_metrics(*stats_); }
   /// Each open reader subtask's connection to the cluster: disconnected when no broker answered its probe for
   /// KafkaLivenessProbe::kDisconnectedAfter (3 s), naming librdkafka's last error. Thread-safe.
-  std::vector<SourceConnection> connections() const {
-    return stats_->connections->snapshot(SourceConnectionBoard::steady_now_ms());
-  }
+  std::vector<SourceConnection> connections() const { return detail::kafka_source_connections(*stats_); }
   const detail::KafkaSourceSettings& settings() const noexcept { return settings_; }
 
  private:
@@ -626,7 +249,7 @@ class KafkaSource final : public Source<T, KafkaPartitionSplit> {
 
   detail::KafkaSourceSettings settings_;
   KafkaDeserializer<T> deserializer_;
-  std::shared_ptr<detail::KafkaSourceStats> stats_ = std::make_shared<detail::KafkaSourceStats>();
+  std::shared_ptr<detail::KafkaSourceStats> stats_;
   mutable std::mutex mu_;
   mutable std::shared_ptr<DeadLetterFile> dead_letter_;
 };
