@@ -231,7 +231,7 @@ using MongoDriverFactory = std::function<Result<std::unique_ptr<MongoDriver>>()>
 /// `filter` (an initialised, empty bson_t). Exposed for tests.
 void scan_after_filter(const bson_t& after_id, bson_t& filter);
 
-/// One change document mapped (mongodb_cdc_source.cc; exposed for the mapping tests).
+/// One change document mapped (mongodb_change_mapping.cc; exposed for the mapping tests).
 struct MappedChange {
   enum class Kind {
     kEvent,        ///< `event` holds an envelope
