@@ -85,6 +85,10 @@ class CheckpointJobHooks {
   struct Triggered {
     std::map<std::string, std::string> coordinator_state;  ///< per source uid
     std::vector<CheckpointTaskKey> tasks;                  ///< live tasks that will acknowledge
+    /// Set when the barrier could not be injected everywhere (a TaskManager did not take the trigger): the
+    /// checkpoint is aborted at once with this reason (in the history, not counted as a failed checkpoint)
+    /// instead of waiting for its timeout while no later checkpoint can start.
+    std::optional<std::string> failure;
   };
   /// False while some region is being restarted (checkpoints wait, as Flink requires all tasks running).
   virtual bool ready_for_checkpoint() = 0;

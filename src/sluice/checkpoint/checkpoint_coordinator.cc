@@ -303,6 +303,12 @@ void CheckpointCoordinator::trigger_locked(SnapshotType type, const std::string&
     ref.not_written.insert(key);
     enqueue_write_locked(ref, key, name, nullptr, f->second);
   }
+  if (t.failure) {
+    // Not counted against execution.checkpointing.tolerable-failed-checkpoints (as Flink does not count a
+    // checkpoint that could not start): a TaskManager that cannot be reached is the heartbeats' business.
+    abort_locked(id, *t.failure, /*notify_tasks=*/true, /*count_failure=*/false);
+    return;
+  }
   if (t.tasks.empty() && ref.not_written.empty()) {
     // Every task has closed (a stop-with-savepoint, or the job ended meanwhile): nothing to checkpoint.
     abort_locked(id, "no task is running", false, false, /*discard=*/true, /*job_ended=*/true);

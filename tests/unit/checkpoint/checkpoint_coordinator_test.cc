@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -44,6 +45,44 @@ class SilentJob final : public CheckpointJobHooks {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int64_t> triggered_;
+};
+
+// A job whose first trigger does not reach every TaskManager (cluster mode: the TriggerCheckpoint RPC failed); later
+// triggers reach every task, which never acknowledges.
+class FailingTriggerJob final : public CheckpointJobHooks {
+ public:
+  bool ready_for_checkpoint() override { return true; }
+  Triggered trigger(const CheckpointBarrier& barrier) override {
+    std::lock_guard lock(mu_);
+    triggered_.push_back(barrier.checkpoint_id);
+    cv_.notify_all();
+    Triggered t{{}, {CheckpointTaskKey{0, 0}}, std::nullopt};
+    if (triggered_.size() == 1) t.failure = "TriggerCheckpoint at 127.0.0.1:1: UNAVAILABLE";
+    return t;
+  }
+  void trigger_task(const CheckpointTaskKey&, const CheckpointBarrier&) override {}
+  void notify_complete(int64_t) override {}
+  void notify_aborted(int64_t id) override {
+    std::lock_guard lock(mu_);
+    aborted_.push_back(id);
+    cv_.notify_all();
+  }
+  void fail_job(const Error&) override {}
+
+  bool wait_triggered(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return triggered_.size() >= n; });
+  }
+  std::vector<int64_t> aborted() {
+    std::lock_guard lock(mu_);
+    return aborted_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> triggered_;
+  std::vector<int64_t> aborted_;
 };
 
 class CheckpointCoordinatorTest : public ::testing::Test {
@@ -105,6 +144,27 @@ TEST_F(CheckpointCoordinatorTest, SavepointPendingWhenTheJobEndsFails) {
   EXPECT_EQ(coordinator.failed_count(), 1);
   ASSERT_EQ(coordinator.stats().size(), 1u);
   EXPECT_EQ(coordinator.stats()[0].failure, "the job ended");
+}
+
+// A checkpoint whose trigger did not reach every TaskManager fails at once with the reason (counted as a failed
+// checkpoint, the tasks told to abort it) and the next one is triggered on time: it used to stay pending until
+// execution.checkpointing.timeout, so a TaskManager that missed one trigger stalled checkpointing for 30 s.
+TEST_F(CheckpointCoordinatorTest, CheckpointWhoseTriggerFailedIsAbortedAtOnce) {
+  FailingTriggerJob job;
+  CheckpointCoordinatorOptions options;
+  options.interval_ms = 10;
+  options.timeout_ms = 600'000;  // the abort must not come from the timeout
+  options.tolerable_failures = 10;
+  CheckpointCoordinator coordinator(options, *storage_, vertices(), job, SystemClock::instance(), 1);
+  coordinator.start();
+  ASSERT_TRUE(job.wait_triggered(2, 10s)) << "no checkpoint was triggered after the one whose trigger failed";
+  coordinator.stop();
+  EXPECT_EQ(job.aborted(), std::vector<int64_t>{1});
+  const std::vector<CheckpointStats> stats = coordinator.stats();
+  auto first = std::find_if(stats.begin(), stats.end(), [](const CheckpointStats& s) { return s.checkpoint_id == 1; });
+  ASSERT_NE(first, stats.end()) << "checkpoint 1 is not in the history";
+  EXPECT_FALSE(first->completed);
+  EXPECT_NE(first->failure.find("UNAVAILABLE"), std::string::npos) << first->failure;
 }
 
 }  // namespace

@@ -307,11 +307,15 @@ CheckpointJobHooks::Triggered JobMaster::trigger_into(const CheckpointBarrier& b
     v1::TriggerCheckpointResponse resp;
     const grpc::Status st = stub->TriggerCheckpoint(&ctx, req, &resp);
     if (!st.ok()) {
-      // Its tasks never acknowledge: the checkpoint expires (execution.checkpointing.timeout), unless the
-      // TaskManager's loss fails the job first.
+      // Its tasks would never acknowledge: the checkpoint is aborted at once rather than left to expire after
+      // execution.checkpointing.timeout (30 s of no checkpoint in the chaos suite).
+      const std::string why = rpc::to_error(st, "TriggerCheckpoint", d.tm.rpc_address).message();
       spdlog::warn("job '{}': cannot trigger checkpoint {} on TaskManager {}: {}", options_.job_name,
-                   barrier.checkpoint_id, d.tm.resource_id,
-                   rpc::to_error(st, "TriggerCheckpoint", d.tm.rpc_address).message());
+                   barrier.checkpoint_id, d.tm.resource_id, why);
+      if (!t.failure) {
+        t.failure = fmt::format("triggering {} {} failed on TaskManager {}: {}", snapshot_type_name(barrier.type),
+                                barrier.checkpoint_id, d.tm.resource_id, why);
+      }
       continue;
     }
     for (const auto& [uid, bytes] : resp.coordinator_state())

@@ -92,7 +92,11 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
   // Reconnect quickly after the peer comes back (gRPC's default backoff grows to 120 s), so a restarted
   // JobManager is found within the TaskManager's own registration backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC (1.51, subchannel.cc) reads the "minimum reconnect backoff" as the minimum timeout of one connection
+  // attempt, not as a floor of the backoff: at 100 ms, attempts on a loaded machine timed out "before receiving
+  // SETTINGS frame" and RPCs failed UNAVAILABLE (checkpoint triggers, deployments). Attempts still start 100 ms
+  // apart at first and at most 1 s apart.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
