@@ -1,6 +1,7 @@
 #include "checkpoint_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -380,6 +381,117 @@ int run_recovery(const CheckpointBenchOptions& o) {
   return 0;
 }
 
+// The fill job of `state` once per storage and round, storages alternating: what checkpointing the state to each
+// storage costs the job (records/s and records per CPU-s against no checkpoints) and how long the checkpoints take.
+// CPU is this process's (task threads and the writer threads that upload); an S3 server's own CPU is not in it.
+int run_storage(const CheckpointBenchOptions& o) {
+  std::vector<std::string> storages;
+  for (size_t start = 0; start <= o.storages.size();) {
+    size_t end = o.storages.find(',', start);
+    if (end == std::string::npos) end = o.storages.size();
+    if (end > start) storages.push_back(o.storages.substr(start, end - start));
+    start = end + 1;
+  }
+  const int64_t keys = keys_for(o);
+  struct Figures {
+    std::vector<double> rate, per_cpu, duration, size, pause, completed, rss;
+  };
+  std::vector<Figures> figures(storages.size());
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t i = 0; i < storages.size(); ++i) {
+      const std::string& storage = storages[i];
+      const bool none = storage == "none";
+      fs::path dir;
+      if (is_s3_uri(storage)) {
+        dir = fs::path(fmt::format("{}/storage-{}-{}", storage, ::getpid(), round));
+      } else if (storage == "local") {
+        CheckpointBenchOptions local = o;
+        if (is_s3_uri(local.dir)) local.dir.clear();
+        dir = checkpoint_root(local, "storage");
+      } else if (!none) {
+        fmt::print(stderr, "error: unknown storage '{}' (none, local or s3://bucket/prefix)\n", storage);
+        return 2;
+      }
+      g_processed = 0;
+      JobClient client = start_fill_job(o, base_config(o, dir, none ? "none" : o.interval), keys);
+      if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) {
+        fmt::print(stderr, "error: the state was not filled within 10 minutes ({})\n", storage);
+        return 1;
+      }
+      const int64_t filled_ms = SystemClock::instance().now_ms();
+      const int64_t n0 = g_processed.load();
+      const double cpu0 = cpu_seconds();
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::seconds(o.window_s));  // the measured window, not a synchronisation
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double rate = static_cast<double>(g_processed.load() - n0) / wall;
+      const double per_cpu = static_cast<double>(g_processed.load() - n0) / (cpu_seconds() - cpu0);
+      const double rss = rss_mib();
+      auto after_fill = [&] {
+        std::vector<CheckpointStats> out;
+        for (auto& s : client.checkpoint_stats()) {
+          if (s.completed && s.trigger_time_ms > filled_ms) out.push_back(s);
+        }
+        return out;
+      };
+      const int64_t in_window = none ? 0 : static_cast<int64_t>(after_fill().size());
+      if (!none &&
+          !wait_for([&] { return static_cast<int>(after_fill().size()) >= o.checkpoints; }, std::chrono::minutes(20))) {
+        fmt::print(stderr, "error: no {} checkpoints completed within 20 minutes ({})\n", o.checkpoints, storage);
+        return 1;
+      }
+      client.cancel();
+      client.wait();
+      std::vector<double> duration, size, pause;
+      if (!none) {
+        for (const auto& s : after_fill()) {
+          duration.push_back(static_cast<double>(s.duration_ms));
+          size.push_back(static_cast<double>(s.state_bytes) / (1 << 20));
+          int64_t p = 0;
+          for (const auto& t : s.tasks)
+            p = std::max(p, t.sync_pause_ns);
+          pause.push_back(static_cast<double>(p) / 1e6);
+        }
+      }
+      fmt::print(
+          "checkpoint storage: round {}, {:>8}: {} MiB target ({} keys x {} B), interval {}: {:.0f} records/s and "
+          "{:.0f} records/CPU-s over {:.1f} s after the fill, {} checkpoint(s) completed in that window; "
+          "checkpoints after the fill: {} (durations {} ms), median size {:.1f} MiB, median max synchronous pause "
+          "{:.2f} ms; RSS {:.0f} MiB\n",
+          round + 1, storage, o.state_mb, keys, o.value_bytes, none ? "none" : o.interval, rate, per_cpu, wall,
+          in_window, duration.size(), fmt::join(duration, "/"), median(size), median(pause), rss);
+      std::fflush(stdout);
+      Figures& f = figures[i];
+      f.rate.push_back(rate);
+      f.per_cpu.push_back(per_cpu);
+      f.completed.push_back(static_cast<double>(in_window));
+      f.rss.push_back(rss);
+      if (!none) {
+        f.duration.push_back(median(duration));
+        f.size.push_back(median(size));
+        f.pause.push_back(median(pause));
+      }
+      if (!dir.empty() && !is_s3_uri(dir.native())) fs::remove_all(dir);
+    }
+  }
+  const double base = median(figures[0].rate);
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const Figures& f = figures[i];
+    auto range = [](const std::vector<double>& v) {
+      if (v.empty()) return std::string("-");
+      return fmt::format("{:.0f}-{:.0f}", *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+    };
+    fmt::print(
+        "checkpoint storage: {:>8} (median of {}): {:.0f} records/s ({}), {:.3f} of '{}', {:.0f} records/CPU-s, "
+        "{:.0f} checkpoint(s) per window, checkpoint duration {:.0f} ms ({}), size {:.1f} MiB, max synchronous pause "
+        "{:.2f} ms, RSS {:.0f} MiB\n",
+        storages[i], f.rate.size(), median(f.rate), range(f.rate), median(f.rate) / base, storages[0],
+        median(f.per_cpu), median(f.completed), median(f.duration), range(f.duration), median(f.size), median(f.pause),
+        median(f.rss));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_checkpoint_bench(const CheckpointBenchOptions& options) {
@@ -387,7 +499,8 @@ int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   if (options.scenario == "churn") return run_churn(options);
   if (options.scenario == "throughput") return run_throughput(options);
   if (options.scenario == "recovery") return run_recovery(options);
-  fmt::print(stderr, "error: unknown scenario '{}' (state, churn, throughput, recovery)\n", options.scenario);
+  if (options.scenario == "storage") return run_storage(options);
+  fmt::print(stderr, "error: unknown scenario '{}' (state, churn, throughput, recovery, storage)\n", options.scenario);
   return 2;
 }
 

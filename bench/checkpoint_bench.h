@@ -7,6 +7,10 @@
 //              the ratio to no checkpoints, medians over --rounds rounds run alternately
 //   recovery   --state-mb MiB of state, one injected failure: time from the failure to the first record
 //              processed by the restored keyed operator
+//   storage    --state-mb MiB of state rewritten at full speed, once per storage of --storages (none, local,
+//              s3://bucket/prefix) and round, alternately in one process: records/s and records per CPU-s over
+//              --window-s after the fill with checkpoints every --interval, and the checkpoints' duration, size
+//              and synchronous pause (at least --checkpoints of them, triggered after the fill)
 #pragma once
 
 #include <cstdint>
@@ -22,11 +26,15 @@ struct CheckpointBenchOptions {
   std::string intervals = "none,10s,1s,200ms";  ///< checkpoint intervals (throughput)
   int rounds = 3;
   int parallelism = 1;
-  std::string dir;                  ///< checkpoint directory; default: a fresh one under the temp dir
-  std::string backend = "hashmap";  ///< state.backend.type: hashmap or rocksdb
-  std::string rocksdb_memory;       ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
-  bool incremental = false;         ///< state.backend.incremental
-  double churn_percent = 1;         ///< keys changed per checkpoint interval, in % (churn)
+  std::string dir;                      ///< checkpoint directory; default: a fresh one under the temp dir
+  std::string backend = "hashmap";      ///< state.backend.type: hashmap or rocksdb
+  std::string rocksdb_memory;           ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
+  bool incremental = false;             ///< state.backend.incremental
+  double churn_percent = 1;             ///< keys changed per checkpoint interval, in % (churn)
+  std::string storages = "none,local";  ///< storage: none, local (a fresh dir under --dir or the temp dir), s3://...
+  std::string interval = "3s";          ///< storage: checkpoint interval
+  int window_s = 60;                    ///< storage: seconds of throughput measured after the fill
+  int checkpoints = 2;                  ///< storage: completed checkpoints after the fill to wait for
 };
 
 /// Runs one scenario and prints its figures; returns the process exit code.

@@ -4,6 +4,7 @@
 //                        [--metrics-scrape-ms 1000]
 //   sluice-bench metrics-scrape [--operators 100] [--parallelism 8] [--scrapes 50]
 //   sluice-bench checkpoint state|churn|throughput|recovery [--state-mb 100] [--incremental] ...
+//   sluice-bench checkpoint storage --state-mb 1024 --storages none,local,s3://bucket/prefix [--interval 3s]
 //   sluice-bench nexmark-kafka-fill --bootstrap HOST:PORT --topic T --events N [--partitions 2]
 //   sluice-bench nexmark-kafka-q1 --bootstrap HOST:PORT --input T --output T2 [--parallelism 2] ...
 //
@@ -342,16 +343,17 @@ int main(int argc, char** argv) {
   nexmark_checksum->add_option("--seed", sum_opt.seed, "Seed of the generator")->capture_default_str();
 
   sluice::bench::CheckpointBenchOptions ck;
-  auto* checkpoint = app.add_subcommand("checkpoint", "What checkpoints cost: state size, churn, throughput, recovery");
-  checkpoint->add_option("scenario", ck.scenario, "state, churn, throughput or recovery")
+  auto* checkpoint =
+      app.add_subcommand("checkpoint", "What checkpoints cost: state size, churn, throughput, recovery, storage");
+  checkpoint->add_option("scenario", ck.scenario, "state, churn, throughput, recovery or storage")
       ->required()
-      ->check(CLI::IsMember({"state", "churn", "throughput", "recovery"}));
+      ->check(CLI::IsMember({"state", "churn", "throughput", "recovery", "storage"}));
   checkpoint->add_option("--state-mb", ck.state_mb, "MiB of keyed state (state, recovery)")->capture_default_str();
   checkpoint->add_option("--value-bytes", ck.value_bytes, "Bytes of each key's value")->capture_default_str();
   checkpoint->add_option("--records", ck.records, "Records per run (throughput)")->capture_default_str();
   checkpoint->add_option("--intervals", ck.intervals, "Checkpoint intervals, the first is the baseline")
       ->capture_default_str();
-  checkpoint->add_option("--rounds", ck.rounds, "Rounds (throughput)")->capture_default_str();
+  checkpoint->add_option("--rounds", ck.rounds, "Rounds (throughput, storage)")->capture_default_str();
   checkpoint->add_option("-p,--parallelism", ck.parallelism, "Parallelism")->capture_default_str();
   checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
   checkpoint->add_option("--backend", ck.backend, "State backend (state.backend.type)")
@@ -362,6 +364,19 @@ int main(int argc, char** argv) {
   checkpoint->add_flag("--incremental", ck.incremental, "Incremental checkpoints (state.backend.incremental: true)");
   checkpoint->add_option("--churn-percent", ck.churn_percent, "Keys changed per checkpoint interval, in % (churn)")
       ->capture_default_str();
+  checkpoint
+      ->add_option(
+          "--storages", ck.storages,
+          "Checkpoint storages compared (storage): none, local (under --dir or the temp dir), s3://bucket/prefix "
+          "(S3_ENDPOINT for a local server)")
+      ->capture_default_str();
+  checkpoint->add_option("--interval", ck.interval, "Checkpoint interval (storage)")->capture_default_str();
+  checkpoint->add_option("--window-s", ck.window_s, "Seconds of throughput measured after the fill (storage)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  checkpoint->add_option("--checkpoints", ck.checkpoints, "Completed checkpoints after the fill to wait for (storage)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
 
   sluice::bench::NexmarkKafkaOptions kfill;
   auto* kafka_fill = app.add_subcommand("nexmark-kafka-fill", "Write Nexmark bids as JSON into a Kafka topic");
