@@ -226,8 +226,8 @@ def main():
         etcd = service("etcd", "start", env)
         services_started.append("etcd")
         endpoints = etcd["ETCD_ENDPOINTS"]
-        # A trigger RPC that fails (a TaskManager's port refusing a connection on a loaded machine was seen) leaves
-        # its checkpoint to expire after execution.checkpointing.timeout (10 min by default) before the next one.
+        # A checkpoint that cannot complete blocks the next one until execution.checkpointing.timeout (10 min by
+        # default; before bb060c7 a failed trigger RPC on a loaded machine did that): a bound keeps a run going.
         config = f"  config:\n    execution.checkpointing.timeout: \"{a.checkpoint_timeout}\"\n"
         if a.storage == "s3":
             s3 = service("s3", "start", env)
