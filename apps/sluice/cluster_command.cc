@@ -206,7 +206,8 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
       "deploys the job's tasks to them, coordinates checkpoints, exits when the job ends "
       "(a failure restarts the whole job from its latest checkpoint; savepoints and stop-with-savepoint through the "
       "REST API, sluice savepoint/stop; -s restores one at any parallelism; docs/cluster.md). With "
-      "-D high-availability.type=etcd it campaigns first and a standby takes over from the latest checkpoint "
+      "-D high-availability.type=etcd it campaigns first and a standby takes over from the latest checkpoint; "
+      "SIGTERM then suspends the job for the standby instead of cancelling it, as it does without "
       "(docs/high-availability.md)");
   jm->add_option("PIPELINE", f.file, "The pipeline YAML file (every process of the cluster gets the same one)")
       ->required();
@@ -374,8 +375,13 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       }
       mo.job_id = id;
       resumed = true;
+      if (st == "SUSPENDED") {
+        spdlog::info("job '{}' ({}) was suspended by its former leader at that JobManager's shutdown: resuming it",
+                     name, id);
+      }
       auto pointer = store->latest_checkpoint(id);
       if (!pointer.ok()) return fail(pointer.error());
+      mo.resumed_checkpoint_id = pointer->has_value() ? (*pointer)->checkpoint_id : 0;
       if (pointer->has_value()) {
         job_config.set_string(std::string(options::kStateRecoveryPath.key), (*pointer)->external_path);
         spdlog::info(
@@ -555,15 +561,49 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     store_status(client.status());
     client.wait_for(std::chrono::milliseconds(100));
   }
-  if (g_signal.load() != 0) {
-    spdlog::info("JobManager: signal {} received, cancelling the job and shutting down", g_signal.load());
-    client.cancel();
+  if (const int sig = g_signal.load(); sig != 0) {
+    if (store) {
+      // Flink's behaviour on a JobManager shutdown with HA (a rolling update, a deleted pod): the job is suspended,
+      // not cancelled. Its checkpoints and its non-terminal status in etcd stay; a standby (or this JobManager
+      // started again) resumes it from the latest checkpoint. Only `sluice cancel` ends it for good.
+      spdlog::info(
+          "JobManager: signal {} received with high availability: suspending job '{}' ({}) instead of cancelling it "
+          "(its tasks are cancelled, its checkpoints kept, its status in etcd stays non-terminal) and releasing the "
+          "leadership so that a standby resumes it from the latest checkpoint",
+          sig, name, mo.job_id);
+      master->suspend(fmt::format("the JobManager leader received signal {} and shuts down", sig));
+    } else {
+      spdlog::info("JobManager: signal {} received, cancelling the job and shutting down", sig);
+      client.cancel();
+    }
     client.wait_for(std::chrono::seconds(30));
   }
   const JobStatus final_status = client.status();
   if (final_status == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
   if (final_status == JobStatus::kFinished) spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
-  store_status(final_status);
+  if (store && job_status_terminal(final_status)) {
+    // The end of the job must reach etcd before the leadership goes, or a standby would run an ended job again:
+    // retried while etcd is briefly unavailable, for at most one lease TTL.
+    const auto deadline = std::chrono::steady_clock::now() + p->ha.lease_ttl;
+    while (stored != final_status && std::chrono::steady_clock::now() < deadline) {
+      store_status(final_status);
+      if (stored != final_status) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (stored != final_status) {
+      spdlog::error("JobManager: the job's end ({}) could not be recorded in etcd; a new leader may run it again",
+                    job_status_name(final_status));
+    }
+  } else {
+    store_status(final_status);
+  }
+  if (final_status == JobStatus::kSuspended) {
+    auto pointer = store->latest_checkpoint(mo.job_id);
+    spdlog::info("job '{}' ({}) SUSPENDED; the next leader resumes it from {}", name, mo.job_id,
+                 !pointer.ok() ? "the latest checkpoint in etcd"
+                 : pointer->has_value()
+                     ? fmt::format("checkpoint {} at {}", (*pointer)->checkpoint_id, (*pointer)->external_path)
+                     : std::string("its start (no checkpoint completed)"));
+  }
   // A stop-with-savepoint ends the job: `sluice stop` (or any REST client) still has to fetch its result.
   if (rest && !rest->wait_for_fetched_operations(std::chrono::seconds(10))) {
     spdlog::warn("a savepoint's result was not fetched by a REST client within 10 s");
@@ -572,8 +612,16 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   master.reset();
   client = JobClient(nullptr);
   if (election) {
-    // The job's end is recorded: a standby elected now finds it ended and shuts down too.
-    if (Status st = election->resign(); !st.ok()) spdlog::warn("JobManager: resigning: {}", st.error().to_string());
+    // The job's end (or its suspension) is recorded: a standby elected now finds it ended and shuts down too, or
+    // resumes the suspended job. Resigning deletes the leader key and revokes the lease, so the standby need not
+    // wait for the lease TTL.
+    if (Status st = election->resign(); !st.ok()) {
+      spdlog::warn("JobManager: resigning: {} (a standby leads once the lease expires, within {} s)",
+                   st.error().to_string(), p->ha.lease_ttl.count());
+    } else {
+      spdlog::info("JobManager {} released the leadership of cluster '{}' (leader key deleted, lease {:x} revoked)",
+                   jm.target(), p->ha.cluster_id, epoch.lease_id);
+    }
   }
   jm.stop();
   return final_status == JobStatus::kFailed ? 1 : 0;

@@ -9,10 +9,17 @@
 //  * The leader is SIGSTOPped longer than its lease: the standby takes over; the old leader, SIGCONTed, completes
 //    no checkpoint, never moves the pointer (every pointer after the takeover carries the new leader's epoch) and
 //    exits; the output is still exactly once.
+//  * The leader is SIGTERMed (a Kubernetes rolling update, a deleted pod): it suspends the job (tasks cancelled,
+//    status in etcd not terminal, checkpoints kept) and revokes its lease; the standby leads within 2 s although
+//    the lease TTL is 10 s, resumes the job from the latest checkpoint, and the output is exactly once.
+//  * `sluice cancel` ends the job for good: CANCELED in etcd, and the standby, elected next, does not resume it.
+//  * With checkpoints on S3 (the shared moto), a leader SIGKILLed leaves chk-<n> prefixes above the etcd pointer
+//    (one with a _metadata is planted): the new leader discards them and numbers its checkpoints past them.
 //  * One etcd member of three is restarted (and another killed and started) mid-run: the leader keeps leading
 //    (lease TTL 6 s here), checkpoints keep completing and moving the pointer, the output is exactly once.
 //
-// The seed (datagen's seed and the fault's delay) is printed; SLUICE_CHAOS_SEED replays one. Needs Kafka. About
+// The seed (datagen's seed and the fault's delay) is printed; SLUICE_CHAOS_SEED replays one. Needs Kafka (and s3
+// for the S3 test). About
 // 15-25 s per test on a loaded two-core machine.
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -28,6 +35,7 @@
 #include "cluster/cluster_harness.h"
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/private_etcd.h"
+#include "integration/test_util/s3.h"
 #include "integration/test_util/services.h"
 #include "sluice/cluster/ha/etcd_client.h"
 #include "sluice/cluster/ha/ha_store.h"
@@ -43,6 +51,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kStart = 60s;
 constexpr int64_t kEntities = 97;
 constexpr int kLeaseTtlS = 2;
+constexpr const char* kS3Bucket = "sluice-jm-ha";
 
 int64_t ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -159,15 +168,21 @@ class JobManagerHaTest : public ::testing::Test {
   }
 
   /// Writes the pipeline file: `count` records at `rate`/s into a new topic of 4 partitions.
-  void write_pipeline(int64_t count, int64_t rate, int64_t datagen_seed) {
+  /// `s3_endpoint` set: checkpoints to s3://<kS3Bucket>/<cluster id> on it instead of a local directory.
+  void write_pipeline(int64_t count, int64_t rate, int64_t datagen_seed, const std::string& s3_endpoint = "") {
     topic_ = tk::unique_topic("jm-ha");
     ASSERT_TRUE(tk::create_topic(servers_, topic_, 4));
     file_ = (dir_ / "ha.yaml").string();
+    checkpoints_ = s3_endpoint.empty() ? "file://" + (dir_ / "chk").string()
+                                       : std::string("s3://") + kS3Bucket + "/" + cluster_id_;
     std::ofstream f(file_);
     f << "pipeline:\n  name: jobmanager-ha-test\n  parallelism: 4\n  delivery: exactly-once\n"
-      << "  checkpoint: { interval: 200ms, storage: \"file://" << (dir_ / "chk").string() << "\" }\n"
-      << "  restart: { strategy: fixed-delay, attempts: 5, delay: 200ms }\n"
-      << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
+      << "  checkpoint: { interval: 200ms, storage: \"" << checkpoints_ << "\" }\n"
+      << "  restart: { strategy: fixed-delay, attempts: 5, delay: 200ms }\n";
+    if (!s3_endpoint.empty()) {
+      f << "  config:\n    s3.endpoint: \"" << s3_endpoint << "\"\n    s3.path-style-access: true\n";
+    }
+    f << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
       << ", seed: " << datagen_seed << " }\n"
       << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
       << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
@@ -256,6 +271,7 @@ class JobManagerHaTest : public ::testing::Test {
   fs::path dir_;
   std::string topic_;
   std::string file_;
+  std::string checkpoints_;  // the pipeline's checkpoint storage
   std::vector<std::unique_ptr<ChildProcess>> children_;
 };
 
@@ -432,6 +448,250 @@ TEST_F(JobManagerHaTest, APausedLeaderThatWakesAfterItsLeaseCompletesNoCheckpoin
   ASSERT_TRUE(final_pointer.has_value());
   EXPECT_EQ(final_pointer->leader_epoch, epoch_b);
   expect_exactly_once(v, kCount);
+}
+
+std::string rest_address_of(ChildProcess& jm) {
+  static const std::regex rest(R"(JobManager REST API at http://([0-9.]+:[0-9]+), job id)");
+  const std::string out = jm.output();
+  std::smatch m;
+  return std::regex_search(out, m, rest) ? std::string(m[1]) : std::string();
+}
+
+// A Kubernetes rolling update or `kubectl delete pod` SIGTERMs the leader: with HA the job is suspended, not
+// cancelled. The lease TTL is 10 s here so that a takeover within 2 s shows the lease was revoked, not expired.
+TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtOnceExactlyOnce) {
+  const int64_t term_after_ms = 200 + static_cast<int64_t>(rng_() % 1500);
+  const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
+  std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << ", SIGTERM "
+            << term_after_ms << " ms after the first committed record\n";
+  constexpr int64_t kCount = 30'000;
+  lease_ttl_s_ = 10;
+  ASSERT_NO_FATAL_FAILURE(write_pipeline(kCount, 5000, datagen_seed));
+  Verifier v(servers_, topic_);
+  ASSERT_TRUE(v.ok());
+
+  ChildProcess* a = start_jobmanager();
+  ASSERT_TRUE(a->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  ChildProcess* b = start_jobmanager();
+  std::vector<ChildProcess*> tms;
+  for (int i = 0; i < 3; ++i)
+    tms.push_back(start_taskmanager(2));
+  ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << logs();
+  const std::string job_id = job_id_of(*a);
+  ASSERT_FALSE(job_id.empty());
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(50);
+        return v.records > 0 && !completed_checkpoints(*a).empty();
+      },
+      kStart))
+      << logs();
+  const auto first_commit = Clock::now();
+  while (ms_since(first_commit) < term_after_ms)
+    v.poll(20);
+
+  a->signal(SIGTERM);
+  const auto termed = Clock::now();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(10);
+        return leader_epoch_of(*b) > 0;
+      },
+      30s, 10ms))
+      << logs();
+  const int64_t takeover_ms = ms_since(termed);
+  const std::optional<int> a_code = a->wait_exit(30s);
+  ASSERT_TRUE(a_code.has_value()) << "the SIGTERMed leader did not exit\n" << logs();
+  EXPECT_EQ(*a_code, 0) << a->output();
+  const std::vector<int64_t> done_by_a = completed_checkpoints(*a);
+  ASSERT_FALSE(done_by_a.empty());
+  // The former leader suspended the job (its tasks cancelled, its status in etcd not terminal) and revoked its lease.
+  EXPECT_GE(a->count("suspending job"), 1) << a->output();
+  EXPECT_GE(a->count(") SUSPENDED after"), 1) << a->output();
+  EXPECT_GE(a->count("to cancel the"), 1) << a->output();
+  EXPECT_GE(a->count("released the leadership"), 1) << a->output();
+  EXPECT_EQ(a->count("CANCELED"), 0) << a->output();
+  EXPECT_TRUE(b->await_line(std::regex("was suspended by its former leader"), 10s)) << b->output();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(10);
+        return b->count("RUNNING: 5 task(s)") > 0;
+      },
+      kStart))
+      << logs();
+  const int64_t running_ms = ms_since(termed);
+  auto resumed = b->await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
+  ASSERT_TRUE(resumed) << logs();
+  EXPECT_EQ((*resumed)[1], job_id);
+  // The pointer may have moved to one more checkpoint than the leader logged complete before it stopped.
+  const int64_t resumed_id = std::stoll((*resumed)[2]);
+  EXPECT_GE(resumed_id, done_by_a.back());
+  EXPECT_LE(resumed_id, done_by_a.back() + 1);
+  std::cout << "SIGTERM of the leader JobManager after " << done_by_a.size() << " completed checkpoint(s) (last "
+            << done_by_a.back() << "): the standby led " << takeover_ms << " ms after the signal (lease TTL "
+            << lease_ttl_s_ << " s), the job RUNNING again " << running_ms << " ms after it, from checkpoint "
+            << resumed_id << "\n";
+  EXPECT_LE(takeover_ms, 2000) << "the standby waited for the lease to expire: it was not revoked";
+  for (ChildProcess* tm : tms)
+    EXPECT_FALSE(tm->exited()) << "a TaskManager ended with the JobManager\n" << tm->output();
+
+  const std::optional<int> code = b->wait_exit(90s);
+  ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
+  EXPECT_EQ(*code, 0) << logs();
+  expect_exactly_once(v, kCount);
+  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
+  auto status = store.job_status(job_id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->value_or(""), "FINISHED");
+}
+
+// `sluice cancel` ends a job for good, with or without HA: CANCELED in etcd, and no standby runs it again.
+TEST_F(JobManagerHaTest, ACancelledJobIsNotResumedByTheStandby) {
+  const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
+  std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << "\n";
+  ASSERT_NO_FATAL_FAILURE(write_pipeline(10'000'000, 2000, datagen_seed));  // runs until cancelled
+  ChildProcess* a = start_jobmanager();
+  ASSERT_TRUE(a->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  ChildProcess* b = start_jobmanager();
+  for (int i = 0; i < 2; ++i)
+    start_taskmanager(3);
+  ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
+  const std::string job_id = job_id_of(*a);
+  const std::string rest = rest_address_of(*a);
+  ASSERT_FALSE(rest.empty()) << a->output();
+  // A pointer the standby could resume from, if a checkpoint completes within 15 s (not required for the point here).
+  const bool checkpointed = poll_until([&] { return !completed_checkpoints(*a).empty(); }, 15s);
+  std::cout << (checkpointed ? "a checkpoint completed" : "no checkpoint completed yet") << "; cancelling\n";
+
+  children_.push_back(std::make_unique<ChildProcess>("cancel", std::vector<std::string>{"cancel", "-m", rest, job_id}));
+  ChildProcess* cancel = children_.back().get();
+  const std::optional<int> cancel_code = cancel->wait_exit(60s);
+  ASSERT_TRUE(cancel_code.has_value()) << logs();
+  EXPECT_EQ(*cancel_code, 0) << cancel->output();
+  const std::optional<int> a_code = a->wait_exit(30s);
+  ASSERT_TRUE(a_code.has_value()) << "the leader did not exit after the cancel\n" << logs();
+  EXPECT_EQ(*a_code, 0) << a->output();
+  EXPECT_GE(a->count("CANCELED"), 1) << a->output();
+  EXPECT_EQ(a->count("SUSPENDED"), 0) << a->output();
+  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
+  auto status = store.job_status(job_id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->value_or(""), "CANCELED");
+
+  // The standby leads (the leader resigned), finds the job ended and shuts down without deploying it.
+  const std::optional<int> b_code = b->wait_exit(30s);
+  ASSERT_TRUE(b_code.has_value()) << "the standby did not shut down\n" << logs();
+  EXPECT_EQ(*b_code, 0) << b->output();
+  EXPECT_GE(b->count("is the leader"), 1) << b->output();
+  EXPECT_GE(b->count("already ended CANCELED"), 1) << b->output();
+  EXPECT_EQ(b->count("resumes from"), 0) << b->output();
+  EXPECT_EQ(b->count("RUNNING:"), 0) << b->output();
+  std::cout << "cancelled job " << job_id << ": CANCELED in etcd; the standby led, found it ended and exited\n";
+}
+
+// A leader killed while it wrote checkpoints leaves chk-<n> prefixes above the pointer in etcd: incomplete ones, and
+// one whose _metadata it wrote before its pointer move (fenced, or it died in between). On S3 the new leader used to
+// number its checkpoints from the pointer + 1, into those prefixes. Planted here after the kill (a copy of the
+// pointer's checkpoint as chk-<P+1>, a lone state object as chk-<P+7>): the new leader discards both and numbers
+// its checkpoints after them.
+TEST_F(JobManagerHaTest, ANewLeaderDiscardsAFormerLeadersUncompletedCheckpointsOnS3AndNumbersPastThem) {
+  const std::string endpoint = sluice::testing::require_service("s3").get("S3_ENDPOINT");
+  ASSERT_FALSE(endpoint.empty());
+  ::setenv("AWS_ACCESS_KEY_ID", "sluice-test-key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "sluice-test-secret", 1);
+  auto s3 = sluice::testing::s3_test_client(endpoint);
+  ASSERT_TRUE(s3->create_bucket(kS3Bucket).ok());
+  const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
+  std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << "\n";
+  constexpr int64_t kCount = 20'000;
+  ASSERT_NO_FATAL_FAILURE(write_pipeline(kCount, 4000, datagen_seed, endpoint));
+  Verifier v(servers_, topic_);
+  ASSERT_TRUE(v.ok());
+  ChildProcess* a = start_jobmanager();
+  ASSERT_TRUE(a->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  for (int i = 0; i < 2; ++i)
+    start_taskmanager(3);
+  ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
+  const std::string job_id = job_id_of(*a);
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(50);
+        return v.records > 0 && completed_checkpoints(*a).size() >= 2;
+      },
+      kStart))
+      << logs();
+  a->signal(SIGKILL);
+  ASSERT_TRUE(a->wait_exit(10s).has_value());
+  auto p = pointer(job_id);
+  ASSERT_TRUE(p.has_value());
+  const int64_t pointer_id = p->checkpoint_id;
+
+  const std::string job_prefix = cluster_id_ + "/" + job_id + "/";
+  auto chk_prefix = [&](int64_t id) { return job_prefix + "chk-" + std::to_string(id) + "/"; };
+  auto listing = s3->list(kS3Bucket, chk_prefix(pointer_id));
+  ASSERT_TRUE(listing.ok() && !listing->objects.empty()) << "no objects under " << chk_prefix(pointer_id);
+  for (const S3Object& o : listing->objects) {
+    auto bytes = s3->get_object(kS3Bucket, o.key);
+    ASSERT_TRUE(bytes.ok());
+    const std::string key = chk_prefix(pointer_id + 1) + o.key.substr(chk_prefix(pointer_id).size());
+    ASSERT_TRUE(s3->put_object(kS3Bucket, key, *bytes).ok());
+  }
+  ASSERT_TRUE(s3->put_object(kS3Bucket, chk_prefix(pointer_id + 7) + "state-0-0", "partial").ok());
+  auto ids_under_job = [&] {
+    std::set<int64_t> ids;
+    auto l = s3->list(kS3Bucket, job_prefix);
+    EXPECT_TRUE(l.ok());
+    if (!l.ok()) return ids;
+    static const std::regex chk(R"(/chk-(\d+)/)");
+    for (const S3Object& o : l->objects) {
+      std::smatch m;
+      if (std::regex_search(o.key, m, chk)) ids.insert(std::stoll(m[1]));
+    }
+    return ids;
+  };
+  const std::set<int64_t> before = ids_under_job();
+  const int64_t highest_before = *before.rbegin();
+  std::cout << "SIGKILLed the leader with the pointer at checkpoint " << pointer_id << "; chk-<n> prefixes left:";
+  for (int64_t id : before)
+    std::cout << " " << id;
+  std::cout << " (chk-" << pointer_id + 1 << " and chk-" << pointer_id + 7 << " planted)\n";
+
+  ChildProcess* b = start_jobmanager();
+  ASSERT_TRUE(b->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  auto resumed = b->await_line(std::regex(R"(resumes from checkpoint (\d+))"), 10s);
+  ASSERT_TRUE(resumed) << logs();
+  EXPECT_EQ(std::stoll((*resumed)[1]), pointer_id);
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(10);
+        return !completed_checkpoints(*b).empty();
+      },
+      kStart))
+      << logs();
+  const int64_t first_of_b = completed_checkpoints(*b).front();
+  std::cout << "the new leader's first completed checkpoint is " << first_of_b << "\n";
+  EXPECT_GT(first_of_b, highest_before) << "the new leader reused a former leader's checkpoint id";
+  for (int64_t id : before) {
+    if (id <= pointer_id) continue;
+    EXPECT_GE(b->count("discarding " + checkpoints_ + "/" + job_id + "/chk-" + std::to_string(id) + " left by"), 1)
+        << b->output();
+  }
+  EXPECT_EQ(b->count("could not start checkpoint"), 0) << b->output();
+  // The discarded prefixes are deleted in the background.
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(10);
+        for (int64_t id : ids_under_job())
+          if (id > pointer_id && id <= highest_before) return false;
+        return true;
+      },
+      30s))
+      << logs();
+  const std::optional<int> code = b->wait_exit(90s);
+  ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
+  EXPECT_EQ(*code, 0) << logs();
+  expect_exactly_once(v, kCount);
+  (void)s3->delete_prefix(kS3Bucket, cluster_id_ + "/");
 }
 
 TEST_F(JobManagerHaTest, TheJobKeepsRunningWhileOneEtcdMemberOfThreeRestarts) {

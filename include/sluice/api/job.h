@@ -20,7 +20,9 @@ namespace sluice {
 /// waits for its restart under the restart strategy (or is being redeployed); the job turns RUNNING again once
 /// every region runs. FAILING: the restart strategy gave up (or the job cannot restart) and the job's tasks are
 /// being cancelled; FAILED follows.
-enum class JobStatus { kCreated, kRunning, kRestarting, kFailing, kFinished, kFailed, kCanceled };
+/// kSuspended (Flink's SUSPENDED): this JobManager stopped the job at its shutdown with high availability; it is
+/// not globally terminal, a new leader resumes it from its latest checkpoint (docs/high-availability.md).
+enum class JobStatus { kCreated, kRunning, kRestarting, kFailing, kFinished, kFailed, kCanceled, kSuspended };
 /// Flink's name of the status ("RUNNING", "RESTARTING", ...).
 const char* job_status_name(JobStatus s);
 /// FINISHED, FAILED or CANCELED: the job ended and its status will not change (Flink's isGloballyTerminalState).

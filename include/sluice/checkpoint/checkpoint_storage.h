@@ -175,6 +175,16 @@ class FileCheckpointStorage {
   /// Errors: kCheckpoint when the job directory cannot be listed.
   [[nodiscard]] Result<std::vector<std::filesystem::path>> completed_checkpoints() const;
 
+  /// A `chk-<n>` directory (prefix on s3://) of this job; `complete` when it holds a `_metadata`.
+  struct CheckpointDir {
+    int64_t id = 0;
+    std::filesystem::path path;
+    bool complete = false;
+  };
+  /// Every `chk-<n>` of this job, complete or not, by ascending id (one listing request on s3://); a job
+  /// directory that does not exist yet has none. Errors: kCheckpoint (kConnector on s3://) when it cannot be listed.
+  [[nodiscard]] Result<std::vector<CheckpointDir>> checkpoint_dirs() const;
+
   /// Maps the state file `handle.file` of checkpoint directory `dir` read-only into memory (mmap; no copy
   /// of the bytes, so restoring a large state starts decoding at once) and checks it against the handle:
   /// size, XXH3-64 checksum, then header. The returned bytes stay valid while the StateFileBytes lives,

@@ -1106,6 +1106,26 @@ Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() con
   return paths;
 }
 
+Result<std::vector<FileCheckpointStorage::CheckpointDir>> FileCheckpointStorage::checkpoint_dirs() const {
+  std::vector<CheckpointDir> out;
+  if (is_s3(job_dir_)) {
+    auto all = s3_list_checkpoints(job_dir_);
+    if (!all.ok()) return all.error();
+    for (S3Checkpoint& c : *all)
+      out.push_back({c.id, std::move(c.path), c.complete});
+    return out;
+  }
+  std::error_code ec;
+  if (!fs::exists(job_dir_, ec)) return out;
+  auto found = list_checkpoint_dirs(job_dir_, /*complete=*/false);
+  if (!found.ok()) return found.error();
+  for (NumberedDir& d : *found) {
+    const bool complete = has_metadata(d.path);
+    out.push_back({d.id, std::move(d.path), complete});
+  }
+  return out;
+}
+
 StateFileBytes::~StateFileBytes() {
   if (mapped_ && size_ > 0) ::munmap(const_cast<void*>(data_), size_);
 }

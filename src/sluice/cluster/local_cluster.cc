@@ -47,6 +47,8 @@ const char* job_status_name(JobStatus s) {
       return "FAILED";
     case JobStatus::kCanceled:
       return "CANCELED";
+    case JobStatus::kSuspended:
+      return "SUSPENDED";
   }
   return "UNKNOWN";
 }

@@ -195,6 +195,7 @@ std::string subtask_state(const SubtaskMetrics* m, JobStatus job) {
     case JobStatus::kFinished:
       return "FINISHED";
     case JobStatus::kCanceled:
+    case JobStatus::kSuspended:  // its tasks were cancelled; a new JobManager leader deploys them again
       return "CANCELED";
     case JobStatus::kFailed:
       return "FAILED";

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "sluice/checkpoint/checkpoint_metadata.h"
@@ -451,6 +452,25 @@ TEST_F(CheckpointStorageTest, CompletedCheckpointsAreSortedById) {
   auto list = storage.completed_checkpoints();
   ASSERT_TRUE(list.ok());
   EXPECT_THAT(*list, ElementsAre(storage.checkpoint_dir(1), storage.checkpoint_dir(2), storage.checkpoint_dir(10)));
+}
+
+TEST_F(CheckpointStorageTest, CheckpointDirsListsCompleteAndIncompleteOnesById) {
+  FileCheckpointStorage storage = make_storage();
+  auto none = storage.checkpoint_dirs();  // the job directory may not exist yet
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  completed_checkpoint(storage, 7);
+  completed_checkpoint(storage, 2);
+  ASSERT_TRUE(storage.init_checkpoint(9).ok());  // incomplete: no _metadata
+  fs::create_directories(storage.job_dir() / "chk-x");
+  fs::create_directories(storage.job_dir() / "shared");
+  auto dirs = storage.checkpoint_dirs();
+  ASSERT_TRUE(dirs.ok()) << dirs.error().to_string();
+  std::vector<std::tuple<int64_t, fs::path, bool>> got;
+  for (const auto& d : *dirs)
+    got.emplace_back(d.id, d.path, d.complete);
+  EXPECT_THAT(got, ElementsAre(std::make_tuple(int64_t{2}, storage.checkpoint_dir(2), true),
+                               std::make_tuple(int64_t{7}, storage.checkpoint_dir(7), true),
+                               std::make_tuple(int64_t{9}, storage.checkpoint_dir(9), false)));
 }
 
 // --- restore paths ---

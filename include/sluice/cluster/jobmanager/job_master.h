@@ -72,6 +72,12 @@ struct JobMasterOptions {
   /// of reach) keeps the checkpoint from completing. `is_leader` (advisory) is asked before each checkpoint starts.
   std::function<Status(int64_t id, const std::string& path)> publish_checkpoint;
   std::function<bool()> is_leader;
+  /// High availability, a job a new leader resumes: the id of the checkpoint the HA store's pointer names (0 when
+  /// none completed). Every `chk-<n>` of the job's directory above it was left by a former leader and never
+  /// completed (the pointer moves before a checkpoint completes; a `_metadata` there was written by a leader whose
+  /// pointer move was fenced, or that died in between): init_checkpoints() discards them, after the new ids were
+  /// placed above them. nullopt: not a resumed job.
+  std::optional<int64_t> resumed_checkpoint_id;
 };
 
 /// Where the JobMaster placed a subtask (for the REST API and logs).
@@ -105,6 +111,13 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   /// or "" when it runs or ended.
   std::string status_message() const;
   std::vector<SubtaskLocation> placement() const;
+
+  /// Suspends the job (Flink's suspend on a JobManager shutdown with high availability), unlike cancel(): no
+  /// checkpoint starts or completes any more (the coordinator stops first; checkpoints already completed are kept),
+  /// the tasks on the TaskManagers are cancelled with `reason`, and the job ends here as SUSPENDED, which is not
+  /// globally terminal: a new leader resumes it from its latest checkpoint. A job that already finished stays
+  /// FINISHED. Thread-safe; returns at once (wait() / wait_for() for the end).
+  void suspend(std::string reason);
 
   // --- JobClient::Impl ---
   const std::string& job_id() const override { return options_.job_id; }
@@ -192,7 +205,8 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   std::deque<Event> events_;
   JobStatus status_ = JobStatus::kCreated;
   std::string status_message_;
-  bool cancel_requested_ = false;
+  bool cancel_requested_ = false;              // cancel() or suspend()
+  std::optional<std::string> suspend_reason_;  // suspend(): the job ends SUSPENDED, not CANCELED or FAILED
   bool stopping_ = false;
   bool terminal_ = false;
   std::vector<Deployed> deployed_;  // by peer index

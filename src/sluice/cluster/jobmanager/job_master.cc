@@ -81,13 +81,30 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
     vertices.push_back(std::move(info));
   }
   int64_t first_id = 1;
-  // Ids continue after every chk-<n> already in this job's directory: a new leader of the same job (high
-  // availability keeps the job id) must not reuse an id a former leader may still be writing.
-  if (!is_s3_uri(storage_->job_dir().string())) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(storage_->job_dir(), ec)) {
-      const int64_t id = FileCheckpointStorage::checkpoint_id_of(entry.path());
-      if (id >= first_id) first_id = id + 1;
+  // Ids continue after every chk-<n> already in this job's directory, on a filesystem or an object store: a new
+  // leader of the same job (high availability keeps the job id) must not reuse an id a former leader may still
+  // be writing, nor write its files into a directory that already holds a former leader's `_metadata`.
+  std::vector<FileCheckpointStorage::CheckpointDir> existing;
+  if (auto dirs = storage_->checkpoint_dirs(); dirs.ok()) {
+    existing = std::move(*dirs);
+    for (const auto& d : existing)
+      first_id = std::max(first_id, d.id + 1);
+  } else {
+    spdlog::warn(
+        "job '{}': cannot list the checkpoint directory {}: {}; checkpoint ids continue after the restored "
+        "checkpoint only",
+        options_.job_name, storage_->job_dir().string(), dirs.error().to_string());
+  }
+  if (options_.resumed_checkpoint_id) {
+    for (const auto& d : existing) {
+      if (d.id <= *options_.resumed_checkpoint_id) continue;
+      spdlog::info(
+          "job '{}': discarding {} left by a former leader ({}; the latest-checkpoint pointer in etcd names "
+          "checkpoint {}, so it never completed); this leader's checkpoint ids start at {}",
+          options_.job_name, d.path.string(),
+          d.complete ? "its _metadata was written but the pointer never moved to it" : "incomplete",
+          *options_.resumed_checkpoint_id, first_id);
+      storage_->discard(d.path);
     }
   }
   if (!recovery.empty()) {
@@ -165,6 +182,16 @@ void JobMaster::cancel() {
     std::lock_guard lock(mu_);
     if (terminal_) return;
     cancel_requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+void JobMaster::suspend(std::string reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (terminal_) return;
+    cancel_requested_ = true;
+    suspend_reason_ = std::move(reason);
   }
   cv_.notify_all();
 }
@@ -600,6 +627,9 @@ void JobMaster::cancel_deployed(const std::string& reason, const std::string& ex
 }
 
 void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
+  // A suspended job is not over (a new leader resumes it) unless it finished first; a failure racing with the
+  // suspension is for the next leader's restart strategy to handle.
+  if (suspend_reason_ && status != JobStatus::kFinished) status = JobStatus::kSuspended;
   running_ = false;
   status_ = status;
   status_message_.clear();
@@ -611,6 +641,11 @@ void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
 
   if (status == JobStatus::kFailed) {
     spdlog::error("job '{}' ({}) FAILED: {}", options_.job_name, options_.job_id, result_.error->to_string());
+  } else if (status == JobStatus::kSuspended) {
+    spdlog::info(
+        "job '{}' ({}) SUSPENDED after {} ms ({}): not globally terminal, its checkpoints are kept for the "
+        "next JobManager leader",
+        options_.job_name, options_.job_id, result_.duration.count(), *suspend_reason_);
   } else {
     spdlog::info("job '{}' ({}) {} after {} ms", options_.job_name, options_.job_id, job_status_name(status),
                  result_.duration.count());
@@ -658,8 +693,10 @@ void JobMaster::run() {
     if (outcome != Outcome::kFailed) {
       stop_coordinator(lock);
       if (outcome == Outcome::kCanceled) {
+        const std::string reason =
+            suspend_reason_ ? "the job is suspended: " + *suspend_reason_ : std::string("the job is cancelled");
         lock.unlock();
-        cancel_deployed("the job is cancelled", "");
+        cancel_deployed(reason, "");
         lock.lock();
       }
       finish_locked(outcome == Outcome::kFinished ? JobStatus::kFinished : JobStatus::kCanceled, std::nullopt);
