@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -13,11 +14,14 @@
 #include <vector>
 
 #include "integration/test_util/polling.h"
+#include "sluice/api/stream_environment.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
+#include "sluice/connectors/datagen.h"
 #include "sluice/core/clock.h"
+#include "test_util/collect_sink.h"
 
 namespace sluice {
 namespace {
@@ -213,6 +217,95 @@ TEST(ControlPlaneTest, ALostTaskManagersSourceConnectionsAgeOnTheJobManagersCloc
   clock.advance(3000);
   ASSERT_EQ(jm->check_heartbeats().size(), 1u);
   EXPECT_TRUE(jm->source_connections().empty());
+}
+
+TEST(ControlPlaneTest, HeartbeatsGoOnWhileADeploymentRestoresState) {
+  // A deployment that restores a large checkpoint holds the TaskManager's deployment for seconds (512 MiB from S3:
+  // 5-7 s); its heartbeats must go on meanwhile, or the JobManager declares it lost after heartbeat.timeout and the
+  // job restarts in a loop. The test hook stalls the deployment for 3 heartbeat.timeouts.
+  const HeartbeatOptions hb{50, 500};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  StreamEnvironment env;
+  env.from_source(datagen::sequence(0, 9), "n")
+      .sink_to(std::make_shared<testing::CollectSink<int64_t>>(std::make_shared<testing::CollectedRecords<int64_t>>()));
+  StreamGraph graph = env.stream_graph();
+  auto jg = build_job_graph(graph);
+  ASSERT_TRUE(jg.ok()) << jg.error().to_string();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stalled = false;
+  bool released = false;
+  TaskExecutorOptions o;
+  o.jobmanager = jm->target();
+  o.slots = 1;
+  o.job = kJob;
+  o.heartbeat = hb;
+  o.backoff = RegistrationBackoff{20, 200};
+  o.graph = &graph;
+  o.job_graph = &*jg;
+  o.on_deploy = [&] {
+    std::unique_lock lock(mu);
+    stalled = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  auto started = TaskExecutor::start(o, SystemClock::instance());
+  ASSERT_TRUE(started.ok()) << started.error().to_string();
+  std::unique_ptr<TaskExecutor> tm = std::move(*started);
+  ASSERT_TRUE(eventually([&] { return tm->status().registered; }));
+  const TaskExecutorStatus registered = tm->status();
+
+  v1::SubmitTasksRequest req;
+  req.set_jobmanager_id(registered.jobmanager_id);
+  req.set_registration_id(registered.registration_id);
+  req.set_attempt(1);
+  req.set_self(0);
+  v1::TaskManagerPeer* peer = req.add_peers();
+  peer->set_resource_id(tm->resource_id());
+  peer->set_data_address(tm->data_address());
+  for (const JobVertex& v : jg->vertices) {
+    for (int i = 0; i < v.parallelism; ++i) {
+      v1::SubtaskPlacement* pl = req.add_placement();
+      pl->set_vertex_id(v.id);
+      pl->set_subtask_index(i);
+      pl->set_peer(0);
+      pl->set_slot_index(0);
+    }
+  }
+  auto tm_stub =
+      v1::TaskManagerService::NewStub(grpc::CreateChannel(tm->rpc_address(), grpc::InsecureChannelCredentials()));
+  grpc::Status submitted;
+  std::thread deploy([&] {
+    grpc::ClientContext ctx;
+    v1::Acknowledgement resp;
+    submitted = tm_stub->SubmitTasks(&ctx, req, &resp);
+  });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kDeadline, [&] { return stalled; }));
+  }
+  const TimestampMs stalled_at = SystemClock::instance().now_ms();
+  // Heartbeats of the same registration keep arriving for 3 heartbeat.timeouts of the stalled deployment.
+  auto last_heartbeat = [&]() -> TimestampMs {
+    for (const auto& t : jm->task_managers()) {
+      if (t.registration_id == registered.registration_id) return t.last_heartbeat_ms;
+    }
+    return -1;  // closed: declared lost
+  };
+  const bool alive = eventually([&] { return last_heartbeat() >= stalled_at + 3 * hb.timeout_ms; }, 10s);
+  {
+    std::lock_guard lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  deploy.join();
+  EXPECT_TRUE(alive) << "the JobManager's last heartbeat from the registration: " << last_heartbeat()
+                     << " (-1: declared lost), the deployment stalled at " << stalled_at;
+  EXPECT_TRUE(tm->status().registered);
+  EXPECT_EQ(tm->status().registrations, 1);
+  EXPECT_TRUE(submitted.ok()) << submitted.error_message();
 }
 
 TEST(ControlPlaneTest, ADifferentJobGraphIsRefusedAndTheTaskManagerStops) {

@@ -63,6 +63,9 @@ struct TaskExecutorOptions {
   /// at once when a reader lost or regained its connection. Unset: none reported.
   std::function<std::vector<SourceConnectionReport>()> source_connections;
   int64_t source_poll_ms = 200;
+  /// Test hook: called by SubmitTasks on its RPC thread while it holds the deployment (before the state
+  /// restore), e.g. to stall a deployment as a slow restore from S3 does. Unset in production.
+  std::function<void()> on_deploy;
 };
 
 /// What the TaskExecutor has seen (for tests and logs).

@@ -152,6 +152,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
     {
       std::lock_guard lock(deploy_mu_);
+      publish_deployment(nullptr, 0);
       deployed_.reset();
     }
     // The data plane before the buffer pools: its I/O thread may still write a finished sender's buffers.
@@ -176,9 +177,9 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       std::lock_guard lock(mu_);
       out = status_;
     }
-    std::lock_guard lock(deploy_mu_);
-    out.deployed_attempt = deployed_ ? deployed_->attempt() : -1;
-    out.running_tasks = deployed_ ? deployed_->running() : 0;
+    std::lock_guard lock(slot_mu_);
+    out.deployed_attempt = published_tasks_ != nullptr ? published_tasks_->attempt() : -1;
+    out.running_tasks = published_tasks_ != nullptr ? published_tasks_->running() : 0;
     return out;
   }
 
@@ -251,11 +252,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       }
     }
     std::lock_guard lock(deploy_mu_);
+    apply_pending_release();
+    if (options_.on_deploy) options_.on_deploy();
     if (deployed_ && deployed_->running() > 0) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           fmt::format("TaskManager {} still runs {} task(s) of attempt {}", resource_id_,
                                       deployed_->running(), deployed_->attempt()));
     }
+    publish_deployment(nullptr, 0);
     deployed_.reset();
     const Configuration& config = options_.graph->config();
     const int credits = config.get(options::kBuffersPerChannel);
@@ -313,6 +317,15 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
     deployed_ = std::move(*d);
     slots_used_ = static_cast<int>(my_slots.size());
+    publish_deployment(deployed_.get(), slots_used_);
+    if (apply_pending_release()) {
+      // The registration this deployment came with ended while it deployed (the JobManager was lost, or fenced
+      // this TaskManager's tasks): its tasks are stale and already cancelled.
+      return grpc::Status(grpc::StatusCode::ABORTED,
+                          fmt::format("TaskManager {}: attempt {} was cancelled as it deployed: its JobManager "
+                                      "registration ended meanwhile",
+                                      resource_id_, spec.attempt));
+    }
     spdlog::info("TaskManager {}: attempt {} deployed, {} task(s) in {} slot(s)", resource_id_, spec.attempt,
                  deployed_->task_count(), slots_used_);
     return grpc::Status::OK;
@@ -531,6 +544,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         if (stopping_) break;
       }
       const TimestampMs now = clock_.now_ms();
+      retry_pending_release();
       fence_stale_tasks(now);
       if (connection_.check_jobmanager(now)) {
         spdlog::warn(
@@ -539,7 +553,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
             jobmanager_address(), now - connection_.last_reply_ms(), connection_.heartbeat().timeout_ms,
             last_error.empty() ? "none" : last_error);
         publish();
-        release_tasks(-1, "the JobManager was lost");
+        release_tasks_soon("the JobManager was lost");
       }
       if (options_.find_leader && !follow_leader(now)) {
         // No leader known yet (an election under way, etcd out of reach): look again shortly.
@@ -619,7 +633,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           resource_id_, l.epoch, l.address, registered_epoch_, jobmanager_address());
       connection_.on_registration_unknown(now);
       publish();
-      release_tasks(-1, "a new JobManager leader was elected");
+      release_tasks_soon("a new JobManager leader was elected");
     }
     if (l.address != jobmanager_address()) {
       if (!registered)
@@ -748,7 +762,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           jobmanager_address(), connection_.registration_id(), st.error_message());
       connection_.on_registration_unknown(now);
       publish();
-      release_tasks(-1, "the JobManager no longer knows this TaskManager's registration");
+      release_tasks_soon("the JobManager no longer knows this TaskManager's registration");
       return;
     }
     last_error = rpc::to_error(st, "Heartbeat", jobmanager_address()).message();
@@ -767,12 +781,13 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     const int64_t silent = now - lease_from_ms_;
     if (silent < connection_.heartbeat().timeout_ms) return;
     {
-      std::lock_guard lock(deploy_mu_);
-      if (!deployed_) return;
+      std::lock_guard lock(slot_mu_);
+      if (published_tasks_ == nullptr) return;
     }
-    release_tasks(-1, fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager has "
-                                  "declared this TaskManager lost by now, so its tasks are stale",
-                                  silent, connection_.heartbeat().timeout_ms));
+    release_tasks_soon(
+        fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager has "
+                    "declared this TaskManager lost by now, so its tasks are stale",
+                    silent, connection_.heartbeat().timeout_ms));
     // The JobManager may not have declared it lost (its answers were only late, on a loaded machine): it would then
     // wait on tasks that are gone, the job RUNNING with every checkpoint expiring (seen in the chaos suite: 4 minutes
     // until something else failed the job over). A new registration closes the old one on the JobManager, which
@@ -784,16 +799,70 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     publish();
   }
 
+  // Reads only the published deployment: a heartbeat never waits for a deployment (a state restore can take
+  // longer than heartbeat.timeout, and the JobManager would declare this TaskManager lost meanwhile).
   int slots_in_use() {
-    std::lock_guard lock(deploy_mu_);
-    return deployed_ && deployed_->running() > 0 ? slots_used_ : 0;
+    std::lock_guard lock(slot_mu_);
+    return published_tasks_ != nullptr && published_tasks_->running() > 0 ? published_slots_ : 0;
+  }
+
+  // Under deploy_mu_, whenever deployed_ changes: what slots_in_use() and status() read. `tasks` is cleared here
+  // before the DeployedTasks it names is destroyed.
+  void publish_deployment(const DeployedTasks* tasks, int slots) {
+    std::lock_guard lock(slot_mu_);
+    published_tasks_ = tasks;
+    published_slots_ = slots;
+  }
+
+  // The connection thread's release of whatever runs: at once when no deployment (or other call) holds
+  // deploy_mu_, else handed to that holder (a SubmitTasks applies it when its deployment ends) and retried on the
+  // next pass of the connection thread, so that the thread goes on with its heartbeats and registration.
+  void release_tasks_soon(const std::string& reason) {
+    {
+      std::lock_guard lock(slot_mu_);
+      if (!pending_release_) pending_release_ = reason;
+    }
+    std::unique_lock lock(deploy_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      spdlog::info("TaskManager {}: a deployment is under way; its tasks are cancelled when it ends ({})", resource_id_,
+                   reason);
+      return;
+    }
+    apply_pending_release();
+  }
+
+  // Under deploy_mu_: performs a release that release_tasks_soon left pending; returns whether there was one.
+  bool apply_pending_release() {
+    std::optional<std::string> reason;
+    {
+      std::lock_guard lock(slot_mu_);
+      reason.swap(pending_release_);
+    }
+    if (!reason) return false;
+    release_locked(-1, *reason);
+    return true;
+  }
+
+  // Retries a pending release on the connection thread without waiting for deploy_mu_.
+  void retry_pending_release() {
+    {
+      std::lock_guard lock(slot_mu_);
+      if (!pending_release_) return;
+    }
+    std::unique_lock lock(deploy_mu_, std::try_to_lock);
+    if (lock.owns_lock()) apply_pending_release();
   }
 
   // Cancels and releases the tasks of `attempt` (-1: whatever runs); their slots are free when it returns.
   void release_tasks(int attempt, const std::string& reason) {
+    std::lock_guard lock(deploy_mu_);
+    release_locked(attempt, reason);
+  }
+
+  // release_tasks under deploy_mu_.
+  void release_locked(int attempt, const std::string& reason) {
     std::unique_ptr<DeployedTasks> gone;
     {
-      std::lock_guard lock(deploy_mu_);
       if (!deployed_ || (attempt >= 0 && deployed_->attempt() != attempt)) return;
       if (const size_t running = deployed_->running(); running > 0) {
         // Counted here, not as deployed: tasks that already ended (finished, or failed on a lost connection)
@@ -804,6 +873,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
             resource_id_, running, deployed_->attempt(), deployed_->task_count(), deployed_->task_count() - running,
             reason);
       }
+      publish_deployment(nullptr, 0);
       gone = std::move(deployed_);
       const int attempt_gone = gone->attempt();
       gone.reset();  // cancels and joins (under deploy_mu_: a SubmitTasks waits until the slots are free)
@@ -891,6 +961,13 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   mutable std::mutex deploy_mu_;                           // guards deployed_, slots_used_
   std::unique_ptr<DeployedTasks> deployed_;
   int slots_used_ = 0;
+  // What the connection thread reads of the deployment (it never takes deploy_mu_, which a deployment holds for
+  // its whole state restore): set with deployed_, cleared before the DeployedTasks is destroyed. Guards also
+  // pending_release_ (a release the connection thread asked for while deploy_mu_ was held).
+  mutable std::mutex slot_mu_;
+  const DeployedTasks* published_tasks_ = nullptr;
+  int published_slots_ = 0;
+  std::optional<std::string> pending_release_;
   // The source connection states the last heartbeat carried (connection thread only; see watch_sources).
   std::vector<std::tuple<std::string, std::string, int, bool>> sent_source_states_;
   // Send time of the last registration or heartbeat the JobManager answered (connection thread only).
