@@ -56,7 +56,7 @@ using chaos::tail;
 using sluice::testing::poll_until;
 using sluice::testing::unique_name;
 
-constexpr int kDocuments = 20'000;  // in the collection before the job starts: the initial snapshot
+constexpr int kDocuments = 50'000;  // in the collection before the job starts: the initial snapshot
 constexpr int kChanges = 2'000;     // the workload while the job runs
 constexpr int kStreamKills = 3;
 constexpr int kBatch = 100;             // changes per bulk write
