@@ -238,6 +238,15 @@ class JobManagerHaTest : public ::testing::Test {
       ids.push_back(std::stoll((*it)[1]));
     return ids;
   }
+  // Reads the topic until it holds a committed record and `jm` completed `checkpoints` checkpoints (kStart).
+  static bool await_committed(Verifier& v, ChildProcess& jm, size_t checkpoints) {
+    return poll_until(
+        [&] {
+          v.poll(50);
+          return v.records > 0 && completed_checkpoints(jm).size() >= checkpoints;
+        },
+        kStart);
+  }
   std::optional<ha::CheckpointPointer> pointer(const std::string& job_id) {
     ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
     auto p = store.latest_checkpoint(job_id);
@@ -275,11 +284,19 @@ class JobManagerHaTest : public ::testing::Test {
   std::vector<std::unique_ptr<ChildProcess>> children_;
 };
 
-std::string job_id_of(ChildProcess& jm) {
-  static const std::regex rest(R"(JobManager REST API at http://[0-9.]+:[0-9]+, job id ([0-9a-f]+))");
+// Group `group` of the JobManager's REST line: 1 its address, 2 the job id ("" before the line is printed).
+std::string rest_line_field(ChildProcess& jm, int group) {
+  static const std::regex rest(R"(JobManager REST API at http://([0-9.]+:[0-9]+), job id ([0-9a-f]+))");
   const std::string out = jm.output();
   std::smatch m;
-  return std::regex_search(out, m, rest) ? std::string(m[1]) : std::string();
+  return std::regex_search(out, m, rest) ? std::string(m[group]) : std::string();
+}
+
+std::string job_id_of(ChildProcess& jm) {
+  return rest_line_field(jm, 2);
+}
+std::string rest_address_of(ChildProcess& jm) {
+  return rest_line_field(jm, 1);
 }
 
 TEST_F(JobManagerHaTest, TheStandbyTakesOverAKilledLeadersJobFromTheLatestCheckpointExactlyOnce) {
@@ -300,13 +317,7 @@ TEST_F(JobManagerHaTest, TheStandbyTakesOverAKilledLeadersJobFromTheLatestCheckp
   ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << logs();
   const std::string job_id = job_id_of(*a);
   ASSERT_FALSE(job_id.empty());
-  ASSERT_TRUE(poll_until(
-      [&] {
-        v.poll(50);
-        return v.records > 0 && !completed_checkpoints(*a).empty();
-      },
-      kStart))
-      << logs();
+  ASSERT_TRUE(await_committed(v, *a, 1)) << logs();
   const auto first_commit = Clock::now();
   while (ms_since(first_commit) < kill_after_ms)
     v.poll(20);
@@ -383,13 +394,7 @@ TEST_F(JobManagerHaTest, APausedLeaderThatWakesAfterItsLeaseCompletesNoCheckpoin
     start_taskmanager(2);
   ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << logs();
   const std::string job_id = job_id_of(*a);
-  ASSERT_TRUE(poll_until(
-      [&] {
-        v.poll(50);
-        return v.records > 0 && !completed_checkpoints(*a).empty();
-      },
-      kStart))
-      << logs();
+  ASSERT_TRUE(await_committed(v, *a, 1)) << logs();
   const auto first_commit = Clock::now();
   while (ms_since(first_commit) < pause_after_ms)
     v.poll(20);
@@ -450,13 +455,6 @@ TEST_F(JobManagerHaTest, APausedLeaderThatWakesAfterItsLeaseCompletesNoCheckpoin
   expect_exactly_once(v, kCount);
 }
 
-std::string rest_address_of(ChildProcess& jm) {
-  static const std::regex rest(R"(JobManager REST API at http://([0-9.]+:[0-9]+), job id)");
-  const std::string out = jm.output();
-  std::smatch m;
-  return std::regex_search(out, m, rest) ? std::string(m[1]) : std::string();
-}
-
 // A Kubernetes rolling update or `kubectl delete pod` SIGTERMs the leader: with HA the job is suspended, not
 // cancelled. The lease TTL is 10 s here so that a takeover within 2 s shows the lease was revoked, not expired.
 TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtOnceExactlyOnce) {
@@ -479,13 +477,7 @@ TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtO
   ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << logs();
   const std::string job_id = job_id_of(*a);
   ASSERT_FALSE(job_id.empty());
-  ASSERT_TRUE(poll_until(
-      [&] {
-        v.poll(50);
-        return v.records > 0 && !completed_checkpoints(*a).empty();
-      },
-      kStart))
-      << logs();
+  ASSERT_TRUE(await_committed(v, *a, 1)) << logs();
   const auto first_commit = Clock::now();
   while (ms_since(first_commit) < term_after_ms)
     v.poll(20);
@@ -613,13 +605,7 @@ TEST_F(JobManagerHaTest, ANewLeaderDiscardsAFormerLeadersUncompletedCheckpointsO
     start_taskmanager(3);
   ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
   const std::string job_id = job_id_of(*a);
-  ASSERT_TRUE(poll_until(
-      [&] {
-        v.poll(50);
-        return v.records > 0 && completed_checkpoints(*a).size() >= 2;
-      },
-      kStart))
-      << logs();
+  ASSERT_TRUE(await_committed(v, *a, 2)) << logs();
   a->signal(SIGKILL);
   ASSERT_TRUE(a->wait_exit(10s).has_value());
   auto p = pointer(job_id);
@@ -710,13 +696,7 @@ TEST_F(JobManagerHaTest, TheJobKeepsRunningWhileOneEtcdMemberOfThreeRestarts) {
     start_taskmanager(3);
   ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
   const std::string job_id = job_id_of(*a);
-  ASSERT_TRUE(poll_until(
-      [&] {
-        v.poll(50);
-        return v.records > 0 && !completed_checkpoints(*a).empty();
-      },
-      kStart))
-      << logs();
+  ASSERT_TRUE(await_committed(v, *a, 1)) << logs();
   // Member 0 (every client's first endpoint) restarts, then member 1 is killed and started again.
   for (const char* action : {"member-restart 0", "member-kill 1", "member-start 1"}) {
     const size_t done_before = completed_checkpoints(*a).size();
