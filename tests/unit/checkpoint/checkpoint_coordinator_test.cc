@@ -21,43 +21,19 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// A job of one task that never acknowledges: every checkpoint stays pending until the coordinator stops.
+// A job of one task that never acknowledges: every checkpoint stays pending until the coordinator stops. With
+// `first_trigger_fails`, the first trigger does not reach every TaskManager (cluster mode: the TriggerCheckpoint RPC
+// failed).
 class SilentJob final : public CheckpointJobHooks {
  public:
-  bool ready_for_checkpoint() override { return true; }
-  Triggered trigger(const CheckpointBarrier& barrier) override {
-    std::lock_guard lock(mu_);
-    triggered_.push_back(barrier.checkpoint_id);
-    cv_.notify_all();
-    return Triggered{{}, {CheckpointTaskKey{0, 0}}};
-  }
-  void trigger_task(const CheckpointTaskKey&, const CheckpointBarrier&) override {}
-  void notify_complete(int64_t) override {}
-  void notify_aborted(int64_t) override {}
-  void fail_job(const Error&) override {}
-
-  bool wait_triggered(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return !triggered_.empty(); });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int64_t> triggered_;
-};
-
-// A job whose first trigger does not reach every TaskManager (cluster mode: the TriggerCheckpoint RPC failed); later
-// triggers reach every task, which never acknowledges.
-class FailingTriggerJob final : public CheckpointJobHooks {
- public:
+  explicit SilentJob(bool first_trigger_fails = false) : first_trigger_fails_(first_trigger_fails) {}
   bool ready_for_checkpoint() override { return true; }
   Triggered trigger(const CheckpointBarrier& barrier) override {
     std::lock_guard lock(mu_);
     triggered_.push_back(barrier.checkpoint_id);
     cv_.notify_all();
     Triggered t{{}, {CheckpointTaskKey{0, 0}}, std::nullopt};
-    if (triggered_.size() == 1) t.failure = "TriggerCheckpoint at 127.0.0.1:1: UNAVAILABLE";
+    if (first_trigger_fails_ && triggered_.size() == 1) t.failure = "TriggerCheckpoint at 127.0.0.1:1: UNAVAILABLE";
     return t;
   }
   void trigger_task(const CheckpointTaskKey&, const CheckpointBarrier&) override {}
@@ -65,11 +41,10 @@ class FailingTriggerJob final : public CheckpointJobHooks {
   void notify_aborted(int64_t id) override {
     std::lock_guard lock(mu_);
     aborted_.push_back(id);
-    cv_.notify_all();
   }
   void fail_job(const Error&) override {}
 
-  bool wait_triggered(size_t n, std::chrono::milliseconds timeout) {
+  bool wait_triggered(std::chrono::milliseconds timeout, size_t n = 1) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return triggered_.size() >= n; });
   }
@@ -79,6 +54,7 @@ class FailingTriggerJob final : public CheckpointJobHooks {
   }
 
  private:
+  const bool first_trigger_fails_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int64_t> triggered_;
@@ -150,14 +126,14 @@ TEST_F(CheckpointCoordinatorTest, SavepointPendingWhenTheJobEndsFails) {
 // checkpoint, the tasks told to abort it) and the next one is triggered on time: it used to stay pending until
 // execution.checkpointing.timeout, so a TaskManager that missed one trigger stalled checkpointing for 30 s.
 TEST_F(CheckpointCoordinatorTest, CheckpointWhoseTriggerFailedIsAbortedAtOnce) {
-  FailingTriggerJob job;
+  SilentJob job(/*first_trigger_fails=*/true);
   CheckpointCoordinatorOptions options;
   options.interval_ms = 10;
   options.timeout_ms = 600'000;  // the abort must not come from the timeout
   options.tolerable_failures = 10;
   CheckpointCoordinator coordinator(options, *storage_, vertices(), job, SystemClock::instance(), 1);
   coordinator.start();
-  ASSERT_TRUE(job.wait_triggered(2, 10s)) << "no checkpoint was triggered after the one whose trigger failed";
+  ASSERT_TRUE(job.wait_triggered(10s, 2)) << "no checkpoint was triggered after the one whose trigger failed";
   coordinator.stop();
   EXPECT_EQ(job.aborted(), std::vector<int64_t>{1});
   const std::vector<CheckpointStats> stats = coordinator.stats();
