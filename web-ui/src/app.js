@@ -20,12 +20,17 @@ const TOKEN_KEY = "sluice-token";
 let token = sessionStorage.getItem(TOKEN_KEY) || "";
 
 class AuthError extends Error {}
+let loginShownFor = null; // the token the sign-in form is shown for; null while it is not shown
 
 async function api(path, init = {}) {
   const headers = { ...(init.headers || {}) };
-  if (token) headers.Authorization = `Bearer ${token}`;
+  const sent = token;
+  if (sent) headers.Authorization = `Bearer ${sent}`;
   const r = await fetch(path, { ...init, headers });
   if (r.status === 401) {
+    // A view polls several paths at once: only the first 401 for a token draws the form. A later one would wipe what
+    // the user is typing, and one for a token replaced while it was in flight would take the new token's page away.
+    if (sent !== token || loginShownFor === sent) throw new AuthError("this server needs a token");
     const body = await r.json().catch(() => ({}));
     showLogin(token ? "The token was refused: " + ((body.errors && body.errors.join("; ")) || "HTTP 401") : "");
     throw new AuthError("this server needs a token");
@@ -36,6 +41,7 @@ async function api(path, init = {}) {
 function showLogin(message) {
   ++generation; // stops the current view's poll
   clearTimeout(timer);
+  loginShownFor = token;
   live.textContent = "";
   app.innerHTML = `<h1>Sign in</h1>
     <form id="login-form" class="card">
@@ -48,6 +54,7 @@ function showLogin(message) {
   document.getElementById("login-form").onsubmit = (e) => {
     e.preventDefault();
     token = document.getElementById("token-input").value.trim();
+    loginShownFor = null;
     sessionStorage.setItem(TOKEN_KEY, token);
     drawSignOut();
     route();
