@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Readiness probe of scripts/services/mongodb: one real wire round trip (OP_MSG {isMaster: 1} on admin).
 
-Usage: probe.py PORT. Exits 0 when the server answers with ok: 1.0, else 1. Standard library only.
+Usage: probe.py PORT [CA.pem]. With CA.pem the round trip is over TLS, the server's certificate verified against
+that CA (for a server started with SLUICE_MONGODB_TLS_CERT). Exits 0 when the server answers with ok: 1.0, else 1.
+Standard library only.
 """
 import socket
+import ssl
 import struct
 import sys
 
@@ -25,7 +28,10 @@ def main():
     doc = bson_doc([("isMaster", 1), ("$db", "admin")])
     payload = struct.pack("<I", 0) + b"\x00" + doc  # flagBits, section kind 0 (body)
     header = struct.pack("<iiii", 16 + len(payload), 1, 0, 2013)  # OP_MSG
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        s = raw
+        if len(sys.argv) > 2:
+            s = ssl.create_default_context(cafile=sys.argv[2]).wrap_socket(raw, server_hostname="127.0.0.1")
         s.sendall(header + payload)
         data = b""
         while len(data) < 4 or len(data) < struct.unpack("<i", data[:4])[0]:

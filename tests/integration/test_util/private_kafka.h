@@ -42,7 +42,8 @@ inline std::string run_command(const std::string& cmd) {
 class PrivateKafka {
  public:
   /// `env`: variables for the script's start, e.g. "SLUICE_KAFKA_SASL_PLAIN_USERS='alice:secret'" (a SASL_PLAINTEXT
-  /// listener, then in sasl_bootstrap()).
+  /// listener, then in sasl_bootstrap()), "SLUICE_KAFKA_SSL_CERT=s.crt SLUICE_KAFKA_SSL_KEY=s.key" (an SSL listener,
+  /// then in ssl_bootstrap()).
   explicit PrivateKafka(std::string env = "") : env_(std::move(env)) {
     char tmpl[] = "/tmp/sluice-private-kafka-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
@@ -53,6 +54,7 @@ class PrivateKafka {
     const std::string out = script("start");
     bootstrap_ = value_of(out, "KAFKA_BOOTSTRAP_SERVERS=");
     sasl_bootstrap_ = value_of(out, "KAFKA_SASL_BOOTSTRAP_SERVERS=");
+    ssl_bootstrap_ = value_of(out, "KAFKA_SSL_BOOTSTRAP_SERVERS=");
   }
   ~PrivateKafka() {
     if (dir_.empty()) return;
@@ -68,6 +70,8 @@ class PrivateKafka {
   const std::string& bootstrap() const { return bootstrap_; }
   /// host:port of its SASL_PLAINTEXT listener ("" without SLUICE_KAFKA_SASL_PLAIN_USERS).
   const std::string& sasl_bootstrap() const { return sasl_bootstrap_; }
+  /// host:port of its SSL listener ("" without SLUICE_KAFKA_SSL_CERT).
+  const std::string& ssl_bootstrap() const { return ssl_bootstrap_; }
 
   /// SIGSTOP: the broker's connections stay open and nothing answers (a hung broker, a network partition).
   void pause() {
@@ -111,6 +115,7 @@ class PrivateKafka {
   std::string dir_;
   std::string bootstrap_;
   std::string sasl_bootstrap_;
+  std::string ssl_bootstrap_;
 };
 
 }  // namespace sluice::testing

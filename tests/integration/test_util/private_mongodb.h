@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "integration/test_util/private_kafka.h"  // run_command
 
@@ -20,7 +21,9 @@ namespace sluice::testing {
 /// failure recorded) when it did not start. Not thread-safe: one test thread.
 class PrivateMongoDb {
  public:
-  PrivateMongoDb() {
+  /// `env`: variables for the script's start, e.g. "SLUICE_MONGODB_TLS_CERT=... SLUICE_MONGODB_TLS_KEY=...
+  /// SLUICE_MONGODB_TLS_CA=..." (a TLS-only server; uri() then carries tls=true&tlsCAFile=...).
+  explicit PrivateMongoDb(std::string env = "") : env_(std::move(env)) {
     char tmpl[] = "/tmp/sluice-private-mongo-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
       ADD_FAILURE() << "mkdtemp " << tmpl;
@@ -42,7 +45,7 @@ class PrivateMongoDb {
   PrivateMongoDb(const PrivateMongoDb&) = delete;
   PrivateMongoDb& operator=(const PrivateMongoDb&) = delete;
 
-  /// "mongodb://127.0.0.1:PORT".
+  /// "mongodb://127.0.0.1:PORT" (with "/?tls=true&tlsCAFile=CA" for a TLS-only server).
   const std::string& uri() const { return uri_; }
   /// SIGSTOP: connections stay open and nothing answers.
   void pause() {
@@ -58,7 +61,7 @@ class PrivateMongoDb {
 
  private:
   std::string script(const std::string& verb) {
-    return run_command("SLUICE_SERVICES_DIR='" + dir_ + "' '" + std::string(SLUICE_SOURCE_DIR) +
+    return run_command(env_ + " SLUICE_SERVICES_DIR='" + dir_ + "' '" + std::string(SLUICE_SOURCE_DIR) +
                        "/scripts/services/mongodb' " + verb + " 2>&1");
   }
   pid_t pid() const {
@@ -68,6 +71,7 @@ class PrivateMongoDb {
     return ::kill(static_cast<pid_t>(p), 0) == 0 ? static_cast<pid_t>(p) : -1;
   }
 
+  std::string env_;
   std::string dir_;
   std::string uri_;
   pid_t paused_ = -1;

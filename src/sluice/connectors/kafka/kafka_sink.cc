@@ -132,11 +132,12 @@ int remaining_ms(Clock::time_point deadline) {
 // authentication errors and the task's cancellation, so none of them waits for the operation timeout.
 constexpr int kWaitSliceMs = 200;
 
-// What librdkafka's error_cb reports that retrying cannot fix: credentials or permissions (the sink fails at once
+// What librdkafka's error_cb reports that retrying cannot fix: credentials, permissions or TLS (the sink fails at once
 // instead of retrying until a timeout while the job looks healthy).
 bool is_permanent_client_error(int err) {
   switch (static_cast<rd_kafka_resp_err_t>(err)) {
     case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR__SSL:  // a TLS handshake failure: an untrusted or misnamed certificate
     case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
     case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
     case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
