@@ -606,7 +606,7 @@ MarkerReading reading(MarkerReading::Kind kind, std::string metadata = {}) {
 TEST(KafkaMarkerTest, StableReadingsAreTakenAsTheyAre) {
   int calls = 0;
   auto fetch = [&](bool require_stable) {
-    EXPECT_TRUE(require_stable);
+    if (!require_stable) return reading(MarkerReading::Kind::kRetriableError);  // no proof either way
     return ++calls < 3 ? reading(MarkerReading::Kind::kRetriableError)
                        : reading(MarkerReading::Kind::kOffset, "other-token");
   };
@@ -622,6 +622,25 @@ TEST(KafkaMarkerTest, UnstableOffsetsWithThisTokenCommittedMeanCommitted) {
     return require_stable ? reading(MarkerReading::Kind::kUnstable) : reading(MarkerReading::Kind::kOffset, "tok-7");
   };
   EXPECT_EQ(detail::resolve_marker(fetch, "tok-7", 5000, 1, "sink", "g-marker"), "tok-7");
+}
+
+TEST(KafkaMarkerTest, AStableReadingThatTimesOutIsSettledByTheTokenCommitted) {
+  // A consumer's read_committed fetch does not answer while offsets are pending (librdkafka retries
+  // UNSTABLE_OFFSET_COMMIT until its timeout): the materialized offset with this token is proof enough.
+  int any_calls = 0;
+  auto fetch = [&](bool require_stable) {
+    if (require_stable) return reading(MarkerReading::Kind::kRetriableError);
+    return ++any_calls < 2 ? reading(MarkerReading::Kind::kRetriableError)
+                           : reading(MarkerReading::Kind::kOffset, "tok-9");
+  };
+  EXPECT_EQ(detail::resolve_marker(fetch, "tok-9", 5000, 1, "sink", "g-marker"), "tok-9");
+  EXPECT_EQ(any_calls, 2);
+  // Another token materialized proves nothing: asked again until the timeout, then the task fails.
+  auto other = [](bool require_stable) {
+    return require_stable ? reading(MarkerReading::Kind::kRetriableError)
+                          : reading(MarkerReading::Kind::kOffset, "tok-8");
+  };
+  EXPECT_THROW((void)detail::resolve_marker(other, "tok-9", 100, 10, "sink", "g"), SluiceException);
 }
 
 TEST(KafkaMarkerTest, UnstableOffsetsWithoutProofFailLoudlyInsteadOfGuessing) {

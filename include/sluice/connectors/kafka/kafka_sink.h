@@ -54,7 +54,7 @@
 //    subtask j goes to new subtask j % parallelism, so one subtask handles one id, in checkpoint order): a
 //    producer with that transactional.id runs init_transactions, which aborts the transaction if it was still
 //    open and waits for one whose commit was in flight; then the marker group's committed offset is read
-//    (ListConsumerGroupOffsets, require_stable). If its metadata equals the committable's token the
+//    (OffsetFetch by a consumer of the group that never joins it, read_committed). If its metadata equals the committable's token the
 //    transaction was committed before the failure and nothing is done; otherwise the recovery copy is produced
 //    again in a new transaction, with the marker, and committed. Each transaction is thus visible exactly once.
 //    (The marker is a token, not the checkpoint id: prepare_commit() does not learn the id, and a token stays
@@ -298,7 +298,7 @@ std::optional<std::string> transaction_timeout_warning(const KafkaSinkSettings& 
 /// Checkpoint interval plus the longest restart delay of the job configuration's restart strategy (ms).
 int64_t max_commit_delay_from(const Configuration& job_config);
 
-/// One answer of the broker to "the committed offset of a marker group" (ListConsumerGroupOffsets).
+/// One answer of the broker to "the committed offset of a marker group" (an OffsetFetch).
 struct MarkerReading {
   enum class Kind : uint8_t {
     kOffset,          ///< an offset is committed; `metadata` is its token
@@ -315,8 +315,8 @@ struct MarkerReading {
 /// `fetch(require_stable)`, called on the task thread after init_transactions completed the transactional id's
 /// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed).
 ///  * A stable reading (require_stable) is certain and returned.
-///  * While the broker answers UNSTABLE_OFFSET_COMMIT, the materialized offsets (require_stable off) are read as
-///    well: only committed transactional offsets are materialized, so when they carry `token` the transaction
+///  * While the broker answers UNSTABLE_OFFSET_COMMIT or not at all (a read_committed consumer's fetch times
+///    out while offsets are pending), the materialized offsets (require_stable off) are read as well: only committed transactional offsets are materialized, so when they carry `token` the transaction
 ///    was committed, certainly, and `token` is returned. Anything else there is no evidence either way.
 ///  * Otherwise it asks again every `retry_ms` until `timeout_ms`, then throws SluiceException (kConnector)
 ///    naming `who`, the group and the last answer: re-publishing could publish the transaction twice and

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -131,6 +133,8 @@ int remaining_ms(Clock::time_point deadline) {
 // The longest single wait of a blocking librdkafka call: between slices the sink checks its liveness probe,
 // authentication errors and the task's cancellation, so none of them waits for the operation timeout.
 constexpr int kWaitSliceMs = 200;
+// A committed() call is a FindCoordinator and an OffsetFetch round trip, each slice anew: give it a second.
+constexpr int kMarkerSliceMs = 1000;
 
 // What librdkafka's error_cb reports that retrying cannot fix: credentials, permissions or TLS (the sink fails at once
 // instead of retrying until a timeout while the job looks healthy).
@@ -176,6 +180,35 @@ kafka::KafkaProperties producer_properties(const KafkaSinkSettings& settings, co
   return props;
 }
 
+// The connection and security settings among the sink's client properties (a consumer of a marker group needs
+// them; the producer's own settings would only draw librdkafka's "producer property ignored" warnings).
+kafka::KafkaProperties marker_consumer_properties(const KafkaSinkSettings& settings) {
+  static constexpr std::string_view kPrefixes[] = {"security.",
+                                                   "ssl",
+                                                   "sasl.",
+                                                   "enable.ssl",
+                                                   "enable.sasl",
+                                                   "socket.",
+                                                   "broker.",
+                                                   "client.",
+                                                   "metadata.",
+                                                   "reconnect.",
+                                                   "api.version",
+                                                   "connections.max.idle",
+                                                   "topic.metadata",
+                                                   "retry.backoff",
+                                                   "resolve.canonical",
+                                                   "log."};
+  kafka::KafkaProperties props{{"enable.auto.commit", "false"}, {"enable.auto.offset.store", "false"}};
+  if (!settings.bootstrap_servers.empty()) props["bootstrap.servers"] = settings.bootstrap_servers;
+  for (const auto& [k, v] : settings.properties) {
+    const bool connection = std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
+                                        [&](std::string_view prefix) { return k.starts_with(prefix); });
+    if (connection || k == "bootstrap.servers" || k == "debug") props[k] = v;
+  }
+  return props;
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // One librdkafka producer with its delivery-report bookkeeping. Used by one thread at a time (callbacks are
 // served by rd_kafka_poll/flush on the calling thread).
@@ -192,7 +225,8 @@ class Producer {
         bootstrap_(settings.bootstrap_servers),
         timeout_ms_(settings.operation_timeout_ms),
         watchdog_(std::move(watchdog)),
-        cancelled_(cancelled) {
+        cancelled_(cancelled),
+        marker_props_(marker_consumer_properties(settings)) {
     kafka::KafkaConfPtr conf = kafka::make_kafka_conf(producer_properties(settings, txid_), who_).value_or_throw();
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &Producer::on_delivery);
     rd_kafka_conf_set_error_cb(conf.get(), &Producer::on_error);
@@ -463,54 +497,44 @@ class Producer {
                           timeout_ms_, 100, who_ + txid_suffix(), group);
   }
 
-  /// One ListConsumerGroupOffsets of `group` for `topic` partition 0. Throws on non-retriable errors.
+  /// One OffsetFetch of `group`'s committed offset for `topic` partition 0, through a consumer of that group
+  /// (read_committed: the broker answers only when no transactional offset is pending). Throws on non-retriable
+  /// errors. Not the admin API's ListConsumerGroupOffsets: librdkafka (2.0.2 here; still open in 2.4,
+  /// confluentinc/librdkafka#5040) dereferences the null consumer group of a non-consumer client when that
+  /// request is answered NOT_COORDINATOR, and Kafka 4's group coordinator answers NOT_COORDINATOR when a
+  /// require-stable fetch times out (KAFKA-17267). A build that read markers at every checkpoint crashed so (SIGSEGV
+  /// on librdkafka's main thread while a fetch was in flight) in 2 of 3 broker-restart test runs. A consumer's
+  /// committed() handles NOT_COORDINATOR by looking the coordinator up again. The consumer never subscribes, so it
+  /// never joins the group.
   MarkerReading fetch_marker(const std::string& group, const std::string& topic, bool require_stable) {
+    const int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_ms_, 1000, 30'000));
+    rd_kafka_t* consumer = marker_consumer(group, require_stable);
     KafkaPartitionListPtr parts(rd_kafka_topic_partition_list_new(1));
     rd_kafka_topic_partition_list_add(parts.get(), topic.c_str(), 0);
-    std::unique_ptr<rd_kafka_ListConsumerGroupOffsets_t, LocalDeleter> request(
-        rd_kafka_ListConsumerGroupOffsets_new(group.c_str(), parts.get()));
-    kafka::KafkaAdminOptionsPtr options(
-        rd_kafka_AdminOptions_new(rk_.get(), RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS));
-    char errstr[512];
-    const int request_ms = static_cast<int>(std::clamp<int64_t>(timeout_ms_, 1000, 30'000));
-    rd_kafka_AdminOptions_set_request_timeout(options.get(), request_ms, errstr, sizeof errstr);
-    KafkaErrorPtr stable_error(rd_kafka_AdminOptions_set_require_stable_offsets(options.get(), require_stable ? 1 : 0));
-    kafka::KafkaQueuePtr queue(rd_kafka_queue_new(rk_.get()));
-    rd_kafka_ListConsumerGroupOffsets_t* requests[] = {request.get()};
-    rd_kafka_ListConsumerGroupOffsets(rk_.get(), requests, 1, options.get(), queue.get());
-    kafka::KafkaEventPtr ev(rd_kafka_queue_poll(queue.get(), request_ms + 5000));
+    // In slices, so that a cancelled task or a failed liveness probe stops the wait; each slice asks again (the
+    // consumer keeps the coordinator it found).
+    const Clock::time_point deadline = deadline_after(request_ms);
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    while (true) {
+      err = rd_kafka_committed(consumer, parts.get(), std::clamp(remaining_ms(deadline), 1, kMarkerSliceMs));
+      if (err != RD_KAFKA_RESP_ERR__TIMED_OUT || Clock::now() >= deadline) break;
+      check_interrupts();
+    }
     MarkerReading r;
     r.kind = MarkerReading::Kind::kRetriableError;
-    if (!ev) {
-      r.error = "no answer";
+    const std::string where = "marker group '" + group + "' (topic '" + topic + "' partition 0)";
+    if (err == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+      r.error = "no answer within " + std::to_string(request_ms) + " ms" +
+                (require_stable ? " (the broker may still hold pending transactional offsets for the group)" : "");
       return r;
     }
-    if (rd_kafka_event_error(ev.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      r.error = rd_kafka_event_error_string(ev.get());  // timeouts, coordinator moves: worth another try
-      return r;
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      r.error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+      if (is_permanent_client_error(err))
+        fail(who_ + ": reading the committed offset of " + where + " failed: " + r.error);
+      return r;  // transport errors, a coordinator moving or loading: worth another try
     }
-    const rd_kafka_ListConsumerGroupOffsets_result_t* result = rd_kafka_event_ListConsumerGroupOffsets_result(ev.get());
-    size_t n = 0;
-    const rd_kafka_group_result_t** groups =
-        result != nullptr ? rd_kafka_ListConsumerGroupOffsets_result_groups(result, &n) : nullptr;
-    if (n != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + ") returned " + std::to_string(n) + " groups");
-    if (const rd_kafka_error_t* ge = rd_kafka_group_result_error(groups[0])) {
-      r.error = kafka::kafka_error_text(ge);
-      const bool retriable = rd_kafka_error_is_retriable(ge) != 0 ||
-                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
-                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
-                             rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
-      if (rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT) {
-        r.kind = MarkerReading::Kind::kUnstable;
-      } else if (!retriable) {
-        fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
-             "' partition 0) failed: " + r.error);
-      }
-      return r;
-    }
-    const rd_kafka_topic_partition_list_t* got = rd_kafka_group_result_partitions(groups[0]);
-    if (got == nullptr || got->cnt != 1) fail(who_ + ": ListConsumerGroupOffsets(" + group + "): no partition");
-    const rd_kafka_topic_partition_t& p = got->elems[0];
+    const rd_kafka_topic_partition_t& p = parts->elems[0];
     if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       if (p.offset < 0) {
         r.kind = MarkerReading::Kind::kNoOffset;
@@ -520,14 +544,26 @@ class Producer {
       }
       return r;
     }
-    r.error = rd_kafka_err2str(p.err);
+    r.error = std::string(rd_kafka_err2name(p.err)) + ": " + rd_kafka_err2str(p.err);
     if (p.err == RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT) {
       r.kind = MarkerReading::Kind::kUnstable;  // pending transactional offsets
-    } else if (p.err != RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS && p.err != RD_KAFKA_RESP_ERR_NOT_COORDINATOR) {
-      fail(who_ + ": reading the committed offset of marker group '" + group + "' (topic '" + topic +
-           "' partition 0) failed: " + r.error);
+    } else if (is_permanent_client_error(p.err)) {
+      fail(who_ + ": reading the committed offset of " + where + " failed: " + r.error);
     }
     return r;
+  }
+
+  /// The consumer fetch_marker() reads `group` with (created on first use; read_committed when `require_stable`).
+  rd_kafka_t* marker_consumer(const std::string& group, bool require_stable) {
+    kafka::KafkaClientPtr& c = marker_consumers_[group + (require_stable ? "|stable" : "|any")];
+    if (!c) {
+      kafka::KafkaProperties props = marker_props_;
+      props["group.id"] = group;
+      props["isolation.level"] = require_stable ? "read_committed" : "read_uncommitted";
+      kafka::KafkaConfPtr conf = kafka::make_kafka_conf(props, who_).value_or_throw();
+      c = kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf), who_).value_or_throw();
+    }
+    return c.get();
   }
 
   /// Partition count of `topic` (broker metadata).
@@ -642,6 +678,8 @@ class Producer {
   std::string first_failure_;
   std::string fatal_;
   std::unordered_map<std::string, std::unique_ptr<rd_kafka_topic_t, LocalDeleter>> topics_;
+  kafka::KafkaProperties marker_props_;  // the marker consumers' connection and security settings
+  std::map<std::string, kafka::KafkaClientPtr> marker_consumers_;  // by group and isolation (marker_consumer)
   std::string last_topic_name_;
   rd_kafka_topic_t* last_topic_ = nullptr;
 };
@@ -767,16 +805,17 @@ std::optional<std::string> resolve_marker(const std::function<MarkerReading(bool
     if (r.kind == MarkerReading::Kind::kNoOffset) return std::nullopt;
     last = r.error;
     unstable = r.kind == MarkerReading::Kind::kUnstable;
-    if (unstable) {
-      // The broker holds pending transactional offsets for the group although init_transactions completed the
-      // transaction. The materialized offsets hold only what committed transactions wrote: our token there is
-      // proof of the commit. Another token or none proves nothing (the commit may be among the pending).
+    {
+      // No stable reading: the broker holds pending transactional offsets for the group although init_transactions
+      // completed the transaction (or it did not answer in time, which a consumer's read_committed fetch also does
+      // while offsets are pending). The materialized offsets hold only what committed transactions wrote: our
+      // token there is proof of the commit. Another token or none proves nothing (the commit may be pending).
       MarkerReading m = fetch(false);
       if (m.kind == MarkerReading::Kind::kOffset && m.metadata == token) {
         spdlog::info(
-            "{}: the broker reports pending transactional offsets for marker group '{}', but its committed offset "
-            "carries token {}: that transaction was committed",
-            who, group, token);
+            "{}: no stable reading of marker group '{}' ({}), but its committed offset carries token {}: that "
+            "transaction was committed",
+            who, group, last, token);
         return std::string(token);
       }
     }
