@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/mongodb.h"
 #include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/private_kafka.h"
@@ -552,21 +553,7 @@ TEST_F(ConnectorSecurityTest, MongoCdcSourceOverTls) {
       << "the server answers without TLS";
   std::printf("without TLS: %s\n", why.c_str());
   ASSERT_TRUE(ping(uri, &why)) << why;
-  auto insert = [&](int from, int to) {
-    mongoc_client_t* client = mongoc_client_new(uri.c_str());
-    ASSERT_NE(client, nullptr);
-    mongoc_collection_t* coll = mongoc_client_get_collection(client, "shop", "items");
-    for (int i = from; i < to; ++i) {
-      const std::string id = fmt::format("r{:05d}", i);
-      bson_t* doc = BCON_NEW("_id", BCON_UTF8(id.c_str()), "id", BCON_UTF8(id.c_str()));
-      bson_error_t e;
-      const bool ok = mongoc_collection_insert_one(coll, doc, nullptr, nullptr, &e);
-      bson_destroy(doc);
-      ASSERT_TRUE(ok) << e.message;
-    }
-    mongoc_collection_destroy(coll);
-    mongoc_client_destroy(client);
-  };
+  auto insert = [&](int from, int to) { sluice::testing::insert_items(uri, from, to); };
   insert(0, 200);
   const std::string key = key_material(dir_ / "mongo-server.key");
   LogCapture log;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/mongodb.h"
 #include "integration/test_util/polling.h"
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/private_kafka.h"
@@ -349,21 +350,7 @@ TEST_F(SourceHealthTest, MongoServerPausedShowsTheSourceDisconnectedWithin5sAndR
   sluice::testing::PrivateMongoDb server;
   ASSERT_FALSE(server.uri().empty()) << "the private server did not start";
   mongoc_init();
-  auto insert = [&](int from, int to) {
-    mongoc_client_t* client = mongoc_client_new(server.uri().c_str());
-    ASSERT_NE(client, nullptr);
-    mongoc_collection_t* coll = mongoc_client_get_collection(client, "shop", "items");
-    for (int i = from; i < to; ++i) {
-      const std::string id = fmt::format("r{:05d}", i);
-      bson_t* doc = BCON_NEW("_id", BCON_UTF8(id.c_str()), "id", BCON_UTF8(id.c_str()));
-      bson_error_t e;
-      const bool ok = mongoc_collection_insert_one(coll, doc, nullptr, nullptr, &e);
-      bson_destroy(doc);
-      ASSERT_TRUE(ok) << e.message;
-    }
-    mongoc_collection_destroy(coll);
-    mongoc_client_destroy(client);
-  };
+  auto insert = [&](int from, int to) { sluice::testing::insert_items(server.uri(), from, to); };
   {
     // The collection exists before the source starts (its initial snapshot reads it).
     mongoc_client_t* client = mongoc_client_new(server.uri().c_str());
