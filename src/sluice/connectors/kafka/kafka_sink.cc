@@ -493,6 +493,12 @@ class Producer {
   /// transaction. Decided by resolve_marker() from certain evidence only: fails the task rather than guess.
   std::optional<std::string> read_marker(const std::string& topic, const std::string& token) {
     const std::string group = txid_ + "-marker";
+    // The marker consumers are needed only for this decision: a settled producer lives on in the writer's pool,
+    // and two idle clients (threads, connections) per restored transaction would live on with it.
+    struct DropConsumers {
+      std::map<std::string, kafka::KafkaClientPtr>& consumers;
+      ~DropConsumers() { consumers.clear(); }
+    } drop{marker_consumers_};
     return resolve_marker([&](bool require_stable) { return fetch_marker(group, topic, require_stable); }, token,
                           timeout_ms_, 100, who_ + txid_suffix(), group);
   }
