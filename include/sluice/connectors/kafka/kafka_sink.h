@@ -54,11 +54,11 @@
 //    subtask j goes to new subtask j % parallelism, so one subtask handles one id, in checkpoint order): a
 //    producer with that transactional.id runs init_transactions, which aborts the transaction if it was still
 //    open and waits for one whose commit was in flight; then the marker group's committed offset is read
-//    (OffsetFetch by a consumer of the group that never joins it, read_committed). If its metadata equals the committable's token the
-//    transaction was committed before the failure and nothing is done; otherwise the recovery copy is produced
-//    again in a new transaction, with the marker, and committed. Each transaction is thus visible exactly once.
-//    (The marker is a token, not the checkpoint id: prepare_commit() does not learn the id, and a token stays
-//    unambiguous when a prefix is reused by a new job whose checkpoint ids start again at 1.)
+//    (OffsetFetch by a consumer of the group that never joins it, read_committed). If its metadata equals the
+//    committable's token the transaction was committed before the failure and nothing is done; otherwise the recovery
+//    copy is produced again in a new transaction, with the marker, and committed. Each transaction is thus visible
+//    exactly once. (The marker is a token, not the checkpoint id: prepare_commit() does not learn the id, and a token
+//    stays unambiguous when a prefix is reused by a new job whose checkpoint ids start again at 1.)
 //  * Lingering transactions (Committer::abort_lingering): every transactional id `<prefix>-<j>-<k>` of the
 //    subtasks this subtask owns (j < max(old, new parallelism), k < max(old, new pool size), from the writer
 //    state in the checkpoint) that no restored committable names gets init_transactions, which aborts what a
@@ -316,8 +316,9 @@ struct MarkerReading {
 /// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed).
 ///  * A stable reading (require_stable) is certain and returned.
 ///  * While the broker answers UNSTABLE_OFFSET_COMMIT or not at all (a read_committed consumer's fetch times
-///    out while offsets are pending), the materialized offsets (require_stable off) are read as well: only committed transactional offsets are materialized, so when they carry `token` the transaction
-///    was committed, certainly, and `token` is returned. Anything else there is no evidence either way.
+///    out while offsets are pending), the materialized offsets (require_stable off) are read as well: only committed
+///    transactional offsets are materialized, so when they carry `token` the transaction was committed, certainly, and
+///    `token` is returned. Anything else there is no evidence either way.
 ///  * Otherwise it asks again every `retry_ms` until `timeout_ms`, then throws SluiceException (kConnector)
 ///    naming `who`, the group and the last answer: re-publishing could publish the transaction twice and
 ///    skipping could lose it, so the task fails (and the restore runs again after the restart) instead of
