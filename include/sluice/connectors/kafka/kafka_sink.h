@@ -95,8 +95,10 @@
 //    nothing yet (the partition's last stable offset is not past it) means pending. Every committed transaction
 //    is checked so at the next checkpoint's pre-commit (confirm_commits, briefly: other subtasks' transactions,
 //    open until their own notification, can hold the last stable offset back) and stays in every checkpoint,
-//    marked `committed`, until its record is seen. One found aborted fails that checkpoint, and the restore of
-//    the last completed one, which holds it, re-publishes it. A restore first runs init_transactions on all the
+//    marked `committed`, until its record is seen; the subtask's next commit waits for it (up to 5 s, else the
+//    task fails): a later transaction committed first would put the earlier one's re-publication after it
+//    (per-key order). One found aborted fails the task, and the restore of the last completed checkpoint, which
+//    holds it, re-publishes it. A restore first runs init_transactions on all the
 //    subtask's ids, then decides each restored committable the same way; a committable of format version 1
 //    (written before the probe record) by its marker group (resolve_marker).
 //  * A record still not readable after the operation timeout (since its commit, or in a restore) sits behind a
