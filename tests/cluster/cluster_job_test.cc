@@ -458,16 +458,26 @@ TEST_F(ClusterJobTest, AStoppedTaskManagerIsDeclaredLostAndItsStaleTasksWriteNot
   ASSERT_FALSE(before.empty());
 
   victim->signal(SIGCONT);
-  // Woken, it finds its lease expired and cancels its stale tasks before it writes anything.
-  // Of its 3 tasks, those that already ended (failed on the lost connections) are not counted as cancelled.
+  // Woken, it finds its lease expired and its stale tasks stop before they write anything: each task reads the
+  // lease itself (the process resumes every thread at once, the task threads may run first), and the connection
+  // thread cancels those still running. Of its 3 tasks, those that already ended (stopped as stale, or failed on
+  // the lost connections) are not counted as cancelled there.
+  ASSERT_TRUE(victim->await_line(std::regex("the tasks of attempt 0 are cancelled and released"), 30s))
+      << victim->output();
+  const int stopped_as_stale =
+      victim->count("(attempt 0) stops as stale: its TaskManager's lease on the JobManager lapsed");
   const auto victim_cancel = victim->await_line(
       std::regex("cancelling the (\\d+) running task\\(s\\) of attempt 0 \\(3 deployed here, (\\d+) already ended\\): "
                  "no heartbeat reply for \\d+ ms \\(heartbeat\\.timeout 3000 ms\\).*stale"),
-      30s);
-  ASSERT_TRUE(victim_cancel.has_value()) << victim->output();
-  EXPECT_EQ(std::stoi((*victim_cancel)[1]) + std::stoi((*victim_cancel)[2]), 3) << (*victim_cancel)[0];
-  ASSERT_TRUE(victim->await_line(std::regex("the tasks of attempt 0 are cancelled and released"), 30s))
-      << victim->output();
+      1s);  // logged before "released" when a task still ran, so it is there by now
+  std::cout << "after SIGCONT: " << stopped_as_stale << " task(s) stopped as stale by themselves; the fence cancelled "
+            << (victim_cancel ? (*victim_cancel)[1] : std::string("none")) << "\n";
+  EXPECT_LE(stopped_as_stale, 3);
+  if (victim_cancel.has_value()) {
+    EXPECT_EQ(std::stoi((*victim_cancel)[1]) + std::stoi((*victim_cancel)[2]), 3) << (*victim_cancel)[0];
+  } else {
+    EXPECT_GE(stopped_as_stale, 1) << "no task was stopped as stale\n" << victim->output();
+  }
   const auto after = snapshot_files(dir_ / "out");
   EXPECT_EQ(after.size(), before.size());
   for (const auto& [name, content] : before) {

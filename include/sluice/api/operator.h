@@ -22,6 +22,7 @@
 
 #include "sluice/api/functions.h"
 #include "sluice/api/keyed_state_snapshot.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/error.h"
 
 namespace sluice {
@@ -75,10 +76,6 @@ class OperatorException : public std::runtime_error {
   std::string operator_name_;
   ErrorCode code_;
 };
-
-/// Thrown inside a task thread to unwind it when the task is cancelled (deliberately not a std::exception, so
-/// user code that catches std::exception does not swallow it).
-struct TaskCancelledException {};
 
 /// Runs `fn` and converts any exception other than OperatorException into an OperatorException naming
 /// `operator_name`. Exceptions from downstream operators (already OperatorException) and task cancellation

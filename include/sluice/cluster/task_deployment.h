@@ -59,6 +59,7 @@ struct SubtaskDeployment {
   const std::vector<std::vector<std::shared_ptr<const TaskRestore>>>* restores = nullptr;
   int attempt = 0;
   const Clock* clock = nullptr;
+  const TaskLease* lease = nullptr;  ///< a TaskManager's lease on its registration (cluster mode), or null
   int64_t buffer_timeout_ms = 100;
   bool checkpointing = false;
   TaskListener* listener = nullptr;

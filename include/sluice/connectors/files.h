@@ -96,6 +96,7 @@
 #include "sluice/api/sink.h"
 #include "sluice/api/source.h"
 #include "sluice/connectors/bad_record.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/core/json_mapping.h"
@@ -281,21 +282,27 @@ class PartFileWriter {
   const std::string& path() const noexcept { return path_; }
   /// The buffer to append whole lines to; call write_if_full() after each line.
   std::string& buffer() noexcept { return buf_; }
+  /// Writes the buffer once it holds kBufferBytes. Like every write below, throws TaskCancelledException instead
+  /// when the calling task is cancelled or stale (core/cancellation.h): its work may be another attempt's now.
   void write_if_full() {
-    if (buf_.size() >= kBufferBytes) write_buffer();
+    if (buf_.size() >= kBufferBytes) checked_write_buffer();
   }
   /// Writes the buffer, then fsyncs the file.
   void flush_and_sync();
   /// Writes the buffer (no fsync).
   void flush() {
-    if (fd_ >= 0) write_buffer();
+    if (fd_ >= 0) checked_write_buffer();
   }
-  /// Writes the buffer and closes the file (idempotent).
+  /// Writes the buffer and closes the file (idempotent); a cancelled or stale task's buffer is dropped instead.
   void close();
   /// Drops the buffer and closes the file without writing it (idempotent; errors ignored).
   void discard() noexcept;
 
  private:
+  void checked_write_buffer() {
+    throw_if_current_task_cancelled();
+    write_buffer();
+  }
   void write_buffer();
 
   std::string path_;

@@ -23,6 +23,7 @@
 
 #include "sluice/api/operator.h"
 #include "sluice/core/clock.h"
+#include "sluice/core/task_lease.h"
 #include "sluice/operators/source_operator.h"
 #include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/checkpoint_barrier.h"
@@ -126,6 +127,10 @@ class Task final : public TaskServices, public CreditWaiter {
     bool checkpointing_enabled = false;
     /// State to restore before open(), by operator uid; null on a fresh start.
     std::shared_ptr<const TaskRestore> restore;
+    /// The TaskManager's lease on its registration (cluster mode; it must outlive the task), or null. A task
+    /// whose lease lapsed is stale: it stops (reporting kCanceled) within a millisecond of running again, and
+    /// its sinks write nothing more (core/cancellation.h).
+    const TaskLease* lease = nullptr;
   };
 
   Task(Options options, TaskListener& listener);
@@ -210,6 +215,11 @@ class Task final : public TaskServices, public CreditWaiter {
   void check_cancelled() const {
     if (is_cancelled()) throw TaskCancelledException{};
   }
+  /// At most once per millisecond of the steady clock (`now_ns`): a task whose lease lapsed cancels itself.
+  void check_lease(int64_t now_ns) {
+    if (options_.lease != nullptr && now_ns - last_lease_check_ns_ >= 1'000'000) stop_if_stale(now_ns);
+  }
+  void stop_if_stale(int64_t now_ns);
   Error describe_failure(const std::string& operator_name, const std::string& message,
                          ErrorCode code = ErrorCode::kRuntime) const;
 
@@ -241,6 +251,7 @@ class Task final : public TaskServices, public CreditWaiter {
   std::priority_queue<ProcessingTimer, std::vector<ProcessingTimer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   int64_t last_flush_ns_ = 0;
+  int64_t last_lease_check_ns_ = 0;
 
   // Checkpointing (task thread only).
   std::unique_ptr<CheckpointBarrierHandler> barrier_handler_;

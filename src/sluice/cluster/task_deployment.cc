@@ -54,6 +54,7 @@ Result<DeployedSubtasks> build_subtasks(const SubtaskDeployment& d) {
       o.parallelism = v.parallelism;
       o.attempt = d.attempt;
       o.clock = d.clock;
+      o.lease = d.lease;
       o.buffer_timeout_ms = d.buffer_timeout_ms;
       o.checkpointing_enabled = d.checkpointing;
       if (d.restores != nullptr) o.restore = (*d.restores)[static_cast<size_t>(vid)][static_cast<size_t>(i)];

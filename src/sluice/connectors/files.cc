@@ -368,15 +368,15 @@ void PartFileWriter::write_buffer() {
 
 void PartFileWriter::flush_and_sync() {
   if (fd_ < 0) return;
-  write_buffer();
+  checked_write_buffer();
   if (::fsync(fd_) != 0) throw_io("file sink", "syncing", path_, errno);
 }
 
 void PartFileWriter::close() {
   if (fd_ < 0) return;
-  // A cancelled task writes nothing more (Flink's cancel never calls finish()): its JobManager may have given
-  // its work to another attempt already (a TaskManager declared lost and woken up, a failover), whose output
-  // this buffer would land in. Whatever was flushed before stays; the buffer (at most kBufferBytes, records
+  // A cancelled or stale task writes nothing more (Flink's cancel never calls finish()): its JobManager may have
+  // given its work to another attempt already (a TaskManager declared lost and woken up, a failover), whose
+  // output this buffer would land in. Whatever was flushed before stays; the buffer (at most kBufferBytes, records
   // since the last write) is dropped, as a restart replays them anyway.
   if (current_task_cancelled()) {
     discard();

@@ -116,6 +116,7 @@ void S3RollingPartFile::open_next() {
 }
 
 void S3RollingPartFile::upload_part(size_t n) {
+  throw_if_current_task_cancelled();  // a stale task uploads nothing more (core/cancellation.h)
   const std::string where = fmt::format("s3://{}/{}", location_.bucket, key_);
   if (upload_id_.empty()) {
     Result<std::string> id = client_->create_multipart_upload(location_.bucket, key_);

@@ -141,6 +141,20 @@ void Task::wait_for_credit() {
   // A backpressured task may not reach its flush or idle points for long: publish here too (only when blocked).
   publish_metrics();
   check_cancelled();
+  check_lease(steady_ns());
+}
+
+void Task::stop_if_stale(int64_t now_ns) {
+  last_lease_check_ns_ = now_ns;
+  if (!options_.lease->lapsed()) return;
+  // The JobManager may have declared this TaskManager lost and given the task's work to another attempt: the
+  // connection thread cancels it too, but it may run only after this thread (a process woken from SIGSTOP).
+  spdlog::warn(
+      "task '{}' (attempt {}) stops as stale: its TaskManager's lease on the JobManager lapsed {} ms ago (no "
+      "heartbeat answered within heartbeat.timeout; the JobManager may have declared the TaskManager lost)",
+      display_name(), options_.attempt, options_.lease->clock().now_ms() - options_.lease->deadline_ms());
+  cancelled_.store(true, std::memory_order_release);
+  throw TaskCancelledException{};
 }
 
 void Task::publish_metrics() {
@@ -178,6 +192,7 @@ void Task::run() {
   pthread_setname_np(pthread_self(), "sluice-task");
   // Blocking connector calls (a Kafka flush) check it between bounded waits (core/cancellation.h).
   set_current_task_cancel_flag(&cancelled_);
+  set_current_task_lease(options_.lease);
   io_metrics_.start_ns.store(steady_ns(), std::memory_order_relaxed);
   TaskState final_state = TaskState::kFinished;
   std::optional<Error> error;
@@ -199,6 +214,9 @@ void Task::run() {
   for (auto it = operators_.rbegin(); it != operators_.rend(); ++it) {
     try {
       (*it)->close();
+    } catch (const TaskCancelledException&) {
+      // A sink that found the task cancelled or stale while closing (core/cancellation.h) wrote nothing more.
+      if (final_state == TaskState::kFinished) final_state = TaskState::kCanceled;
     } catch (const std::exception& e) {
       spdlog::warn("closing operator '{}' of task '{}' failed: {}", (*it)->name(), display_name(), e.what());
       if (final_state == TaskState::kFinished) {
@@ -427,6 +445,7 @@ void Task::fire_due_timers() {
 
 void Task::maybe_flush() {
   int64_t now = steady_ns();
+  check_lease(now);
   if (now - last_flush_ns_ >= options_.buffer_timeout_ms * 1'000'000) {
     flush_outputs();
     publish_metrics();
@@ -452,8 +471,10 @@ void Task::idle_wait() {
     deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(delta));
   }
   wakeup_.wait_until(deadline);
-  io_metrics_.idle_ns.store(io_metrics_.idle_ns.load(std::memory_order_relaxed) + steady_ns() - start,
+  const int64_t end = steady_ns();
+  io_metrics_.idle_ns.store(io_metrics_.idle_ns.load(std::memory_order_relaxed) + end - start,
                             std::memory_order_relaxed);
+  check_lease(end);
 }
 
 }  // namespace sluice

@@ -18,8 +18,10 @@
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/print.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/fault_points.h"
+#include "sluice/core/task_lease.h"
 #include "sluice/operators/sink_operator.h"
 #include "sluice/state/operator_state.h"
 #include "test_util/collect_sink.h"
@@ -821,6 +823,40 @@ TEST(FileSinkExactlyOnceTest, AFailedRunDeletesItsUnfinishedInProgressFileOnClos
   const std::vector<std::string> left = names_in(out, true);
   ASSERT_EQ(left.size(), 1U);
   EXPECT_TRUE(left[0].starts_with(".part-0-0.inprogress")) << left[0];
+}
+
+// A TaskManager woken from SIGSTOP after its lease lapsed (core/task_lease.h): its sink task may run before the
+// TaskManager's connection thread cancels it, and must write nothing more, neither a full buffer nor on close.
+TEST(FileSinkTest, AStaleTaskWritesNothingMoreNeitherAFullBufferNorOnClose) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  ManualClock lease_clock(0);
+  TaskLease lease(lease_clock);
+  lease.extend_until(3'000);
+  set_current_task_lease(&lease);
+  const std::string line(99, 'x');  // 100 bytes with the newline
+  uintmax_t before = 0;
+  {
+    FileSinkRun run(out, {.checkpointing = false});
+    for (int i = 0; i < 1'000; ++i)  // 100 KB: one 64 KiB buffer written
+      run.write(line);
+    before = std::filesystem::file_size(out + "/part-0.txt");
+    EXPECT_GE(before, detail::PartFileWriter::kBufferBytes) << "a full buffer is written while the lease holds";
+    lease_clock.set(3'000);
+    bool stopped = false;
+    for (int i = 0; i < 1'000 && !stopped; ++i) {
+      try {
+        run.write(line);
+      } catch (const TaskCancelledException&) {
+        stopped = true;
+      }
+    }
+    EXPECT_TRUE(stopped) << "the sink did not stop the stale task at its next write";
+    EXPECT_EQ(std::filesystem::file_size(out + "/part-0.txt"), before);
+  }  // close(): the buffered lines are dropped, not written
+  set_current_task_lease(nullptr);
+  EXPECT_EQ(std::filesystem::file_size(out + "/part-0.txt"), before);
+  EXPECT_EQ(read_file(out + "/part-0.txt").size() % 100, 0U) << "only whole lines, written before the lease lapsed";
 }
 
 TEST(FileSinkExactlyOnceTest, WithoutCheckpointingASubtaskWritesOnePartFileCommittedAtTheEnd) {

@@ -54,6 +54,7 @@ struct DeploymentSpec {
   std::vector<net::TaskManagerLocation> peers;  ///< every TaskManager of the deployment
   int self = 0;                                 ///< this TaskManager's index in peers
   std::vector<std::vector<int>> peer_of;        ///< [vertex][subtask]: index into peers
+  const TaskLease* lease = nullptr;  ///< the TaskManager's lease, which the tasks check (Task::Options::lease)
 };
 
 class DeployedTasks final : private TaskListener {

@@ -174,6 +174,7 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   sd.coordinators = &d->coordinators_;
   sd.attempt = spec.attempt;
   sd.clock = &clock;
+  sd.lease = spec.lease;
   sd.buffer_timeout_ms = config.get(options::kBufferTimeout);
   sd.checkpointing = spec.checkpointing;
   if (restore) sd.restores = &restores;

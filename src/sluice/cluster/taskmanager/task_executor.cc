@@ -212,6 +212,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     spec.self = req->self();
     spec.checkpointing = req->checkpointing();
     spec.restore_dir = req->restore_dir();
+    spec.lease = &lease_;
     for (const auto& p : req->peers()) {
       auto ep = parse_endpoint(p.data_address());
       if (!ep.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ep.error().message());
@@ -662,6 +663,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     const TimestampMs now = clock_.now_ms();
     if (st.ok()) {
       lease_from_ms_ = sent;
+      lease_.extend_until(sent + resp.heartbeat_timeout_ms());
       registered_epoch_ = resp.leader_epoch();
       int64_t highest = highest_epoch_.load();
       while (resp.leader_epoch() > highest && !highest_epoch_.compare_exchange_weak(highest, resp.leader_epoch())) {
@@ -751,6 +753,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       } else {
         connection_.on_heartbeat_ok(now);
         lease_from_ms_ = std::max(lease_from_ms_, sent);
+        lease_.extend_until(lease_from_ms_ + connection_.heartbeat().timeout_ms);
       }
       last_error.clear();
       return;
@@ -943,6 +946,9 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
 
   const TaskExecutorOptions options_;
   const Clock& clock_;
+  // lease_from_ms_ + heartbeat.timeout, which the tasks read themselves: woken from SIGSTOP they may run before
+  // this thread's fence_stale_tasks does. Declared before deployed_, so that it outlives the tasks.
+  TaskLease lease_{clock_};
   int port_ = 0;
   std::string resource_id_;
   std::unique_ptr<grpc::Server> server_;

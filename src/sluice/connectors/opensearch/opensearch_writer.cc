@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "sluice/connectors/opensearch/opensearch_sink.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/non_recoverable.h"
 
 namespace sluice::opensearch {
@@ -159,7 +160,8 @@ struct OpenSearchWriterCore::State {
         clock(c),
         dead_letter(std::move(dl)),
         stats(std::move(s)),
-        describe(std::move(d)) {}
+        describe(std::move(d)),
+        lease(current_task_lease()) {}
 
   OpenSearchSinkOptions options;
   std::unique_ptr<BulkTransport> transport;
@@ -167,6 +169,9 @@ struct OpenSearchWriterCore::State {
   std::shared_ptr<DeadLetterFile> dead_letter;
   std::shared_ptr<OpenSearchSinkStats> stats;
   std::string describe;
+  // The task's TaskManager lease (cluster mode; it outlives the task, hence this writer), or null: a request is
+  // not sent once it lapsed, as the task is stale then (core/task_lease.h).
+  const TaskLease* lease;
 
   std::mutex mu;
   std::condition_variable io_cv;    // wakes the I/O thread: a full request, closing
@@ -249,6 +254,12 @@ struct OpenSearchWriterCore::State {
     while (!closing) {
       if (error) {
         io_cv.wait(lock);
+        continue;
+      }
+      if (!queue.empty() && lease != nullptr && lease->lapsed()) {
+        fail_locked(Error(ErrorCode::kRuntime,
+                          describe + ": not sending a bulk request: the task is stale (its TaskManager's lease on "
+                                     "the JobManager lapsed; the JobManager may have declared it lost)"));
         continue;
       }
       if (!queue.empty()) {

@@ -18,6 +18,7 @@
 
 #include "libpq_handles.h"
 #include "sluice/api/functions.h"
+#include "sluice/core/cancellation.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/value_json.h"
@@ -891,6 +892,8 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
       buffered_records_ = 0;
       return;
     }
+    // A stale task (its TaskManager declared lost, then woken) must not overwrite what the new attempt wrote.
+    throw_if_current_task_cancelled();
     bool row_by_row = false;
     std::vector<BadRow> bad;
     for (int retry = 0;;) {
