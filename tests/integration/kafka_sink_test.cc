@@ -9,7 +9,10 @@
 //    scripts/services/kafka restart): the job recovers, exactly-once still holds;
 //  * a pool whose producers all hold pre-committed transactions fails with an error naming the pool size;
 //  * the open transaction's recovery copy is bounded (max_transaction_bytes): past it the task fails;
-//  * a record above message.max.bytes goes to the dead-letter file and the transaction holds the rest.
+//  * a record above message.max.bytes goes to the dead-letter file and the transaction holds the rest;
+//  * committables of format version 1 (written before the probe record) are settled by their marker groups;
+//  * a transaction left open on the partitions (as a hanging one is) fails the job naming it and the remedy,
+//    until aborted with Kafka's own kafka-transactions.sh; then every record is visible exactly once.
 // Run: scripts/services/run-with kafka -- build/<dir>/tests/kafka_sink_integration_test
 // Failure points come from a fixed seed (SLUICE_TEST_SEED overrides it), printed by each test.
 #include "sluice/connectors/kafka/kafka_sink.h"
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/private_kafka.h"
 #include "integration/test_util/services.h"
 #include "sluice/api/stream_environment.h"
@@ -497,6 +501,69 @@ TEST_F(KafkaSinkIntegrationTest, RestoredTransactionsAreVisibleExactlyOnce) {
   expect_per_key_order(reader.records, 1'000'000, /*allow_repeats=*/false);
 }
 
+/// KafkaCommittable as format version 1 had it (Sluice before the probe record): these seven fields.
+struct KafkaCommittableV1 {
+  std::string transactional_id;
+  int32_t subtask = 0;
+  std::string token;
+  std::string marker_topic;
+  int64_t precommit_time_ms = 0;
+  int64_t record_count = 0;
+  std::string records;
+};
+SLUICE_FIELDS(KafkaCommittableV1, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
+              records);
+
+/// `c` as a checkpoint of format version 1 holds it, read back by this build.
+KafkaCommittable through_version1(const KafkaCommittable& c) {
+  DataOutput out;
+  ::sluice::serialize(KafkaCommittableV1{c.transactional_id, c.subtask, c.token, c.marker_topic, c.precommit_time_ms,
+                                         c.record_count, c.records},
+                      out);
+  KafkaCommittable back;
+  DataInput in(out.view());
+  ::sluice::deserialize(back, in);
+  return back;
+}
+
+TEST_F(KafkaSinkIntegrationTest, Version1CommittablesAreSettledByTheirMarkerGroups) {
+  auto sink = make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_);
+  std::vector<KafkaCommittable> restored;
+  {
+    // Run 1: checkpoint "1" pre-commits 0..99 and its commit is lost with the crash; checkpoint "2" pre-commits
+    // 100..149 and is committed.
+    HandRun run(sink, {}, 0);
+    run.write(0, 100);
+    std::vector<KafkaCommittable> lost = run.writer->prepare_commit();
+    run.write(100, 150);
+    std::vector<KafkaCommittable> committed = run.writer->prepare_commit();
+    ASSERT_EQ(lost.size(), 1u);
+    ASSERT_EQ(committed.size(), 1u);
+    EXPECT_GE(lost[0].probe_offset, 0) << "this build keeps the probe record";
+    run.committer->commit(committed);
+    run.writer->close();
+    restored = {through_version1(lost[0]), through_version1(committed[0])};
+  }
+  ASSERT_EQ(restored[0].probe_offset, -1);
+  ASSERT_EQ(restored[1].probe_offset, -1);
+  {
+    // Run 2 restores the version-1 checkpoint that lists both: the marker groups decide (no probe record), so
+    // 0..99 are re-published and 100..149 are not published again.
+    HandRun run(sink, restored, 1);
+    run.writer->close();
+  }
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end();
+  std::vector<int64_t> values;
+  for (const Read& x : reader.records)
+    values.push_back(x.value);
+  std::sort(values.begin(), values.end());
+  std::vector<int64_t> want;
+  for (int64_t v = 0; v < 150; ++v)
+    want.push_back(v);
+  EXPECT_EQ(values, want);
+}
+
 TEST_F(KafkaSinkIntegrationTest, LingeringTransactionsOfAKilledRunAreAborted) {
   // A "killed run" left an open transaction under an id of the prefix (subtask 1, pool slot 2).
   tk::Client killed = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", bootstrap_},
@@ -597,6 +664,107 @@ TEST_F(KafkaSinkIntegrationTest, ExactlyOnceSurvivesBrokerRestart) {
   EXPECT_EQ(duplicated, 0);
   expect_per_key_order(reader.records, kRecords, /*allow_repeats=*/false);
   std::printf("broker restart: %zu records, %d restarts of the job\n", reader.records.size(), r.restarts);
+}
+
+TEST_F(KafkaSinkIntegrationTest, TransactionLeftOpenOnThePartitionsFailsNamingTheRemedyUntilAbortedByHand) {
+  // A transaction the broker keeps open holds every partition's last stable offset at its first record, as the
+  // hanging transaction a broker restart right after a commit left (docs/benchmarks.md). Here a producer of the
+  // test opens one on every partition and never ends it. The sink cannot confirm its commits behind it: the job
+  // must fail, again and again, naming the transaction it waits for and the remedy; aborting the blocker with
+  // Kafka's kafka-transactions.sh (as the error says) lets it finish with every record exactly once.
+  sluice::testing::PrivateKafka broker;  // kafka-transactions.sh runs through this broker's script
+  const std::string bootstrap = broker.bootstrap();
+  ASSERT_FALSE(bootstrap.empty()) << "the private broker did not start";
+  ASSERT_TRUE(tk::create_topic(bootstrap, topic_, kPartitions));
+  tk::Client blocker = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", bootstrap},
+                                                           {"transactional.id", prefix_ + "-blocker"},
+                                                           {"transaction.timeout.ms", "900000"},
+                                                           {"log_level", "3"}});
+  ASSERT_EQ(tk::error_text(rd_kafka_init_transactions(blocker.get(), 30'000)), "");
+  ASSERT_EQ(tk::error_text(rd_kafka_begin_transaction(blocker.get())), "");
+  for (int32_t p = 0; p < kPartitions; ++p) {
+    ASSERT_EQ(rd_kafka_producev(blocker.get(), RD_KAFKA_V_TOPIC(topic_.c_str()), RD_KAFKA_V_PARTITION(p),
+                                RD_KAFKA_V_VALUE(const_cast<char*>("blocker"), 7), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  ASSERT_EQ(rd_kafka_flush(blocker.get(), 30'000), RD_KAFKA_RESP_ERR_NO_ERROR);  // at offset 0 of each partition
+
+  constexpr int64_t kRecords = 3'000;
+  auto sink = KafkaSink<int64_t>::builder()
+                  .bootstrap_servers(bootstrap)
+                  .topic(topic_)
+                  .delivery_guarantee(DeliveryGuarantee::kExactlyOnce)
+                  .transactional_id_prefix(prefix_)
+                  .max_commit_delay(std::chrono::milliseconds(60'000))
+                  .operation_timeout(std::chrono::milliseconds(5'000))
+                  .record_serializer([](const int64_t& v, KafkaProducerRecord& out) {
+                    out.set_key(std::to_string(v % kKeys));
+                    out.set_value(std::to_string(v));
+                  })
+                  .property("log_level", "3")
+                  .build();
+  StreamEnvironment env(job_config(dir_, 200));
+  build_job(env, kRecords, 500, std::make_shared<std::atomic<int>>(0), seeded_thresholds(test_seed(), 0, 1), sink);
+  JobClient client = env.execute_async("kafka hanging transaction");
+  std::string error;
+  const bool named = sluice::testing::poll_until(
+      [&] {
+        for (const JobExceptionInfo& e : client.exceptions()) {
+          if (e.stacktrace.find("kafka-transactions.sh") != std::string::npos) {
+            error = e.stacktrace;
+            return true;
+          }
+        }
+        return client.wait_for(0ms);
+      },
+      120s, 100ms);
+  ASSERT_TRUE(named && !error.empty()) << "no error named the open transaction within 120 s";
+  std::printf("the job's error: %s\n", error.c_str());
+  EXPECT_THAT(error, HasSubstr("transactional.id " + prefix_ + "-"));
+  EXPECT_THAT(error, HasSubstr(topic_ + " ["));
+  EXPECT_THAT(error, HasSubstr("the partition's last stable offset stays at 0"));
+  EXPECT_THAT(error,
+              HasSubstr("kafka-transactions.sh --bootstrap-server " + bootstrap + " find-hanging --broker-id 1"));
+  EXPECT_THAT(error, HasSubstr("abort --topic " + topic_ + " --partition "));
+  EXPECT_THAT(error, HasSubstr("--start-offset 0"));
+  EXPECT_FALSE(client.wait_for(0ms)) << "the job ended while a transaction blocked its output";
+  const int restarts_before = client.restarts();
+
+  // The remedy, as the error gives it (find-hanging does not list this one: its producer is alive and its
+  // coordinator knows it; abort works on any open transaction).
+  std::printf("find-hanging: %s\n", broker.transactions("find-hanging --broker-id 1").c_str());
+  for (int32_t p = 0; p < kPartitions; ++p) {
+    const std::string out =
+        broker.transactions("abort --topic " + topic_ + " --partition " + std::to_string(p) + " --start-offset 0");
+    ASSERT_FALSE(out.empty()) << "kafka-transactions.sh abort failed for partition " << p;
+  }
+  if (!client.wait_for(std::chrono::minutes(3))) {
+    client.cancel();
+    FAIL() << "the job did not finish within 3 minutes of the abort";
+  }
+  JobResult r = client.wait();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_GE(r.restarts, restarts_before);
+
+  Reader reader(bootstrap, topic_, "read_committed");
+  reader.read_to_end(60s);
+  std::map<int64_t, int> count;
+  int64_t blockers = 0;
+  for (const Read& x : reader.records) {
+    if (x.text == "blocker") ++blockers;
+    ++count[x.value];
+  }
+  int64_t missing = 0, duplicated = 0;
+  for (int64_t v = 0; v < kRecords; ++v) {
+    auto it = count.find(v);
+    missing += it == count.end() ? 1 : 0;
+    duplicated += it != count.end() && it->second > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(blockers, 0) << "the aborted blocker is visible";
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(duplicated, 0);
+  std::printf("open transaction aborted by hand: %zu records, %d restarts of the job\n", reader.records.size(),
+              r.restarts);
 }
 
 TEST_F(KafkaSinkIntegrationTest, ExhaustedProducerPoolFailsNamingThePoolSize) {

@@ -88,6 +88,12 @@ class PrivateKafka {
   void stop() {
     if (pid() > 0) script("stop");
   }
+  /// Runs Kafka's kafka-transactions.sh (TransactionsCommand, KIP-664) against this broker with `args`, e.g.
+  /// "abort --topic t --partition 0 --start-offset 5"; returns its output followed by "(exit 0)", or "" when it
+  /// failed (abort prints nothing when it succeeds).
+  std::string transactions(const std::string& args) {
+    return script("transactions " + args + " 2>&1 && echo '(exit 0)'");
+  }
 
  private:
   static std::string value_of(const std::string& text, const std::string& key) {

@@ -74,8 +74,26 @@ KafkaCommittable sample_committable() {
   c.precommit_time_ms = 1'700'000'000'123;
   c.record_count = 2;
   c.records = std::string("\x01\x02\x00\xff", 4);
+  c.probe_topic = "orders";
+  c.probe_partition = 3;
+  c.probe_offset = 4711;
+  c.committed = true;
   return c;
 }
+
+/// KafkaCommittable as Sluice wrote it into checkpoints and savepoints before the probe record (format version 1:
+/// these seven fields through SLUICE_FIELDS).
+struct KafkaCommittableV1 {
+  std::string transactional_id;
+  int32_t subtask = 0;
+  std::string token;
+  std::string marker_topic;
+  int64_t precommit_time_ms = 0;
+  int64_t record_count = 0;
+  std::string records;
+};
+SLUICE_FIELDS(KafkaCommittableV1, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
+              records);
 
 TEST(KafkaCommittableTest, SerializerRoundTrip) {
   const KafkaCommittable c = sample_committable();
@@ -95,6 +113,62 @@ TEST(KafkaCommittableTest, SerializerRoundTrip) {
   DataInput in2(out2.view());
   TypeSerializer<std::pair<int64_t, KafkaCommittable>>::deserialize(back2, in2);
   EXPECT_EQ(back2, entry);
+}
+
+TEST(KafkaCommittableTest, Version1CommittableFromAnOldCheckpointRestoresWithoutProbe) {
+  // The sink operator's union list state "committables" as a version-1 Sluice snapshotted it, restored by this
+  // build: the committable comes back whole, without a probe record (the restore then settles it by its marker).
+  const KafkaCommittable c = sample_committable();
+  const KafkaCommittableV1 old{c.transactional_id,  c.subtask,      c.token,  c.marker_topic,
+                               c.precommit_time_ms, c.record_count, c.records};
+  DataOutput snapshot;
+  {
+    OperatorStateStore store;
+    auto& state = store.get_union_list_state<std::pair<int64_t, KafkaCommittableV1>>("committables");
+    state.add({11, old});
+    state.add({12, old});
+    store.snapshot(snapshot);
+  }
+  OperatorStateStore restored;
+  DataInput in(snapshot.view());
+  ASSERT_TRUE(restored.restore(in).ok());
+  const auto& entries = restored.get_union_list_state<std::pair<int64_t, KafkaCommittable>>("committables").get();
+  ASSERT_EQ(entries.size(), 2u);
+  KafkaCommittable want = c;
+  want.probe_topic.clear();
+  want.probe_partition = -1;
+  want.probe_offset = -1;
+  want.committed = false;
+  EXPECT_EQ(entries[0], (std::pair<int64_t, KafkaCommittable>{11, want}));
+  EXPECT_EQ(entries[1], (std::pair<int64_t, KafkaCommittable>{12, want}));
+}
+
+TEST(KafkaCommittableTest, Version2KeepsTheProbeRecordAndAnUnknownVersionFailsNamingIt) {
+  const KafkaCommittable c = sample_committable();
+  DataOutput out;
+  TypeSerializer<KafkaCommittable>::serialize(c, out);
+  // Version 1's bytes come first, unchanged: the new fields are appended after a version number.
+  DataOutput v1;
+  ::sluice::serialize(KafkaCommittableV1{c.transactional_id, c.subtask, c.token, c.marker_topic, c.precommit_time_ms,
+                                         c.record_count, c.records},
+                      v1);
+  ASSERT_GT(out.view().size(), v1.view().size());
+  EXPECT_EQ(out.view().substr(0, v1.view().size()), v1.view());
+  EXPECT_EQ(static_cast<uint8_t>(out.view()[v1.view().size()]), kKafkaCommittableFormatVersion);
+
+  // A committable of a later format (version 3) is refused with its version and transactional id.
+  std::string later(out.view());
+  later[v1.view().size()] = 3;
+  KafkaCommittable back;
+  DataInput in(later);
+  try {
+    TypeSerializer<KafkaCommittable>::deserialize(back, in);
+    FAIL() << "a version-3 committable was read";
+  } catch (const SluiceException& e) {
+    EXPECT_EQ(e.error().code(), ErrorCode::kSerialization);
+    EXPECT_THAT(e.what(), HasSubstr("format version 3"));
+    EXPECT_THAT(e.what(), HasSubstr("job-1-3"));
+  }
 }
 
 TEST(KafkaCommittableTest, WriterStateRoundTrip) {

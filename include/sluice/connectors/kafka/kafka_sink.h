@@ -87,10 +87,25 @@
 //    (a duplicate, never a loss).
 //  * More than pool size - 1 pre-committed transactions waiting for their checkpoints (checkpoints that keep
 //    failing or are very slow to complete) fail the task with an error naming the pool size.
-//  * Kafka 4.4 was seen, after a broker restart, to report "unstable offsets" for a marker group for minutes
-//    although the transaction had completed. The sink then decides only from certain evidence (resolve_marker):
-//    the token in the group's materialized offsets proves the commit; otherwise, after the operation timeout,
-//    the task fails with that reason and the restore asks again after the restart. Never a guess.
+//  * A commit the broker acknowledged can be lost: Kafka 4.4 restarting right after commit_transaction returned
+//    left the transaction aborted, or its marker group's offsets pending for minutes (committed or not), or the
+//    transaction hanging. So the committable keeps the first record of its transaction as the broker placed it
+//    (probe_topic/partition/offset, from the delivery report), and a read_committed consumer reading from there
+//    decides: the record means committed, a later record or the end of the partition past it means aborted,
+//    nothing yet (the partition's last stable offset is not past it) means pending. Every committed transaction
+//    is checked so at the next checkpoint's pre-commit (confirm_commits, briefly: other subtasks' transactions,
+//    open until their own notification, can hold the last stable offset back) and stays in every checkpoint,
+//    marked `committed`, until its record is seen; the subtask's next commit waits for it (up to 5 s, else the
+//    task fails): a later transaction committed first would put the earlier one's re-publication after it
+//    (per-key order). One found aborted fails the task, and the restore of the last completed checkpoint, which
+//    holds it, re-publishes it. A restore first runs init_transactions on all the
+//    subtask's ids, then decides each restored committable the same way; a committable of format version 1
+//    (written before the probe record) by its marker group (resolve_marker).
+//  * A record still not readable after the operation timeout (since its commit, or in a restore) sits behind a
+//    transaction open on the broker (the last stable offset stays at its start). When no producer will end it (a
+//    hanging transaction), only an admin can abort it (kafka-transactions.sh find-hanging / abort, KIP-664; librdkafka
+//    has no API for it): the task fails naming the transactional id, topic, partition, offsets, leader and these
+//    commands, on every restart until it is aborted.
 //  * Memory: the open epoch's recovery copy is bounded by max_transaction_bytes (default 512 MiB per subtask):
 //    past it the task fails (a checkpoint barrier that never comes would otherwise grow it until the process
 //    dies; blocking instead would also hold back that barrier).
@@ -241,10 +256,35 @@ struct KafkaCommittable {
   int64_t precommit_time_ms = 0;  ///< marker offset (informational)
   int64_t record_count = 0;
   std::string records;  ///< the recovery copy (detail::RecoveryCopyWriter encoding)
+  /// One record of the transaction as the broker placed it (from its delivery report): whether a read_committed
+  /// reader sees it there tells whether the transaction committed. probe_offset -1: no record.
+  std::string probe_topic;
+  int32_t probe_partition = -1;
+  int64_t probe_offset = -1;
+  /// True: committed already, kept in the checkpoint only until its probe record is seen (a commit the broker
+  /// acknowledged can still be lost); the runtime does not commit it again, a restore settles it like the others.
+  bool committed = false;
   friend bool operator==(const KafkaCommittable&, const KafkaCommittable&) = default;
 };
 SLUICE_FIELDS(KafkaCommittable, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
-              records);
+              records, probe_topic, probe_partition, probe_offset, committed);
+
+/// The committable's format version written into checkpoints and savepoints (TypeSerializer<KafkaCommittable>).
+inline constexpr uint64_t kKafkaCommittableFormatVersion = 2;
+
+/// The serializer of a KafkaCommittable in the sink's operator state. Version 1 (Sluice before the probe record)
+/// is the seven fields from transactional_id to records and nothing else; version 2 appends a varint version
+/// number, the probe record (topic, partition, offset) and `committed`. A version 1 committable therefore restores with
+/// probe_offset -1, and the restore settles it by its marker group as version 1 did. Reading relies on the
+/// committable ending its length-delimited operator state element, as it does in the two-phase-commit sink
+/// operator's (checkpoint id, committable) pairs. A version this build does not know fails with
+/// ErrorCode::kSerialization naming it.
+template <>
+struct TypeSerializer<KafkaCommittable> {
+  static void serialize(const KafkaCommittable& v, DataOutput& out);
+  static void deserialize(KafkaCommittable& target, DataInput& in);
+  static constexpr size_t min_encoded_size() { return 24; }
+};
 
 /// One writer's entry of the union list state "kafka-sink-writers": which transactional ids a run used, so that
 /// a restore with another parallelism or pool size still aborts all of them.
@@ -313,7 +353,8 @@ struct MarkerReading {
 
 /// Decides whether the transaction whose marker carries `token` was committed, from the readings of
 /// `fetch(require_stable)`, called on the task thread after init_transactions completed the transactional id's
-/// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed).
+/// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed). Used for
+/// committables without a probe record (written before format version 2, or a transaction without records).
 ///  * A stable reading (require_stable) is certain and returned.
 ///  * While the broker answers UNSTABLE_OFFSET_COMMIT or not at all (a read_committed consumer's fetch times
 ///    out while offsets are pending), the materialized offsets (require_stable off) are read as well: only committed
@@ -324,9 +365,12 @@ struct MarkerReading {
 ///    skipping could lose it, so the task fails (and the restore runs again after the restart) instead of
 ///    guessing. (Kafka 4.4 was seen to answer UNSTABLE_OFFSET_COMMIT for a complete transaction's group for
 ///    minutes after a broker restart.)
+///  `interrupt` (may be empty) is called between the questions and throws to stop waiting (the task's
+///  cancellation, the sink's liveness probe).
 std::optional<std::string> resolve_marker(const std::function<MarkerReading(bool require_stable)>& fetch,
                                           std::string_view token, int64_t timeout_ms, int64_t retry_ms,
-                                          std::string_view who, std::string_view group);
+                                          std::string_view who, std::string_view group,
+                                          const std::function<void()>& interrupt = nullptr);
 
 /// `<prefix>-<subtask>-<k>`.
 std::string transactional_id(std::string_view prefix, int subtask, int k);
