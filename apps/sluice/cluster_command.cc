@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -190,6 +191,24 @@ bool job_status_terminal_name(std::string_view s) {
       reason);
   spdlog::default_logger()->flush();
   ::_exit(1);
+}
+
+/// A fenced write of the leader to the HA store, retried while etcd is briefly unavailable (a member restarting,
+/// an etcd leader election) for at most one lease TTL: longer than that and this JobManager has lost its
+/// leadership anyway. `write` gets the attempt number (1, 2, ...); a fenced write ends this JobManager.
+Status write_as_leader(std::chrono::seconds ttl, const std::string& what,
+                       const std::function<Result<ha::FencedWrite>(int attempt)>& write) {
+  const auto deadline = std::chrono::steady_clock::now() + ttl;
+  for (int attempt = 1;; ++attempt) {
+    auto w = write(attempt);
+    if (w.ok() && *w == ha::FencedWrite::kFenced) stop_as_former_leader(what + " was fenced");
+    if (w.ok()) return ok_status();
+    if (w.error().code() != ErrorCode::kConnector || std::chrono::steady_clock::now() >= deadline) {
+      return w.error().with_context(fmt::format("{} in etcd ({} attempt(s))", what, attempt));
+    }
+    spdlog::warn("JobManager: {} failed, retrying: {}", what, w.error().to_string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // etcd is electing or restarting a member
+  }
 }
 
 void install_signals() {
@@ -382,6 +401,11 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       auto pointer = store->latest_checkpoint(id);
       if (!pointer.ok()) return fail(pointer.error());
       mo.resumed_checkpoint_id = pointer->has_value() ? (*pointer)->checkpoint_id : 0;
+      // Above every attempt a former leader deployed (one that recorded none, of an older build, ran attempt 0 at
+      // least).
+      auto last_attempt = store->attempt(id);
+      if (!last_attempt.ok()) return fail(last_attempt.error());
+      mo.first_attempt = last_attempt->value_or(0) + 1;
       if (pointer->has_value()) {
         job_config.set_string(std::string(options::kStateRecoveryPath.key), (*pointer)->external_path);
         spdlog::info(
@@ -398,8 +422,6 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     auto put = resumed ? store->set_job_status(epoch, mo.job_id, "CREATED") : store->put_job(epoch, record, "CREATED");
     if (!put.ok()) return fail(put.error());
     if (*put == ha::FencedWrite::kFenced) stop_as_former_leader("recording the job in etcd was fenced");
-    // Retried while etcd is briefly unavailable (a member restarting, an etcd leader election), for at most one
-    // lease TTL: longer than that and this JobManager has lost its leadership anyway.
     mo.publish_checkpoint = [s = store.get(), epoch, job_id = mo.job_id, ttl = p->ha.lease_ttl](
                                 int64_t id, const std::string& path) -> Status {
       ha::CheckpointPointer pointer;
@@ -407,29 +429,24 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       pointer.external_path = path;
       pointer.completed_at_ms = SystemClock::instance().now_ms();
       pointer.leader_epoch = epoch.create_revision;
-      const auto deadline = std::chrono::steady_clock::now() + ttl;
-      for (int attempt = 1;; ++attempt) {
-        auto w = s->set_latest_checkpoint(epoch, job_id, pointer);
-        if (w.ok() && *w == ha::FencedWrite::kFenced) {
-          stop_as_former_leader(fmt::format("moving the latest-checkpoint pointer to checkpoint {} was fenced", id));
-        }
-        if (w.ok()) return ok_status();
-        if (attempt > 1) {
-          // An earlier attempt may have applied with its answer lost: then the pointer is already ours.
-          auto now = s->latest_checkpoint(job_id);
-          if (now.ok() && now->has_value() && (*now)->checkpoint_id == id &&
-              (*now)->leader_epoch == epoch.create_revision) {
-            return ok_status();
-          }
-        }
-        if (w.error().code() != ErrorCode::kConnector || std::chrono::steady_clock::now() >= deadline) {
-          return w.error().with_context(
-              fmt::format("moving the latest-checkpoint pointer in etcd ({} attempt(s))", attempt));
-        }
-        spdlog::warn("JobManager: moving the latest-checkpoint pointer to checkpoint {} failed, retrying: {}", id,
-                     w.error().to_string());
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // etcd is electing or restarting a member
-      }
+      return write_as_leader(ttl, fmt::format("moving the latest-checkpoint pointer to checkpoint {}", id),
+                             [&](int attempt) -> Result<ha::FencedWrite> {
+                               if (attempt > 1) {
+                                 // An earlier attempt may have applied with its answer lost: then the pointer is
+                                 // already ours.
+                                 auto now = s->latest_checkpoint(job_id);
+                                 if (now.ok() && now->has_value() && (*now)->checkpoint_id == id &&
+                                     (*now)->leader_epoch == epoch.create_revision) {
+                                   return ha::FencedWrite::kApplied;
+                                 }
+                               }
+                               return s->set_latest_checkpoint(epoch, job_id, pointer);
+                             });
+    };
+    // Recording the same attempt again is applied, so a retry after a lost answer needs no check of its own.
+    mo.record_attempt = [s = store.get(), epoch, job_id = mo.job_id, ttl = p->ha.lease_ttl](int attempt) -> Status {
+      return write_as_leader(ttl, fmt::format("recording deployment attempt {}", attempt),
+                             [&](int) { return s->set_attempt(epoch, job_id, attempt); });
     };
     mo.is_leader = [e = election.get()] { return e->is_leader(); };
   }

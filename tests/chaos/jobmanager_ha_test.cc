@@ -238,6 +238,15 @@ class JobManagerHaTest : public ::testing::Test {
       ids.push_back(std::stoll((*it)[1]));
     return ids;
   }
+  // The numbers of the deployment attempts `jm` ran ("RUNNING: ... (attempt N)"), in order.
+  static std::vector<int> deployed_attempts(ChildProcess& jm) {
+    static const std::regex running(R"(RUNNING: \d+ task\(s\) on \d+ TaskManager\(s\) \(attempt (\d+)\))");
+    const std::string out = jm.output();
+    std::vector<int> ids;
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), running); it != std::sregex_iterator(); ++it)
+      ids.push_back(std::stoi((*it)[1]));
+    return ids;
+  }
   // Reads the topic until it holds a committed record and `jm` completed `checkpoints` checkpoints (kStart).
   static bool await_committed(Verifier& v, ChildProcess& jm, size_t checkpoints) {
     return poll_until(
@@ -364,6 +373,13 @@ TEST_F(JobManagerHaTest, TheStandbyTakesOverAKilledLeadersJobFromTheLatestCheckp
   const int64_t resumed_id = std::stoll((*resumed)[2]);
   EXPECT_GE(resumed_id, done_by_a.back());
   EXPECT_LE(resumed_id, done_by_a.back() + 1);
+  // The new leader's deployments are numbered above the former leader's: a task of the killed leader's
+  // deployment still running on a TaskManager cannot feed a channel of the new one.
+  const std::vector<int> attempts_a = deployed_attempts(*a);
+  const std::vector<int> attempts_b = deployed_attempts(*b);
+  ASSERT_FALSE(attempts_a.empty());
+  ASSERT_FALSE(attempts_b.empty());
+  EXPECT_GT(attempts_b.front(), attempts_a.back()) << logs();
 
   const std::optional<int> code = b->wait_exit(90s);
   ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();

@@ -46,9 +46,13 @@
 #include "sluice/core/clock.h"
 #include "sluice/core/fault_points.h"
 #include "sluice/state/operator_state.h"
+#include "test_util/kafka_committable_v1.h"
 
 namespace sluice {
 namespace {
+
+using sluice::testing::as_version1;
+using sluice::testing::KafkaCommittableV1;
 
 namespace fs = std::filesystem;
 namespace tk = sluice::testing::kafka;
@@ -87,6 +91,14 @@ struct Read {
 };
 
 /// Reads a topic from the beginning with the given isolation level.
+/// first, first + 1, ..., last - 1.
+std::vector<int64_t> values_from_to(int64_t first, int64_t last) {
+  std::vector<int64_t> out;
+  for (int64_t v = first; v < last; ++v)
+    out.push_back(v);
+  return out;
+}
+
 class Reader {
  public:
   Reader(const std::string& bootstrap, const std::string& topic, const std::string& isolation)
@@ -134,6 +146,15 @@ class Reader {
     r.visible_ms = wall_ms();
     records.push_back(std::move(r));
     return true;
+  }
+
+  /// The values read so far, sorted (for a comparison regardless of partitions).
+  std::vector<int64_t> sorted_values() const {
+    std::vector<int64_t> values;
+    for (const Read& x : records)
+      values.push_back(x.value);
+    std::sort(values.begin(), values.end());
+    return values;
   }
 
   /// Reads until every partition is at its end (the last stable offset for read_committed) and nothing more
@@ -488,38 +509,17 @@ TEST_F(KafkaSinkIntegrationTest, RestoredTransactionsAreVisibleExactlyOnce) {
   }
   Reader reader(bootstrap_, topic_, "read_committed");
   reader.read_to_end();
-  std::vector<int64_t> values;
-  for (const Read& x : reader.records)
-    values.push_back(x.value);
-  std::sort(values.begin(), values.end());
-  std::vector<int64_t> want;
-  for (int64_t v = 0; v < 100; ++v)
+  std::vector<int64_t> want = values_from_to(0, 100);
+  for (int64_t v : values_from_to(200, 250))
     want.push_back(v);
-  for (int64_t v = 200; v < 250; ++v)
-    want.push_back(v);
-  EXPECT_EQ(values, want);
+  EXPECT_EQ(reader.sorted_values(), want);
   expect_per_key_order(reader.records, 1'000'000, /*allow_repeats=*/false);
 }
-
-/// KafkaCommittable as format version 1 had it (Sluice before the probe record): these seven fields.
-struct KafkaCommittableV1 {
-  std::string transactional_id;
-  int32_t subtask = 0;
-  std::string token;
-  std::string marker_topic;
-  int64_t precommit_time_ms = 0;
-  int64_t record_count = 0;
-  std::string records;
-};
-SLUICE_FIELDS(KafkaCommittableV1, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
-              records);
 
 /// `c` as a checkpoint of format version 1 holds it, read back by this build.
 KafkaCommittable through_version1(const KafkaCommittable& c) {
   DataOutput out;
-  ::sluice::serialize(KafkaCommittableV1{c.transactional_id, c.subtask, c.token, c.marker_topic, c.precommit_time_ms,
-                                         c.record_count, c.records},
-                      out);
+  ::sluice::serialize(as_version1(c), out);
   KafkaCommittable back;
   DataInput in(out.view());
   ::sluice::deserialize(back, in);
@@ -554,14 +554,7 @@ TEST_F(KafkaSinkIntegrationTest, Version1CommittablesAreSettledByTheirMarkerGrou
   }
   Reader reader(bootstrap_, topic_, "read_committed");
   reader.read_to_end();
-  std::vector<int64_t> values;
-  for (const Read& x : reader.records)
-    values.push_back(x.value);
-  std::sort(values.begin(), values.end());
-  std::vector<int64_t> want;
-  for (int64_t v = 0; v < 150; ++v)
-    want.push_back(v);
-  EXPECT_EQ(values, want);
+  EXPECT_EQ(reader.sorted_values(), values_from_to(0, 150));
 }
 
 TEST_F(KafkaSinkIntegrationTest, LingeringTransactionsOfAKilledRunAreAborted) {

@@ -135,6 +135,15 @@ TEST_F(EtcdHaTest, WritesWithAFormerLeadersEpochAreFenced) {
   ASSERT_TRUE(w.ok() && *w == FencedWrite::kApplied);
   auto back = store.set_latest_checkpoint(**ea, "j1", CheckpointPointer{6, "file:///c/chk-6", 1, 0});
   ASSERT_FALSE(back.ok()) << "the pointer moved back";
+  auto none = store.attempt("j1");
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  EXPECT_FALSE(none->has_value());
+  for (int n : {0, 1, 2, 2}) {  // the same attempt again applies (a retry after a lost answer)
+    auto a_w = store.set_attempt(**ea, "j1", n);
+    ASSERT_TRUE(a_w.ok() && *a_w == FencedWrite::kApplied) << n;
+  }
+  auto attempt_back = store.set_attempt(**ea, "j1", 1);
+  ASSERT_FALSE(attempt_back.ok()) << "the attempt went back";
 
   o.address = "jm-b:6123";
   EtcdLeaderElection b(*client_, o);
@@ -158,6 +167,14 @@ TEST_F(EtcdHaTest, WritesWithAFormerLeadersEpochAreFenced) {
   EXPECT_EQ(*fenced_status, FencedWrite::kFenced);
   auto applied = store.set_latest_checkpoint(**eb, "j1", CheckpointPointer{8, "file:///c/chk-8", 1, 0});
   ASSERT_TRUE(applied.ok() && *applied == FencedWrite::kApplied);
+  auto fenced_attempt = store.set_attempt(**ea, "j1", 7);
+  ASSERT_TRUE(fenced_attempt.ok()) << fenced_attempt.error().to_string();
+  EXPECT_EQ(*fenced_attempt, FencedWrite::kFenced);
+  auto last = store.attempt("j1");
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ(**last, 2) << "a former leader's attempt was recorded";
+  auto next_attempt = store.set_attempt(**eb, "j1", **last + 1);
+  ASSERT_TRUE(next_attempt.ok() && *next_attempt == FencedWrite::kApplied);
 
   auto p = store.latest_checkpoint("j1");
   ASSERT_TRUE(p.ok() && p->has_value());
@@ -177,6 +194,9 @@ TEST_F(EtcdHaTest, WritesWithAFormerLeadersEpochAreFenced) {
   ids = store.job_ids();
   ASSERT_TRUE(ids.ok());
   EXPECT_TRUE(ids->empty());
+  auto removed_attempt = store.attempt("j1");
+  ASSERT_TRUE(removed_attempt.ok());
+  EXPECT_FALSE(removed_attempt->has_value());
 }
 
 // Two contender processes: exactly one leads, and etcd publishes its address.

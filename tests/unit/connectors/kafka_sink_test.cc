@@ -26,9 +26,13 @@
 #include "sluice/core/data_io.h"
 #include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
+#include "test_util/kafka_committable_v1.h"
 
 namespace sluice {
 namespace {
+
+using sluice::testing::as_version1;
+using sluice::testing::KafkaCommittableV1;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -81,20 +85,6 @@ KafkaCommittable sample_committable() {
   return c;
 }
 
-/// KafkaCommittable as Sluice wrote it into checkpoints and savepoints before the probe record (format version 1:
-/// these seven fields through SLUICE_FIELDS).
-struct KafkaCommittableV1 {
-  std::string transactional_id;
-  int32_t subtask = 0;
-  std::string token;
-  std::string marker_topic;
-  int64_t precommit_time_ms = 0;
-  int64_t record_count = 0;
-  std::string records;
-};
-SLUICE_FIELDS(KafkaCommittableV1, transactional_id, subtask, token, marker_topic, precommit_time_ms, record_count,
-              records);
-
 TEST(KafkaCommittableTest, SerializerRoundTrip) {
   const KafkaCommittable c = sample_committable();
   DataOutput out;
@@ -119,8 +109,7 @@ TEST(KafkaCommittableTest, Version1CommittableFromAnOldCheckpointRestoresWithout
   // The sink operator's union list state "committables" as a version-1 Sluice snapshotted it, restored by this
   // build: the committable comes back whole, without a probe record (the restore then settles it by its marker).
   const KafkaCommittable c = sample_committable();
-  const KafkaCommittableV1 old{c.transactional_id,  c.subtask,      c.token,  c.marker_topic,
-                               c.precommit_time_ms, c.record_count, c.records};
+  const KafkaCommittableV1 old = as_version1(c);
   DataOutput snapshot;
   {
     OperatorStateStore store;
@@ -149,9 +138,7 @@ TEST(KafkaCommittableTest, Version2KeepsTheProbeRecordAndAnUnknownVersionFailsNa
   TypeSerializer<KafkaCommittable>::serialize(c, out);
   // Version 1's bytes come first, unchanged: the new fields are appended after a version number.
   DataOutput v1;
-  ::sluice::serialize(KafkaCommittableV1{c.transactional_id, c.subtask, c.token, c.marker_topic, c.precommit_time_ms,
-                                         c.record_count, c.records},
-                      v1);
+  ::sluice::serialize(as_version1(c), v1);
   ASSERT_GT(out.view().size(), v1.view().size());
   EXPECT_EQ(out.view().substr(0, v1.view().size()), v1.view());
   EXPECT_EQ(static_cast<uint8_t>(out.view()[v1.view().size()]), kKafkaCommittableFormatVersion);

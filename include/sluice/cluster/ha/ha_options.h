@@ -62,6 +62,8 @@ class HaKeys {
   std::string job_checkpoint(std::string_view job_id) const {
     return jobs_prefix() + std::string(job_id) + "/checkpoint";
   }
+  /// The number of the job's latest deployment attempt (every leader's attempts continue from it).
+  std::string job_attempt(std::string_view job_id) const { return jobs_prefix() + std::string(job_id) + "/attempt"; }
 
  private:
   std::string root_;

@@ -63,6 +63,11 @@ class EtcdHaStore {
   /// kCheckpoint when `pointer.checkpoint_id` is not above the stored one (a pointer never goes back).
   Result<FencedWrite> set_latest_checkpoint(const LeaderEpoch& epoch, std::string_view job_id,
                                             const CheckpointPointer& pointer);
+  /// Records that the leader deploys attempt `attempt` of the job, before it deploys it, so that a new leader
+  /// continues from a higher number and no data-plane channel or task report of a former leader's deployment can
+  /// be taken for one of its own (the attempt is part of every channel id). Refused (kFenced) for a former leader;
+  /// kCheckpoint when `attempt` is below the stored one (attempts never go back; the same one again is applied).
+  Result<FencedWrite> set_attempt(const LeaderEpoch& epoch, std::string_view job_id, int attempt);
   /// Removes every key of the job (after it reached a terminal state and its result was reported).
   Result<FencedWrite> remove_job(const LeaderEpoch& epoch, std::string_view job_id);
 
@@ -71,6 +76,8 @@ class EtcdHaStore {
   Result<std::optional<HaJobRecord>> job(std::string_view job_id);
   Result<std::optional<std::string>> job_status(std::string_view job_id);
   Result<std::optional<CheckpointPointer>> latest_checkpoint(std::string_view job_id);
+  /// The latest attempt set_attempt() recorded, nullopt when none was.
+  Result<std::optional<int>> attempt(std::string_view job_id);
 
   const HaKeys& keys() const { return keys_; }
 

@@ -78,6 +78,12 @@ struct JobMasterOptions {
   /// pointer move was fenced, or that died in between): init_checkpoints() discards them, after the new ids were
   /// placed above them. nullopt: not a resumed job.
   std::optional<int64_t> resumed_checkpoint_id;
+  /// High availability: the number of the first deployment attempt (a resumed job continues above the attempts
+  /// of its former leaders, so that no channel id or task report of theirs matches one of this leader's), and
+  /// `record_attempt`, called with each attempt's number before it is deployed: an error (fenced, etcd out of
+  /// reach) fails the deployment.
+  int first_attempt = 0;
+  std::function<Status(int attempt)> record_attempt;
 };
 
 /// Where the JobMaster placed a subtask (for the REST API and logs).

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "sluice/core/value.h"
 
 namespace sluice::ha {
@@ -44,6 +46,18 @@ Result<std::optional<CheckpointPointer>> parse_pointer(const std::optional<EtcdK
   p.completed_at_ms = int_field(*obj, "completed_at_ms");
   p.leader_epoch = int_field(*obj, "leader_epoch");
   return std::optional<CheckpointPointer>(std::move(p));
+}
+
+Result<std::optional<int>> parse_attempt(const std::optional<EtcdKeyValue>& kv) {
+  if (!kv) return std::optional<int>();
+  int n = -1;
+  const auto [end, ec] = std::from_chars(kv->value.data(), kv->value.data() + kv->value.size(), n);
+  if (ec != std::errc() || end != kv->value.data() + kv->value.size() || n < 0) {
+    return Error(ErrorCode::kSerialization,
+                 fmt::format("etcd key {} does not hold an attempt number as Sluice writes it: '{}'", kv->key,
+                             kv->value.substr(0, 200)));
+  }
+  return std::optional<int>(n);
 }
 
 }  // namespace
@@ -124,10 +138,36 @@ Result<FencedWrite> EtcdHaStore::set_latest_checkpoint(const LeaderEpoch& epoch,
                fmt::format("job {}: the latest-checkpoint pointer kept changing under the leader", job_id));
 }
 
+Result<FencedWrite> EtcdHaStore::set_attempt(const LeaderEpoch& epoch, std::string_view job_id, int attempt) {
+  const std::string key = keys_.job_attempt(job_id);
+  // Optimistic as the pointer: read, then write only if the key is unchanged since (mod revision) and not above.
+  for (int round = 0; round < 5; ++round) {
+    auto current = client_.get(key);
+    if (!current.ok()) return current.error();
+    auto stored = parse_attempt(*current);
+    if (!stored.ok()) return stored.error();
+    if (stored->has_value() && **stored > attempt) {
+      auto leader = read_leader(client_, keys_.leader());
+      if (!leader.ok()) return leader.error();
+      if (!leader->has_value() || (*leader)->epoch != epoch) return FencedWrite::kFenced;
+      return Error(
+          ErrorCode::kCheckpoint,
+          fmt::format("job {}: attempt {} is recorded in etcd; attempt {} would go back", job_id, **stored, attempt));
+    }
+    const int64_t mod = current->has_value() ? (*current)->mod_revision : 0;
+    auto r = fenced(epoch, {EtcdCompare{key, EtcdCompare::Target::kModRevision, EtcdCompare::Op::kEqual, mod, {}}},
+                    {EtcdOp::put(key, std::to_string(attempt))});
+    if (r.ok()) return r;
+    if (r.error().code() != ErrorCode::kCheckpoint) return r;
+  }
+  return Error(ErrorCode::kCheckpoint,
+               fmt::format("job {}: the attempt number kept changing under the leader", job_id));
+}
+
 Result<FencedWrite> EtcdHaStore::remove_job(const LeaderEpoch& epoch, std::string_view job_id) {
   return fenced(epoch, {},
                 {EtcdOp::remove(keys_.job_graph(job_id)), EtcdOp::remove(keys_.job_status(job_id)),
-                 EtcdOp::remove(keys_.job_checkpoint(job_id))});
+                 EtcdOp::remove(keys_.job_checkpoint(job_id)), EtcdOp::remove(keys_.job_attempt(job_id))});
 }
 
 Result<std::vector<std::string>> EtcdHaStore::job_ids() {
@@ -167,6 +207,12 @@ Result<std::optional<CheckpointPointer>> EtcdHaStore::latest_checkpoint(std::str
   auto kv = client_.get(keys_.job_checkpoint(job_id));
   if (!kv.ok()) return kv.error();
   return parse_pointer(*kv);
+}
+
+Result<std::optional<int>> EtcdHaStore::attempt(std::string_view job_id) {
+  auto kv = client_.get(keys_.job_attempt(job_id));
+  if (!kv.ok()) return kv.error();
+  return parse_attempt(*kv);
 }
 
 }  // namespace sluice::ha

@@ -20,6 +20,7 @@ namespace v1 = ::sluice::cluster::v1;
 JobMaster::JobMaster(JobMasterOptions options, const JobGraph& jg, JobManagerServer& server, const Clock& clock)
     : options_(std::move(options)), jg_(jg), server_(server), clock_(clock) {
   start_ = std::chrono::steady_clock::now();
+  attempt_ = options_.first_attempt;
   server_.set_job_events(this);
 }
 
@@ -515,6 +516,11 @@ std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> J
 
 Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms,
                          const RestorePoint* restore, std::string* unreachable) {
+  if (options_.record_attempt) {
+    if (Status st = options_.record_attempt(attempt_); !st.ok()) {
+      return st.error().with_context(fmt::format("recording deployment attempt {} in the HA store", attempt_));
+    }
+  }
   // Peers: the TaskManagers that hold at least one slot of the job, in registration order.
   std::vector<int> peer_of_offer(tms.size(), -1);
   v1::SubmitTasksRequest base;
