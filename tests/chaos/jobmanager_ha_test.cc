@@ -12,6 +12,8 @@
 //  * The leader is SIGTERMed (a Kubernetes rolling update, a deleted pod): it suspends the job (tasks cancelled,
 //    status in etcd not terminal, checkpoints kept) and revokes its lease; the standby leads within 2 s although
 //    the lease TTL is 10 s, resumes the job from the latest checkpoint, and the output is exactly once.
+//  * The only JobManager (no standby) is SIGKILLed and started again: it resumes the job from the latest checkpoint,
+//    its deployment attempts numbered above the killed process's, and the output is exactly once.
 //  * `sluice cancel` ends the job for good: CANCELED in etcd, and the standby, elected next, does not resume it.
 //  * With checkpoints on S3 (the shared moto), a leader SIGKILLed leaves chk-<n> prefixes above the etcd pointer
 //    (one with a _metadata is planted): the new leader discards them and numbers its checkpoints past them.
@@ -545,6 +547,65 @@ TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtO
 
   const std::optional<int> code = b->wait_exit(90s);
   ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
+  EXPECT_EQ(*code, 0) << logs();
+  expect_exactly_once(v, kCount);
+  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
+  auto status = store.job_status(job_id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->value_or(""), "FINISHED");
+}
+
+// A JobManager without a standby, SIGKILLed and started again (a Kubernetes Deployment of one replica restarting its
+// pod): the new process leads once the killed one's lease expired, resumes the job from the checkpoint the etcd
+// pointer names with its deployment attempts above the killed process's, and the output is exactly once.
+TEST_F(JobManagerHaTest, AJobManagerWithoutAStandbyRestartedAfterAKillResumesTheJobExactlyOnce) {
+  const int64_t kill_after_ms = 200 + static_cast<int64_t>(rng_() % 1500);
+  const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
+  std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << ", kill "
+            << kill_after_ms << " ms after the first committed record\n";
+  constexpr int64_t kCount = 20'000;
+  ASSERT_NO_FATAL_FAILURE(write_pipeline(kCount, 5000, datagen_seed));
+  Verifier v(servers_, topic_);
+  ASSERT_TRUE(v.ok());
+
+  ChildProcess* a = start_jobmanager();
+  ASSERT_TRUE(a->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  for (int i = 0; i < 2; ++i)
+    start_taskmanager(3);
+  ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
+  const std::string job_id = job_id_of(*a);
+  ASSERT_FALSE(job_id.empty());
+  ASSERT_TRUE(await_committed(v, *a, 1)) << logs();
+  const auto first_commit = Clock::now();
+  while (ms_since(first_commit) < kill_after_ms)
+    v.poll(20);
+  a->signal(SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(a->wait_exit(10s).has_value());
+  const std::vector<int64_t> done_by_a = completed_checkpoints(*a);
+  ASSERT_FALSE(done_by_a.empty());
+  std::cout << "SIGKILLed the only JobManager after " << done_by_a.size() << " completed checkpoint(s) (last "
+            << done_by_a.back() << ") and " << v.records << " committed records; starting it again\n";
+
+  ChildProcess* again = start_jobmanager();
+  ASSERT_TRUE(poll_until([&] { return leader_epoch_of(*again) > 0; }, 30s, 10ms)) << logs();
+  const int64_t led_ms = ms_since(killed);
+  EXPECT_GT(leader_epoch_of(*again), leader_epoch_of(*a));
+  auto resumed = again->await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
+  ASSERT_TRUE(resumed) << logs();
+  EXPECT_EQ((*resumed)[1], job_id);
+  EXPECT_GE(std::stoll((*resumed)[2]), done_by_a.back());
+  ASSERT_TRUE(again->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
+  std::cout << "the restarted JobManager led " << led_ms << " ms after the kill (lease TTL " << kLeaseTtlS
+            << " s) and resumed job " << job_id << " from checkpoint " << (*resumed)[2] << "\n";
+  const std::vector<int> attempts_a = deployed_attempts(*a);
+  const std::vector<int> attempts_again = deployed_attempts(*again);
+  ASSERT_FALSE(attempts_a.empty());
+  ASSERT_FALSE(attempts_again.empty());
+  EXPECT_GT(attempts_again.front(), attempts_a.back()) << logs();
+
+  const std::optional<int> code = again->wait_exit(90s);
+  ASSERT_TRUE(code.has_value()) << "the job did not finish under the restarted JobManager\n" << logs();
   EXPECT_EQ(*code, 0) << logs();
   expect_exactly_once(v, kCount);
   ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
