@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace sluice {
@@ -14,5 +15,7 @@ namespace sluice {
 /// Records appended through DeadLetterFile::append / append_line to the file opened as `path` (the string given
 /// to DeadLetterFile::open) since the process started; 0 for a path never written. Monotonic.
 int64_t dead_letters_appended(const std::string& path);
+/// The same records by their entries' `reason` (bad_record.h): reason -> count, empty for a path never written.
+std::map<std::string, int64_t> dead_letters_appended_by_reason(const std::string& path);
 
 }  // namespace sluice

@@ -254,9 +254,9 @@ class LineReader {
 Error bad_line_error(std::string_view format_name, std::string_view path, int64_t line, int64_t offset,
                      std::string_view raw, std::string_view reason);
 
-/// The dead-letter entry of a bad line (see the file comment).
-Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,
-                     std::string_view reason);
+/// The dead-letter entry of a bad line (see the file comment); `reason_code` is a dead_letter_reason.
+Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw, std::string_view reason,
+                     std::string_view reason_code);
 
 /// Logs (once per reader) that bad lines go to the dead-letter file.
 void log_first_dead_letter(std::string_view path, int64_t line, const std::string& dead_letter_path);
@@ -631,14 +631,15 @@ class FileSource final : public Source<T, FileSplit> {
           bad_line(split.path, line_no, offset, line.text,
                    "the line is longer than max_line_bytes (" + std::to_string(max_line_bytes_) +
                        " bytes); the record holds at most its first " +
-                       std::to_string(detail::LineReader::kLongLineHeadBytes) + " bytes");
+                       std::to_string(detail::LineReader::kLongLineHeadBytes) + " bytes",
+                   dead_letter_reason::kLineTooLong);
           continue;
         }
         if (format_.skip_blank_lines && detail::is_blank_line(line.text)) continue;
         T record{};
         Status st = format_.decode(line.text, record);
         if (!st.ok()) {
-          bad_line(split.path, line_no, offset, line.text, st.error().message());
+          bad_line(split.path, line_no, offset, line.text, st.error().message(), dead_letter_reason::kUndecodable);
           continue;
         }
         out.collect(std::move(record));
@@ -673,11 +674,11 @@ class FileSource final : public Source<T, FileSplit> {
     }
 
     void bad_line(const std::string& path, int64_t line_no, int64_t offset, std::string_view raw,
-                  std::string_view reason) {
+                  std::string_view reason, std::string_view reason_code) {
       if (policy_ == BadRecordPolicy::kFail) {
         throw SluiceException(detail::bad_line_error(format_.name, path, line_no, offset, raw, reason));
       }
-      dead_letter_->append(detail::bad_line_entry(path, line_no, offset, raw, reason)).value_or_throw();
+      dead_letter_->append(detail::bad_line_entry(path, line_no, offset, raw, reason, reason_code)).value_or_throw();
       stats_->bad_records.fetch_add(1, std::memory_order_relaxed);
       if (!logged_) {
         detail::log_first_dead_letter(path, line_no, dead_letter_->path());

@@ -22,18 +22,26 @@ Error io_error(std::string_view what, const std::string& path, int err) {
                fmt::format("dead-letter file '{}': {} failed: {}", path, what, std::strerror(err)));
 }
 
-// Appended records by path (dead_letters_appended()). Never shrinks: a process writes to few files.
+// Appended records by path and reason (dead_letters_appended()). Never shrinks: a process writes to few files,
+// and the reasons are few codes.
 std::mutex& counts_mutex() {
   static std::mutex mu;
   return mu;
 }
-std::map<std::string, int64_t, std::less<>>& counts() {
-  static std::map<std::string, int64_t, std::less<>> m;
+std::map<std::string, std::map<std::string, int64_t>, std::less<>>& counts() {
+  static std::map<std::string, std::map<std::string, int64_t>, std::less<>> m;
   return m;
 }
-void count_appended(const std::string& path) {
+void count_appended(const std::string& path, std::string_view reason) {
   std::lock_guard lock(counts_mutex());
-  ++counts()[path];
+  auto& by_reason = counts()[path];
+  auto it = by_reason.find(std::string(reason));
+  if (it == by_reason.end()) it = by_reason.emplace(std::string(reason), 0).first;
+  ++it->second;
+}
+std::string_view reason_of(const Value& entry) {
+  const Value* r = entry.is_object() ? entry.find("reason") : nullptr;
+  return r != nullptr && r->is_string() && !r->as_string().empty() ? r->as_string() : dead_letter_reason::kUnspecified;
 }
 
 }  // namespace
@@ -41,7 +49,18 @@ void count_appended(const std::string& path) {
 int64_t dead_letters_appended(const std::string& path) {
   std::lock_guard lock(counts_mutex());
   auto it = counts().find(path);
-  return it == counts().end() ? 0 : it->second;
+  int64_t n = 0;
+  if (it != counts().end()) {
+    for (const auto& [reason, count] : it->second)
+      n += count;
+  }
+  return n;
+}
+
+std::map<std::string, int64_t> dead_letters_appended_by_reason(const std::string& path) {
+  std::lock_guard lock(counts_mutex());
+  auto it = counts().find(path);
+  return it == counts().end() ? std::map<std::string, int64_t>{} : it->second;
 }
 
 std::string_view bad_record_policy_name(BadRecordPolicy policy) noexcept {
@@ -99,16 +118,16 @@ Status DeadLetterFile::append(const Value& entry) {
   entry.write_json(line_);
   line_.push_back('\n');
   Status st = write_line_locked();
-  if (st.ok()) count_appended(path_);
+  if (st.ok()) count_appended(path_, reason_of(entry));
   return st;
 }
 
-Status DeadLetterFile::append_line(std::string_view json_line) {
+Status DeadLetterFile::append_line(std::string_view json_line, std::string_view reason) {
   std::lock_guard lock(mu_);
   line_.assign(json_line);
   line_.push_back('\n');
   Status st = write_line_locked();
-  if (st.ok()) count_appended(path_);
+  if (st.ok()) count_appended(path_, reason.empty() ? dead_letter_reason::kUnspecified : reason);
   return st;
 }
 

@@ -303,12 +303,13 @@ Error bad_line_error(std::string_view format_name, std::string_view path, int64_
       "a restart reads the same line again");
 }
 
-Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw,
-                     std::string_view reason) {
+Value bad_line_entry(std::string_view path, int64_t line, int64_t offset, std::string_view raw, std::string_view reason,
+                     std::string_view reason_code) {
   Value entry = Value::object({{"source", Value("file")},
                                {"path", Value(path)},
                                {"line", Value(line)},
                                {"offset", Value(offset)},
+                               {"reason", Value(reason_code)},
                                {"error", Value(reason)},
                                {"record", Value(raw)}});
   // JSON strings hold UTF-8 text only: keep the exact bytes of a line that is not valid UTF-8.

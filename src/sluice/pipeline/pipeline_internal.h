@@ -87,13 +87,14 @@ struct PipelineCounters {
     return transform_index < filters.size() ? filters[transform_index].get() : nullptr;
   }
 
-  std::atomic<int64_t> changes_in{0};         ///< change events that reached the transform
-  std::atomic<int64_t> events_out{0};         ///< domain events emitted
-  std::atomic<int64_t> filtered{0};           ///< dropped by a filter
-  std::atomic<int64_t> unrouted{0};           ///< matched no route
-  std::atomic<int64_t> dead_letters{0};       ///< sent to the dead-letter sink by the transform
-  std::atomic<int64_t> last_source_ts_ms{0};  ///< source timestamp of the latest change seen
-  std::atomic<int64_t> tombstones{0};         ///< tombstones written by Kafka sinks after delete events
+  std::atomic<int64_t> changes_in{0};             ///< change events that reached the transform
+  std::atomic<int64_t> events_out{0};             ///< domain events emitted
+  std::atomic<int64_t> filtered{0};               ///< dropped by a filter
+  std::atomic<int64_t> unrouted{0};               ///< matched no route
+  std::atomic<int64_t> dead_letters{0};           ///< sent to the dead-letter sink by the transform
+  std::atomic<int64_t> function_dead_letters{0};  ///< of those, failures of a user function (the rest: expressions)
+  std::atomic<int64_t> last_source_ts_ms{0};      ///< source timestamp of the latest change seen
+  std::atomic<int64_t> tombstones{0};             ///< tombstones written by Kafka sinks after delete events
   /// Sinks' own metrics: the sink operator's uid and a function returning them (same order and length on every
   /// call). Filled while the job is built, before it starts; read-only afterwards.
   struct SinkMetrics {
@@ -133,6 +134,8 @@ struct SourceProbe {
   std::function<std::vector<std::pair<std::string, double>>()> gauges;
   /// Records the source diverted to its dead-letter file (empty: the source has none).
   std::function<int64_t()> bad_records;
+  /// That file's path (DeadLetterFile::open's string; empty without pipeline.dead-letter), for the counts per reason.
+  std::string dead_letter_path;
   /// The connector's own metrics under Flink's names; the list's order and length never change.
   using ConnectorMetric = detail::ConnectorMetric;
   std::function<std::vector<ConnectorMetric>()> connector_metrics;

@@ -22,6 +22,7 @@
 #include "pipeline_internal.h"
 #include "sluice/api/stream_environment.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/dead_letter_counts.h"
 #include "sluice/connectors/files.h"
 #include "sluice/core/s3_client.h"
@@ -226,9 +227,12 @@ struct PipelineRunner::State {
     std::string sink;
     std::string path;
     int64_t before = 0;
+    std::map<std::string, int64_t> before_by_reason;
     int64_t count() const { return dead_letters_appended(path) - before; }
   };
   std::vector<SinkDeadLetters> sink_dead_letters;
+  std::map<std::string, int64_t> source_dead_letters_before;  // by reason, at the start of this run
+  int dead_letter_hook = -1;  // registry's refresh hook adding a series per new dead-letter reason
   int64_t start_wall_ms = 0;
   mutable std::mutex mu;
   std::optional<JobClient> client;
@@ -255,11 +259,73 @@ struct PipelineRunner::State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   ~State() {
+    if (dead_letter_hook >= 0) registry.remove_refresh_hook(dead_letter_hook);
     if (lock_fd >= 0) ::close(lock_fd);
   }
 };
 
 namespace {
+
+// Dead letters per reason (bad_record.h's dead_letter_reason, a Postgres SQLSTATE, an OpenSearch error type):
+// `deadLetters_numRecordsByReason{stage, [sink_name,] reason}`, a family of its own so that summing
+// `deadLetters_numRecords` still counts each record once. The transform's two reasons are registered at once; a
+// source's or sink's appear with their first record, added by a refresh hook before each collection.
+template <class State>
+void register_dead_letter_reasons(State& s, metrics::MetricGroup& job) {
+  constexpr const char* kHelp = "Records sent to the dead-letter sink, per reason.";
+  auto counters = s.counters;
+  job.add_group("deadLetters", {{"stage", "transform"}, {"reason", std::string(dead_letter_reason::kExpression)}})
+      .counter_function(
+          "numRecordsByReason",
+          [counters] {
+            return static_cast<double>(counters->dead_letters.load() - counters->function_dead_letters.load());
+          },
+          kHelp);
+  job.add_group("deadLetters", {{"stage", "transform"}, {"reason", std::string(dead_letter_reason::kFunction)}})
+      .counter_function(
+          "numRecordsByReason", [counters] { return static_cast<double>(counters->function_dead_letters.load()); },
+          kHelp);
+  struct File {
+    metrics::Labels labels;  // stage (and sink_name)
+    std::string path;
+    std::map<std::string, int64_t> before;  // by reason, at the start of the run
+    std::set<std::string> registered;       // the hook's only
+  };
+  auto files = std::make_shared<std::vector<File>>();
+  if (!s.probe.dead_letter_path.empty()) {
+    files->push_back(File{{{"stage", "source"}}, s.probe.dead_letter_path, s.source_dead_letters_before, {}});
+  }
+  for (const auto& d : s.sink_dead_letters)
+    files->push_back(File{{{"stage", "sink"}, {"sink_name", d.sink}}, d.path, d.before_by_reason, {}});
+  if (files->empty()) return;
+  metrics::MetricGroup* group = &job;
+  auto add_new_reasons = [files, group] {
+    for (File& f : *files) {
+      for (const auto& [reason, count] : dead_letters_appended_by_reason(f.path)) {
+        auto b = f.before.find(reason);
+        if (count - (b == f.before.end() ? 0 : b->second) <= 0 || !f.registered.insert(reason).second) continue;
+        metrics::Labels labels = f.labels;
+        labels.emplace_back("reason", reason);
+        group->add_group("deadLetters", std::move(labels))
+            .counter_function(
+                "numRecordsByReason",
+                [path = f.path, reason = reason, before = b == f.before.end() ? 0 : b->second] {
+                  const auto now = dead_letters_appended_by_reason(path);
+                  auto it = now.find(reason);
+                  return static_cast<double>((it == now.end() ? 0 : it->second) - before);
+                },
+                kHelp);
+      }
+    }
+  };
+  add_new_reasons();
+  // Hooks of one registry may run concurrently (two scrapes): the hook's state is guarded by its own mutex.
+  auto mu = std::make_shared<std::mutex>();
+  s.dead_letter_hook = s.registry.add_refresh_hook([mu, add_new_reasons] {
+    std::lock_guard lock(*mu);
+    add_new_reasons();
+  });
+}
 
 // Registers the job's metrics (task, operator and job scope, metrics/job_metrics.h) and the pipeline's own:
 // the source connector's metrics in the source operator's scope, dead letters per stage and sink in the job's.
@@ -349,6 +415,7 @@ void register_metrics(State& s, const JobClient& client) {
         .counter_function(
             "numRecords", [d] { return static_cast<double>(d.count()); }, "Records sent to the dead-letter sink.");
   }
+  register_dead_letter_reasons(s, job);
 }
 
 }  // namespace
@@ -453,9 +520,13 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
     SLUICE_RETURN_IF_ERROR(detail::add_sink(keyed, spec, i, dead_letter_dir, s->counters));
     // The path the sink builders of pipeline_sinks.cc give a sink's dead-letter file.
     const std::string path = dead_letter_dir + "/sink-" + spec.sinks[i].name + ".jsonl";
-    s->sink_dead_letters.push_back({spec.sinks[i].name, path, dead_letters_appended(path)});
+    s->sink_dead_letters.push_back(
+        {spec.sinks[i].name, path, dead_letters_appended(path), dead_letters_appended_by_reason(path)});
   }
   if (dead_letters) SLUICE_RETURN_IF_ERROR(detail::add_dead_letter_sink(*dead_letters, spec));
+  if (!s->probe.dead_letter_path.empty()) {
+    s->source_dead_letters_before = dead_letters_appended_by_reason(s->probe.dead_letter_path);
+  }
   return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(s)));
 }
 

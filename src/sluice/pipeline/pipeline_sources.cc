@@ -106,6 +106,7 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
   probe.type = o.type;
   const bool dead_letter = spec.pipeline.dead_letter.has_value();
   const std::string dl_file = dead_letter_dir + "/source-" + o.type + ".jsonl";
+  if (dead_letter) probe.dead_letter_path = dl_file;
   if (o.type == "files") {
     Result<std::string> path = string_option(spec, o, "path");
     if (!path.ok()) return path.error();

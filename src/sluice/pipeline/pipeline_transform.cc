@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "pipeline_internal.h"
+#include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/opensearch/opensearch_sink.h"
 #include "sluice/pipeline/domain_event.h"
 #include "sluice/udf/function_module.h"
@@ -114,13 +115,17 @@ class TransformLogic {
                             spec_->pipeline.name, where, message, record)));
     }
     counters_->dead_letters.fetch_add(1, std::memory_order_relaxed);
-    Value entry = Value::object({{"stage", Value(std::string(stage))},
-                                 {"pipeline", Value(spec_->pipeline.name)},
-                                 {"connector", Value(change.source.connector)},
-                                 {"collection", Value(collection)},
-                                 {"position", Value(change.source.position)},
-                                 {"sequence", Value(change.source.sequence)},
-                                 {"error", Value(message)}});
+    const bool function = stage == "function";
+    if (function) counters_->function_dead_letters.fetch_add(1, std::memory_order_relaxed);
+    Value entry =
+        Value::object({{"stage", Value(std::string(stage))},
+                       {"reason", Value(function ? dead_letter_reason::kFunction : dead_letter_reason::kExpression)},
+                       {"pipeline", Value(spec_->pipeline.name)},
+                       {"connector", Value(change.source.connector)},
+                       {"collection", Value(collection)},
+                       {"position", Value(change.source.position)},
+                       {"sequence", Value(change.source.sequence)},
+                       {"error", Value(message)}});
     for (auto& [k, v] : extra)
       entry.set(k, std::move(v));
     entry.set("record", change.to_value());

@@ -9,10 +9,12 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "sluice/connectors/dead_letter_counts.h"
 #include "sluice/connectors/opensearch/opensearch_sink.h"
 
 namespace sluice::opensearch {
@@ -429,11 +431,28 @@ TEST(BulkSenderTest, ReportsNonRetryableItemsWithIndexIdAndReason) {
                                       "mapper_parsing_exception: failed to parse field [n]"));
   EXPECT_EQ(
       f.to_dead_letter().to_json(),
-      R"({"sink":"opensearch","index":"t1","id":"b","action":"index","version":null,"status":400,"error":)"
+      R"({"sink":"opensearch","index":"t1","id":"b","action":"index","version":null,"status":400,)"
+      R"("reason":"mapper_parsing_exception","error":)"
       R"("mapper_parsing_exception: failed to parse field [n] of type [long] in document with id 'b'. Preview of )"
       R"(field's value: 'notanumber'; caused by illegal_argument_exception: For input string: \"notanumber\"",)"
       R"("position":"pos-b","document":"{\"n\":\"notanumber\"}"})");
   EXPECT_TRUE(h.sleeps.empty());
+}
+
+// The dead-letter reason is the cluster's error type, a bounded set; an error without one falls back to the status.
+TEST(FailedItemTest, ReasonCodeIsTheErrorTypeOrTheStatus) {
+  FailedItem f;
+  f.status = 400;
+  f.error = "mapper_parsing_exception: failed to parse field [n] of type [long]";
+  EXPECT_EQ(f.reason_code(), "mapper_parsing_exception");
+  f.status = 409;
+  f.error = "version_conflict_engine_exception: [b]: version conflict";
+  EXPECT_EQ(f.reason_code(), "version_conflict_engine_exception");
+  f.status = 500;
+  f.error = "Internal Server Error: something odd";  // not an identifier: a free text, not a type
+  EXPECT_EQ(f.reason_code(), "status-500");
+  f.error.clear();
+  EXPECT_EQ(f.reason_code(), "status-500");
 }
 
 TEST(BulkSenderTest, GivesUpAfterMaxRetries) {
@@ -561,8 +580,11 @@ TEST(OpenSearchWriterCoreTest, FailedItemGoesToTheDeadLetterFile) {
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
   EXPECT_EQ(line, R"({"sink":"opensearch","index":"charges","id":"bad","action":"index","version":17,"status":400,)"
-                  R"("error":"mapper_parsing_exception: bad n","position":"0/AB","document":"{\"n\":\"x\"}"})");
+                  R"("reason":"mapper_parsing_exception","error":"mapper_parsing_exception: bad n","position":"0/AB",)"
+                  R"("document":"{\"n\":\"x\"}"})");
   EXPECT_FALSE(std::getline(in, line));
+  EXPECT_EQ(dead_letters_appended_by_reason(path.string()),
+            (std::map<std::string, int64_t>{{"mapper_parsing_exception", 1}}));
   core.close();
   std::filesystem::remove(path);
 }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -166,6 +167,7 @@ TEST_F(PipelineRunnerTest, BadLinesAndTransformFailuresGoToTheDeadLetterSinkAndT
   std::vector<Value> dead = read_events(dir_ / "dlq");
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].find("stage")->as_string(), "transform");
+  EXPECT_EQ(dead[0].find("reason")->as_string(), "expression");
   EXPECT_EQ(dead[0].find("position")->as_string(), "0/3");
   EXPECT_NE(dead[0].find("error")->as_string().find("NULL"), std::string_view::npos) << dead[0].to_json();
   // The source's dead letters: the line that is not JSON, with file and line number.
@@ -175,7 +177,20 @@ TEST_F(PipelineRunnerTest, BadLinesAndTransformFailuresGoToTheDeadLetterSinkAndT
   Value entry = Value::from_json(line).value_or_throw();
   EXPECT_EQ(entry.find("line")->as_int64(), 2);
   EXPECT_EQ(entry.find("record")->as_string(), "{not json");
-  EXPECT_NE(runner->metrics_text().find("sluice_pipeline_dead_letters_total{job=\"test\"} 1"), std::string::npos);
+  EXPECT_EQ(entry.find("reason")->as_string(), "undecodable");
+  const std::string metrics = runner->metrics_text();
+  EXPECT_NE(metrics.find("sluice_pipeline_dead_letters_total{job=\"test\"} 1"), std::string::npos);
+  // Per reason: the transform's two reasons always, the source's as they occur.
+  auto by_reason = [&](const std::string& stage, const std::string& reason) -> std::string {
+    const std::regex series("flink_jobmanager_job_deadLetters_numRecordsByReason\\{[^}]*stage=\"" + stage +
+                            "\"[^}]*reason=\"" + reason + "\"\\} (\\S+)");
+    std::smatch m;
+    return std::regex_search(metrics, m, series) ? m[1].str() : "absent";
+  };
+  EXPECT_EQ(by_reason("transform", "expression"), "1") << metrics;
+  EXPECT_EQ(by_reason("transform", "function"), "0") << metrics;
+  EXPECT_EQ(by_reason("source", "undecodable"), "1") << metrics;
+  EXPECT_EQ(by_reason("source", "line-too-long"), "absent") << metrics;
 }
 
 // Issue 14: a size taken from the record (LPAD to 9e18 characters) allocated until bad_alloc and failed the job

@@ -355,6 +355,8 @@ struct FailedItem {
 
   /// The dead-letter JSON object (see the file comment).
   Value to_dead_letter() const;
+  /// Its dead-letter `reason`: the error type ("mapper_parsing_exception"), or "status-<status>" without one.
+  std::string reason_code() const;
   /// One line for an error message: "index 'x', id 'y', action index, status 400: mapper_parsing_exception: ...".
   std::string describe() const;
 };

@@ -490,6 +490,7 @@ void KafkaReaderCore::bad_record(const KafkaMessageView& m, std::string_view rea
                                  {"partition", Value(m.partition)},
                                  {"offset", Value(m.offset)},
                                  {"timestamp", Value(m.timestamp_ms)},
+                                 {"reason", Value(dead_letter_reason::kUndecodable)},
                                  {"error", Value(reason)},
                                  {"key", m.key ? Value(*m.key) : Value::null()},
                                  {"record", m.value ? Value(*m.value) : Value::null()}});

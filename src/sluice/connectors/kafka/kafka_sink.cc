@@ -1423,6 +1423,7 @@ void KafkaSinkWriterCore::bad_record(const KafkaProducerRecord& record, const st
   if (record.partition != KafkaProducerRecord::kAnyPartition) entry.set("partition", Value(record.partition));
   entry.set("key", record.has_key() ? Value::string(record.key()) : Value());
   entry.set("position", Value::string(position));
+  entry.set("reason", Value::string(dead_letter_reason::kTooLarge));  // the producer's only content refusal
   entry.set("error", Value::string(reason));
   entry.set("size", Value(static_cast<int64_t>(size)));
   entry.set("record", record.has_value() ? Value::string(record.value()) : Value());

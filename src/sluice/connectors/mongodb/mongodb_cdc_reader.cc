@@ -264,7 +264,8 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
       }
       const Value* id = v->find("_id");
       if (id == nullptr) {
-        bad_record(sp, describe_cluster_time(sp.snapshot_start), "a document without _id", *doc);
+        bad_record(sp, describe_cluster_time(sp.snapshot_start), "a document without _id", *doc,
+                   dead_letter_reason::kMissingId);
         continue;
       }
       cdc::ChangeEvent e;
@@ -458,7 +459,8 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
                                  : std::string()));
   }
 
-  void bad_record(Split& sp, const std::string& position, const std::string& reason, const bson_t& doc) {
+  void bad_record(Split& sp, const std::string& position, const std::string& reason, const bson_t& doc,
+                  std::string_view reason_code = dead_letter_reason::kUndecodable) {
     if (s_.bad_record_policy == BadRecordPolicy::kFail || !dead_letter_) {
       fail(fmt::format(
           "bad change in collection '{}' at position {}: {}. Divert such records with "
@@ -469,6 +471,7 @@ class MongoCdcReader final : public SourceReader<cdc::ChangeEvent, MongoCollecti
                                  {"db", Value(sp.split.database)},
                                  {"collection", Value(sp.split.collection)},
                                  {"position", Value(position)},
+                                 {"reason", Value(reason_code)},
                                  {"error", Value(reason)},
                                  {"record", Value(mongodb::bson_to_canonical_json(doc))}});
     dead_letter_->append(entry).value_or_throw();

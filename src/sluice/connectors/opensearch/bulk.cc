@@ -400,6 +400,15 @@ Status BulkBatch::add(const BulkAction& action, std::string position) {
   return ok_status();
 }
 
+std::string FailedItem::reason_code() const {
+  // The cluster's error type ("mapper_parsing_exception: failed to parse ..."): a bounded set of identifiers.
+  const std::string_view type = std::string_view(error).substr(0, error.find(':'));
+  const bool identifier = !type.empty() && type.size() <= 80 && std::all_of(type.begin(), type.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+  });
+  return identifier ? std::string(type) : fmt::format("status-{}", status);
+}
+
 Value FailedItem::to_dead_letter() const {
   Value v = Value::object();
   v.set("sink", Value::string("opensearch"));
@@ -408,6 +417,7 @@ Value FailedItem::to_dead_letter() const {
   v.set("action", Value::string(action));
   v.set("version", version ? Value(*version) : Value());
   v.set("status", Value(static_cast<int64_t>(status)));
+  v.set("reason", Value::string(reason_code()));
   v.set("error", Value::string(error));
   v.set("position", Value::string(position));
   v.set("document", Value::string(document));

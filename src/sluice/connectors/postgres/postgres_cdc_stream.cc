@@ -380,6 +380,7 @@ void Fetcher::bad_record(const std::string& table, Lsn lsn, int64_t xid, const s
                                {"table", Value(table)},
                                {"lsn", Value(format_lsn(lsn))},
                                {"xid", Value(xid)},
+                               {"reason", Value(dead_letter_reason::kUndecodable)},
                                {"error", Value(reason)}});
   if (raw_is_message) {
     entry.set("record_base64", Value(base64(raw)));

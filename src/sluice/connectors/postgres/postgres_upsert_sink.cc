@@ -699,6 +699,8 @@ class PostgresUpsertWriter final : public SinkWriter<Value> {
     entry.set("sink", Value::string("postgres"));
     entry.set("table", Value::string(o_.table));
     entry.set("op", Value::string(op));
+    entry.set("reason", Value::string(sqlstate.empty() ? std::string(dead_letter_reason::kUnspecified)
+                                                       : "sqlstate-" + std::string(sqlstate)));
     entry.set("error", Value::string(reason));
     entry.set("sqlstate", Value::string(sqlstate));
     entry.set("record", Value::string(row.to_json()));
