@@ -7,7 +7,10 @@
 //    checkpoints complete (their `_metadata` read back: every sink subtask's state, from both TaskManagers), the
 //    committed output equals `sluice run`'s, every record once and each key in order;
 //  * the same job restarted from the cluster's latest checkpoint by `sluice run` (execution.state-recovery.path):
-//    local mode reads the cluster's `_metadata` and state files.
+//    local mode reads the cluster's `_metadata` and state files;
+//  * a restore from a checkpoint with a corrupted state file: the JobManager checks existence and size only, the
+//    TaskManager reading the file finds the checksum mismatch and the job fails naming the file; a truncated file
+//    is refused by the JobManager before any deployment.
 // Heartbeats: interval 250 ms, timeout 3 s. About 20-40 s on a loaded two-core machine.
 #include <gtest/gtest.h>
 
@@ -15,8 +18,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
+#include <string>
 
 #include "cluster/cluster_harness.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
@@ -257,6 +262,76 @@ TEST_F(ClusterCheckpointTest, LocalModeResumesFromACheckpointTheClusterTookExact
       << run.output();
   // Cluster and local output together: every record exactly once, each key in order.
   check_records(read_parts("out"), kCount);
+}
+
+TEST_F(ClusterCheckpointTest, ACorruptedStateFileFailsTheRestoreOnTheTaskManagerNamingTheFile) {
+  // A checkpoint of the cluster, the JobManager then stopped (as above).
+  ClusterHarness& c = cluster(pipeline("out", 4, 100'000, 3'000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  c.start_taskmanager(2);
+  c.start_taskmanager(2);
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") > 0; }, kStart)) << jm->output();
+  jm->signal(SIGTERM);
+  ASSERT_TRUE(jm->wait_exit(30s).has_value());
+  auto latest = FileCheckpointStorage::resolve_restore_path((dir_ / "out-chk" / c.job_id()).string());
+  ASSERT_TRUE(latest.ok()) << latest.error().to_string();
+  auto meta = FileCheckpointStorage::load_metadata(*latest);
+  ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+  harness_.reset();
+
+  // One byte of a state file flipped: the size is right, so the JobManager (which checks existence and size only)
+  // starts the restore; the TaskManager that reads the file finds the checksum mismatch and the deployment fails,
+  // naming the file, on every attempt until the restart strategy gives up.
+  fs::path broken;
+  uint64_t broken_size = 0;
+  for (const auto& op : meta->operators) {
+    for (const auto& h : op.subtasks) {
+      if (h.operator_state_length > 0 && h.file_size > broken_size) {
+        broken = *latest / h.file;
+        broken_size = h.file_size;
+      }
+    }
+  }
+  ASSERT_FALSE(broken.empty()) << "no state file with operator state in " << *latest;
+  std::string bytes;
+  {
+    std::ifstream in(broken, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_EQ(bytes.size(), broken_size);
+  bytes[bytes.size() - 1] ^= 0x01;
+  std::ofstream(broken, std::ios::binary | std::ios::trunc) << bytes;
+  std::cout << "flipped the last byte of " << broken.string() << " (" << broken_size << " bytes)\n";
+
+  const std::string recovery = "execution.state-recovery.path=" + latest->string();
+  ClusterHarness& c2 = cluster(pipeline("out", 4, 100'000, 3'000),
+                               {"restart-strategy.type=fixed-delay", "restart-strategy.fixed-delay.attempts=1",
+                                "restart-strategy.fixed-delay.delay=100ms"});
+  ChildProcess* jm2 = c2.start_jobmanager(0, 60s, {"-D", recovery});
+  ASSERT_NE(jm2, nullptr);
+  ChildProcess* a = c2.start_taskmanager(2);
+  ChildProcess* b = c2.start_taskmanager(2);
+  const std::optional<int> code = jm2->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the job did not fail\n" << c2.logs();
+  EXPECT_NE(*code, 0) << jm2->output();
+  EXPECT_NE(jm2->output().find("starts from checkpoint " + std::to_string(meta->checkpoint_id)), std::string::npos)
+      << jm2->output();
+  EXPECT_NE(jm2->output().find("FAILED"), std::string::npos) << jm2->output();
+  EXPECT_NE(jm2->output().find(broken.string()), std::string::npos) << jm2->output();
+  EXPECT_NE(jm2->output().find("checksum mismatch"), std::string::npos) << jm2->output();
+  EXPECT_GE(a->count("checksum mismatch") + b->count("checksum mismatch"), 1) << c2.logs();
+  harness_.reset();
+
+  // Truncated: the JobManager's size check refuses it before any deployment, naming the file.
+  std::ofstream(broken, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  ChildProcess refused("jobmanager", {"jobmanager", pipeline("out", 4, 100'000, 3'000), "--rpc-port", "0",
+                                      "--rest-port", "0", "-D", recovery});
+  const std::optional<int> refused_code = refused.wait_exit(kStart);
+  ASSERT_TRUE(refused_code.has_value()) << refused.output();
+  EXPECT_NE(*refused_code, 0) << refused.output();
+  EXPECT_NE(refused.output().find(broken.string()), std::string::npos) << refused.output();
+  EXPECT_NE(refused.output().find("is truncated"), std::string::npos) << refused.output();
 }
 
 }  // namespace

@@ -39,6 +39,7 @@
 #include "integration/test_util/polling.h"
 #include "integration/test_util/s3.h"
 #include "integration/test_util/services.h"
+#include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/core/value.h"
@@ -244,6 +245,49 @@ TEST_F(S3CheckpointTest, ClientPutsGetsListsDeletesAndUploadsInParts) {
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, 4);
   EXPECT_TRUE(keys_under(base + "/").empty());
+}
+
+// What a JobManager checks before a restore on S3: one HEAD per state file (exists, size), no download; the
+// TaskManager's read of the file checks the checksum and names the file.
+TEST_F(S3CheckpointTest, TheSizeCheckIsAHeadAndTheReaderChecksTheChecksum) {
+  Configuration config;
+  config.set(options::kS3Endpoint, endpoint_);
+  config.set(options::kS3PathStyleAccess, true);
+  ASSERT_TRUE(S3Client::configure(config).ok());
+  auto storage = FileCheckpointStorage::create(this->storage(), "size-check");
+  ASSERT_TRUE(storage.ok()) << storage.error().to_string();
+  auto dir = storage->init_checkpoint(1);
+  ASSERT_TRUE(dir.ok()) << dir.error().to_string();
+  auto handle = storage->write_subtask_state(*dir, "op", 0, std::string(1000, 'x'), nullptr);
+  ASSERT_TRUE(handle.ok()) << handle.error().to_string();
+  const std::string path = dir->native() + "/" + handle->file;
+  const std::string key = prefix_ + "/size-check/chk-1/" + handle->file;
+  EXPECT_TRUE(FileCheckpointStorage::check_state_file_size(*dir, *handle).ok());
+
+  auto bytes = client_->get_object(bucket_, key);
+  ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+  ASSERT_EQ(bytes->size(), handle->file_size);
+  std::string corrupted = *bytes;
+  corrupted[500] ^= 0x01;
+  ASSERT_TRUE(client_->put_object(bucket_, key, corrupted).ok());
+  Status size_only = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  EXPECT_TRUE(size_only.ok()) << size_only.error().to_string();
+  auto read = FileCheckpointStorage::read_state_file(*dir, *handle);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message().find(path), std::string::npos) << read.error().message();
+  EXPECT_NE(read.error().message().find("checksum mismatch"), std::string::npos) << read.error().message();
+
+  ASSERT_TRUE(client_->put_object(bucket_, key, corrupted.substr(0, 10)).ok());
+  Status truncated = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.error().message().find(path), std::string::npos) << truncated.error().message();
+  EXPECT_NE(truncated.error().message().find("is truncated"), std::string::npos) << truncated.error().message();
+
+  ASSERT_TRUE(client_->delete_object(bucket_, key).ok());
+  Status missing = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("is missing"), std::string::npos) << missing.error().message();
+  EXPECT_TRUE(client_->delete_prefix(bucket_, prefix_ + "/").ok());
 }
 
 // SIGKILL at seeded moments after checkpoints to S3; every restart resumes from the newest checkpoint in the bucket.

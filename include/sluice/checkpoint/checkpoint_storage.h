@@ -133,8 +133,8 @@ class FileCheckpointStorage {
                                                  const NativeFileHandle& file);
 
   /// Writes the files of the native database `native` of checkpoint `checkpoint_dir` into the existing
-  /// directory `target`: shared files hard-linked (copied when linking fails) from local storage or downloaded
-  /// from S3 and checked (size; downloads also XXH3-64), the others from `state_file`, the subtask's mapped
+  /// directory `target`: shared files checked (size, XXH3-64) and hard-linked (copied when linking fails) from
+  /// local storage or downloaded from S3, the others from `state_file`, the subtask's mapped
   /// state file. Errors: kState naming the file.
   [[nodiscard]] static Status materialize_native(const std::filesystem::path& checkpoint_dir,
                                                  const NativeKeyedStateHandle& native, const StateFileBytes& state_file,
@@ -197,6 +197,19 @@ class FileCheckpointStorage {
   /// The checks of read_state_file() without keeping the bytes (the file is streamed through the hash).
   [[nodiscard]] static Status verify_state_file(const std::filesystem::path& dir,
                                                 const OperatorSubtaskStateHandle& handle);
+
+  /// Checks that the state file `handle.file` of `dir` exists and has the size the handle records, without
+  /// reading it: a stat on a file system, one HEAD request on s3://. What a JobManager checks before it deploys
+  /// a restore; the TaskManagers check the checksum and header as they read the file (read_state_file).
+  /// Errors: kState naming the full path: missing, truncated or of another size (expected vs actual), or
+  /// the stat / HEAD failed (with its error).
+  [[nodiscard]] static Status check_state_file_size(const std::filesystem::path& dir,
+                                                    const OperatorSubtaskStateHandle& handle);
+
+  /// The same for the shared file `file` of checkpoint `checkpoint_dir` (materialize_native() checks the
+  /// checksum of what it downloads; local shared files by verify_shared_file()). Errors: kState naming the path.
+  [[nodiscard]] static Status check_shared_file_size(const std::filesystem::path& checkpoint_dir,
+                                                     const NativeFileHandle& file);
 
   /// The checkpoint id n of a directory named `chk-<n>`, or -1 for any other name.
   static int64_t checkpoint_id_of(const std::filesystem::path& dir) noexcept;

@@ -59,10 +59,23 @@ struct VertexToRestore {
 [[nodiscard]] Status check_unclaimed_state(const CheckpointMetadata& metadata, const std::set<std::string>& job_uids,
                                            bool ignore_unclaimed);
 
-/// Checks every state file that `metadata` references in `dir` (exists, size, XXH3-64 checksum, header),
-/// streaming each file once. Errors: the first failure, kState naming the full path (see
-/// FileCheckpointStorage::read_state_file).
-[[nodiscard]] Status verify_checkpoint_files(const CheckpointMetadata& metadata, const std::filesystem::path& dir);
+/// How much of a checkpoint's files verify_checkpoint_files() checks.
+enum class CheckpointFileCheck {
+  /// Each file exists with the size its handle records (a stat or one HEAD request each; nothing is read).
+  /// What a JobManager checks before it deploys a restore: the TaskManagers check the checksums as they read
+  /// the state (assign_subtask_states, FileCheckpointStorage::materialize_native), and a corrupted file fails
+  /// their tasks, naming the file.
+  kSize,
+  /// Also the XXH3-64 checksum and header of each file (every byte read once): what a restore that may fall
+  /// back to an older checkpoint checks before it picks one.
+  kChecksum,
+};
+
+/// Checks every state file that `metadata` references in `dir`: exists and size, and with kChecksum the
+/// XXH3-64 checksum and header (streaming each file once). Errors: the first failure, kState naming the full
+/// path and the reason (see FileCheckpointStorage::read_state_file) with the checkpoint, operator and subtask.
+[[nodiscard]] Status verify_checkpoint_files(const CheckpointMetadata& metadata, const std::filesystem::path& dir,
+                                             CheckpointFileCheck check = CheckpointFileCheck::kChecksum);
 
 /// A checkpoint or savepoint whose metadata was read and whose files were verified.
 struct LoadedCheckpoint {
@@ -71,11 +84,12 @@ struct LoadedCheckpoint {
 };
 
 /// Loads the first usable checkpoint of `candidates` (checkpoint or savepoint directories, newest first):
-/// reads its metadata and verifies every file it references. Without `fallback` only the first candidate
-/// is tried and its error returned. With `fallback`, a candidate that fails is logged (warning) and the
-/// next older one tried. Errors: kState when there is no candidate, or when none works (lists each
-/// candidate with its failure; the first failure is the cause).
+/// reads its metadata and verifies every file it references (verify_checkpoint_files with `check`). Without
+/// `fallback` only the first candidate is tried and its error returned. With `fallback`, a candidate that
+/// fails is logged (warning) and the next older one tried. Errors: kState when there is no candidate, or when
+/// none works (lists each candidate with its failure; the first failure is the cause).
 [[nodiscard]] Result<LoadedCheckpoint> load_for_restore(std::span<const std::filesystem::path> candidates,
-                                                        bool fallback);
+                                                        bool fallback,
+                                                        CheckpointFileCheck check = CheckpointFileCheck::kChecksum);
 
 }  // namespace sluice

@@ -947,11 +947,9 @@ Status FileCheckpointStorage::materialize_native(const fs::path& checkpoint_dir,
       if (!st.ok()) return st;
       continue;
     }
+    // Size and checksum here, where the file is used: a JobManager checks only that it exists with its size.
+    SLUICE_RETURN_IF_ERROR(verify_shared_file(checkpoint_dir, f));
     std::error_code ec;
-    const uintmax_t size = fs::file_size(from, ec);
-    if (ec) return shared_file_error(from, "cannot be read: " + ec.message());
-    if (size != f.size)
-      return shared_file_error(from, fmt::format("the metadata records {} bytes, the file has {}", f.size, size));
     // SST files are immutable and RocksDB only ever unlinks them: a hard link shares the bytes safely.
     fs::create_hard_link(from, out, ec);
     if (ec) {
@@ -1159,6 +1157,51 @@ Status FileCheckpointStorage::verify_state_file(const fs::path& dir, const Opera
     return bytes.ok() ? ok_status() : Status(bytes.error());
   }
   return check_state_file(dir, handle);
+}
+
+namespace {
+
+// The size of a file or object without reading it: a stat, or one HEAD request. nullopt when it does not exist.
+Result<std::optional<uint64_t>> stored_size(const fs::path& path) {
+  if (is_s3(path)) {
+    auto t = s3_target(path);
+    if (!t.ok()) return t.error();
+    auto head = t->client->head_object(t->uri.bucket, t->uri.key);
+    if (!head.ok()) return head.error();
+    if (!*head) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(static_cast<uint64_t>((*head)->size));
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::optional<uint64_t>();
+    return io_error("reading the size of", path, errno);
+  }
+  return std::optional<uint64_t>(static_cast<uint64_t>(st.st_size));
+}
+
+std::string size_mismatch(uint64_t expected, uint64_t actual) {
+  return fmt::format("{}: the metadata records {} bytes, the stored file has {} bytes",
+                     actual < expected ? "is truncated" : "has an unexpected size", expected, actual);
+}
+
+}  // namespace
+
+Status FileCheckpointStorage::check_state_file_size(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
+  const fs::path path = is_s3(dir) ? fs::path(dir.native() + "/" + handle.file) : dir / handle.file;
+  auto size = stored_size(path);
+  if (!size.ok()) return state_file_error(path, "cannot be checked: " + size.error().message());
+  if (!*size) return state_file_error(path, "is missing (the checkpoint is incomplete)");
+  if (**size != handle.file_size) return state_file_error(path, size_mismatch(handle.file_size, **size));
+  return ok_status();
+}
+
+Status FileCheckpointStorage::check_shared_file_size(const fs::path& checkpoint_dir, const NativeFileHandle& file) {
+  const fs::path path = shared_path(checkpoint_dir, file.shared_name);
+  auto size = stored_size(path);
+  if (!size.ok()) return shared_file_error(path, "cannot be checked: " + size.error().message());
+  if (!*size) return shared_file_error(path, "is missing (deleted while a checkpoint still references it?)");
+  if (**size != file.size) return shared_file_error(path, size_mismatch(file.size, **size));
+  return ok_status();
 }
 
 }  // namespace sluice

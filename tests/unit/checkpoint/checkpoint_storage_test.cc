@@ -318,6 +318,44 @@ TEST_F(CheckpointStorageTest, StateFileChecksFailWithThePathAndReason) {
   EXPECT_THAT(r.error().message(), HasSubstr("missing"));
 }
 
+TEST_F(CheckpointStorageTest, SizeChecksReadNothingAndLeaveTheChecksumToTheReader) {
+  FileCheckpointStorage storage = make_storage();
+  auto dir = storage.init_checkpoint(1);
+  ASSERT_TRUE(dir.ok());
+  auto handle = storage.write_subtask_state(*dir, "op", 0, std::string(100, 'x'), nullptr);
+  ASSERT_TRUE(handle.ok());
+  const fs::path path = *dir / handle->file;
+  std::string bytes = read_file(path);
+  EXPECT_TRUE(FileCheckpointStorage::check_state_file_size(*dir, *handle).ok());
+
+  // A flipped byte keeps the size: the size check passes, the reader's checksum names the file.
+  bytes[50] = 'y';
+  write_file(path, bytes);
+  EXPECT_TRUE(FileCheckpointStorage::check_state_file_size(*dir, *handle).ok());
+  auto read = FileCheckpointStorage::read_state_file(*dir, *handle);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.error().message(), HasSubstr(path.string()));
+  EXPECT_THAT(read.error().message(), HasSubstr("checksum mismatch"));
+
+  write_file(path, bytes.substr(0, 60));
+  Status s = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kState);
+  EXPECT_THAT(s.error().message(), HasSubstr(path.string()));
+  EXPECT_THAT(s.error().message(), HasSubstr("is truncated: the metadata records 105 bytes, the stored file has 60"));
+
+  write_file(path, bytes + "more");
+  s = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message(), HasSubstr("has an unexpected size"));
+
+  fs::remove(path);
+  s = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message(), HasSubstr(path.string()));
+  EXPECT_THAT(s.error().message(), HasSubstr("is missing"));
+}
+
 TEST_F(CheckpointStorageTest, ConcurrentWritersGetDistinctFiles) {
   FileCheckpointStorage storage = make_storage();
   auto dir = storage.init_checkpoint(3);

@@ -421,5 +421,45 @@ TEST_F(StateAssignmentTest, VerifyCheckpointFilesChecksEveryFile) {
   EXPECT_THAT(s.error().message(), HasSubstr("operator 'counts' subtask 1"));
 }
 
+// The JobManager's check before a deployment (kSize) reads no file: a corrupted file of the right size passes it,
+// and the state assignment on the TaskManager, which reads the file anyway, fails naming the file and the reason.
+TEST_F(StateAssignmentTest, SizeChecksLeaveCorruptionToTheStateAssignment) {
+  CheckpointMetadata m = standard_checkpoint(1);
+  const fs::path dir = storage_->checkpoint_dir(1);
+  EXPECT_TRUE(verify_checkpoint_files(m, dir, CheckpointFileCheck::kSize).ok());
+  const fs::path broken = dir / m.operators[1].subtasks[0].file;
+  std::string bytes = read_file(broken);
+  bytes[bytes.size() - 1] ^= 0x01;
+  write_file(broken, bytes);
+
+  EXPECT_TRUE(verify_checkpoint_files(m, dir, CheckpointFileCheck::kSize).ok());
+  auto loaded = load_for_restore(std::vector<fs::path>{dir}, false, CheckpointFileCheck::kSize);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().to_string();
+  Status full = verify_checkpoint_files(m, dir, CheckpointFileCheck::kChecksum);
+  ASSERT_FALSE(full.ok());
+  EXPECT_THAT(full.error().message(), HasSubstr("checksum mismatch"));
+
+  auto assigned =
+      assign_subtask_states(loaded->metadata, dir, VertexToRestore{{"source", "counts"}, 2, {kMaxP, kMaxP}});
+  ASSERT_FALSE(assigned.ok());
+  EXPECT_EQ(assigned.error().code(), ErrorCode::kState);
+  EXPECT_THAT(assigned.error().to_string(), HasSubstr(broken.string()));
+  EXPECT_THAT(assigned.error().to_string(), HasSubstr("checksum mismatch"));
+  EXPECT_THAT(assigned.error().to_string(), HasSubstr("restoring operator 'counts'"));
+
+  // A truncated or missing file is what the size check finds, naming the file, checkpoint, operator and subtask.
+  write_file(broken, bytes.substr(0, bytes.size() / 2));
+  Status s = verify_checkpoint_files(m, dir, CheckpointFileCheck::kSize);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().to_string(), HasSubstr(broken.string()));
+  EXPECT_THAT(s.error().to_string(), HasSubstr("is truncated"));
+  EXPECT_THAT(s.error().to_string(), HasSubstr("operator 'counts' subtask 0"));
+  fs::remove(broken);
+  auto missing = load_for_restore(std::vector<fs::path>{dir}, false, CheckpointFileCheck::kSize);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.error().to_string(), HasSubstr(broken.string()));
+  EXPECT_THAT(missing.error().to_string(), HasSubstr("is missing"));
+}
+
 }  // namespace
 }  // namespace sluice

@@ -7,6 +7,7 @@
 
 #include <random>
 #include <set>
+#include <thread>
 
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/rpc/rpc_status.h"
@@ -112,7 +113,10 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
     auto path = FileCheckpointStorage::resolve_restore_path(recovery);
     if (!path.ok()) return path.error();
     std::vector<std::filesystem::path> candidates{*path};
-    auto loaded = load_for_restore(candidates, false);
+    // Existence and size only (a HEAD per file on S3): reading and hashing every file here would move the whole
+    // state through the JobManager before any TaskManager starts reading it; each TaskManager checks the
+    // checksums of the files it reads, and a corrupted file fails its tasks naming the file.
+    auto loaded = load_for_restore(candidates, false, CheckpointFileCheck::kSize);
     if (!loaded.ok()) return loaded.error();
     std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
     SLUICE_RETURN_IF_ERROR(check_unclaimed_state(loaded->metadata, uids, ignore_unclaimed));
@@ -580,25 +584,39 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
     deployed_ = deployed;
     placement_ = placement;
   }
-  for (size_t peer = 0; peer < deployed.size(); ++peer) {
-    v1::SubmitTasksRequest req = base;
-    req.set_registration_id(deployed[peer].tm.registration_id);
-    req.set_self(static_cast<int>(peer));
-    auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(deployed[peer].tm.rpc_address));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(rpc::deadline_in(options_.rpc_timeout_ms));
-    v1::Acknowledgement ack;
-    const grpc::Status st = stub->SubmitTasks(&ctx, req, &ack);
-    if (!st.ok()) {
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        *unreachable = deployed[peer].tm.registration_id;
-      }
-      return rpc::to_error(st, "SubmitTasks", deployed[peer].tm.rpc_address)
-          .with_context(fmt::format("deploying {} task(s) of job '{}' to TaskManager {}", deployed[peer].tasks,
-                                    options_.job_name, deployed[peer].tm.resource_id));
+  // Every TaskManager at once, one thread per call: a SubmitTasks returns once that TaskManager restored its
+  // subtasks' state (seconds for hundreds of MiB from S3), and one after the other the restores would add up.
+  std::vector<grpc::Status> results(deployed.size());
+  {
+    std::vector<std::jthread> calls;
+    calls.reserve(deployed.size());
+    for (size_t peer = 0; peer < deployed.size(); ++peer) {
+      calls.emplace_back([&, peer] {
+        v1::SubmitTasksRequest req = base;
+        req.set_registration_id(deployed[peer].tm.registration_id);
+        req.set_self(static_cast<int>(peer));
+        auto stub = v1::TaskManagerService::NewStub(rpc::make_channel(deployed[peer].tm.rpc_address));
+        grpc::ClientContext ctx;
+        ctx.set_deadline(rpc::deadline_in(options_.rpc_timeout_ms));
+        v1::Acknowledgement ack;
+        results[peer] = stub->SubmitTasks(&ctx, req, &ack);
+        if (results[peer].ok()) {
+          spdlog::info("job '{}': deployed {} task(s) to TaskManager {} (attempt {})", options_.job_name,
+                       deployed[peer].tasks, deployed[peer].tm.resource_id, attempt_);
+        }
+      });
     }
-    spdlog::info("job '{}': deployed {} task(s) to TaskManager {} (attempt {})", options_.job_name,
-                 deployed[peer].tasks, deployed[peer].tm.resource_id, attempt_);
+  }  // joins every call
+  // The first failure in peer order; the caller cancels what the others deployed.
+  for (size_t peer = 0; peer < deployed.size(); ++peer) {
+    const grpc::Status& st = results[peer];
+    if (st.ok()) continue;
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      *unreachable = deployed[peer].tm.registration_id;
+    }
+    return rpc::to_error(st, "SubmitTasks", deployed[peer].tm.rpc_address)
+        .with_context(fmt::format("deploying {} task(s) of job '{}' to TaskManager {}", deployed[peer].tasks,
+                                  options_.job_name, deployed[peer].tm.resource_id));
   }
   return ok_status();
 }
