@@ -302,11 +302,24 @@ sink:
         def out_lines():
             return sum(t.output_lines for t in tms)
 
-        wait_until(lambda: out_lines() >= entities, 3600, f"{entities} records (every entity once)", step=0.5)
+        jms = [leader, standby]
+
+        def replenish():
+            """A JobManager that lost its lease on its own (a loaded machine) exits: start another standby, so that
+            the job always has a JobManager to go on with."""
+            for p in [p for p in jms if not p.alive()]:
+                jms.remove(p)
+            while len(jms) < 2:
+                jms.append(start_jm())
+
+        def filled():
+            replenish()
+            return out_lines() >= entities
+
+        wait_until(filled, 3600, f"{entities} records (every entity once)", step=0.5)
         t_filled = now()
         print(f"every entity written once after {t_filled - t_start:.1f} s (load average {loadavg()})", flush=True)
         results = []
-        jms = [leader, standby]
 
         def current_leader():
             """The live JobManager that led last (a leader can also lose its lease on its own on a loaded machine:
@@ -322,6 +335,7 @@ sink:
             since_ms = int(time.time() * 1000) if run > 1 else int(time.time() * 1000 - (now() - t_filled) * 1000)
 
             def full_checkpoint():
+                replenish()
                 lead = current_leader()
                 m = lead.find(r"REST API at (http://[0-9.:]+), job id ([0-9a-f]+)") if lead else None
                 if m is None:
@@ -335,10 +349,7 @@ sink:
                 return None
 
             leader, ck = wait_until(full_checkpoint, 1800, "a completed checkpoint holding the state", step=0.2)
-            for p in [p for p in jms if not p.alive()]:
-                jms.remove(p)
-            while len(jms) < 2:  # a JobManager that lost its lease on its own exited: start another standby
-                jms.append(start_jm())
+            replenish()
             standby = next(p for p in jms if p is not leader)
             cpu0 = {p.role: p.cpu_s() for p in procs if p.alive()}
             ext0 = {"moto": pid_cpu_s(moto_pid) if moto_pid else None,

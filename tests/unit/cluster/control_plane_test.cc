@@ -15,6 +15,7 @@
 
 #include "integration/test_util/polling.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
@@ -306,6 +307,66 @@ TEST(ControlPlaneTest, HeartbeatsGoOnWhileADeploymentRestoresState) {
   EXPECT_TRUE(tm->status().registered);
   EXPECT_EQ(tm->status().registrations, 1);
   EXPECT_TRUE(submitted.ok()) << submitted.error_message();
+}
+
+TEST(ControlPlaneTest, TheJobMasterDeploysToEveryTaskManagerAtOnce) {
+  // A SubmitTasks returns once its TaskManager restored its subtasks' state (seconds for hundreds of MiB from S3):
+  // deployed one after the other, the restores add up. Each TaskManager's deployment hook waits (up to 10 s) until
+  // the other TaskManager's deployment has begun too: one after the other, the first would wait out the 10 s while
+  // the second had not been called.
+  const HeartbeatOptions hb{50, 2000};
+  auto jm = start_jm(SystemClock::instance(), hb, true);
+  ASSERT_TRUE(jm);
+  auto records = std::make_shared<testing::CollectedRecords<int64_t>>();
+  StreamEnvironment env;
+  env.from_source(datagen::sequence(0, 999), "n")
+      .sink_to(std::make_shared<testing::CollectSink<int64_t>>(records))
+      .set_parallelism(2);
+  StreamGraph graph = env.stream_graph();
+  auto jg = build_job_graph(graph);
+  ASSERT_TRUE(jg.ok()) << jg.error().to_string();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int entered = 0;
+  int met = 0;
+  TaskExecutorOptions o;
+  o.jobmanager = jm->target();
+  o.slots = 1;
+  o.job = kJob;
+  o.heartbeat = hb;
+  o.backoff = RegistrationBackoff{20, 200};
+  o.graph = &graph;
+  o.job_graph = &*jg;
+  o.on_deploy = [&] {
+    std::unique_lock lock(mu);
+    ++entered;
+    cv.notify_all();
+    if (cv.wait_for(lock, 10s, [&] { return entered >= 2; })) ++met;
+  };
+  std::vector<std::unique_ptr<TaskExecutor>> tms;
+  for (int i = 0; i < 2; ++i) {
+    auto started = TaskExecutor::start(o, SystemClock::instance());
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    tms.push_back(std::move(*started));
+  }
+  ASSERT_TRUE(eventually([&] { return jm->slots().task_managers == 2; }));
+
+  JobMasterOptions mo;
+  mo.job_id = kJob.fingerprint;
+  mo.job_name = "parallel-deployment";
+  mo.slot_request_timeout_ms = 20'000;
+  auto master = std::make_shared<JobMaster>(mo, *jg, *jm, SystemClock::instance());
+  const auto started = std::chrono::steady_clock::now();
+  master->start();
+  const JobResult result = master->wait();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  std::printf("both deployments under way at once: %d of 2; the job took %lld ms\n", met,
+              static_cast<long long>(took.count()));
+  EXPECT_EQ(result.status, JobStatus::kFinished) << (result.error ? result.error->to_string() : "");
+  EXPECT_EQ(met, 2) << "a TaskManager's deployment began only after the other's had ended";
+  EXPECT_LT(took, 10s);
+  EXPECT_EQ(records->all().size(), 1000u);
 }
 
 TEST(ControlPlaneTest, ADifferentJobGraphIsRefusedAndTheTaskManagerStops) {
