@@ -323,6 +323,64 @@ TEST_F(KafkaSinkIntegrationTest, AtLeastOnceUnderInjectedFailures) {
               static_cast<long long>(r.completed_checkpoints));
 }
 
+/// Reads `topic` read_committed to its end and counts values of [0, records) missing and repeated; checks per-key
+/// order.
+void expect_read_committed_exactly_once(const std::string& bootstrap, const std::string& topic, int64_t records) {
+  Reader reader(bootstrap, topic, "read_committed");
+  reader.read_to_end();
+  std::map<int64_t, int> count;
+  for (const Read& x : reader.records)
+    ++count[x.value];
+  int64_t missing = 0, duplicated = 0;
+  for (int64_t v = 0; v < records; ++v) {
+    auto it = count.find(v);
+    if (it == count.end()) {
+      ++missing;
+    } else if (it->second > 1) {
+      ++duplicated;
+    }
+  }
+  std::printf("read_committed: %zu records, %lld missing, %lld duplicated\n", reader.records.size(),
+              static_cast<long long>(missing), static_cast<long long>(duplicated));
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(duplicated, 0);
+  EXPECT_EQ(count.size(), static_cast<size_t>(records)) << "unexpected values";
+  expect_per_key_order(reader.records, records, /*allow_repeats=*/false);
+}
+
+// A commit the broker acknowledges and then loses (the fault point aborts it and reports it committed) is found by
+// the next checkpoint's confirmation: the checkpoint fails, and the restore of the one that holds the transaction
+// re-publishes it. Every record once, each key in order.
+TEST_F(KafkaSinkIntegrationTest, ACommitTheBrokerLosesIsFoundAndRepublishedExactlyOnce) {
+  constexpr int64_t kRecords = 6'000;
+  StreamEnvironment env(job_config(dir_, 100));
+  build_job(env, kRecords, 3'000, std::make_shared<std::atomic<int>>(0), std::make_shared<const std::vector<int64_t>>(),
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_));
+  fault::arm("kafka.lose-commit", 4, 1);  // the 5th commit of the job
+  JobResult r = env.execute("kafka lost commit");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(fault::fired("kafka.lose-commit"), 1);
+  EXPECT_GE(r.restarts, 1) << "the lost commit was not noticed";
+  expect_read_committed_exactly_once(bootstrap_, topic_, kRecords);
+}
+
+// The last commit of a bounded job (after the checkpoint that follows the end of its input) has no later checkpoint
+// to confirm it: the subtask confirms it before it finishes. Lost, the task fails and the restore of that checkpoint
+// re-publishes it (before, the job finished with that transaction's records missing).
+TEST_F(KafkaSinkIntegrationTest, TheLastCommitOfABoundedJobIsConfirmedBeforeTheJobFinishes) {
+  constexpr int64_t kRecords = 3'000;
+  // No periodic checkpoint within the run: the one the end of the input triggers commits everything.
+  StreamEnvironment env(job_config(dir_, 3'600'000));
+  build_job(env, kRecords, 0, std::make_shared<std::atomic<int>>(0), std::make_shared<const std::vector<int64_t>>(),
+            make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_));
+  fault::arm("kafka.lose-commit", 0, 1);  // the first commit: one subtask's last
+  JobResult r = env.execute("kafka last commit lost");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(fault::fired("kafka.lose-commit"), 1);
+  EXPECT_GE(r.restarts, 1) << "the job finished without confirming its last commit";
+  expect_read_committed_exactly_once(bootstrap_, topic_, kRecords);
+}
+
 TEST_F(KafkaSinkIntegrationTest, ExactlyOnceUnderInjectedFailures) {
   const uint64_t seed = test_seed() + 1;
   constexpr int64_t kRecords = 20'000;
@@ -468,6 +526,46 @@ struct HandRun {
   std::unique_ptr<PrecommittingSinkWriter<int64_t, KafkaCommittable>> writer;
 };
 
+// A restore re-publishes a lost transaction in the writer's first transaction, committed with the next checkpoint:
+// when the task fails again before that checkpoint, the next restore of the same checkpoint re-publishes it once
+// more, and it is visible once (committed at the first restore, it was visible twice: a chaos run's duplicates).
+TEST_F(KafkaSinkIntegrationTest, ATransactionRestoredTwiceFromTheSameCheckpointIsPublishedOnce) {
+  auto sink = make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_);
+  std::vector<KafkaCommittable> lost;
+  {
+    // Run 1: checkpoint "1" pre-commits 0..99; the process dies before the commit.
+    HandRun run(sink, {}, 0);
+    run.write(0, 100);
+    lost = run.writer->prepare_commit();
+    ASSERT_EQ(lost.size(), 1u);
+    run.writer->close();
+  }
+  {
+    // Run 2 restores checkpoint "1", writes 100..119 and dies before the next checkpoint completes.
+    HandRun run(sink, lost, 1);
+    run.write(100, 120);
+    run.writer->flush(false);
+    run.writer->close();
+  }
+  {
+    Reader between(bootstrap_, topic_, "read_committed");
+    between.read_to_end(20s);
+    EXPECT_TRUE(between.records.empty()) << between.records.size() << " records visible before any commit";
+  }
+  {
+    // Run 3 restores checkpoint "1" again, writes 100..119 again, and its checkpoint completes.
+    HandRun run(sink, lost, 2);
+    run.write(100, 120);
+    std::vector<KafkaCommittable> next = run.writer->prepare_commit();
+    run.committer->commit(next);
+    run.writer->close();
+  }
+  Reader reader(bootstrap_, topic_, "read_committed");
+  reader.read_to_end();
+  EXPECT_EQ(reader.sorted_values(), values_from_to(0, 120));
+  expect_per_key_order(reader.records, 120, /*allow_repeats=*/false);
+}
+
 TEST_F(KafkaSinkIntegrationTest, RestoredTransactionsAreVisibleExactlyOnce) {
   auto sink = make_sink(bootstrap_, topic_, DeliveryGuarantee::kExactlyOnce, prefix_);
   std::vector<KafkaCommittable> lost, committed;
@@ -548,8 +646,13 @@ TEST_F(KafkaSinkIntegrationTest, Version1CommittablesAreSettledByTheirMarkerGrou
   ASSERT_EQ(restored[1].probe_offset, -1);
   {
     // Run 2 restores the version-1 checkpoint that lists both: the marker groups decide (no probe record), so
-    // 0..99 are re-published and 100..149 are not published again.
+    // 0..99 are re-published (in the writer's first transaction, committed with the next checkpoint) and 100..149
+    // are not published again.
     HandRun run(sink, restored, 1);
+    std::vector<KafkaCommittable> next = run.writer->prepare_commit();
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].record_count, 100);
+    run.committer->commit(next);
     run.writer->close();
   }
   Reader reader(bootstrap_, topic_, "read_committed");

@@ -35,6 +35,9 @@
 //                                           replication slot and before the initial snapshot reads a row
 //   "files.after-rename"                    in the files sink's commit, after the rename and before the directory
 //                                           is synced
+//   "kafka.lose-commit"                     in the Kafka sink's transaction commit; armed with kThrow it aborts the
+//                                           transaction and reports it committed (a broker that acknowledged a
+//                                           commit and lost it)
 // Operator names are those of the stream graph ("Map", "Sink: out"); task vertex names are those of the job
 // graph ("Source: n -> Map").
 //

@@ -23,6 +23,7 @@
 #include "sluice/api/operator.h"
 #include "sluice/connectors/kafka/kafka_common.h"
 #include "sluice/core/cancellation.h"
+#include "sluice/core/fault_points.h"
 #include "sluice/core/non_recoverable.h"
 #include "sluice/core/value.h"
 #include "sluice/state/operator_state.h"
@@ -139,8 +140,26 @@ constexpr int kMarkerSliceMs = 1000;
 constexpr int kProbeMetadataTimeoutMs = 5000;
 // How long a checkpoint waits for each committed transaction's probe record before it carries it on as pending.
 constexpr int64_t kConfirmWaitMs = 200;
-// How long committing a transaction waits for the confirmation of this subtask's earlier commits (in all).
+// How long committing a transaction waits for the confirmation of this subtask's earlier commits (in all), and
+// how long the last commits of a subtask whose input ended wait for theirs.
 constexpr int64_t kConfirmBeforeCommitMs = 5000;
+
+// True when the fault point "kafka.lose-commit" fires (see Producer::commit_transaction).
+bool commit_lost_by_fault_point() {
+  try {
+    SLUICE_FAULT_POINT("kafka.lose-commit");
+    return false;
+  } catch (const SluiceException&) {
+    return true;
+  }
+}
+
+// What confirm_commits waits for (see there).
+enum class ConfirmWait {
+  kCheckpoint,    ///< at a checkpoint: briefly; what is not confirmed yet goes into the checkpoint
+  kBeforeCommit,  ///< before this subtask's next commit: everything, or the task fails
+  kInputEnded,    ///< after the last commits of a subtask whose input ended: everything, or the task fails
+};
 
 // What librdkafka's error_cb reports that retrying cannot fix: credentials, permissions or TLS (the sink fails at once
 // instead of retrying until a timeout while the job looks healthy).
@@ -622,6 +641,16 @@ class Producer {
 
   /// Commits the open transaction (retrying retriable errors up to the timeout).
   void commit_transaction() {
+    if (commit_lost_by_fault_point()) {
+      // The fault point "kafka.lose-commit" (armed with kThrow) emulates a broker that acknowledges a commit and
+      // then loses it (seen when a broker restarted right after the commit, docs/benchmarks.md): the transaction
+      // is aborted and the call returns as if it had committed, so tests drive the confirmation deterministically.
+      retry("abort_transaction", [&](int ms) { return rd_kafka_abort_transaction(rk_.get(), ms); });
+      in_transaction_ = false;
+      spdlog::warn("{}: fault point 'kafka.lose-commit' fired: transaction{} aborted, reported committed", who_,
+                   txid_suffix());
+      return;
+    }
     retry("commit_transaction", [&](int ms) { return rd_kafka_commit_transaction(rk_.get(), ms); });
     in_transaction_ = false;
   }
@@ -1113,13 +1142,17 @@ class KafkaProducerPool {
   /// notification, can hold back for a while; blocking the task for them could wait on a subtask that waits for
   /// this one. Pending for longer than the operation timeout fails the task naming the transaction that holds
   /// the partition and the remedy (hanging_transaction_text).
-  /// With `before_commit` (called before this subtask commits its next transaction) nothing may stay pending:
+  /// With kBeforeCommit (called before this subtask commits its next transaction) nothing may stay pending:
   /// it waits up to kConfirmBeforeCommitMs in all, then fails the task. A later transaction of this subtask can
   /// hold the same keys (keyed input goes to one subtask), and committing it while an earlier one might still
   /// turn out aborted would put the earlier one's re-publication after it: per-key order broken (seen in a chaos
   /// run before this wait: revisions 13-18 of a key after 19-22). The restore after the failure settles both in
-  /// checkpoint order.
-  std::vector<KafkaCommittable> confirm_commits(bool before_commit = false) {
+  /// checkpoint order. kInputEnded (after the commits of the checkpoint that follows the end of the input) waits
+  /// the same way: no checkpoint comes after it to carry a pending transaction, so a commit the broker lost would
+  /// otherwise go unnoticed as the task finishes; failing the task instead makes the restore of that checkpoint
+  /// re-publish it.
+  std::vector<KafkaCommittable> confirm_commits(ConfirmWait wait = ConfirmWait::kCheckpoint) {
+    const bool before_commit = wait != ConfirmWait::kCheckpoint;
     std::vector<KafkaCommittable> pending;
     if (committed_unconfirmed.empty()) return pending;
     if (!marker_reader) marker_reader = make_producer("");
@@ -1164,8 +1197,11 @@ class KafkaProducerPool {
                     std::to_string(c.probe_partition) + "] offset " + std::to_string(c.probe_offset) +
                     " is not readable by read_committed readers (the partition's last stable offset is " +
                     std::to_string(probe.last_stable_offset) +
-                    "). This subtask's next transaction is not committed before it (per-key order); the task "
-                    "fails and the restore settles both in order";
+                    (wait == ConfirmWait::kInputEnded
+                         ? "). The input ended and no later checkpoint would carry it: the task fails and the restore "
+                           "of the last checkpoint settles it"
+                         : "). This subtask's next transaction is not committed before it (per-key order); the task "
+                           "fails and the restore settles both in order");
         } else {
           message =
               who + ": " +
@@ -1220,6 +1256,10 @@ class KafkaProducerPool {
   };
   std::vector<Unconfirmed> committed_unconfirmed;
   std::unique_ptr<Producer> marker_reader;  // non-transactional: reads marker groups
+  bool input_ended = false;                 // the writer was flushed at the end of the input (task thread)
+  // Restored transactions that were not committed (abort_lingering), with the evidence, in checkpoint order: the
+  // writer re-publishes them in its first transaction (republish_restored). Task thread.
+  std::vector<std::pair<KafkaCommittable, std::string>> to_republish;
   std::string token_base;
   int64_t token_counter = 0;
   // Checked between the slices of the producers' blocking waits: the writer's liveness probe (set by the writer;
@@ -1295,6 +1335,51 @@ struct KafkaSinkWriterCore::Impl {
     if (std::optional<std::string> f = liveness->failure()) fail(*f);
   }
 
+  // The restored transactions abort_lingering found not committed, produced again from their recovery copies, in
+  // checkpoint order, into this writer's first transaction ahead of any new record (per-key order) and into its
+  // recovery copy (a loss of this transaction re-publishes them again).
+  void republish_restored() {
+    if (pool->to_republish.empty()) return;
+    Producer& p = open_transaction();
+    KafkaProducerRecord rec;
+    for (const auto& [c, evidence] : pool->to_republish) {
+      RecoveryCopyReader reader(c.records);
+      RecoveryRecord r;
+      int64_t n = 0;
+      while (reader.next(r)) {
+        if (std::optional<std::string> rejected =
+                p.produce(r.topic, r.partition, r.key, r.value, r.headers.empty() ? nullptr : &r.headers, nullptr,
+                          r.timestamp_ms)) {
+          fail(pool->who + ": re-publishing transaction " + c.transactional_id + ": record " + std::to_string(n) +
+               " of its recovery copy (topic '" + std::string(r.topic) + "') was refused: " + *rejected +
+               " (was message.max.bytes lowered since it was written?)");
+        }
+        rec.clear();
+        rec.topic.assign(r.topic);
+        if (r.key) {
+          rec.set_key(*r.key);
+        } else {
+          rec.set_null_key();
+        }
+        if (r.value) {
+          rec.set_value(*r.value);
+        } else {
+          rec.set_null_value();
+        }
+        for (const auto& [name, v] : r.headers)
+          rec.headers.push_back(KafkaHeader{std::string(name), v ? std::optional<std::string>(*v) : std::nullopt});
+        copy.append(rec, r.partition, r.timestamp_ms);
+        ++n;
+      }
+      spdlog::info(
+          "{}: transaction {} (token {}) was not committed before the restart ({}): its {} records are re-published "
+          "in transaction {} (token {}), committed with the next checkpoint",
+          pool->who, c.transactional_id, c.token, evidence, n, p.transactional_id(),
+          pool->slots[static_cast<size_t>(current)].token);
+    }
+    pool->to_republish.clear();
+  }
+
   // The producer of the open transaction (opens one on the lowest idle producer when there is none).
   Producer& open_transaction() {
     if (current >= 0) return *pool->slots[static_cast<size_t>(current)].producer;
@@ -1356,6 +1441,7 @@ KafkaSinkWriterCore::KafkaSinkWriterCore(const KafkaSinkSettings& settings, Runt
   if (impl_->settings.on_bad_record == BadRecordPolicy::kDeadLetter && !impl_->dead_letter) {
     fail(impl_->pool->who + ": on_bad_record(kDeadLetter) without a dead-letter file");
   }
+  if (impl_->pool->transactional) impl_->republish_restored();
 }
 
 KafkaSinkWriterCore::~KafkaSinkWriterCore() = default;
@@ -1464,6 +1550,7 @@ void KafkaSinkWriterCore::flush(bool end_of_input) {
     return;
   }
   if (s.current >= 0) s.pool->slots[static_cast<size_t>(s.current)].producer->flush();
+  if (end_of_input) s.pool->input_ended = true;
 }
 
 std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
@@ -1512,9 +1599,11 @@ namespace {
 // c's transactional id, on which init_transactions completed: either "already committed" (its probe record is
 // visible; for a version-1 committable, the marker carries its token) or a re-publication of its recovery copy,
 // after which `c`'s probe record is the re-published one. Leaves the producer without an open transaction.
-void settle(const KafkaProducerPool& pool, Producer& producer, KafkaCommittable& c) {
+// Whether restored transaction `c` was committed (true), or not (false: `evidence` says why). Call after
+// init_transactions on its id, which completed the id's transactions. Fails the task when it cannot tell.
+bool restored_transaction_committed(const KafkaProducerPool& pool, Producer& producer, const KafkaCommittable& c,
+                                    std::string& evidence) {
   Producer* p = &producer;
-  std::string evidence;
   if (c.probe_offset >= 0) {
     // The data decides (see confirm_commits): init_transactions completed every transaction of the id the broker
     // knows, so the record is readable, or skipped as aborted.
@@ -1527,7 +1616,7 @@ void settle(const KafkaProducerPool& pool, Producer& producer, KafkaCommittable&
     if (probe.visibility == Producer::Visibility::kCommitted) {
       spdlog::info("{}: transaction {} ({} records) was committed before the restart (its record {} is visible)",
                    pool.who, c.transactional_id, c.record_count, record);
-      return;
+      return true;
     }
     if (probe.visibility == Producer::Visibility::kPending) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -1549,10 +1638,20 @@ void settle(const KafkaProducerPool& pool, Producer& producer, KafkaCommittable&
     if (marker && *marker == c.token) {
       spdlog::info("{}: transaction {} ({} records) was committed before the restart", pool.who, c.transactional_id,
                    c.record_count);
-      return;
+      return true;
     }
     evidence = "its marker group holds " + (marker ? "token " + *marker : std::string("no offset"));
   }
+  return false;
+}
+
+// Settles restored transaction `c` at once: committed, nothing to do; not committed, its recovery copy is produced
+// again in a new transaction on `producer` with the marker, and committed. For a committer used without its writer
+// only: abort_lingering leaves the re-publication to the writer's first transaction instead (see there).
+void settle(const KafkaProducerPool& pool, Producer& producer, KafkaCommittable& c) {
+  Producer* p = &producer;
+  std::string evidence;
+  if (restored_transaction_committed(pool, producer, c, evidence)) return;
   p->begin_transaction();
   RecoveryCopyReader reader(c.records);
   RecoveryRecord r;
@@ -1613,7 +1712,7 @@ void KafkaSinkCommitter::commit(std::vector<KafkaCommittable>& committables) {
   // This subtask's earlier commits are confirmed first (per-key order, see confirm_commits).
   if (pool_->transactional &&
       std::any_of(committables.begin(), committables.end(), [](const KafkaCommittable& c) { return !c.committed; })) {
-    pool_->confirm_commits(/*before_commit=*/true);
+    pool_->confirm_commits(ConfirmWait::kBeforeCommit);
   }
   for (const KafkaCommittable& c : committables) {
     // Committed already, carried on until confirmed (confirm_commits), which may have happened by now (a later
@@ -1646,6 +1745,8 @@ void KafkaSinkCommitter::commit(std::vector<KafkaCommittable>& committables) {
     pool_->note_committed(settled);
     if (k >= 0 && slot != nullptr && slot->state == KafkaProducerPool::SlotState::kIdle) slot->producer = std::move(p);
   }
+  // After the end of the input no checkpoint follows to confirm these commits: confirmed now (see confirm_commits).
+  if (pool_->transactional && pool_->input_ended) pool_->confirm_commits(ConfirmWait::kInputEnded);
 }
 
 void KafkaSinkCommitter::abort_lingering(RuntimeContext& ctx, const std::vector<KafkaCommittable>& restored) {
@@ -1684,12 +1785,17 @@ void KafkaSinkCommitter::abort_lingering(RuntimeContext& ctx, const std::vector<
   const auto start = Clock::now();
   std::vector<std::unique_ptr<Producer>> producers = init_all(*pool_, ids);
 
-  // 2. The restored committables, in checkpoint order: committed, or re-published from their recovery copies.
+  // 2. The restored committables, in checkpoint order: committed, or to be re-published from their recovery copies.
+  // Not re-published and committed here: a failure before the next checkpoint completes restores the same
+  // checkpoint, whose committable still names the aborted original, and would publish the copy a second time. The
+  // writer's first transaction carries the copies instead (republish_restored), committed with the next checkpoint:
+  // lost with that transaction when the task fails before, published once when it completes.
   for (const KafkaCommittable* c : mine) {
     const size_t i = static_cast<size_t>(std::find(ids.begin(), ids.end(), c->transactional_id) - ids.begin());
-    KafkaCommittable settled = *c;
-    settle(*pool_, *producers[i], settled);
-    pool_->note_committed(settled);  // a re-published transaction is confirmed too
+    std::string evidence;
+    if (!restored_transaction_committed(*pool_, *producers[i], *c, evidence)) {
+      pool_->to_republish.emplace_back(*c, std::move(evidence));
+    }
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     const int k = pool_->index_of(ids[i]);
