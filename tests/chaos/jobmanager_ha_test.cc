@@ -282,6 +282,40 @@ class JobManagerHaTest : public ::testing::Test {
     EXPECT_EQ(v.malformed, 0);
   }
 
+  /// `to` resumed job `job_id` from the last checkpoint `from` completed (or the one after, when the kill fell
+  /// between the pointer's move and `from`'s log line), with its deployment attempts numbered above `from`'s: a task
+  /// of `from`'s deployment still running on a TaskManager cannot feed a channel of the new one.
+  /// Returns the id of the checkpoint it resumed from (-1 on a failure).
+  int64_t expect_resumed_after(ChildProcess& from, ChildProcess& to, const std::string& job_id) {
+    const std::vector<int64_t> done = completed_checkpoints(from);
+    auto resumed = to.await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
+    EXPECT_TRUE(resumed) << logs();
+    EXPECT_FALSE(done.empty());
+    if (!resumed || done.empty()) return -1;
+    EXPECT_EQ((*resumed)[1], job_id);
+    const int64_t resumed_id = std::stoll((*resumed)[2]);
+    EXPECT_GE(resumed_id, done.back());
+    EXPECT_LE(resumed_id, done.back() + 1);
+    EXPECT_TRUE(to.await_line(std::regex("RUNNING: \\d+ task\\(s\\)"), kStart)) << logs();
+    const std::vector<int> before = deployed_attempts(from);
+    const std::vector<int> after = deployed_attempts(to);
+    EXPECT_FALSE(before.empty());
+    EXPECT_FALSE(after.empty());
+    if (!before.empty() && !after.empty()) EXPECT_GT(after.front(), before.back()) << logs();
+    return resumed_id;
+  }
+  /// `jm` finishes the job (exit code 0), the topic holds every record once, and etcd records FINISHED.
+  void expect_finished_exactly_once(ChildProcess& jm, Verifier& v, int64_t count, const std::string& job_id) {
+    const std::optional<int> code = jm.wait_exit(90s);
+    ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
+    EXPECT_EQ(*code, 0) << logs();
+    expect_exactly_once(v, count);
+    ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
+    auto status = store.job_status(job_id);
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(status->value_or(""), "FINISHED");
+  }
+
   std::string servers_;
   int lease_ttl_s_ = kLeaseTtlS;
   uint64_t seed_ = 0;
@@ -366,32 +400,9 @@ TEST_F(JobManagerHaTest, TheStandbyTakesOverAKilledLeadersJobFromTheLatestCheckp
             << first_record_ms << " ms after it\n";
   EXPECT_LE(takeover_ms, kLeaseTtlS * 1000 + 2000) << "the standby did not lead within the lease TTL + 2 s";
 
-  // The standby resumed the same job from the checkpoint the pointer named: the last one the leader completed
-  // (or the one after, when the kill fell between the pointer's move and the leader's log line).
-  auto resumed = b->await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
-  ASSERT_TRUE(resumed) << logs();
-  EXPECT_EQ((*resumed)[1], job_id);
-  ASSERT_FALSE(done_by_a.empty());
-  const int64_t resumed_id = std::stoll((*resumed)[2]);
-  EXPECT_GE(resumed_id, done_by_a.back());
-  EXPECT_LE(resumed_id, done_by_a.back() + 1);
-  // The new leader's deployments are numbered above the former leader's: a task of the killed leader's
-  // deployment still running on a TaskManager cannot feed a channel of the new one.
-  const std::vector<int> attempts_a = deployed_attempts(*a);
-  const std::vector<int> attempts_b = deployed_attempts(*b);
-  ASSERT_FALSE(attempts_a.empty());
-  ASSERT_FALSE(attempts_b.empty());
-  EXPECT_GT(attempts_b.front(), attempts_a.back()) << logs();
-
-  const std::optional<int> code = b->wait_exit(90s);
-  ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
-  EXPECT_EQ(*code, 0) << logs();
-  expect_exactly_once(v, kCount);
-  // The job's end is in etcd: the new leader recorded FINISHED.
-  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
-  auto status = store.job_status(job_id);
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->value_or(""), "FINISHED");
+  // The standby resumed the same job from the checkpoint the pointer named, its attempts above the leader's.
+  expect_resumed_after(*a, *b, job_id);
+  expect_finished_exactly_once(*b, v, kCount, job_id);
 }
 
 TEST_F(JobManagerHaTest, APausedLeaderThatWakesAfterItsLeaseCompletesNoCheckpointAndExits) {
@@ -530,13 +541,8 @@ TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtO
       kStart))
       << logs();
   const int64_t running_ms = ms_since(termed);
-  auto resumed = b->await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
-  ASSERT_TRUE(resumed) << logs();
-  EXPECT_EQ((*resumed)[1], job_id);
   // The pointer may have moved to one more checkpoint than the leader logged complete before it stopped.
-  const int64_t resumed_id = std::stoll((*resumed)[2]);
-  EXPECT_GE(resumed_id, done_by_a.back());
-  EXPECT_LE(resumed_id, done_by_a.back() + 1);
+  const int64_t resumed_id = expect_resumed_after(*a, *b, job_id);
   std::cout << "SIGTERM of the leader JobManager after " << done_by_a.size() << " completed checkpoint(s) (last "
             << done_by_a.back() << "): the standby led " << takeover_ms << " ms after the signal (lease TTL "
             << lease_ttl_s_ << " s), the job RUNNING again " << running_ms << " ms after it, from checkpoint "
@@ -544,15 +550,7 @@ TEST_F(JobManagerHaTest, ASigtermedLeaderSuspendsTheJobAndTheStandbyResumesItAtO
   EXPECT_LE(takeover_ms, 2000) << "the standby waited for the lease to expire: it was not revoked";
   for (ChildProcess* tm : tms)
     EXPECT_FALSE(tm->exited()) << "a TaskManager ended with the JobManager\n" << tm->output();
-
-  const std::optional<int> code = b->wait_exit(90s);
-  ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
-  EXPECT_EQ(*code, 0) << logs();
-  expect_exactly_once(v, kCount);
-  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
-  auto status = store.job_status(job_id);
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->value_or(""), "FINISHED");
+  expect_finished_exactly_once(*b, v, kCount, job_id);
 }
 
 // A JobManager without a standby, SIGKILLed and started again (a Kubernetes Deployment of one replica restarting its
@@ -591,27 +589,10 @@ TEST_F(JobManagerHaTest, AJobManagerWithoutAStandbyRestartedAfterAKillResumesThe
   ASSERT_TRUE(poll_until([&] { return leader_epoch_of(*again) > 0; }, 30s, 10ms)) << logs();
   const int64_t led_ms = ms_since(killed);
   EXPECT_GT(leader_epoch_of(*again), leader_epoch_of(*a));
-  auto resumed = again->await_line(std::regex(R"(\(([0-9a-f]+)\) resumes from checkpoint (\d+))"), 10s);
-  ASSERT_TRUE(resumed) << logs();
-  EXPECT_EQ((*resumed)[1], job_id);
-  EXPECT_GE(std::stoll((*resumed)[2]), done_by_a.back());
-  ASSERT_TRUE(again->await_line(std::regex("RUNNING: 5 task\\(s\\)"), kStart)) << logs();
+  const int64_t resumed_id = expect_resumed_after(*a, *again, job_id);
   std::cout << "the restarted JobManager led " << led_ms << " ms after the kill (lease TTL " << kLeaseTtlS
-            << " s) and resumed job " << job_id << " from checkpoint " << (*resumed)[2] << "\n";
-  const std::vector<int> attempts_a = deployed_attempts(*a);
-  const std::vector<int> attempts_again = deployed_attempts(*again);
-  ASSERT_FALSE(attempts_a.empty());
-  ASSERT_FALSE(attempts_again.empty());
-  EXPECT_GT(attempts_again.front(), attempts_a.back()) << logs();
-
-  const std::optional<int> code = again->wait_exit(90s);
-  ASSERT_TRUE(code.has_value()) << "the job did not finish under the restarted JobManager\n" << logs();
-  EXPECT_EQ(*code, 0) << logs();
-  expect_exactly_once(v, kCount);
-  ha::EtcdHaStore store(*client_, ha::HaKeys(cluster_id_));
-  auto status = store.job_status(job_id);
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->value_or(""), "FINISHED");
+            << " s) and resumed job " << job_id << " from checkpoint " << resumed_id << "\n";
+  expect_finished_exactly_once(*again, v, kCount, job_id);
 }
 
 // `sluice cancel` ends a job for good, with or without HA: CANCELED in etcd, and no standby runs it again.

@@ -323,13 +323,10 @@ TEST_F(KafkaSinkIntegrationTest, AtLeastOnceUnderInjectedFailures) {
               static_cast<long long>(r.completed_checkpoints));
 }
 
-/// Reads `topic` read_committed to its end and counts values of [0, records) missing and repeated; checks per-key
-/// order.
-void expect_read_committed_exactly_once(const std::string& bootstrap, const std::string& topic, int64_t records) {
-  Reader reader(bootstrap, topic, "read_committed");
-  reader.read_to_end();
+/// Counts the values of [0, records) missing from `read` and repeated in it, expects none, and checks per-key order.
+void expect_exactly_once(const std::vector<Read>& read, int64_t records) {
   std::map<int64_t, int> count;
-  for (const Read& x : reader.records)
+  for (const Read& x : read)
     ++count[x.value];
   int64_t missing = 0, duplicated = 0;
   for (int64_t v = 0; v < records; ++v) {
@@ -340,12 +337,19 @@ void expect_read_committed_exactly_once(const std::string& bootstrap, const std:
       ++duplicated;
     }
   }
-  std::printf("read_committed: %zu records, %lld missing, %lld duplicated\n", reader.records.size(),
+  std::printf("read_committed: %zu records, %lld missing, %lld duplicated\n", read.size(),
               static_cast<long long>(missing), static_cast<long long>(duplicated));
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(duplicated, 0);
   EXPECT_EQ(count.size(), static_cast<size_t>(records)) << "unexpected values";
-  expect_per_key_order(reader.records, records, /*allow_repeats=*/false);
+  expect_per_key_order(read, records, /*allow_repeats=*/false);
+}
+
+/// Reads `topic` read_committed to its end and expects every value of [0, records) once, each key in order.
+void expect_read_committed_exactly_once(const std::string& bootstrap, const std::string& topic, int64_t records) {
+  Reader reader(bootstrap, topic, "read_committed");
+  reader.read_to_end();
+  expect_exactly_once(reader.records, records);
 }
 
 // A commit the broker acknowledges and then loses (the fault point aborts it and reports it committed) is found by
@@ -434,24 +438,7 @@ TEST_F(KafkaSinkIntegrationTest, ExactlyOnceUnderInjectedFailures) {
     EXPECT_EQ(fault::fired(after_precommit), 2);
   }
   reader.read_to_end();
-
-  // Exactly once, per-key order.
-  std::map<int64_t, int> count;
-  for (const Read& x : reader.records)
-    ++count[x.value];
-  int64_t missing = 0, duplicated = 0;
-  for (int64_t v = 0; v < kRecords; ++v) {
-    auto it = count.find(v);
-    if (it == count.end()) {
-      ++missing;
-    } else if (it->second > 1) {
-      ++duplicated;
-    }
-  }
-  EXPECT_EQ(missing, 0);
-  EXPECT_EQ(duplicated, 0);
-  EXPECT_EQ(count.size(), static_cast<size_t>(kRecords)) << "unexpected values";
-  expect_per_key_order(reader.records, kRecords, /*allow_repeats=*/false);
+  expect_exactly_once(reader.records, kRecords);
 
   // Nothing visible before a checkpoint completed after it was written (5 ms of slack for ms rounding), and in
   // particular nothing before the first completed checkpoint.
