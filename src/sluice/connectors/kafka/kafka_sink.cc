@@ -1369,6 +1369,8 @@ struct KafkaSinkWriterCore::Impl {
         for (const auto& [name, v] : r.headers)
           rec.headers.push_back(KafkaHeader{std::string(name), v ? std::optional<std::string>(*v) : std::nullopt});
         copy.append(rec, r.partition, r.timestamp_ms);
+        // A sink with a topic selector and no default topic has no marker topic before its first record.
+        if (marker_topic.empty()) marker_topic = rec.topic;
         ++n;
       }
       spdlog::info(
