@@ -58,17 +58,20 @@ int run_ha_status(const HaFlags& flags) {
     auto job = store.job(id);
     auto status = store.job_status(id);
     auto pointer = store.latest_checkpoint(id);
+    auto attempt = store.attempt(id);
     if (!job.ok()) return fail(job.error());
     if (!status.ok()) return fail(status.error());
     if (!pointer.ok()) return fail(pointer.error());
+    if (!attempt.ok()) return fail(attempt.error());
     fmt::print("job {}{}: status {}", id, job->has_value() ? fmt::format(" ({})", (*job)->name) : std::string(),
                status->has_value() ? **status : std::string("unknown"));
     if (pointer->has_value()) {
-      fmt::print(", latest checkpoint {} at {} (written by epoch {})\n", (*pointer)->checkpoint_id,
+      fmt::print(", latest checkpoint {} at {} (written by epoch {})", (*pointer)->checkpoint_id,
                  (*pointer)->external_path, (*pointer)->leader_epoch);
     } else {
-      fmt::print(", no completed checkpoint\n");
+      fmt::print(", no completed checkpoint");
     }
+    fmt::print("{}\n", attempt->has_value() ? fmt::format(", deployment attempt {}", **attempt) : std::string());
   }
   if (jobs.empty()) fmt::print("jobs: none\n");
   return 0;

@@ -318,6 +318,7 @@ TEST_F(EtcdHaTest, SluiceHaStatusPrintsTheLeaderAndTheStoredJobs) {
   ASSERT_TRUE(epoch.ok() && epoch->has_value());
   ASSERT_TRUE(store.put_job(**epoch, HaJobRecord{"j7", "payments", "pipeline: {}", "pipeline"}, "RUNNING").ok());
   ASSERT_TRUE(store.set_latest_checkpoint(**epoch, "j7", CheckpointPointer{12, "file:///c/j7/chk-12", 1, 0}).ok());
+  ASSERT_TRUE(store.set_attempt(**epoch, "j7", 3).ok());
   auto r = sluice::testing::run_to_end(SLUICE_BINARY,
                                        {"ha", "status", "--endpoints", etcd->endpoints(), "--cluster-id", cluster_id_});
   EXPECT_EQ(r.code, 0) << r.err;
@@ -325,7 +326,7 @@ TEST_F(EtcdHaTest, SluiceHaStatusPrintsTheLeaderAndTheStoredJobs) {
       << r.out;
   EXPECT_NE(r.out.find("job j7 (payments): status RUNNING, latest checkpoint 12 at file:///c/j7/chk-12 (written by "
                        "epoch " +
-                       std::to_string((*epoch)->create_revision) + ")"),
+                       std::to_string((*epoch)->create_revision) + "), deployment attempt 3\n"),
             std::string::npos)
       << r.out;
   auto down = sluice::testing::run_to_end(SLUICE_BINARY, {"ha", "status", "--endpoints", "http://127.0.0.1:1"});
