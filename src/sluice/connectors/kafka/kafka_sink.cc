@@ -1380,6 +1380,7 @@ struct KafkaSinkWriterCore::Impl {
           pool->slots[static_cast<size_t>(current)].token);
     }
     pool->to_republish.clear();
+    republished_bytes = copy.bytes();
   }
 
   // The producer of the open transaction (opens one on the lowest idle producer when there is none).
@@ -1429,6 +1430,10 @@ struct KafkaSinkWriterCore::Impl {
   int current = -1;  // slot of the open transaction
   std::string marker_topic;
   RecoveryCopyWriter copy;
+  // Bytes of `copy` that republish_restored() put there: not counted against max_transaction_bytes, which bounds
+  // what the open epoch adds (restored copies of several lost transactions may sum above it, and counting them would
+  // fail every restart at its first record).
+  size_t republished_bytes = 0;
   struct CachedCount {
     int32_t count;
     Clock::time_point fetched;
@@ -1474,7 +1479,7 @@ std::optional<std::string> KafkaSinkWriterCore::write(const KafkaProducerRecord&
   // restarts from the last checkpoint) rather than growing until the process dies. Blocking here instead would
   // hold back the very barrier that frees it.
   const size_t record_bytes = record.topic.size() + record.key().size() + record.value().size() + 16;
-  if (static_cast<int64_t>(s.copy.bytes() + record_bytes) > s.settings.max_transaction_bytes) {
+  if (static_cast<int64_t>(s.copy.bytes() - s.republished_bytes + record_bytes) > s.settings.max_transaction_bytes) {
     fail(s.pool->who + ": the open transaction holds " + std::to_string(s.copy.count()) + " records (" +
          std::to_string(s.copy.bytes()) +
          " bytes in its recovery copy) and the next record would exceed "
@@ -1578,6 +1583,7 @@ std::vector<KafkaCommittable> KafkaSinkWriterCore::prepare_commit() {
   slot.producer->send_marker(c.marker_topic, c.precommit_time_ms, c.token);
   c.record_count = s.copy.count();
   c.records = s.copy.take();
+  s.republished_bytes = 0;
   slot.producer->fill_probe(c);
   slot.state = KafkaProducerPool::SlotState::kPrecommitted;
   s.current = -1;
