@@ -281,7 +281,7 @@ TEST_F(ClusterCheckpointTest, ACorruptedStateFileFailsTheRestoreOnTheTaskManager
   harness_.reset();
 
   // One byte of a state file flipped: the size is right, so the JobManager (which checks existence and size only)
-  // starts the restore; the TaskManager that reads the file finds the checksum mismatch and the deployment fails,
+  // deploys the restore; the task that reads the file as it initialises finds the checksum mismatch and fails,
   // naming the file, on every attempt until the restart strategy gives up.
   fs::path broken;
   uint64_t broken_size = 0;
@@ -321,6 +321,10 @@ TEST_F(ClusterCheckpointTest, ACorruptedStateFileFailsTheRestoreOnTheTaskManager
   EXPECT_NE(jm2->output().find(broken.string()), std::string::npos) << jm2->output();
   EXPECT_NE(jm2->output().find("checksum mismatch"), std::string::npos) << jm2->output();
   EXPECT_GE(a->count("checksum mismatch") + b->count("checksum mismatch"), 1) << c2.logs();
+  // The state is read by the tasks, not in the deployment call: every deployment succeeded, a task failed.
+  EXPECT_NE(jm2->output().find("deployed "), std::string::npos) << jm2->output();
+  EXPECT_EQ(jm2->output().find("deploying "), std::string::npos) << jm2->output();
+  EXPECT_NE(jm2->output().find("restoring the state of "), std::string::npos) << jm2->output();
   harness_.reset();
 
   // Truncated: the JobManager's size check refuses it before any deployment, naming the file.

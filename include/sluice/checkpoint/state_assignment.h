@@ -34,6 +34,9 @@ struct VertexToRestore {
   std::vector<std::string> operator_uids;  ///< chain order
   int parallelism = 0;                     ///< the new number of subtasks (>= 1)
   std::vector<int> max_parallelism;        ///< per uid, same order as operator_uids
+  /// The new subtasks whose state to compute (index = subtask); empty = all. A TaskManager computes only its
+  /// own subtasks', so it reads only the files holding their key groups.
+  std::vector<bool> subtasks;
 };
 
 /// Computes the state of each of the `vertex.parallelism` new subtasks (index = subtask) from checkpoint
@@ -41,14 +44,14 @@ struct VertexToRestore {
 /// every uid of the vertex that the metadata has: operator_state holds the redistributed
 /// OperatorStateStore bytes ("" when no old subtask had operator state), keyed the key groups of the new
 /// subtask's range that had bytes (null when the operator had no keyed state). Uids absent from the
-/// metadata get no entry (a fresh start for that operator).
+/// metadata get no entry (a fresh start for that operator). A subtask left out of `vertex.subtasks` gets null.
 /// Every file read is checked (size, XXH3-64 checksum) once per call; files without needed state are not
 /// read. Memory: the files of the vertex's operators are held while the call runs.
 /// Errors: kState when an operator with keyed state had another max parallelism (names the uid and both
 /// values), when a state file is missing, truncated or corrupted (names the full path and expected vs actual
 /// size or checksum), or when the metadata is inconsistent (a key group or subtask stored twice);
 /// kConfiguration for an invalid `vertex` (sizes differ, parallelism < 1 or above the max parallelism,
-/// a uid twice).
+/// a uid twice, `subtasks` neither empty nor of size parallelism).
 [[nodiscard]] Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(
     const CheckpointMetadata& metadata, const std::filesystem::path& dir, const VertexToRestore& vertex);
 

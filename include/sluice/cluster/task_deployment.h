@@ -57,6 +57,9 @@ struct SubtaskDeployment {
   const std::map<int, std::shared_ptr<SourceCoordinatorBase>>* coordinators = nullptr;
   /// Per vertex, per subtask: the state to restore; null = fresh start.
   const std::vector<std::vector<std::shared_ptr<const TaskRestore>>>* restores = nullptr;
+  /// Instead of `restores`: reads the state of subtask (vertex, index) on that task's thread as it initialises
+  /// (Task::Options::restore_loader); null = fresh start.
+  std::function<Result<std::shared_ptr<const TaskRestore>>(int vertex, int subtask)> restore_loader;
   int attempt = 0;
   const Clock* clock = nullptr;
   const TaskLease* lease = nullptr;  ///< a TaskManager's lease on its registration (cluster mode), or null

@@ -127,6 +127,10 @@ class Task final : public TaskServices, public CreditWaiter {
     bool checkpointing_enabled = false;
     /// State to restore before open(), by operator uid; null on a fresh start.
     std::shared_ptr<const TaskRestore> restore;
+    /// Instead of `restore`: reads the state to restore, called once on the task's own thread before open()
+    /// (Flink's INITIALIZING: a deployment with large state returns at once, the task reads its state). An error
+    /// fails the task. Null on a fresh start or with `restore`.
+    std::function<Result<std::shared_ptr<const TaskRestore>>()> restore_loader;
     /// The TaskManager's lease on its registration (cluster mode; it must outlive the task), or null. A task
     /// whose lease lapsed is stale: it stops (reporting kCanceled) within a millisecond of running again, and
     /// its sinks write nothing more (core/cancellation.h).
@@ -224,6 +228,7 @@ class Task final : public TaskServices, public CreditWaiter {
                          ErrorCode code = ErrorCode::kRuntime) const;
 
   Options options_;
+  std::shared_ptr<const TaskRestore> restore_;  // task thread: options_.restore or what restore_loader read
   TaskListener& listener_;
   std::vector<std::unique_ptr<StreamOperatorBase>> operators_;
   std::vector<std::unique_ptr<TaskRuntimeContext>> contexts_;

@@ -62,7 +62,7 @@ Error assignment_error(const CheckpointMetadata& m, const OperatorStateEntry& op
 
 // Fills the state of operator `op` into every new subtask of `restores`.
 Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op, int job_max_parallelism,
-                       StateFileCache& files, std::vector<TaskRestore>& restores) {
+                       const std::vector<bool>& wanted, StateFileCache& files, std::vector<TaskRestore>& restores) {
   const int p = static_cast<int>(restores.size());
   const bool keyed = has_keyed_state(op);
 
@@ -131,6 +131,7 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
   }
 
   for (int s = 0; s < p; ++s) {
+    if (!wanted.empty() && !wanted[static_cast<size_t>(s)]) continue;
     OperatorSubtaskRestore restore;
     if (has_op_state) {
       DataOutput out;
@@ -187,6 +188,11 @@ Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(co
                  fmt::format("restoring a vertex: {} operator uids but {} max parallelism values",
                              vertex.operator_uids.size(), vertex.max_parallelism.size()));
   }
+  if (!vertex.subtasks.empty() && vertex.subtasks.size() != static_cast<size_t>(vertex.parallelism)) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("restoring a vertex with parallelism {}: {} subtasks are marked to restore",
+                             vertex.parallelism, vertex.subtasks.size()));
+  }
   std::map<std::string_view, const OperatorStateEntry*> by_uid;
   for (const OperatorStateEntry& op : metadata.operators) {
     if (!by_uid.emplace(op.uid, &op).second) {
@@ -207,13 +213,16 @@ Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(co
       return Error(ErrorCode::kConfiguration, fmt::format("restoring a vertex: operator uid '{}' appears twice", uid));
     auto it = by_uid.find(uid);
     if (it == by_uid.end()) continue;
-    SLUICE_RETURN_IF_ERROR(assign_operator(metadata, *it->second, vertex.max_parallelism[i], files, restores));
+    SLUICE_RETURN_IF_ERROR(
+        assign_operator(metadata, *it->second, vertex.max_parallelism[i], vertex.subtasks, files, restores));
   }
 
   std::vector<std::shared_ptr<const TaskRestore>> result;
   result.reserve(restores.size());
-  for (TaskRestore& r : restores)
-    result.push_back(std::make_shared<const TaskRestore>(std::move(r)));
+  for (size_t s = 0; s < restores.size(); ++s) {
+    const bool wanted = vertex.subtasks.empty() || vertex.subtasks[s];
+    result.push_back(wanted ? std::make_shared<const TaskRestore>(std::move(restores[s])) : nullptr);
+  }
   return result;
 }
 

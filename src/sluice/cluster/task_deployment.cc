@@ -58,6 +58,7 @@ Result<DeployedSubtasks> build_subtasks(const SubtaskDeployment& d) {
       o.buffer_timeout_ms = d.buffer_timeout_ms;
       o.checkpointing_enabled = d.checkpointing;
       if (d.restores != nullptr) o.restore = (*d.restores)[static_cast<size_t>(vid)][static_cast<size_t>(i)];
+      if (d.restore_loader) o.restore_loader = [load = d.restore_loader, vid, i] { return load(vid, i); };
       out.tasks.push_back(std::make_unique<Task>(o, *d.listener));
       vertex_tasks[static_cast<size_t>(vid)][static_cast<size_t>(i)] = out.tasks.back().get();
     }

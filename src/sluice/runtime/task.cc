@@ -50,7 +50,7 @@ Task::~Task() {
 StreamOperatorBase* Task::add_operator(std::unique_ptr<StreamOperatorBase> op, std::unique_ptr<TaskRuntimeContext> ctx,
                                        std::string uid) {
   ctx->set_checkpointing_enabled(options_.checkpointing_enabled);
-  ctx->set_restored(options_.restore != nullptr);
+  ctx->set_restored(options_.restore != nullptr || options_.restore_loader != nullptr);
   operators_.push_back(std::move(op));
   contexts_.push_back(std::move(ctx));
   uids_.push_back(std::move(uid));
@@ -303,11 +303,17 @@ void Task::perform_checkpoint(const CheckpointBarrier& barrier, int64_t alignmen
 }
 
 void Task::restore_state() {
-  if (!options_.restore) return;
+  restore_ = options_.restore;
+  if (!restore_ && options_.restore_loader) {
+    Result<std::shared_ptr<const TaskRestore>> loaded = options_.restore_loader();
+    if (!loaded.ok()) throw SluiceException(loaded.error().with_context("restoring the state of " + display_name()));
+    restore_ = std::move(*loaded);
+  }
+  if (!restore_) return;
   SLUICE_FAULT_POINT("checkpoint.restore:" + options_.vertex_name);
   for (size_t i = 0; i < operators_.size(); ++i) {
-    auto it = options_.restore->operators.find(uids_[i]);
-    if (it == options_.restore->operators.end()) continue;
+    auto it = restore_->operators.find(uids_[i]);
+    if (it == restore_->operators.end()) continue;
     StreamOperatorBase* op = operators_[i].get();
     if (!it->second.operator_state.empty()) {
       DataInput in(it->second.operator_state);
@@ -315,7 +321,7 @@ void Task::restore_state() {
       if (!st.ok()) {
         throw OperatorException(op->name(),
                                 fmt::format("restoring operator state (uid '{}') from checkpoint {}: {}", uids_[i],
-                                            options_.restore->checkpoint_id, st.error().to_string()),
+                                            restore_->checkpoint_id, st.error().to_string()),
                                 ErrorCode::kState);
       }
     }
@@ -349,9 +355,9 @@ void Task::invoke() {
     call_user_function(op->name(), [&] { op->open(); });
   }
   last_flush_ns_ = steady_ns();
-  if (options_.restore) {
+  if (restore_) {
     spdlog::debug("task '{}': state of checkpoint {} restored and operators opened in {} ms", display_name(),
-                  options_.restore->checkpoint_id, (last_flush_ns_ - restore_start_ns) / 1'000'000);
+                  restore_->checkpoint_id, (last_flush_ns_ - restore_start_ns) / 1'000'000);
   }
   auto* source = dynamic_cast<SourceOperatorBase*>(operators_.front().get());
   if (source != nullptr) {

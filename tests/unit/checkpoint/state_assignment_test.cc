@@ -15,9 +15,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/deferred_state_assignment.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
@@ -459,6 +461,105 @@ TEST_F(StateAssignmentTest, SizeChecksLeaveCorruptionToTheStateAssignment) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.error().to_string(), HasSubstr(broken.string()));
   EXPECT_THAT(missing.error().to_string(), HasSubstr("is missing"));
+}
+
+// A TaskManager assigns only the subtasks it runs: it reads the files of their key groups, no others.
+TEST_F(StateAssignmentTest, SubtasksLeftOutAreNotAssignedAndTheirFilesNotRead) {
+  CheckpointMetadata m = standard_checkpoint(1);
+  const fs::path dir = storage_->checkpoint_dir(1);
+  const fs::path counts1 = dir / m.operators[1].subtasks[1].file;
+  std::string bytes = read_file(counts1);
+  bytes[bytes.size() / 2] ^= 0x01;
+  write_file(counts1, bytes);
+
+  VertexToRestore first = chain(2);
+  first.subtasks = {true, false};
+  auto r = assign_subtask_states(m, dir, first);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_EQ(r->size(), 2u);
+  ASSERT_NE((*r)[0], nullptr);
+  EXPECT_EQ((*r)[1], nullptr);
+  EXPECT_THAT(decode((*r)[0]->operators.at("source").operator_state).offsets, ElementsAre(0, 1, 2));
+  std::map<int32_t, std::string> expected;
+  for (const auto& [kg, b] : key_groups_of(KeyGroupRange::for_operator_index(kMaxP, 2, 0)))
+    if (!b.empty()) expected[kg] = b;
+  EXPECT_EQ(owned((*r)[0]->operators.at("counts").keyed->key_groups), expected);
+
+  VertexToRestore second = chain(2);
+  second.subtasks = {false, true};
+  auto broken = assign_subtask_states(m, dir, second);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error().message(), HasSubstr(counts1.string()));
+  EXPECT_THAT(broken.error().message(), HasSubstr("checksum mismatch"));
+
+  VertexToRestore wrong = chain(2);
+  wrong.subtasks = {true};
+  auto refused = assign_subtask_states(m, dir, wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kConfiguration);
+}
+
+// DeferredStateAssignment (the tasks' side of a TaskManager's restore): the fixture's checkpoints serve it too.
+TEST_F(StateAssignmentTest, DeferredAssignmentHandsEachSubtaskItsStateOnceFromConcurrentTasks) {
+  CheckpointMetadata m = standard_checkpoint(1);
+  VertexToRestore rescaled = chain(3);
+  rescaled.subtasks = {true, false, true};  // subtask 1 runs in another TaskManager
+  std::vector<VertexToRestore> vertices{VertexToRestore{{"map"}, 3, {kMaxP}}, rescaled};
+  DeferredStateAssignment assignment(m, storage_->checkpoint_dir(1), vertices);
+  EXPECT_EQ(assignment.checkpoint_id(), 1);
+
+  std::vector<Result<std::shared_ptr<const TaskRestore>>> got(2, Error(ErrorCode::kInternal, "not run"));
+  {
+    std::vector<std::jthread> tasks;
+    tasks.emplace_back([&] { got[0] = assignment.subtask(1, 0); });
+    tasks.emplace_back([&] { got[1] = assignment.subtask(1, 2); });
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(got[static_cast<size_t>(i)].ok()) << got[static_cast<size_t>(i)].error().to_string();
+    ASSERT_NE(*got[static_cast<size_t>(i)], nullptr);
+  }
+  const int subtask_of[2] = {0, 2};
+  for (int i = 0; i < 2; ++i) {
+    const KeyGroupRange range = KeyGroupRange::for_operator_index(kMaxP, 3, subtask_of[i]);
+    std::map<int32_t, std::string> expected;
+    for (const auto& [kg, b] : key_groups_of(range))
+      if (!b.empty()) expected[kg] = b;
+    EXPECT_EQ(owned((*got[static_cast<size_t>(i)])->operators.at("counts").keyed->key_groups), expected);
+  }
+  EXPECT_THAT(decode((*got[1])->operators.at("source").operator_state).offsets, ElementsAre(4));
+
+  auto again = assignment.subtask(1, 0);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code(), ErrorCode::kInternal);
+  EXPECT_THAT(again.error().message(), HasSubstr("taken already"));
+  auto elsewhere = assignment.subtask(1, 1);
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_THAT(elsewhere.error().message(), HasSubstr("not assigned here"));
+  EXPECT_FALSE(assignment.subtask(2, 0).ok());
+  EXPECT_FALSE(assignment.subtask(-1, 0).ok());
+
+  // A vertex whose operators the checkpoint does not know: empty state, a fresh start for them.
+  auto fresh = assignment.subtask(0, 1);
+  ASSERT_TRUE(fresh.ok()) << fresh.error().to_string();
+  EXPECT_TRUE((*fresh)->operators.empty());
+}
+
+TEST_F(StateAssignmentTest, DeferredAssignmentFailsEverySubtaskOfAVertexWithACorruptedFileNamingIt) {
+  CheckpointMetadata m = standard_checkpoint(1);
+  const fs::path dir = storage_->checkpoint_dir(1);
+  const fs::path counts0 = dir / m.operators[1].subtasks[0].file;
+  std::string bytes = read_file(counts0);
+  bytes[bytes.size() / 2] ^= 0x01;
+  write_file(counts0, bytes);
+
+  DeferredStateAssignment assignment(m, dir, {chain(2)});
+  for (int i = 0; i < 2; ++i) {
+    auto r = assignment.subtask(0, i);
+    ASSERT_FALSE(r.ok()) << "subtask " << i;
+    EXPECT_EQ(r.error().code(), ErrorCode::kState);
+    EXPECT_THAT(r.error().message(), HasSubstr(counts0.string()));
+    EXPECT_THAT(r.error().message(), HasSubstr("checksum mismatch"));
+  }
 }
 
 }  // namespace

@@ -584,8 +584,9 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
     deployed_ = deployed;
     placement_ = placement;
   }
-  // Every TaskManager at once, one thread per call: a SubmitTasks returns once that TaskManager restored its
-  // subtasks' state (seconds for hundreds of MiB from S3), and one after the other the restores would add up.
+  // Every TaskManager at once, one thread per call: a SubmitTasks returns once that TaskManager created its tasks
+  // and channels (the tasks read their state afterwards, as they initialise), and one TaskManager slow to answer
+  // must not hold up the others.
   std::vector<grpc::Status> results(deployed.size());
   {
     std::vector<std::jthread> calls;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/deferred_state_assignment.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/core/config.h"
 #include "sluice/operators/source_operator.h"
@@ -73,30 +74,28 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
     return spec.peer_of[static_cast<size_t>(vertex)][static_cast<size_t>(subtask)] == spec.self;
   };
 
-  // The restored checkpoint: this TaskManager assigns its own subtasks' state from `_metadata`.
+  // The restored checkpoint: only `_metadata` is read here (the enumerators' state is in it). The subtasks' state
+  // is assigned and read by each task as it initialises (Flink's INITIALIZING), on its own thread: hundreds of MiB
+  // from S3 take seconds, longer than a deployment call may, and a failed read fails the task like any other
+  // failure. This TaskManager assigns its own subtasks' state only.
   std::optional<CheckpointMetadata> restore;
-  std::vector<std::vector<std::shared_ptr<const TaskRestore>>> restores(jg.vertices.size());
+  std::shared_ptr<DeferredStateAssignment> assignment;
   if (!spec.restore_dir.empty()) {
     auto meta = FileCheckpointStorage::load_metadata(spec.restore_dir);
     if (!meta.ok()) return meta.error().with_context("restoring the tasks of attempt " + std::to_string(spec.attempt));
+    std::vector<VertexToRestore> vertices(jg.vertices.size());
     for (const auto& v : jg.vertices) {
-      VertexToRestore vr;
+      VertexToRestore& vr = vertices[static_cast<size_t>(v.id)];
       vr.parallelism = v.parallelism;
       for (int nid : v.chained_nodes) {
         vr.operator_uids.push_back(jg.node_uid[static_cast<size_t>(nid)]);
         vr.max_parallelism.push_back(jg.node_max_parallelism[static_cast<size_t>(nid)]);
       }
-      bool any_here = false;
+      vr.subtasks.resize(static_cast<size_t>(v.parallelism));
       for (int i = 0; i < v.parallelism; ++i)
-        any_here = any_here || here(v.id, i);
-      if (!any_here) {
-        restores[static_cast<size_t>(v.id)].assign(static_cast<size_t>(v.parallelism), nullptr);
-        continue;
-      }
-      auto assigned = assign_subtask_states(*meta, spec.restore_dir, vr);
-      if (!assigned.ok()) return assigned.error();
-      restores[static_cast<size_t>(v.id)] = std::move(*assigned);
+        vr.subtasks[static_cast<size_t>(i)] = here(v.id, i);
     }
+    assignment = std::make_shared<DeferredStateAssignment>(*meta, spec.restore_dir, std::move(vertices));
     restore = std::move(*meta);
   }
   d->source_vertex_.assign(jg.vertices.size(), false);
@@ -177,7 +176,9 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   sd.lease = spec.lease;
   sd.buffer_timeout_ms = config.get(options::kBufferTimeout);
   sd.checkpointing = spec.checkpointing;
-  if (restore) sd.restores = &restores;
+  if (assignment) {
+    sd.restore_loader = [assignment](int vertex, int subtask) { return assignment->subtask(vertex, subtask); };
+  }
   sd.listener = d.get();
   try {
     Result<DeployedSubtasks> built = build_subtasks(sd);
