@@ -11,10 +11,10 @@
 // connection, decodes Relation/Insert/Update/Delete messages itself (a few dozen lines: Sluice's decoder builds
 // `Value` rows, which is engine work this reference leaves out on purpose), and produces each change as a JSON
 // object of the new row's columns (the old key's for a delete) keyed by a JSON object of the primary key's columns.
-// Producer settings are those of Sluice's KafkaSink at-least-once (kafka_sink.cc: enable.idempotence=true,
-// acks=all, partitioner murmur2_random, librdkafka's defaults otherwise: linger.ms 5, batch.size 1,000,000). It
-// stops after N changes are acknowledged by the broker, confirms the slot's position and prints one JSON line:
-// changes, seconds, cpu_seconds (getrusage, user+system), peak_rss_mib.
+// Producer settings are those of Sluice's KafkaSink at-least-once (kafka_sink_settings.cc:
+// enable.idempotence=true, acks=all, partitioner murmur2_random, librdkafka's defaults otherwise: linger.ms 5,
+// batch.size 1,000,000). It stops after N changes are acknowledged by the broker, confirms the slot's position and
+// prints one JSON line: changes, seconds, cpu_seconds (getrusage, user+system), peak_rss_mib.
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <sys/resource.h>

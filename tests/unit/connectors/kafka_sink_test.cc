@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "sluice/api/functions.h"
+#include "sluice/connectors/kafka/kafka_recovery_copy.h"
+#include "sluice/connectors/kafka/kafka_sink_internals.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/value.h"

@@ -286,17 +286,6 @@ struct TypeSerializer<KafkaCommittable> {
   static constexpr size_t min_encoded_size() { return 24; }
 };
 
-/// One writer's entry of the union list state "kafka-sink-writers": which transactional ids a run used, so that
-/// a restore with another parallelism or pool size still aborts all of them.
-struct KafkaSinkWriterState {
-  int32_t subtask = 0;
-  int32_t parallelism = 1;
-  int32_t pool_size = 0;
-  std::string transactional_id_prefix;
-  friend bool operator==(const KafkaSinkWriterState&, const KafkaSinkWriterState&) = default;
-};
-SLUICE_FIELDS(KafkaSinkWriterState, subtask, parallelism, pool_size, transactional_id_prefix);
-
 namespace detail {
 
 /// The type-independent settings of a KafkaSink.
@@ -316,117 +305,16 @@ struct KafkaSinkSettings {
   std::string marker_topic;
 };
 
-/// The default transaction.timeout.ms of exactly-once producers (Kafka's default transaction.max.timeout.ms).
-inline constexpr int64_t kDefaultTransactionTimeoutMs = 900'000;
 /// The default bound of an exactly-once subtask's open transaction (its recovery copy), in bytes.
 inline constexpr int64_t kDefaultMaxTransactionBytes = 512LL << 20;
-/// Name of the union list state of KafkaSinkWriterState.
-inline constexpr const char* kWriterStateName = "kafka-sink-writers";
 
 /// Checks the settings: kConfiguration error for a missing bootstrap server list, exactly-once without a prefix,
 /// a pool size below 2, properties librdkafka rejects, or properties the sink manages (transactional.id;
 /// enable.idempotence=false with exactly-once).
 [[nodiscard]] Status validate_settings(const KafkaSinkSettings& settings);
 
-/// transaction.timeout.ms the exactly-once producers use (the property, else kDefaultTransactionTimeoutMs).
-int64_t transaction_timeout_ms(const KafkaSinkSettings& settings);
-
-/// The warning logged at start when transaction.timeout.ms is less than twice max_commit_delay_ms, or when
-/// max_commit_delay_ms is unknown; nullopt when there is nothing to warn about (or not exactly-once).
-std::optional<std::string> transaction_timeout_warning(const KafkaSinkSettings& settings);
-
 /// Checkpoint interval plus the longest restart delay of the job configuration's restart strategy (ms).
 int64_t max_commit_delay_from(const Configuration& job_config);
-
-/// One answer of the broker to "the committed offset of a marker group" (an OffsetFetch).
-struct MarkerReading {
-  enum class Kind : uint8_t {
-    kOffset,          ///< an offset is committed; `metadata` is its token
-    kNoOffset,        ///< no offset is committed for the group
-    kUnstable,        ///< UNSTABLE_OFFSET_COMMIT: the broker still holds pending transactional offsets
-    kRetriableError,  ///< a timeout, a coordinator moving or loading: ask again (`error` says what)
-  };
-  Kind kind = Kind::kNoOffset;
-  std::string metadata;
-  std::string error;
-};
-
-/// Decides whether the transaction whose marker carries `token` was committed, from the readings of
-/// `fetch(require_stable)`, called on the task thread after init_transactions completed the transactional id's
-/// last transaction. Returns the committed marker's metadata (nullopt: no offset is committed). Used for
-/// committables without a probe record (written before format version 2, or a transaction without records).
-///  * A stable reading (require_stable) is certain and returned.
-///  * While the broker answers UNSTABLE_OFFSET_COMMIT or not at all (a read_committed consumer's fetch times
-///    out while offsets are pending), the materialized offsets (require_stable off) are read as well: only committed
-///    transactional offsets are materialized, so when they carry `token` the transaction was committed, certainly, and
-///    `token` is returned. Anything else there is no evidence either way.
-///  * Otherwise it asks again every `retry_ms` until `timeout_ms`, then throws SluiceException (kConnector)
-///    naming `who`, the group and the last answer: re-publishing could publish the transaction twice and
-///    skipping could lose it, so the task fails (and the restore runs again after the restart) instead of
-///    guessing. (Kafka 4.4 was seen to answer UNSTABLE_OFFSET_COMMIT for a complete transaction's group for
-///    minutes after a broker restart.)
-///  `interrupt` (may be empty) is called between the questions and throws to stop waiting (the task's
-///  cancellation, the sink's liveness probe).
-std::optional<std::string> resolve_marker(const std::function<MarkerReading(bool require_stable)>& fetch,
-                                          std::string_view token, int64_t timeout_ms, int64_t retry_ms,
-                                          std::string_view who, std::string_view group,
-                                          const std::function<void()>& interrupt = nullptr);
-
-/// `<prefix>-<subtask>-<k>`.
-std::string transactional_id(std::string_view prefix, int subtask, int k);
-
-/// The transactional ids abort_lingering of subtask `subtask` (of `parallelism`) initializes: `<prefix>-<j>-<k>`
-/// for every j < max(old_parallelism, parallelism) with j % parallelism == subtask and k < max(old_pool_size,
-/// pool_size), except those in `skip`. Sorted by (j, k).
-std::vector<std::string> lingering_transactional_ids(std::string_view prefix, int subtask, int parallelism,
-                                                     int old_parallelism, int pool_size, int old_pool_size,
-                                                     const std::vector<std::string>& skip);
-
-/// Whether subtask `subtask` of `parallelism` settles a restored committable written by old subtask
-/// `committable_subtask` (committable_subtask % parallelism == subtask).
-inline bool owns_committable(int committable_subtask, int subtask, int parallelism) noexcept {
-  return parallelism > 0 && committable_subtask % parallelism == subtask;
-}
-
-/// One record of a recovery copy, as decoded (views into the copy's bytes).
-struct RecoveryRecord {
-  std::string_view topic;
-  int32_t partition = KafkaProducerRecord::kAnyPartition;
-  int64_t timestamp_ms = 0;  ///< 0: none
-  std::optional<std::string_view> key;
-  std::optional<std::string_view> value;
-  std::vector<std::pair<std::string_view, std::optional<std::string_view>>> headers;
-};
-
-/// Appends records to a recovery copy: per record a flags byte (key present, value present, topic repeated),
-/// the topic (omitted when it repeats the previous record's), signed-varint partition and timestamp, key,
-/// value, and headers as varint-length strings (docs/serialization.md primitives). Not thread-safe.
-class RecoveryCopyWriter {
- public:
-  void append(const KafkaProducerRecord& record, int32_t partition, int64_t timestamp_ms);
-  int64_t count() const noexcept { return count_; }
-  size_t bytes() const noexcept { return out_.size(); }
-  /// Returns the encoded copy and resets the writer (keeping its capacity).
-  std::string take();
-
- private:
-  DataOutput out_;
-  std::string last_topic_;
-  int64_t count_ = 0;
-};
-
-/// Reads a recovery copy written by RecoveryCopyWriter. Throws SluiceException (kSerialization) on corrupt
-/// bytes. The copy must outlive the reader and the records it returns.
-class RecoveryCopyReader {
- public:
-  explicit RecoveryCopyReader(std::string_view bytes) : in_(bytes) {}
-  /// Decodes the next record into `out`; false at the end.
-  bool next(RecoveryRecord& out);
-
- private:
-  DataInput in_;
-  std::string_view last_topic_;
-};
 
 class KafkaProducerPool;
 
