@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "integration/test_util/kafka.h"
@@ -287,6 +288,10 @@ TEST_F(PipelineKafkaOversizeTest, TooLargeEventGoesToTheSinksDeadLetterFileWithI
   const std::string metrics = (*runner)->metrics_text();
   EXPECT_NE(metrics.find("sluice_sink_dead_letters_total{job=\"kafka-oversize\",sink=\"events\"} 1"), std::string::npos)
       << metrics;
+  // And per reason, in the sink stage's series of the running job (issue 16).
+  const std::regex too_large(R"(flink_jobmanager_job_deadLetters_numRecordsByReason\{[^}]*stage="sink"[^}]*)"
+                             R"(sink_name="events"[^}]*reason="too-large"\} 1\n)");
+  EXPECT_TRUE(std::regex_search(metrics, too_large)) << metrics;
   (*runner)->cancel();
   JobResult r = (*runner)->wait();
   EXPECT_EQ(r.status, JobStatus::kCanceled) << (r.error ? r.error->to_string() : "");

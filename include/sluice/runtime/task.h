@@ -229,6 +229,7 @@ class Task final : public TaskServices, public CreditWaiter {
 
   Options options_;
   std::shared_ptr<const TaskRestore> restore_;  // task thread: options_.restore or what restore_loader read
+  int64_t state_read_ns_ = 0;                   // task thread: how long restore_loader took
   TaskListener& listener_;
   std::vector<std::unique_ptr<StreamOperatorBase>> operators_;
   std::vector<std::unique_ptr<TaskRuntimeContext>> contexts_;
