@@ -495,6 +495,8 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       }
       return out;
     });
+    // The pipeline's health.* bounds and checkpoint interval, as `sluice run` applies them.
+    rest->serve_health_options(client.job_id(), p->runner->health_options());
     // The TaskManagers' heartbeats carry their source readers' connections: /health names a disconnected one
     // (source-disconnected, with its subtask and TaskManager) as `sluice run`'s does.
     rest->serve_source_health(client.job_id(), [&jm] {

@@ -55,14 +55,16 @@ class ClusterCheckpointTest : public ::testing::Test {
 
   /// datagen (`count` charges on kEntities entities at `rate`/s, 0 = unlimited) -> transform keyed by the charge
   /// id -> files (exactly-once) in <dir>/<out>, at `parallelism`, checkpoints every 200 ms into <dir>/<out>-chk.
-  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate) {
+  /// `pipeline_extra` is more YAML of the `pipeline:` mapping (indented lines).
+  std::string pipeline(const std::string& out, int parallelism, int64_t count, int64_t rate,
+                       const std::string& pipeline_extra = "") {
     const fs::path path = dir_ / (out + ".yaml");
     std::ofstream f(path);
     f << "pipeline:\n  name: cluster-ckpt-test\n  parallelism: " << parallelism << "\n"
       << "  delivery: exactly-once\n"
       << "  checkpoint: { interval: 200ms, storage: \"file://" << (dir_ / (out + "-chk")).string() << "\" }\n"
-      << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
-      << ", seed: 11 }\n"
+      << pipeline_extra << "source: { type: datagen, count: " << count << ", rate: " << rate
+      << ", entities: " << kEntities << ", seed: 11 }\n"
       << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
       << "    event:\n      payload: \"after.id AS id, after.revision AS revision\"\n"
       << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / out).string() << "\"\n"
@@ -336,6 +338,63 @@ TEST_F(ClusterCheckpointTest, ACorruptedStateFileFailsTheRestoreOnTheTaskManager
   EXPECT_NE(*refused_code, 0) << refused.output();
   EXPECT_NE(refused.output().find(broken.string()), std::string::npos) << refused.output();
   EXPECT_NE(refused.output().find("is truncated"), std::string::npos) << refused.output();
+}
+
+// The JobManager's /health applies the pipeline's health.* bounds (issue 16), as `sluice run`'s does: with
+// health.max-checkpoint-age 1500ms and health.max-failed-checkpoints 0 (off), a job whose checkpoints cannot be
+// written (the checkpoint directory replaced by a file: root ignores permissions) answers 503 with the reason
+// checkpoint-age, not failed-checkpoints (the default bound of 3 a JobManager applied before, which ignored the
+// file's), while the job keeps RUNNING (execution.checkpointing.tolerable-failed-checkpoints); once checkpoints
+// complete again it answers 200.
+TEST_F(ClusterCheckpointTest, TheJobManagersHealthAppliesThePipelinesHealthBounds) {
+  ClusterHarness& c =
+      cluster(pipeline("out", 2, 0, 2'000, "  health: { max-checkpoint-age: 1500ms, max-failed-checkpoints: 0 }\n"),
+              {"execution.checkpointing.tolerable-failed-checkpoints=1000000"});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  c.start_taskmanager(1);
+  c.start_taskmanager(1);
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") > 0; }, kStart)) << jm->output();
+  std::pair<int, std::string> h;
+  ASSERT_TRUE(poll_until(
+      [&] {
+        h = c.http_get("/health");
+        return h.first == 200;
+      },
+      10s))
+      << h.first << " " << h.second;
+
+  const fs::path job_dir = dir_ / "out-chk" / c.job_id();
+  const fs::path moved = dir_ / "out-chk-moved";
+  fs::rename(job_dir, moved);
+  std::ofstream(job_dir) << "not a directory\n";
+  const auto broken_at = Clock::now();
+  const bool unhealthy = poll_until(
+      [&] {
+        h = c.http_get("/health");
+        return h.first == 503;
+      },
+      20s);
+  std::cout << "/health answered " << h.first << " "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - broken_at).count()
+            << " ms after the checkpoint directory broke: " << h.second << "\n";
+  ASSERT_TRUE(unhealthy) << h.second;
+  EXPECT_NE(h.second.find("\"checkpoint-age\""), std::string::npos) << h.second;
+  EXPECT_NE(h.second.find("health.max-checkpoint-age"), std::string::npos) << h.second;
+  EXPECT_EQ(h.second.find("failed-checkpoints"), std::string::npos) << h.second;
+  EXPECT_NE(h.second.find("RUNNING"), std::string::npos) << h.second;
+
+  fs::remove(job_dir);
+  fs::rename(moved, job_dir);
+  const int completed = jm->count("completed checkpoint ");
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") > completed; }, kStart)) << jm->output();
+  EXPECT_TRUE(poll_until(
+      [&] {
+        h = c.http_get("/health");
+        return h.first == 200;
+      },
+      10s))
+      << h.first << " " << h.second;
 }
 
 }  // namespace

@@ -193,14 +193,21 @@ class ClusterHarness {
     return children_.back().get();
   }
 
-  /// GET `path` on the JobManager's REST API as JSON; nullopt when it does not answer 200 with JSON.
-  std::optional<Value> get(const std::string& path) const {
+  /// GET `path` on the JobManager's REST API: {status, body}; {0, ""} when nothing answered.
+  std::pair<int, std::string> http_get(const std::string& path) const {
     httplib::Client client(rest_url_);
     client.set_connection_timeout(2, 0);
     client.set_read_timeout(5, 0);
     auto res = client.Get(path);
-    if (!res || res->status != 200) return std::nullopt;
-    auto v = Value::from_json(res->body);
+    if (!res) return {0, ""};
+    return {res->status, res->body};
+  }
+
+  /// GET `path` on the JobManager's REST API as JSON; nullopt when it does not answer 200 with JSON.
+  std::optional<Value> get(const std::string& path) const {
+    auto [status, body] = http_get(path);
+    if (status != 200) return std::nullopt;
+    auto v = Value::from_json(body);
     if (!v.ok()) return std::nullopt;
     return std::move(*v);
   }

@@ -77,20 +77,10 @@ std::string change_line(int i) {
           .count());
 }
 
-/// GET `path` on `base`: {status, body}; {0, ""} when nothing answered.
-std::pair<int, std::string> http_get(const std::string& base, const std::string& path) {
-  httplib::Client c(base);
-  c.set_connection_timeout(2, 0);
-  c.set_read_timeout(5, 0);
-  auto res = c.Get(path);
-  if (!res) return {0, ""};
-  return {res->status, res->body};
-}
-
 /// The JobManager's `sourceConnected` series, by subtask index.
-std::map<int, double> source_connected(const std::string& base) {
+std::map<int, double> source_connected(const ClusterHarness& c) {
   std::map<int, double> out;
-  const std::string body = http_get(base, "/metrics").second;
+  const std::string body = c.http_get("/metrics").second;
   static const std::regex re(R"(flink_taskmanager_job_task_operator_sourceConnected\{([^}]*)\} (\S+))");
   static const std::regex subtask(R"re(subtask_index="(\d+)")re");
   for (auto it = std::sregex_iterator(body.begin(), body.end(), re); it != std::sregex_iterator(); ++it) {
@@ -149,7 +139,7 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   ASSERT_NE(jm, nullptr);
   std::vector<ChildProcess*> tms = {c.start_taskmanager(2), c.start_taskmanager(2)};
   ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 6 task\\(s\\) on 2 TaskManager\\(s\\)"), 60s)) << c.logs();
-  auto health = [&] { return http_get(c.rest_url(), "/health"); };
+  auto health = [&] { return c.http_get("/health"); };
 
   constexpr int kBefore = 300, kAfter = 300;
   write(0, kBefore);
@@ -167,10 +157,10 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   // The gauge on the JobManager's /metrics: both readers connected.
   EXPECT_TRUE(poll_until(
       [&] {
-        return source_connected(c.rest_url()) == std::map<int, double>{{0, 1.0}, {1, 1.0}};
+        return source_connected(c) == std::map<int, double>{{0, 1.0}, {1, 1.0}};
       },
       5s))
-      << http_get(c.rest_url(), "/metrics").second;
+      << c.http_get("/metrics").second;
   std::set<std::string> resource_ids;
   for (const Value& t : c.task_managers())
     resource_ids.insert(str(t, "id"));
@@ -205,12 +195,12 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   EXPECT_EQ(other_reasons, 0) << h.second;
   EXPECT_TRUE(poll_until(
       [&] {
-        for (const auto& [subtask, v] : source_connected(c.rest_url()))
+        for (const auto& [subtask, v] : source_connected(c))
           if (v == 0.0) return true;
         return false;
       },
       5s))
-      << http_get(c.rest_url(), "/metrics").second;
+      << c.http_get("/metrics").second;
   // The JobManager's log says it once per reader, naming the TaskManager (heartbeats repeat; the log does not).
   ASSERT_TRUE(jm->await_line(
       std::regex("source '" + topic + "' \\(kafka\\) subtask [01] on TaskManager " + readers_tm + ": disconnected for"),
@@ -235,7 +225,7 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   std::printf("the JobManager's /health answered 200 %lld ms after the broker's SIGCONT\n",
               static_cast<long long>(ms_since(resumed_at)));
   ASSERT_TRUE(healthy) << h.second << c.logs();
-  EXPECT_EQ(source_connected(c.rest_url()), (std::map<int, double>{{0, 1.0}, {1, 1.0}}));
+  EXPECT_EQ(source_connected(c), (std::map<int, double>{{0, 1.0}, {1, 1.0}}));
   ASSERT_TRUE(poll_until([&] { return jm->count("connected again (reported by its heartbeat)") == lost_lines; }, 5s))
       << jm->output();
 
@@ -289,7 +279,7 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   EXPECT_TRUE(jm->await_line(std::regex("TaskManager " + readers_tm + ": forgotten while disconnected"), 5s))
       << jm->output();
   // No TaskManager reports the readers now: -1, neither a stale 1 nor a stale 0.
-  EXPECT_EQ(source_connected(c.rest_url()), (std::map<int, double>{{0, -1.0}, {1, -1.0}}));
+  EXPECT_EQ(source_connected(c), (std::map<int, double>{{0, -1.0}, {1, -1.0}}));
   broker.resume();
 }
 

@@ -167,6 +167,12 @@ class RestServer {
   /// ids are ignored.
   void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider);
 
+  /// The health bounds of job `job_id` for GET /health (a cluster's JobManager: its pipeline's `health.*` and
+  /// checkpoint interval, as `sluice run` applies them). Without, a job gets JobHealthOptions{}: no checkpoint-age
+  /// bound (its interval is unknown here) and the default failed-checkpoint and restart-grace bounds. Unknown job ids
+  /// are ignored. Thread-safe.
+  void serve_health_options(const std::string& job_id, const JobHealthOptions& options);
+
   /// The Flink-named metrics of the registered job `job_id` in the server's own registry, for a caller to add
   /// metrics of its own (a cluster's JobManager: its sources' `sourceConnected`); null for an unknown job id or when
   /// serve_metric_samples() replaced the registry. Valid while the server lives.

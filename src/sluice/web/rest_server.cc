@@ -135,6 +135,7 @@ struct JobEntry {
   std::unique_ptr<metrics::JobMetrics> metrics;  // in the server's registry; null when the registry is external
   std::function<std::vector<RestSubtaskLocation>()> locations;  // guarded by Impl::mu_; cluster mode only
   std::function<std::vector<SourceHealth>()> sources;           // guarded by Impl::mu_; cluster mode only
+  JobHealthOptions health;                                      // guarded by Impl::mu_
 };
 
 std::string this_hostname() {
@@ -380,6 +381,11 @@ class RestServer::Impl {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(job_id);
     return it == jobs_.end() ? nullptr : it->second->metrics.get();
+  }
+  void serve_health_options(const std::string& job_id, const JobHealthOptions& options) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) it->second->health = options;
   }
   void serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
     std::lock_guard lock(mu_);
@@ -643,20 +649,22 @@ class RestServer::Impl {
 
   /// GET /health without a provider: healthy while every registered job is RUNNING or FINISHED.
   HealthResponse default_health() {
-    // Each job by evaluate_job_health (web/job_health.h) with the bounds every job has: not RUNNING, a failure
-    // within the restart grace, consecutive failed checkpoints. The checkpoint interval is the job's own and
-    // unknown here, so there is no checkpoint-age bound; a FINISHED job ended as it should and counts as healthy.
+    // Each job by evaluate_job_health (web/job_health.h) with its bounds (serve_health_options), else those every
+    // job has: not RUNNING, a failure within the restart grace, consecutive failed checkpoints (without the job's
+    // checkpoint interval, no checkpoint-age bound). A FINISHED job ended as it should and counts as healthy.
     Value jobs = Value::array();
     std::string reason;
     const auto entries = jobs_in_order();
     const int64_t now = now_ms();
     for (const auto& j : entries) {
       std::function<std::vector<SourceHealth>()> sources;
+      JobHealthOptions bounds;
       {
         std::lock_guard lock(mu_);
         sources = j->sources;
+        bounds = j->health;
       }
-      const HealthReport h = evaluate_job_health(j->client, JobHealthOptions{}, j->start_time_ms,
+      const HealthReport h = evaluate_job_health(j->client, bounds, j->start_time_ms,
                                                  sources ? sources() : std::vector<SourceHealth>{}, now);
       const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
       Value reasons = Value::array();
@@ -1355,6 +1363,10 @@ void RestServer::serve_subtask_locations(const std::string& job_id,
 metrics::JobMetrics* RestServer::job_metrics(const std::string& job_id) {
   return impl_->job_metrics(job_id);
 }
+void RestServer::serve_health_options(const std::string& job_id, const JobHealthOptions& options) {
+  impl_->serve_health_options(job_id, options);
+}
+
 void RestServer::serve_source_health(const std::string& job_id, std::function<std::vector<SourceHealth>()> provider) {
   impl_->serve_source_health(job_id, std::move(provider));
 }
