@@ -1,0 +1,139 @@
+// RestServer::Impl's default GET /metrics and GET /health (without providers) and the metric sampler thread.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include "rest_server_internals.h"
+#include "sluice/metrics/prometheus_text.h"
+
+namespace sluice {
+
+std::string RestServer::Impl::default_metrics() {
+  std::string out;
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  struct Row {
+    std::string job;
+    JobStatus status;
+    int restarts;
+    std::vector<OperatorStats> operators;
+    int64_t completed = 0;
+    int64_t failed = 0;
+  };
+  std::vector<Row> rows;
+  for (const auto& j : jobs_in_order()) {
+    Row r{metrics::escape_label_value(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
+    if (job_status_terminal(r.status)) {
+      JobResult result = j->client.wait();  // returns at once: the job has ended
+      if (!result.operators.empty()) r.operators = result.operators;
+    }
+    for (const auto& cp : j->client.checkpoint_stats()) {
+      if (cp.completed) {
+        ++r.completed;
+      } else if (!cp.failure.empty()) {
+        ++r.failed;
+      }
+    }
+    rows.push_back(std::move(r));
+  }
+  family("sluice_job_running", "gauge", "1 when the job is RUNNING, else 0.");
+  for (const auto& r : rows) {
+    out += fmt::format("sluice_job_running{{job=\"{}\",status=\"{}\"}} {}\n", r.job, job_status_name(r.status),
+                       r.status == JobStatus::kRunning ? 1 : 0);
+  }
+  family("sluice_job_restarts_total", "counter", "Failover restarts of the job.");
+  for (const auto& r : rows)
+    out += fmt::format("sluice_job_restarts_total{{job=\"{}\"}} {}\n", r.job, r.restarts);
+  family("sluice_operator_records_in_total", "counter", "Records an operator received, over its subtasks.");
+  for (const auto& r : rows) {
+    for (const auto& o : r.operators) {
+      out += fmt::format("sluice_operator_records_in_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
+                         metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_in);
+    }
+  }
+  family("sluice_operator_records_out_total", "counter", "Records an operator emitted, over its subtasks.");
+  for (const auto& r : rows) {
+    for (const auto& o : r.operators) {
+      out += fmt::format("sluice_operator_records_out_total{{job=\"{}\",operator=\"{}\",uid=\"{}\"}} {}\n", r.job,
+                         metrics::escape_label_value(o.name), metrics::escape_label_value(o.uid), o.records_out);
+    }
+  }
+  family("sluice_checkpoints_completed", "gauge", "Completed checkpoints among the recent ones kept in history.");
+  for (const auto& r : rows)
+    out += fmt::format("sluice_checkpoints_completed{{job=\"{}\"}} {}\n", r.job, r.completed);
+  family("sluice_checkpoints_failed", "gauge", "Failed checkpoints among the recent ones kept in history.");
+  for (const auto& r : rows)
+    out += fmt::format("sluice_checkpoints_failed{{job=\"{}\"}} {}\n", r.job, r.failed);
+  // The registry's Flink-named metrics of the same jobs (task, operator and job scopes).
+  out += registry_.prometheus_text();
+  return out;
+}
+
+HealthResponse RestServer::Impl::default_health() {
+  // Each job by evaluate_job_health (web/job_health.h) with its bounds (serve_health_options), else those every
+  // job has: not RUNNING, a failure within the restart grace, consecutive failed checkpoints (without the job's
+  // checkpoint interval, no checkpoint-age bound). A FINISHED job ended as it should and counts as healthy.
+  Value jobs = Value::array();
+  std::string reason;
+  const auto entries = jobs_in_order();
+  const int64_t now = now_ms();
+  for (const auto& j : entries) {
+    std::function<std::vector<SourceHealth>()> sources;
+    JobHealthOptions bounds;
+    {
+      std::lock_guard lock(mu_);
+      sources = j->sources;
+      bounds = j->health;
+    }
+    const HealthReport h = evaluate_job_health(j->client, bounds, j->start_time_ms,
+                                               sources ? sources() : std::vector<SourceHealth>{}, now);
+    const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
+    Value reasons = Value::array();
+    for (const auto& r : h.reasons)
+      reasons.push_back(Value::object({{"code", r.code}, {"message", r.message}}));
+    jobs.push_back(Value::object({{"id", j->client.job_id()},
+                                  {"name", j->name},
+                                  {"status", h.status},
+                                  {"restarts", h.restarts},
+                                  {"healthy", healthy},
+                                  {"reasons", healthy ? Value::array() : std::move(reasons)}}));
+    if (!healthy && reason.empty()) reason = fmt::format("job '{}' ({}): {}", j->name, j->client.job_id(), h.reason);
+  }
+  if (entries.empty()) reason = "no job is registered yet";
+  const bool healthy = reason.empty();
+  return HealthResponse{healthy,
+                        Value::object({{"healthy", healthy}, {"reason", reason}, {"jobs", std::move(jobs)}}).to_json()};
+}
+
+std::vector<metrics::MetricSample> RestServer::Impl::collect_samples() {
+  std::shared_ptr<std::function<std::vector<metrics::MetricSample>()>> external;
+  {
+    std::lock_guard lock(mu_);
+    external = external_samples_;
+  }
+  return external ? (*external)() : registry_.collect();
+}
+
+void RestServer::Impl::sample_metrics() {
+  pthread_setname_np(pthread_self(), "sluice-rest-mt");
+  std::unique_lock lock(mu_);
+  while (!stopping_.load()) {
+    if (!jobs_.empty()) {
+      lock.unlock();
+      auto samples = std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+      lock.lock();
+      latest_samples_ = std::move(samples);
+    }
+    sampler_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_.load(); });
+  }
+}
+
+std::shared_ptr<const std::vector<metrics::MetricSample>> RestServer::Impl::samples_now() {
+  {
+    std::lock_guard lock(mu_);
+    if (latest_samples_) return latest_samples_;
+  }
+  return std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+}
+
+}  // namespace sluice
