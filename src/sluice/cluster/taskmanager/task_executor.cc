@@ -1,3 +1,6 @@
+// One file over 800 lines: TaskExecutor::Impl is one gRPC service (the TaskManager's RPCs, slots, checkpoint
+// acks, reports to the JobManager) whose handlers share its mutexes and tables; a split would expose its
+// internals in a header without separating them. The deployed tasks are in deployed_tasks.cc.
 #include "sluice/cluster/taskmanager/task_executor.h"
 
 #include <fmt/format.h>
