@@ -1,3 +1,6 @@
+// One file over 800 lines: JobMaster (job_master.h) is one class, deployment, failover and checkpoint hooks of
+// one job on the cluster, whose members share one mutex that its run loop releases and retakes; a split by
+// function would spread that lock's protocol over files.
 #include "sluice/cluster/jobmanager/job_master.h"
 
 #include <fmt/format.h>
