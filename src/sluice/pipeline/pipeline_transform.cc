@@ -1,3 +1,6 @@
+// One file over 800 lines: the transform step's logic, its user-function operator and the builder are private
+// to it (anonymous namespace) and form one component; a split would move them into a header only to share them.
+//
 // The transform step of a pipeline: one change event in, routed domain events out (at most one without a
 // function; a function may return a list).
 #include <fmt/format.h>
