@@ -1,3 +1,5 @@
+// One header over 800 lines: class templates (one per state kind, on key, namespace and value types) that every
+// keyed operator instantiates, so their definitions must be visible to it; they share StateTable and CowHandle.
 // The heap backend's state objects: one class per state kind, templated on the key type K, the namespace
 // type N and the value types, all `final` (no virtual call when the concrete type is known).
 //
@@ -10,14 +12,12 @@
 // Namespaces: each state object has a current namespace, set with set_current_namespace() (Flink's
 // InternalKvState.setCurrentNamespace); states of VoidNamespace have only the one. The current key belongs
 // to the backend (HeapKeyedStateBackend::set_current_key) and is shared by all its states.
-//
 // Copy-on-write snapshots (Flink's CopyOnWriteStateMap, at key-group granularity): each key group's map is
 // held through a CowHandle. capture() copies the handles (O(key groups), no entry is copied); the first
 // mutation of a key group whose map a live capture still holds clones that map first, so a capture never
 // changes. Every mutation checks this with one branch (an acquire load of the map's reference count);
 // reads do not clone. With TTL, a read that refreshes or drops an entry and the incremental cleanup are
 // mutations and follow the same rule.
-//
 // Everything here runs on the task thread that owns the backend; nothing is thread-safe, except that a
 // capture (CapturedState) may be read and destroyed on another thread while the task keeps going.
 #pragma once
