@@ -1,3 +1,5 @@
+// One header over 800 lines: RocksDBKeyedStateBackend<K> and its state classes are templates on the key type that
+// every keyed operator instantiates, so their definitions must be visible to it; they share one RocksDBInstance.
 // RocksDBKeyedStateBackend<K>: the keyed state of one operator subtask in a RocksDB database on local disk
 // (Flink's RocksDBKeyedStateBackend), for state larger than memory.
 //
@@ -19,14 +21,12 @@
 // which only SST files new since this backend's earlier uploads are uploaded, while savepoints stay canonical.
 // A database restored from an incremental checkpoint is opened from its files; its states' kinds and format
 // flags are kept in the database (RocksDBInstance::state_meta) and checked when the states are registered.
-//
 // TTL (Flink's StateTtlConfig on RocksDB): values carry their i64 last-access timestamp as in the canonical
 // format (list elements and map entries each their own); a read never returns an expired value (it deletes
 // it), and a compaction filter per column family drops expired values nobody reads (for lists: expired
 // elements). Incremental cleanup settings are not needed and ignored: compaction does that work. Not
 // supported yet, refused with a kConfiguration error rather than run differently: TTL visibility
 // ReturnExpiredIfNotCleanedUp. The Clock must outlive the backend and its captures (compactions read it).
-//
 // Threading: everything runs on the owning task thread, except the RocksDBKeyedStateSnapshot that capture()
 // returns, which any thread may write and destroy. Errors: misuse throws SluiceException (kState), RocksDB
 // failures kState too; restore returns a Status.
