@@ -383,6 +383,17 @@ TEST_F(ClusterCheckpointTest, TheJobManagersHealthAppliesThePipelinesHealthBound
   EXPECT_NE(h.second.find("health.max-checkpoint-age"), std::string::npos) << h.second;
   EXPECT_EQ(h.second.find("failed-checkpoints"), std::string::npos) << h.second;
   EXPECT_NE(h.second.find("RUNNING"), std::string::npos) << h.second;
+  // Its /metrics carries what the alert rules compare (deploy/monitoring/sluice-alerts.yml), as `sluice run`'s does.
+  const std::string metrics = c.http_get("/metrics").second;
+  std::smatch m;
+  static const std::regex age(R"(sluice_checkpoint_age_ms\{job="cluster-ckpt-test"\} (\d+))");
+  ASSERT_TRUE(std::regex_search(metrics, m, age)) << metrics;
+  EXPECT_GT(std::stoll(m[1]), 1500) << metrics;
+  EXPECT_NE(metrics.find("sluice_health_checkpoint_age_bound_ms{job=\"cluster-ckpt-test\"} 1500\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("sluice_health_failed_checkpoints_bound{"), std::string::npos) << metrics;  // 0 = off
+  EXPECT_NE(metrics.find("sluice_job_healthy{job=\"cluster-ckpt-test\"} 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sluice_job_restarting{job=\"cluster-ckpt-test\"} 0\n"), std::string::npos) << metrics;
 
   fs::remove(job_dir);
   fs::rename(moved, job_dir);
@@ -395,6 +406,13 @@ TEST_F(ClusterCheckpointTest, TheJobManagersHealthAppliesThePipelinesHealthBound
       },
       10s))
       << h.first << " " << h.second;
+  EXPECT_TRUE(poll_until(
+      [&] {
+        return c.http_get("/metrics").second.find("sluice_job_healthy{job=\"cluster-ckpt-test\"} 1\n") !=
+               std::string::npos;
+      },
+      10s))
+      << c.http_get("/metrics").second;
 }
 
 }  // namespace

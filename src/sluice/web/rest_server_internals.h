@@ -178,6 +178,9 @@ class RestServer::Impl {
   /// GET /health without a provider: healthy while every registered job is RUNNING or FINISHED.
   HealthResponse default_health();
 
+  /// One job's verdict by evaluate_job_health with its bounds (serve_health_options) and sources, and the bounds.
+  std::pair<HealthReport, JobHealthOptions> job_health(const JobEntry& job, int64_t now);
+
   /// Every metric sample of the jobs now.
   std::vector<metrics::MetricSample> collect_samples();
 

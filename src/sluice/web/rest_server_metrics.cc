@@ -21,7 +21,10 @@ std::string RestServer::Impl::default_metrics() {
     int64_t failed = 0;
   };
   std::vector<Row> rows;
+  std::vector<std::pair<HealthReport, JobHealthOptions>> health;  // per row
+  const int64_t now = now_ms();
   for (const auto& j : jobs_in_order()) {
+    health.push_back(job_health(*j, now));
     Row r{metrics::escape_label_value(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
     if (job_status_terminal(r.status)) {
       JobResult result = j->client.wait();  // returns at once: the job has ended
@@ -64,9 +67,61 @@ std::string RestServer::Impl::default_metrics() {
   family("sluice_checkpoints_failed", "gauge", "Failed checkpoints among the recent ones kept in history.");
   for (const auto& r : rows)
     out += fmt::format("sluice_checkpoints_failed{{job=\"{}\"}} {}\n", r.job, r.failed);
+  // What `sluice run`'s /metrics has beside them, so that the alert rules (deploy/monitoring/sluice-alerts.yml)
+  // fire on a JobManager as on a pipeline process: the checkpoint age and the consecutive failures against the
+  // bounds of /health (a bound that is off is not exported), and /health's verdict.
+  family("sluice_job_restarting", "gauge", "1 while the job is RESTARTING (a failure, its backoff, the restart).");
+  for (const auto& r : rows)
+    out += fmt::format("sluice_job_restarting{{job=\"{}\"}} {}\n", r.job, r.status == JobStatus::kRestarting ? 1 : 0);
+  family("sluice_checkpoint_age_ms", "gauge",
+         "Time since the last completed checkpoint (since the start before the first), ms.");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (health[i].second.checkpoint_interval_ms > 0)
+      out += fmt::format("sluice_checkpoint_age_ms{{job=\"{}\"}} {}\n", rows[i].job, health[i].first.checkpoint_age_ms);
+  }
+  family("sluice_checkpoints_failed_consecutive", "gauge",
+         "The latest checkpoints that failed, counted back to the last completed one (savepoints aside).");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out += fmt::format("sluice_checkpoints_failed_consecutive{{job=\"{}\"}} {}\n", rows[i].job,
+                       health[i].first.failed_checkpoints_in_a_row);
+  }
+  family("sluice_health_checkpoint_age_bound_ms", "gauge",
+         "health.max-checkpoint-age in force (default 3 x checkpoint interval + 10 s), ms.");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (const int64_t b = health[i].second.checkpoint_age_bound_ms(); b > 0)
+      out += fmt::format("sluice_health_checkpoint_age_bound_ms{{job=\"{}\"}} {}\n", rows[i].job, b);
+  }
+  family("sluice_health_failed_checkpoints_bound", "gauge", "health.max-failed-checkpoints (consecutive).");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (const int b = health[i].second.max_failed_checkpoints; b > 0)
+      out += fmt::format("sluice_health_failed_checkpoints_bound{{job=\"{}\"}} {}\n", rows[i].job, b);
+  }
+  family("sluice_health_source_lag_bound_ms", "gauge", "health.max-source-lag, ms.");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (const int64_t b = health[i].second.max_source_lag_ms; b > 0)
+      out += fmt::format("sluice_health_source_lag_bound_ms{{job=\"{}\"}} {}\n", rows[i].job, b);
+  }
+  family("sluice_job_healthy", "gauge", "1 when /health answers 200 for the job, else 0.");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const bool healthy = health[i].first.healthy || health[i].first.status == job_status_name(JobStatus::kFinished);
+    out += fmt::format("sluice_job_healthy{{job=\"{}\"}} {}\n", rows[i].job, healthy ? 1 : 0);
+  }
   // The registry's Flink-named metrics of the same jobs (task, operator and job scopes).
   out += registry_.prometheus_text();
   return out;
+}
+
+std::pair<HealthReport, JobHealthOptions> RestServer::Impl::job_health(const JobEntry& j, int64_t now) {
+  std::function<std::vector<SourceHealth>()> sources;
+  JobHealthOptions bounds;
+  {
+    std::lock_guard lock(mu_);
+    sources = j.sources;
+    bounds = j.health;
+  }
+  return {
+      evaluate_job_health(j.client, bounds, j.start_time_ms, sources ? sources() : std::vector<SourceHealth>{}, now),
+      bounds};
 }
 
 HealthResponse RestServer::Impl::default_health() {
@@ -78,15 +133,7 @@ HealthResponse RestServer::Impl::default_health() {
   const auto entries = jobs_in_order();
   const int64_t now = now_ms();
   for (const auto& j : entries) {
-    std::function<std::vector<SourceHealth>()> sources;
-    JobHealthOptions bounds;
-    {
-      std::lock_guard lock(mu_);
-      sources = j->sources;
-      bounds = j->health;
-    }
-    const HealthReport h = evaluate_job_health(j->client, bounds, j->start_time_ms,
-                                               sources ? sources() : std::vector<SourceHealth>{}, now);
+    const HealthReport h = job_health(*j, now).first;
     const bool healthy = h.healthy || h.status == job_status_name(JobStatus::kFinished);
     Value reasons = Value::array();
     for (const auto& r : h.reasons)
