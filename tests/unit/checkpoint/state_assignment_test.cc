@@ -81,6 +81,14 @@ std::map<int32_t, std::string> key_groups_of(KeyGroupRange range) {
   return m;
 }
 
+// What subtask `index` of `parallelism` restores of "counts": the key groups of its range that had bytes.
+std::map<int32_t, std::string> restored_key_groups(int parallelism, int index) {
+  std::map<int32_t, std::string> expected;
+  for (const auto& [kg, bytes] : key_groups_of(KeyGroupRange::for_operator_index(kMaxP, parallelism, index)))
+    if (!bytes.empty()) expected[kg] = bytes;
+  return expected;
+}
+
 std::string operator_state(const std::vector<int>& offsets, const std::vector<std::string>& names) {
   OperatorStateStore store;
   store.get_list_state<int>("offsets").update(offsets);
@@ -175,6 +183,16 @@ class StateAssignmentTest : public ::testing::Test {
     return finalize(*dir, id, {source, counts});
   }
 
+  // Flips a byte in the middle of the state file of old subtask `subtask` of "counts"; returns its path.
+  fs::path corrupt_counts_file(const CheckpointMetadata& m, int subtask) {
+    const fs::path path =
+        storage_->checkpoint_dir(m.checkpoint_id) / m.operators[1].subtasks[static_cast<size_t>(subtask)].file;
+    std::string bytes = read_file(path);
+    bytes[bytes.size() / 2] ^= 0x01;
+    write_file(path, bytes);
+    return path;
+  }
+
   VertexToRestore chain(int parallelism) const {
     return VertexToRestore{{"source", "counts", "added-later"}, parallelism, {kMaxP, kMaxP, kMaxP}};
   }
@@ -257,12 +275,9 @@ TEST_F(StateAssignmentTest, SameParallelismGivesEachSubtaskItsOwnState) {
   ASSERT_TRUE(two.ok()) << two.error().to_string();
   EXPECT_THAT(decode((*two)[0]->operators.at("source").operator_state).offsets, ElementsAre(0, 1, 2));
   EXPECT_THAT(decode((*two)[1]->operators.at("source").operator_state).offsets, ElementsAre(3, 4));
-  for (int i = 0; i < 2; ++i) {
-    std::map<int32_t, std::string> expected;
-    for (const auto& [kg, bytes] : key_groups_of(KeyGroupRange::for_operator_index(kMaxP, 2, i)))
-      if (!bytes.empty()) expected[kg] = bytes;
-    EXPECT_EQ(owned((*two)[static_cast<size_t>(i)]->operators.at("counts").keyed->key_groups), expected);
-  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(owned((*two)[static_cast<size_t>(i)]->operators.at("counts").keyed->key_groups),
+              restored_key_groups(2, i));
 }
 
 TEST_F(StateAssignmentTest, OperatorsWithoutStateGetEmptyEntries) {
@@ -467,10 +482,7 @@ TEST_F(StateAssignmentTest, SizeChecksLeaveCorruptionToTheStateAssignment) {
 TEST_F(StateAssignmentTest, SubtasksLeftOutAreNotAssignedAndTheirFilesNotRead) {
   CheckpointMetadata m = standard_checkpoint(1);
   const fs::path dir = storage_->checkpoint_dir(1);
-  const fs::path counts1 = dir / m.operators[1].subtasks[1].file;
-  std::string bytes = read_file(counts1);
-  bytes[bytes.size() / 2] ^= 0x01;
-  write_file(counts1, bytes);
+  const fs::path counts1 = corrupt_counts_file(m, 1);
 
   VertexToRestore first = chain(2);
   first.subtasks = {true, false};
@@ -480,10 +492,7 @@ TEST_F(StateAssignmentTest, SubtasksLeftOutAreNotAssignedAndTheirFilesNotRead) {
   ASSERT_NE((*r)[0], nullptr);
   EXPECT_EQ((*r)[1], nullptr);
   EXPECT_THAT(decode((*r)[0]->operators.at("source").operator_state).offsets, ElementsAre(0, 1, 2));
-  std::map<int32_t, std::string> expected;
-  for (const auto& [kg, b] : key_groups_of(KeyGroupRange::for_operator_index(kMaxP, 2, 0)))
-    if (!b.empty()) expected[kg] = b;
-  EXPECT_EQ(owned((*r)[0]->operators.at("counts").keyed->key_groups), expected);
+  EXPECT_EQ(owned((*r)[0]->operators.at("counts").keyed->key_groups), restored_key_groups(2, 0));
 
   VertexToRestore second = chain(2);
   second.subtasks = {false, true};
@@ -520,11 +529,8 @@ TEST_F(StateAssignmentTest, DeferredAssignmentHandsEachSubtaskItsStateOnceFromCo
   }
   const int subtask_of[2] = {0, 2};
   for (int i = 0; i < 2; ++i) {
-    const KeyGroupRange range = KeyGroupRange::for_operator_index(kMaxP, 3, subtask_of[i]);
-    std::map<int32_t, std::string> expected;
-    for (const auto& [kg, b] : key_groups_of(range))
-      if (!b.empty()) expected[kg] = b;
-    EXPECT_EQ(owned((*got[static_cast<size_t>(i)])->operators.at("counts").keyed->key_groups), expected);
+    EXPECT_EQ(owned((*got[static_cast<size_t>(i)])->operators.at("counts").keyed->key_groups),
+              restored_key_groups(3, subtask_of[i]));
   }
   EXPECT_THAT(decode((*got[1])->operators.at("source").operator_state).offsets, ElementsAre(4));
 
@@ -547,10 +553,7 @@ TEST_F(StateAssignmentTest, DeferredAssignmentHandsEachSubtaskItsStateOnceFromCo
 TEST_F(StateAssignmentTest, DeferredAssignmentFailsEverySubtaskOfAVertexWithACorruptedFileNamingIt) {
   CheckpointMetadata m = standard_checkpoint(1);
   const fs::path dir = storage_->checkpoint_dir(1);
-  const fs::path counts0 = dir / m.operators[1].subtasks[0].file;
-  std::string bytes = read_file(counts0);
-  bytes[bytes.size() / 2] ^= 0x01;
-  write_file(counts0, bytes);
+  const fs::path counts0 = corrupt_counts_file(m, 0);
 
   DeferredStateAssignment assignment(m, dir, {chain(2)});
   for (int i = 0; i < 2; ++i) {
