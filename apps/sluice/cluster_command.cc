@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -29,6 +30,7 @@
 #include "sluice/cluster/jobmanager/job_master.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/source_connection_report.h"
+#include "sluice/cluster/source_lag_report.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
@@ -498,9 +500,17 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     // The pipeline's health.* bounds and checkpoint interval, as `sluice run` applies them.
     rest->serve_health_options(client.job_id(), p->runner->health_options());
     // The TaskManagers' heartbeats carry their source readers' connections: /health names a disconnected one
-    // (source-disconnected, with its subtask and TaskManager) as `sluice run`'s does.
+    // (source-disconnected, with its subtask and TaskManager) as `sluice run`'s does. They also carry each
+    // source's lag as the readers in their process measure it: a source lags as much as its most lagging
+    // TaskManager says (source-lag past health.max-source-lag; `sluice_source_lag_ms` on /metrics).
     rest->serve_source_health(client.job_id(), [&jm] {
       std::map<std::pair<std::string, std::string>, SourceHealth> by_source;
+      for (const ReportedSourceLag& r : jm.source_lags()) {
+        SourceHealth& s = by_source[{r.lag.source, r.lag.description}];
+        s.name = r.lag.source;
+        s.description = r.lag.description;
+        s.lag_ms = std::max(s.lag_ms, r.lag.lag_ms);
+      }
       for (const ReportedSourceConnection& r : jm.source_connections()) {
         const SourceConnectionReport& c = r.connection;
         SourceHealth& s = by_source[{c.source, c.description}];
@@ -715,6 +725,12 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
       out.push_back(
           SourceConnectionReport{c.source, c.description, r.subtask, r.connected, r.disconnected_ms, r.reason});
     return out;
+  };
+  // The source's lag as this process's readers measure it, with every heartbeat: the JobManager's /health says
+  // `source-lag` past health.max-source-lag as `sluice run`'s does.
+  o.source_lags = [runner = p->runner.get()] {
+    const pipeline::PipelineRunner::SourceConnections c = runner->source_connections();
+    return std::vector<SourceLagReport>{SourceLagReport{c.source, c.description, runner->source_lag_ms()}};
   };
   std::shared_ptr<ha::EtcdClient> etcd;
   if (p->ha.enabled) {

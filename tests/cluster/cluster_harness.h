@@ -252,6 +252,28 @@ class ClusterHarness {
   std::string job_id_;
 };
 
+/// A fresh directory under the system's temporary directory, named `prefix` + pid + a clock tick, removed with
+/// everything in it when the object goes.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& prefix)
+      : path_(std::filesystem::temp_directory_path() /
+              (prefix + std::to_string(::getpid()) + "-" +
+               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~ScopedTempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 /// A field of a /taskmanagers entry.
 inline std::string str(const Value& v, std::string_view key) {
   const Value* f = v.find(key);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cluster/cluster_harness.h"
+#include "integration/test_util/files_output.h"
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/private_kafka.h"
 
@@ -47,25 +48,6 @@ const std::vector<std::string> kOptions = {"heartbeat.interval=1s", "heartbeat.t
 
 int64_t ms_since(SteadyClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t).count();
-}
-
-/// The ids of the events in the files sink's part files, with how often each appears.
-std::map<std::string, int> output_ids(const fs::path& dir) {
-  std::map<std::string, int> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& f : fs::recursive_directory_iterator(dir)) {
-    if (!f.is_regular_file() || !f.path().filename().string().starts_with("part-")) continue;
-    std::ifstream in(f.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      Result<Value> v = Value::from_json(line);
-      if (!v.ok()) continue;  // a line being written
-      const Value* payload = v->find("payload");
-      const Value* id = payload != nullptr ? payload->find("id") : nullptr;
-      if (id != nullptr && id->is_string()) ++out[std::string(id->as_string())];
-    }
-  }
-  return out;
 }
 
 std::string change_line(int i) {
@@ -96,16 +78,8 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
   ASSERT_FALSE(broker.bootstrap().empty()) << "the private broker did not start";
   const std::string topic = tk::unique_topic("cluster-health-in");
   ASSERT_TRUE(tk::create_topic(broker.bootstrap(), topic, 2));
-  const fs::path dir = fs::temp_directory_path() / ("sluice-cluster-source-health-" + std::to_string(::getpid()) + "-" +
-                                                    std::to_string(SteadyClock::now().time_since_epoch().count()));
-  fs::create_directories(dir);
-  struct RemoveDir {
-    fs::path d;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } remove_dir{dir};
+  const ScopedTempDir temp("sluice-cluster-source-health-");
+  const fs::path& dir = temp.path();
   const fs::path file = dir / "health.yaml";
   {
     std::ofstream f(file);
@@ -143,8 +117,8 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
 
   constexpr int kBefore = 300, kAfter = 300;
   write(0, kBefore);
-  ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore; }, 60s))
-      << output_ids(dir / "out").size() << " of " << kBefore << " records in the output\n"
+  ASSERT_TRUE(poll_until([&] { return static_cast<int>(files_sink_ids(dir / "out").size()) >= kBefore; }, 60s))
+      << files_sink_ids(dir / "out").size() << " of " << kBefore << " records in the output\n"
       << c.logs();
   std::pair<int, std::string> h;
   ASSERT_TRUE(poll_until(
@@ -231,10 +205,10 @@ TEST(ClusterSourceHealthTest, APausedBrokerMakesTheJobManagerUnhealthyWithin5sNa
 
   // 3. Nothing lost, nothing twice.
   write(kBefore, kBefore + kAfter);
-  ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore + kAfter; }, 60s))
-      << output_ids(dir / "out").size() << " of " << kBefore + kAfter << " records in the output\n"
+  ASSERT_TRUE(poll_until([&] { return static_cast<int>(files_sink_ids(dir / "out").size()) >= kBefore + kAfter; }, 60s))
+      << files_sink_ids(dir / "out").size() << " of " << kBefore + kAfter << " records in the output\n"
       << c.logs();
-  const std::map<std::string, int> ids = output_ids(dir / "out");
+  const std::map<std::string, int> ids = files_sink_ids(dir / "out");
   int missing = 0, duplicated = 0;
   for (int i = 0; i < kBefore + kAfter; ++i) {
     auto it = ids.find(fmt::format("r{:05d}", i));

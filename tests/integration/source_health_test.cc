@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/test_util/files_output.h"
 #include "integration/test_util/kafka.h"
 #include "integration/test_util/mongodb.h"
 #include "integration/test_util/polling.h"
@@ -47,26 +48,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace tk = sluice::testing::kafka;
 using namespace std::chrono_literals;
+using sluice::testing::files_sink_ids;
 using sluice::testing::poll_until;
-
-/// The ids of the events in the files sink's committed part files, with how often each appears.
-std::map<std::string, int> output_ids(const fs::path& dir) {
-  std::map<std::string, int> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& f : fs::directory_iterator(dir)) {
-    if (!f.path().filename().string().starts_with("part-")) continue;
-    std::ifstream in(f.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      Result<Value> v = Value::from_json(line);
-      if (!v.ok()) continue;  // a line being written
-      const Value* payload = v->find("payload");
-      const Value* id = payload != nullptr ? payload->find("id") : nullptr;
-      if (id != nullptr && id->is_string()) ++out[std::string(id->as_string())];
-    }
-  }
-  return out;
-}
 
 /// A running pipeline with its /health and /metrics server, and the log lines of the run.
 class Harness {
@@ -180,8 +163,8 @@ void pause_and_resume(Harness& h, const fs::path& dir, const std::string& expect
                       Resume resume, Write write, bool snapshot_overlap = false) {
   constexpr int kBefore = 300, kAfter = 300;
   write(0, kBefore);
-  ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore; }, 60s))
-      << output_ids(dir / "out").size() << " of " << kBefore << " records in the output; /metrics:\n"
+  ASSERT_TRUE(poll_until([&] { return static_cast<int>(files_sink_ids(dir / "out").size()) >= kBefore; }, 60s))
+      << files_sink_ids(dir / "out").size() << " of " << kBefore << " records in the output; /metrics:\n"
       << h.get("/metrics").second;
   ASSERT_TRUE(poll_until([&] { return h.get("/health").first == 200; }, 15s)) << h.get("/health").second;
   std::map<int, double> gauges = h.source_connected();
@@ -240,8 +223,9 @@ void pause_and_resume(Harness& h, const fs::path& dir, const std::string& expect
     EXPECT_EQ(v, 1.0) << "subtask " << subtask;
 
   write(kBefore, kBefore + kAfter);
-  ASSERT_TRUE(poll_until([&] { return static_cast<int>(output_ids(dir / "out").size()) >= kBefore + kAfter; }, 60s));
-  const std::map<std::string, int> ids = output_ids(dir / "out");
+  ASSERT_TRUE(
+      poll_until([&] { return static_cast<int>(files_sink_ids(dir / "out").size()) >= kBefore + kAfter; }, 60s));
+  const std::map<std::string, int> ids = files_sink_ids(dir / "out");
   int missing = 0, duplicated = 0, overlap = 0;
   for (int i = 0; i < kBefore + kAfter; ++i) {
     auto it = ids.find(fmt::format("r{:05d}", i));

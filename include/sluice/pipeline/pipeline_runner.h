@@ -82,6 +82,10 @@ class PipelineRunner {
     std::vector<SourceConnection> readers;
   };
   SourceConnections source_connections() const;
+  /// The source's lag now, as this process's readers measure it (the `source_lag_ms` of /health and
+  /// `sluice_source_lag_ms`): ms behind its server, -1 unknown (no reader open here, nothing read yet). A cluster's
+  /// TaskManager sends it with every heartbeat. Thread-safe.
+  int64_t source_lag_ms() const;
 
   /// A warning about the transform's filters, with a key that names its kind and filter (stable while the
   /// count in the text changes).

@@ -102,6 +102,10 @@ PipelineRunner::SourceConnections PipelineRunner::source_connections() const {
   return out;
 }
 
+int64_t PipelineRunner::source_lag_ms() const {
+  return s_->probe.lag_ms ? s_->probe.lag_ms(wall_ms()) : -1;
+}
+
 HealthReport PipelineRunner::health() const {
   std::optional<JobClient> c;
   {

@@ -102,8 +102,9 @@ HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& o
   }
   for (const auto& s : sources) {
     if (o.max_source_lag_ms > 0 && s.lag_ms > o.max_source_lag_ms) {
-      add("source-lag", fmt::format("the {} source lags {} ms behind (bound {} ms, health.max-source-lag)", s.name,
-                                    s.lag_ms, o.max_source_lag_ms));
+      add("source-lag",
+          fmt::format("the {} source{} lags {} ms behind (bound {} ms, health.max-source-lag)", s.name,
+                      s.description.empty() ? "" : " '" + s.description + "'", s.lag_ms, o.max_source_lag_ms));
     }
   }
   for (const auto& s : sources) {

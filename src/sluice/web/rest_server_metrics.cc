@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <algorithm>
+
 #include "rest_server_internals.h"
 #include "sluice/metrics/prometheus_text.h"
 
@@ -19,6 +21,7 @@ std::string RestServer::Impl::default_metrics() {
     std::vector<OperatorStats> operators;
     int64_t completed = 0;
     int64_t failed = 0;
+    std::vector<SourceHealth> sources;  // served by serve_source_health (cluster mode)
   };
   std::vector<Row> rows;
   std::vector<std::pair<HealthReport, JobHealthOptions>> health;  // per row
@@ -26,6 +29,14 @@ std::string RestServer::Impl::default_metrics() {
   for (const auto& j : jobs_in_order()) {
     health.push_back(job_health(*j, now));
     Row r{metrics::escape_label_value(j->name), j->client.status(), j->client.restarts(), j->client.operator_stats()};
+    {
+      std::function<std::vector<SourceHealth>()> sources;
+      {
+        std::lock_guard lock(mu_);
+        sources = j->sources;
+      }
+      if (sources) r.sources = sources();
+    }
     if (job_status_terminal(r.status)) {
       JobResult result = j->client.wait();  // returns at once: the job has ended
       if (!result.operators.empty()) r.operators = result.operators;
@@ -95,6 +106,17 @@ std::string RestServer::Impl::default_metrics() {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (const int b = health[i].second.max_failed_checkpoints; b > 0)
       out += fmt::format("sluice_health_failed_checkpoints_bound{{job=\"{}\"}} {}\n", rows[i].job, b);
+  }
+  // Each source's lag as its readers' TaskManagers report it (the largest), against the bound below
+  // (SluiceSourceLagging). Only for jobs that serve their sources (cluster mode).
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.sources.empty(); })) {
+    family("sluice_source_lag_ms", "gauge", "Behind the source's server (ms, -1 unknown), as its readers report it.");
+    for (const auto& r : rows) {
+      for (const SourceHealth& s : r.sources) {
+        out += fmt::format("sluice_source_lag_ms{{job=\"{}\",source=\"{}\"}} {}\n", r.job,
+                           metrics::escape_label_value(s.name), s.lag_ms);
+      }
+    }
   }
   family("sluice_health_source_lag_bound_ms", "gauge", "health.max-source-lag, ms.");
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -65,6 +66,29 @@ std::unique_ptr<TaskExecutor> start_tm(const std::string& jm, int slots, Heartbe
 
 std::unique_ptr<v1::JobManagerService::Stub> jm_stub(const std::string& target) {
   return v1::JobManagerService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+}
+
+/// Registers TaskManager "tm-raw" of 1 slot over the raw RPC (a test then sends its heartbeats by hand).
+void register_raw(v1::JobManagerService::Stub& stub, v1::RegisterTaskManagerResponse& resp) {
+  v1::RegisterTaskManagerRequest req;
+  req.set_resource_id("tm-raw");
+  req.set_rpc_address("127.0.0.1:1");
+  req.set_slots(1);
+  req.mutable_job()->set_fingerprint(kJob.fingerprint);
+  req.mutable_job()->set_job_name(kJob.job_name);
+  req.mutable_job()->set_build_version(kJob.build_version);
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub.RegisterTaskManager(&ctx, req, &resp).ok());
+}
+
+/// A heartbeat of register_raw's TaskManager, its slot in use.
+v1::TaskManagerHeartbeat raw_heartbeat(const v1::RegisterTaskManagerResponse& resp) {
+  v1::TaskManagerHeartbeat beat;
+  beat.set_registration_id(resp.registration_id());
+  beat.set_resource_id("tm-raw");
+  beat.mutable_slot_report()->set_slots_total(1);
+  beat.mutable_slot_report()->set_slots_free(0);
+  return beat;
 }
 
 TEST(ControlPlaneTest, TaskManagersRegisterWithTheirSlotsAndLeaveOnStop) {
@@ -177,23 +201,9 @@ TEST(ControlPlaneTest, ALostTaskManagersSourceConnectionsAgeOnTheJobManagersCloc
   auto jm = start_jm(clock, hb, /*monitor=*/false);
   ASSERT_TRUE(jm);
   auto stub = jm_stub(jm->target());
-  v1::RegisterTaskManagerRequest req;
-  req.set_resource_id("tm-raw");
-  req.set_rpc_address("127.0.0.1:1");
-  req.set_slots(1);
-  req.mutable_job()->set_fingerprint(kJob.fingerprint);
-  req.mutable_job()->set_job_name(kJob.job_name);
-  req.mutable_job()->set_build_version(kJob.build_version);
   v1::RegisterTaskManagerResponse resp;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->RegisterTaskManager(&ctx, req, &resp).ok());
-  }
-  v1::TaskManagerHeartbeat beat;
-  beat.set_registration_id(resp.registration_id());
-  beat.set_resource_id("tm-raw");
-  beat.mutable_slot_report()->set_slots_total(1);
-  beat.mutable_slot_report()->set_slots_free(0);
+  ASSERT_NO_FATAL_FAILURE(register_raw(*stub, resp));
+  v1::TaskManagerHeartbeat beat = raw_heartbeat(resp);
   v1::SourceConnectionStatus* c = beat.add_source_connections();
   c->set_source("postgres");
   c->set_description("slot s");
@@ -218,6 +228,70 @@ TEST(ControlPlaneTest, ALostTaskManagersSourceConnectionsAgeOnTheJobManagersCloc
   clock.advance(3000);
   ASSERT_EQ(jm->check_heartbeats().size(), 1u);
   EXPECT_TRUE(jm->source_connections().empty());
+}
+
+TEST(ControlPlaneTest, SourceLagsComeWithTheHeartbeatsAndAreForgottenWithTheRegistration) {
+  // A TaskExecutor sends what its source_lags hook says with its heartbeats (every 100 ms here).
+  const HeartbeatOptions fast{100, 3000};
+  auto jm = start_jm(SystemClock::instance(), fast, true);
+  ASSERT_TRUE(jm);
+  std::atomic<int64_t> lag{-1};
+  TaskExecutorOptions o;
+  o.jobmanager = jm->target();
+  o.slots = 1;
+  o.job = kJob;
+  o.heartbeat = fast;
+  o.backoff = RegistrationBackoff{20, 200};
+  o.source_lags = [&lag] { return std::vector<SourceLagReport>{{"kafka", "orders", lag.load()}}; };
+  auto made = TaskExecutor::start(o, SystemClock::instance());
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  std::unique_ptr<TaskExecutor> tm = std::move(*made);
+  auto reported = [&]() -> int64_t {
+    const std::vector<ReportedSourceLag> now = jm->source_lags();
+    return now.size() == 1 ? now[0].lag.lag_ms : -2;
+  };
+  ASSERT_TRUE(eventually([&] { return reported() == -1; }, 5s));  // unknown is reported as such
+  lag = 61'234;
+  ASSERT_TRUE(eventually([&] { return reported() == 61'234; }, 5s));
+  const ReportedSourceLag r = jm->source_lags().at(0);
+  EXPECT_EQ(r.task_manager, tm->resource_id());
+  EXPECT_EQ(r.lag.source, "kafka");
+  EXPECT_EQ(r.lag.description, "orders");
+  lag = 0;
+  ASSERT_TRUE(eventually([&] { return reported() == 0; }, 5s));
+  tm->stop();
+  EXPECT_TRUE(jm->source_lags().empty());
+
+  // On a ManualClock over the raw RPC: a heartbeat without lags (a TaskManager of an older build) reports none, and
+  // a registration declared lost takes its lag with it.
+  ManualClock clock(1'000'000);
+  const HeartbeatOptions hb{1000, 5000};
+  auto jm2 = start_jm(clock, hb, /*monitor=*/false);
+  ASSERT_TRUE(jm2);
+  auto stub = jm_stub(jm2->target());
+  v1::RegisterTaskManagerResponse resp;
+  ASSERT_NO_FATAL_FAILURE(register_raw(*stub, resp));
+  v1::TaskManagerHeartbeat beat = raw_heartbeat(resp);
+  auto send = [&] {
+    v1::JobManagerHeartbeat reply;
+    grpc::ClientContext ctx;
+    return stub->Heartbeat(&ctx, beat, &reply).ok();
+  };
+  ASSERT_TRUE(send());
+  EXPECT_TRUE(jm2->source_lags().empty());
+  v1::SourceLagStatus* l = beat.add_source_lags();
+  l->set_source("postgres");
+  l->set_description("slot s");
+  l->set_lag_ms(7000);
+  ASSERT_TRUE(send());
+  std::vector<ReportedSourceLag> now = jm2->source_lags();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].task_manager, "tm-raw");
+  EXPECT_EQ(now[0].registration_id, resp.registration_id());
+  EXPECT_EQ(now[0].lag, (SourceLagReport{"postgres", "slot s", 7000}));
+  clock.advance(5001);
+  ASSERT_EQ(jm2->check_heartbeats().size(), 1u);
+  EXPECT_TRUE(jm2->source_lags().empty());
 }
 
 TEST(ControlPlaneTest, HeartbeatsGoOnWhileADeploymentRestoresState) {

@@ -161,6 +161,9 @@ TEST_F(JobHealthTest, SourceLagOverTheBoundNamesTheSource) {
   const HealthReport h = evaluate_job_health(job_, options_, kStart, {{"postgres", 5001}}, kStart + 10);
   EXPECT_EQ(codes(h), std::vector<std::string>{"source-lag"});
   EXPECT_EQ(h.reason, "the postgres source lags 5001 ms behind (bound 5000 ms, health.max-source-lag)");
+  // What it reads, when known (the JobManager's sources come with it from the TaskManagers' heartbeats).
+  EXPECT_EQ(evaluate_job_health(job_, options_, kStart, {{"kafka", 61'234, "orders"}}, kStart + 10).reason,
+            "the kafka source 'orders' lags 61234 ms behind (bound 5000 ms, health.max-source-lag)");
   // Unknown lag (-1) is never unhealthy; no bound: no check.
   EXPECT_TRUE(evaluate_job_health(job_, options_, kStart, {{"kafka", -1}}, kStart + 10).healthy);
   options_.max_source_lag_ms = 0;

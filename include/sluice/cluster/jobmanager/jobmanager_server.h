@@ -24,6 +24,7 @@
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/jobmanager/task_manager_registry.h"
 #include "sluice/cluster/source_connection_report.h"
+#include "sluice/cluster/source_lag_report.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/runtime/task.h"
@@ -79,6 +80,13 @@ struct ReportedSourceConnection {
   SourceConnectionReport connection;
 };
 
+/// A source's lag as the latest heartbeat of a TaskManager running its readers reported it.
+struct ReportedSourceLag {
+  std::string task_manager;     ///< the TaskManager's resource id
+  std::string registration_id;  ///< its registration
+  SourceLagReport lag;          ///< as reported (measured when that heartbeat was sent)
+};
+
 struct JobManagerServerOptions {
   std::string address = "127.0.0.1";  ///< jobmanager.rpc.address
   int port = 0;                       ///< jobmanager.rpc.port; 0 = a free port (see port())
@@ -114,6 +122,9 @@ class JobManagerServer {
   /// replaces its TaskManager's; a closed registration's are forgotten with it), by TaskManager in registration
   /// order. The server logs each reader's loss (warn) and recovery (info) as they arrive.
   std::vector<ReportedSourceConnection> source_connections() const;
+  /// The source lags the live registrations reported with their latest heartbeat, kept and forgotten as the
+  /// connections are (a closed registration's lag goes with it), by TaskManager in registration order.
+  std::vector<ReportedSourceLag> source_lags() const;
   /// Declares lost every TaskManager whose heartbeat is overdue at the clock's now; returns them.
   std::vector<ClosedRegistration> check_heartbeats();
   void set_listener(Listener listener);

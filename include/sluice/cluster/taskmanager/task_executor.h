@@ -28,6 +28,7 @@
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/job_graph_fingerprint.h"
 #include "sluice/cluster/source_connection_report.h"
+#include "sluice/cluster/source_lag_report.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/error.h"
 #include "sluice/graph/job_graph.h"
@@ -63,6 +64,10 @@ struct TaskExecutorOptions {
   /// at once when a reader lost or regained its connection. Unset: none reported.
   std::function<std::vector<SourceConnectionReport>()> source_connections;
   int64_t source_poll_ms = 200;
+  /// The lag of the sources whose readers run in this process (source_lag_report.h), sent with every heartbeat
+  /// for the JobManager's /health (`source-lag`) and /metrics; called on the connection thread once per heartbeat.
+  /// Unset: none reported (the JobManager then knows no lag).
+  std::function<std::vector<SourceLagReport>()> source_lags;
   /// Test hook: called by SubmitTasks on its RPC thread while it holds the deployment (before the state
   /// restore), e.g. to stall a deployment as a slow restore from S3 does. Unset in production.
   std::function<void()> on_deploy;

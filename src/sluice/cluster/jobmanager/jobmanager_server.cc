@@ -186,6 +186,10 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
                                                 c.connected() ? 0 : std::max<int64_t>(0, c.disconnected_ms()),
                                                 c.connected() ? std::string() : c.reason()});
     }
+    std::vector<SourceLagReport> lags;
+    lags.reserve(static_cast<size_t>(req->source_lags_size()));
+    for (const v1::SourceLagStatus& l : req->source_lags())
+      lags.push_back(SourceLagReport{l.source(), l.description(), std::max<int64_t>(-1, l.lag_ms())});
     std::string message;
     HeartbeatVerdict v;
     std::vector<SourceConnectionReport> before;
@@ -200,6 +204,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
         r.resource_id = req->resource_id();
         r.received_ms = now;
         r.connections = reported;
+        r.lags = std::move(lags);
       }
     }
     switch (v) {
@@ -361,6 +366,18 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     return out;
   }
 
+  std::vector<ReportedSourceLag> source_lags() const {
+    std::vector<ReportedSourceLag> out;
+    std::lock_guard lock(mu_);
+    for (const TaskManagerRegistration& t : registry_.task_managers()) {
+      auto it = sources_.find(t.registration_id);
+      if (it == sources_.end()) continue;
+      for (const SourceLagReport& l : it->second.lags)
+        out.push_back(ReportedSourceLag{t.resource_id, t.registration_id, l});
+    }
+    return out;
+  }
+
   std::vector<ClosedRegistration> check_heartbeats() {
     std::vector<ClosedRegistration> lost;
     SlotSummary s;
@@ -449,6 +466,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     std::string resource_id;
     TimestampMs received_ms = 0;
     std::vector<SourceConnectionReport> connections;
+    std::vector<SourceLagReport> lags;
   };
 
   mutable std::mutex mu_;  // guards registry_, sources_ and stopped_
@@ -491,6 +509,10 @@ SlotSummary JobManagerServer::slots() const {
 }
 std::vector<ReportedSourceConnection> JobManagerServer::source_connections() const {
   return impl_->source_connections();
+}
+
+std::vector<ReportedSourceLag> JobManagerServer::source_lags() const {
+  return impl_->source_lags();
 }
 std::vector<ClosedRegistration> JobManagerServer::check_heartbeats() {
   return impl_->check_heartbeats();

@@ -739,6 +739,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       // of reach is not called in a loop.
       sent_source_states_ = connection_states(sources);
     }
+    if (options_.source_lags) {
+      for (const SourceLagReport& r : options_.source_lags()) {
+        v1::SourceLagStatus* l = req.add_source_lags();
+        l->set_source(r.source);
+        l->set_description(r.description);
+        l->set_lag_ms(r.lag_ms);
+      }
+    }
     const TimestampMs sent = clock_.now_ms();
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
