@@ -149,7 +149,8 @@ class RestServer {
 
   /// The metric views (vertex details, backpressure, /jobs/:id/metrics ...) read their samples from `samples`
   /// (e.g. a pipeline's registry, which has its connectors' metrics too) instead of a registry of the server's
-  /// own. Call it before register_job(). `samples` is called on a server thread about once per second.
+  /// own. Call it before register_job(). `samples` is called on a server thread about once per second (for the
+  /// rates' windows) and on an HTTP thread for each metric view, possibly at once: it must be thread-safe.
   void serve_metric_samples(std::function<std::vector<metrics::MetricSample>()> samples);
 
   /// Replaces the plan of the registered job `job_id` (register_job's `plan`). Unknown job ids are ignored (the

@@ -277,7 +277,11 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
       }
     }
     // An attempt being torn down is neither in its region nor in the totals yet: keep what was reported, so
-    // counters never go down.
+    // counters never go down and its subtasks (absent from `out` when it was their first attempt) stay listed.
+    for (const auto& [key, p] : reported_subtasks_) {
+      auto [it, absent] = out.try_emplace(key, p);
+      if (absent) it->second.running = false;
+    }
     std::vector<SubtaskMetrics> v;
     v.reserve(out.size());
     for (auto& [key, m] : out) {

@@ -135,7 +135,7 @@ void RestServer::Impl::route_flink_views() {
     const auto vertices = web::vertices_of(snap);
     const JobPlanVertex* v = vertex_or_404(vertices, req, res);
     if (!v) return;
-    reply(res, 200, web::vertex_details_json(snap, *v, *samples_now(), now_ms()));
+    reply(res, 200, web::vertex_details_json(snap, *v, samples_now(), now_ms()));
   });
 
   server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/backpressure)",
@@ -146,7 +146,7 @@ void RestServer::Impl::route_flink_views() {
                  const auto vertices = web::vertices_of(snap);
                  const JobPlanVertex* v = vertex_or_404(vertices, req, res);
                  if (!v) return;
-                 reply(res, 200, web::backpressure_json(snap, *v, *samples_now(), now_ms()));
+                 reply(res, 200, web::backpressure_json(snap, *v, samples_now(), now_ms()));
                });
 
   server_->Get(
@@ -157,21 +157,21 @@ void RestServer::Impl::route_flink_views() {
         const auto vertices = web::vertices_of(snap);
         const JobPlanVertex* v = vertex_or_404(vertices, req, res);
         if (!v) return;
-        reply(res, 200, web::metrics_json(web::vertex_metrics(*samples_now(), snap.job_id, *v), get_param(req)));
+        reply(res, 200, web::metrics_json(web::vertex_metrics(samples_now(), snap.job_id, *v), get_param(req)));
       });
 
-  server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/subtasks/metrics)", [this](const httplib::Request& req,
-                                                                            httplib::Response& res) {
-    auto job = job_or_404(req, res);
-    if (!job) return;
-    const web::JobSnapshot snap = snapshot(*job);
-    const auto vertices = web::vertices_of(snap);
-    const JobPlanVertex* v = vertex_or_404(vertices, req, res);
-    if (!v) return;
-    reply(res, 200,
-          web::aggregated_metrics_json(web::vertex_metrics(*samples_now(), snap.job_id, *v), get_param(req),
-                                       req.has_param("agg") ? req.get_param_value("agg") : ""));
-  });
+  server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/subtasks/metrics)",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 auto job = job_or_404(req, res);
+                 if (!job) return;
+                 const web::JobSnapshot snap = snapshot(*job);
+                 const auto vertices = web::vertices_of(snap);
+                 const JobPlanVertex* v = vertex_or_404(vertices, req, res);
+                 if (!v) return;
+                 reply(res, 200,
+                       web::aggregated_metrics_json(web::vertex_metrics(samples_now(), snap.job_id, *v), get_param(req),
+                                                    req.has_param("agg") ? req.get_param_value("agg") : ""));
+               });
 
   // Flink's GET /jobs/:id/vertices/:vid/watermarks: each subtask's input watermark (of its chain's head).
   server_->Get(R"(/jobs/([^/]+)/vertices/([^/]+)/watermarks)",
@@ -194,7 +194,7 @@ void RestServer::Impl::route_flink_views() {
   server_->Get(R"(/jobs/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
     auto job = job_or_404(req, res);
     if (!job) return;
-    reply(res, 200, web::metrics_json(web::job_metrics(*samples_now(), job->client.job_id()), get_param(req)));
+    reply(res, 200, web::metrics_json(web::job_metrics(samples_now(), job->client.job_id()), get_param(req)));
   });
 }
 

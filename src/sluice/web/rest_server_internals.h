@@ -184,11 +184,12 @@ class RestServer::Impl {
   /// Every metric sample of the jobs now.
   std::vector<metrics::MetricSample> collect_samples();
 
-  /// Samples every second, so that rates (busy, idle and backpressured ms per second over 5 s, records per
-  /// second) are current when a client asks, however rarely it asks; requests read the latest samples.
+  /// Collects every second, so that the meters' windows (busy, idle and backpressured ms per second over 5 s,
+  /// records per second) hold a sample a second however rarely a client asks; drops what it collects.
   void sample_metrics();
 
-  std::shared_ptr<const std::vector<metrics::MetricSample>> samples_now();
+  /// The samples of this moment, for one request (a job that has just ended answers its final counts).
+  std::vector<metrics::MetricSample> samples_now();
 
   web::JobSnapshot snapshot(JobEntry& job);
 
@@ -240,7 +241,6 @@ class RestServer::Impl {
   std::shared_ptr<std::function<std::vector<metrics::MetricSample>()>> external_samples_;
   std::condition_variable sampler_cv_;
   std::thread sampler_;
-  std::shared_ptr<const std::vector<metrics::MetricSample>> latest_samples_;  // guarded by mu_
   std::string hostname_ = this_hostname();
 };
 

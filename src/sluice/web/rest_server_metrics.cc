@@ -189,20 +189,17 @@ void RestServer::Impl::sample_metrics() {
   while (!stopping_.load()) {
     if (!jobs_.empty()) {
       lock.unlock();
-      auto samples = std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+      collect_samples();  // for the meters' windows only: a request collects its own (samples_now)
       lock.lock();
-      latest_samples_ = std::move(samples);
     }
     sampler_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_.load(); });
   }
 }
 
-std::shared_ptr<const std::vector<metrics::MetricSample>> RestServer::Impl::samples_now() {
-  {
-    std::lock_guard lock(mu_);
-    if (latest_samples_) return latest_samples_;
-  }
-  return std::make_shared<const std::vector<metrics::MetricSample>>(collect_samples());
+// Not the sampler's latest: those are up to a second old, and a job that ended within that second would answer
+// the counts of while it ran (numRecordsOut 0 next to /jobs/:id's final write-records) until the next tick.
+std::vector<metrics::MetricSample> RestServer::Impl::samples_now() {
+  return collect_samples();
 }
 
 }  // namespace sluice

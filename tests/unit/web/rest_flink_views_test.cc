@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <future>
 #include <limits>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -71,6 +75,19 @@ std::set<std::string> ids(const Value& list) {
   for (const Value& e : list.as_array())
     out.insert(std::string(e.find("id")->as_string()));
   return out;
+}
+
+/// The value of the first series of `name` in Prometheus `text` whose labels contain `labels` ("absent" if none).
+std::string series(const std::string& text, const std::string& name, const std::string& labels) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with(name + "{")) continue;
+    const size_t end = line.rfind("} ");
+    if (end == std::string::npos || line.substr(0, end).find(labels) == std::string::npos) continue;
+    return line.substr(end + 2);
+  }
+  return "absent";
 }
 
 // numbers (p=1) -> rebalance -> slow filter (p=2) -> sink: two vertices, the second chained to its sink; the
@@ -283,6 +300,120 @@ TEST(RestFlinkViewsTest, ACppJobsVerticesSubtasksBackpressureAndMetrics) {
   rest.stop();
 }
 
+// Opens once (open() or the destructor, so that a failed assertion does not leave a task blocked).
+class Gate {
+ public:
+  void open() {
+    if (!opened_.exchange(true)) promise_.set_value();
+  }
+  ~Gate() { open(); }
+  std::shared_future<void> future() const { return future_; }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_ = promise_.get_future().share();
+  std::atomic<bool> opened_{false};
+};
+
+// The metric views of a job that has just ended answer its final counts, the same as /jobs/:id: they used to
+// answer the REST sampler's latest samples, up to a second old, so a job that ended within that second showed
+// the counts of while it ran (numRecordsIn 1 of 1,000). numbers (p=1) -> rebalance -> gate -> out: the gate
+// holds its first record until the views have answered and the sampler has sampled the held job.
+TEST(RestFlinkViewsTest, AnEndedJobsMetricViewsAnswerItsFinalCounts) {
+  constexpr int64_t kRecords = 1000;
+  auto server = RestServer::start(RestServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  RestServer& rest = **server;
+  auto gate = std::make_shared<Gate>();
+  StreamEnvironment env;
+  env.set_parallelism(1);
+  auto out = std::make_shared<testing::CollectedRecords<int64_t>>();
+  env.from_source(datagen::sequence(0, kRecords - 1), "numbers")
+      .uid("numbers")
+      .rebalance()
+      .map([opened = gate->future()](const int64_t& n) {
+        opened.wait();
+        return n;
+      })
+      .name("gate")
+      .uid("gate")
+      .sink_to(std::make_shared<testing::CollectSink<int64_t>>(out), "out")
+      .uid("out");
+  JobClient client = rest.execute(env, "gated");
+  const std::string id = client.job_id();
+  httplib::Client http(rest.address(), rest.port());
+  Answer details;
+  ASSERT_TRUE(testing::poll_until(
+      [&] {
+        details = get(http, "/jobs/" + id);
+        return details.body.find("vertices") != nullptr && details.body.find("vertices")->size() == 2;
+      },
+      kDeadline))
+      << details.text;
+  ASSERT_EQ(str(details.body, "vertices[1].name"), "gate -> out") << details.text;
+  const std::string source_vid = str(details.body, "vertices[0].id");
+  const std::string gate_vid = str(details.body, "vertices[1].id");
+  // While the gate holds: the views know the gate's subtask, it has not read every record, and the job has run
+  // past a tick of the REST server's once-a-second metric sampler (which answered every view before the fix).
+  Answer held;
+  ASSERT_TRUE(testing::poll_until(
+      [&] {
+        held = get(http, "/jobs/" + id + "/vertices/" + gate_vid + "/subtasks/metrics?get=numRecordsIn");
+        details = get(http, "/jobs/" + id);
+        return held.body.size() == 1 && num(details.body, "duration") >= 1500;
+      },
+      kDeadline))
+      << held.text << details.text;
+  EXPECT_LT(real(held.body, "[0].sum"), kRecords) << held.text;
+
+  gate->open();
+  ASSERT_EQ(client.wait().status, JobStatus::kFinished);
+  // At once, without polling: every view has the final counts.
+  details = get(http, "/jobs/" + id);
+  EXPECT_EQ(num(details.body, "vertices[0].metrics.write-records"), kRecords) << details.text;
+  EXPECT_EQ(num(details.body, "vertices[1].metrics.read-records"), kRecords) << details.text;
+  const int64_t bytes_sent = num(details.body, "vertices[0].metrics.write-bytes");
+  const int64_t bytes_read = num(details.body, "vertices[1].metrics.read-bytes");
+  EXPECT_GT(bytes_sent, 0) << details.text;
+  EXPECT_EQ(bytes_read, bytes_sent) << details.text;
+
+  Answer source_agg =
+      get(http, "/jobs/" + id + "/vertices/" + source_vid + "/subtasks/metrics?get=numRecordsOut,numBytesOut&agg=sum");
+  ASSERT_EQ(source_agg.body.size(), 2u) << source_agg.text;
+  EXPECT_EQ(real(source_agg.body, "[0].sum"), kRecords) << source_agg.text;
+  EXPECT_EQ(real(source_agg.body, "[1].sum"), static_cast<double>(bytes_sent)) << source_agg.text;
+  Answer gate_agg =
+      get(http, "/jobs/" + id + "/vertices/" + gate_vid + "/subtasks/metrics?get=numRecordsIn,numBytesIn&agg=sum");
+  ASSERT_EQ(gate_agg.body.size(), 2u) << gate_agg.text;
+  EXPECT_EQ(real(gate_agg.body, "[0].sum"), kRecords) << gate_agg.text;
+  EXPECT_EQ(real(gate_agg.body, "[1].sum"), static_cast<double>(bytes_read)) << gate_agg.text;
+  const std::string all = std::to_string(kRecords);
+  Answer values =
+      get(http, "/jobs/" + id + "/vertices/" + gate_vid +
+                    "/metrics?get=0.numRecordsIn,0.gate.numRecordsIn,0.gate.numRecordsOut,0.out.numRecordsIn");
+  ASSERT_EQ(values.body.size(), 4u) << values.text;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(str(values.body, fmt::format("[{}].value", i)), all) << values.text;
+  }
+  Answer vertex = get(http, "/jobs/" + id + "/vertices/" + gate_vid);
+  EXPECT_EQ(num(vertex.body, "subtasks[0].metrics.read-records"), kRecords) << vertex.text;
+
+  // Prometheus: the registry's task and operator counters, the same.
+  httplib::Result scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape);
+  EXPECT_EQ(series(scrape->body, "flink_taskmanager_job_task_numRecordsOut", "task_name=\"Source: numbers\""), all)
+      << scrape->body;
+  EXPECT_EQ(series(scrape->body, "flink_taskmanager_job_task_numRecordsIn", "task_name=\"gate -> out\""), all)
+      << scrape->body;
+  EXPECT_EQ(series(scrape->body, "flink_taskmanager_job_task_operator_numRecordsIn", "operator_name=\"out\""), all)
+      << scrape->body;
+  EXPECT_EQ(series(scrape->body, "flink_taskmanager_job_task_numBytesIn", "task_name=\"gate -> out\""),
+            std::to_string(bytes_read))
+      << scrape->body;
+  EXPECT_EQ(out->size(), static_cast<size_t>(kRecords));
+  rest.stop();
+}
+
 // A pipeline (PipelineRunner) served as `sluice run` serves it: the metric views read the pipeline's own
 // registry, so its own metrics (dead letters, connector metrics) and checkpoint metrics are there.
 TEST(RestFlinkViewsTest, APipelinesViewsReadItsRegistry) {
@@ -417,6 +548,87 @@ sink:
   Answer agg = get(http, "/jobs/" + id + "/vertices/" + source_vid + "/subtasks/metrics?get=numRecordsOut");
   ASSERT_EQ(agg.status, 200) << agg.text;
   EXPECT_EQ(real(agg.body, "[0].sum"), kRecords) << agg.text;
+  rest.stop();
+  fs::remove_all(dir);
+}
+
+// A pipeline that ended with dead letters at its source (a line that is not JSON) and in its transform (a NULL
+// key): right after it ended, its job metrics, task metrics and /metrics (as `sluice run` serves them) count
+// them and its records as /jobs/:id does.
+TEST(RestFlinkViewsTest, AnEndedPipelinesViewsCountItsRecordsAndDeadLetters) {
+  char tmpl[] = "/tmp/sluice-rest-views-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  fs::create_directories(dir / "in");
+  {
+    std::ofstream in(dir / "in" / "changes.jsonl");
+    auto change = [](const std::string& id, int lsn) {
+      return fmt::format(
+          R"({{"op":"c","key":{{"id":"{0}"}},"before":null,"after":{{"id":"{0}","status":"created","amount":1}},)"
+          R"("source":{{"connector":"postgres","db":"payments","collection":"public.charges","position":"0/{1}",)"
+          R"("ts_ms":1790000000000,"snapshot":false,"txn_id":{1},"sequence":{1}}}}})",
+          id, lsn);
+    };
+    in << change("ch_1", 1) << "\n{not json\n" << change("ch_3", 3) << "\n";
+    // The key expression gives NULL: no entity.
+    in << R"({"op":"c","key":{"id":"x"},"before":null,"after":{"status":"created"},"source":{"connector":"postgres",)"
+       << R"("db":"payments","collection":"public.charges","position":"0/4","ts_ms":1,"snapshot":false,"sequence":4}})"
+       << "\n"
+       << change("ch_5", 5) << "\n";
+  }
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: dead-letters
+  parallelism: 1
+  checkpoint: {{ interval: 100ms, storage: "{0}/checkpoints" }}
+  dead-letter: {{ type: files, path: "{0}/dead" }}
+source: {{ type: files, path: "{0}/in" }}
+transform:
+  - match: "payments.public.charges"
+    key: id
+    event: {{ type: "'charge.' || after.status", payload: "after.id" }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir.string());
+  Result<pipeline::PipelineSpec> spec = pipeline::parse_pipeline(yaml, "dead-letters.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Result<std::unique_ptr<pipeline::PipelineRunner>> created = pipeline::PipelineRunner::create(*spec);
+  ASSERT_TRUE(created.ok()) << created.error().message();
+  pipeline::PipelineRunner& runner = **created;
+  const JobPlan plan = job_plan_of(runner.stream_graph());
+  auto server = RestServer::start(RestServerOptions{});
+  ASSERT_TRUE(server.ok());
+  RestServer& rest = **server;
+  rest.serve_metric_samples([&runner] { return runner.metric_samples(); });
+  rest.serve_metrics([&runner] { return runner.metrics_text(); });
+  ASSERT_TRUE(runner.start().ok());
+  rest.register_job("dead-letters", *runner.client(), plan);
+  const std::string id = runner.client()->job_id();
+  const JobResult result = runner.wait();
+  ASSERT_EQ(result.status, JobStatus::kFinished) << (result.error ? result.error->to_string() : "");
+  httplib::Client http(rest.address(), rest.port());
+
+  Answer job = get(http, "/jobs/" + id + "/metrics?get=source.deadLetters_numRecords,transform.deadLetters_numRecords");
+  ASSERT_EQ(job.body.size(), 2u) << job.text;
+  EXPECT_EQ(str(job.body, "[0].value"), "1") << job.text;
+  EXPECT_EQ(str(job.body, "[1].value"), "1") << job.text;
+  Answer details = get(http, "/jobs/" + id);
+  const std::string source_vid = str(details.body, "vertices[0].id");
+  const int64_t sent = num(details.body, "vertices[0].metrics.write-records");
+  EXPECT_EQ(sent, 3) << details.text;  // the 5 lines but the 2 dead letters
+  Answer agg = get(http, "/jobs/" + id + "/vertices/" + source_vid + "/subtasks/metrics?get=numRecordsOut&agg=sum");
+  EXPECT_EQ(real(agg.body, "[0].sum"), static_cast<double>(sent)) << agg.text;
+
+  httplib::Result scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape);
+  EXPECT_EQ(series(scrape->body, "flink_jobmanager_job_deadLetters_numRecords", "stage=\"source\""), "1")
+      << scrape->body;
+  EXPECT_EQ(series(scrape->body, "flink_jobmanager_job_deadLetters_numRecords", "stage=\"transform\""), "1")
+      << scrape->body;
+  EXPECT_EQ(series(scrape->body, "flink_taskmanager_job_task_numRecordsOut",
+                   "task_name=\"" + str(details.body, "vertices[0].name") + "\""),
+            std::to_string(sent))
+      << scrape->body;
   rest.stop();
   fs::remove_all(dir);
 }
