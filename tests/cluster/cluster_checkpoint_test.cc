@@ -10,7 +10,9 @@
 //    local mode reads the cluster's `_metadata` and state files;
 //  * a restore from a checkpoint with a corrupted state file: the JobManager checks existence and size only, the
 //    TaskManager reading the file finds the checksum mismatch and the job fails naming the file; a truncated file
-//    is refused by the JobManager before any deployment.
+//    is refused by the JobManager before any deployment;
+//  * state locality: the `_metadata` names the TaskManager that wrote each state file, and after a SIGKILLed
+//    JobManager's successor sees the TaskManagers register in the other order, each subtask goes back to it.
 // Heartbeats: interval 250 ms, timeout 3 s. About 20-40 s on a loaded two-core machine.
 #include <gtest/gtest.h>
 
@@ -338,6 +340,101 @@ TEST_F(ClusterCheckpointTest, ACorruptedStateFileFailsTheRestoreOnTheTaskManager
   EXPECT_NE(*refused_code, 0) << refused.output();
   EXPECT_NE(refused.output().find(broken.string()), std::string::npos) << refused.output();
   EXPECT_NE(refused.output().find("is truncated"), std::string::npos) << refused.output();
+}
+
+// Flink's state locality on a JobManager failover: 2 TaskManagers of 1 slot, parallelism 2 (shared slot 0 holds the
+// source and subtask 0 of the keyed vertex, slot 1 subtask 1), registered A then B. The `_metadata` names the
+// TaskManager that wrote each state file. A is SIGSTOPped, the JobManager SIGKILLed, and its successor (same RPC
+// port, restoring the latest checkpoint) sees B register first and A (SIGCONT) second: in registration order slot 0
+// would now go to B; each subtask goes back to the TaskManager its state names instead, and the output is complete.
+TEST_F(ClusterCheckpointTest, AfterAJobManagerFailoverSubtasksGoBackToTheTaskManagerThatWroteTheirState) {
+  // 20,000 records at 2,000/s: the job runs about 10 s, long enough to fail over in the middle.
+  constexpr int64_t kCount = 20'000;
+  const std::string file = pipeline("locality", 2, kCount, 2'000);
+  ClusterHarness& c = cluster(file);
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  const int port = c.rpc_port();
+  auto resource_id = [](ChildProcess* tm) {
+    auto line = tm->await_line(std::regex(R"(TaskManager (\S+) with 1 slots)"), kStart);
+    return line ? (*line)[1] : std::string();
+  };
+  ChildProcess* a = c.start_taskmanager(1);
+  const std::string a_id = resource_id(a);
+  ASSERT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart));
+  ChildProcess* b = c.start_taskmanager(1);
+  const std::string b_id = resource_id(b);
+  ASSERT_FALSE(a_id.empty() || b_id.empty()) << c.logs();
+  std::cout << "TaskManager A " << a_id << ", B " << b_id << "\n";
+  ASSERT_TRUE(jm->await_line(std::regex(R"(RUNNING: 3 task\(s\) on 2 TaskManager\(s\))"), kStart)) << jm->output();
+
+  // Where each subtask runs: {vertex, subtask} -> TaskManager resource id (GET /jobs/:id/vertices/:vid).
+  auto placement = [&] {
+    std::map<std::pair<int, int>, std::string> out;
+    for (int vertex : {0, 1}) {
+      const auto v = c.get("/jobs/" + c.job_id() + "/vertices/" + std::to_string(vertex));
+      const Value* subtasks = v ? v->find("subtasks") : nullptr;
+      if (subtasks == nullptr || !subtasks->is_array()) return out;
+      for (const Value& st : subtasks->as_array())
+        out[{vertex, static_cast<int>(num(st, "subtask"))}] = str(st, "taskmanager-id");
+    }
+    return out;
+  };
+  const std::map<std::pair<int, int>, std::string> first = placement();
+  const std::map<std::pair<int, int>, std::string> registration_order = {
+      {{0, 0}, a_id}, {{1, 0}, a_id}, {{1, 1}, b_id}};
+  ASSERT_EQ(first, registration_order) << "the first deployment fills the TaskManagers in registration order";
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") >= 2; }, kStart)) << jm->output();
+
+  a->signal(SIGSTOP);
+  jm->signal(SIGKILL);
+  ASSERT_TRUE(jm->wait_exit(10s).has_value());
+  const fs::path job_dir = dir_ / "locality-chk" / c.job_id();
+  auto latest = FileCheckpointStorage::resolve_restore_path(job_dir.string());
+  ASSERT_TRUE(latest.ok()) << latest.error().to_string();
+  auto meta = FileCheckpointStorage::load_metadata(*latest);
+  ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+  // The metadata records, per state file, the TaskManager that wrote it: the one that ran the subtask.
+  int handles = 0;
+  for (const auto& op : meta->operators) {
+    for (const auto& h : op.subtasks) {
+      ++handles;
+      const int vertex = op.parallelism == 1 ? 0 : 1;
+      EXPECT_EQ(h.location, first.at({vertex, h.subtask})) << op.uid << " subtask " << h.subtask << " " << h.file;
+    }
+  }
+  std::cout << "resuming from " << latest->string() << " (checkpoint " << meta->checkpoint_id << ", " << handles
+            << " state handles)\n";
+  ASSERT_GE(handles, 2) << "the keyed vertex's subtasks have state";
+
+  // The successor, with B registered first and A (woken) second.
+  ChildProcess* jm2 = c.start_jobmanager(port, 60s, {"-D", "execution.state-recovery.path=" + latest->string()});
+  ASSERT_NE(jm2, nullptr);
+  ASSERT_TRUE(c.await_task_managers(
+      [&](const std::vector<Value>& t) { return t.size() == 1 && num(t[0], "pid") == b->pid(); }, kStart))
+      << c.logs();
+  a->signal(SIGCONT);
+  ASSERT_TRUE(jm2->await_line(std::regex(R"(RUNNING: 3 task\(s\) on 2 TaskManager\(s\))"), kStart)) << c.logs();
+  const std::vector<Value> tms = c.task_managers();
+  ASSERT_EQ(tms.size(), 2u);
+  EXPECT_EQ(str(tms[0], "id"), b_id) << "B registered first with the new JobManager";
+  EXPECT_EQ(str(tms[1], "id"), a_id);
+  const std::map<std::pair<int, int>, std::string> second = placement();
+  EXPECT_EQ(second, first) << "each subtask back on the TaskManager that wrote its state";
+  const auto placed = jm2->await_line(
+      std::regex(R"(placed (\d+) of (\d+) subtasks on the TaskManager that wrote their state \(checkpoint (\d+)\))"),
+      1s);
+  ASSERT_TRUE(placed.has_value()) << jm2->output();
+  std::cout << "the new JobManager placed " << (*placed)[1] << " of " << (*placed)[2]
+            << " subtasks with state on the TaskManager that wrote it\n";
+  EXPECT_EQ((*placed)[1], (*placed)[2]);
+  EXPECT_GE(std::stoi((*placed)[2]), 2);
+  EXPECT_EQ(std::stoll((*placed)[3]), meta->checkpoint_id);
+
+  const std::optional<int> code = jm2->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the restored job did not finish\n" << c.logs();
+  ASSERT_EQ(*code, 0) << jm2->output();
+  check_records(read_parts("locality"), kCount);
 }
 
 // The JobManager's /health applies the pipeline's health.* bounds (issue 16), as `sluice run`'s does: with

@@ -63,6 +63,10 @@ struct OperatorSubtaskStateHandle {
   std::vector<KeyGroupHandle> key_groups;  ///< ascending key group; only non-empty key groups
   /// Incremental rocksdb checkpoints: the database's files (key_groups then hold timers and state beside it).
   std::optional<NativeKeyedStateHandle> native;
+  /// The resource id of the TaskManager that wrote the file (cluster mode; Flink's TaskManagerLocation of a
+  /// subtask's state), which a restore prefers for the subtask so that a TaskManager-local copy of the file can
+  /// be read. "" when unknown: local mode, a file the JobManager wrote, metadata of format version 1 or 2.
+  std::string location;
   friend bool operator==(const OperatorSubtaskStateHandle&, const OperatorSubtaskStateHandle&) = default;
 };
 
@@ -88,8 +92,9 @@ struct CheckpointMetadata {
 };
 
 /// Current version of the metadata format (docs/state-format.md, "Checkpoint storage layout"). Version 2 adds
-/// the native handles of incremental checkpoints; version 1 files are still read.
-inline constexpr uint32_t kCheckpointMetadataVersion = 2;
+/// the native handles of incremental checkpoints, version 3 the location of each subtask's state; versions 1
+/// and 2 are still read (location "").
+inline constexpr uint32_t kCheckpointMetadataVersion = 3;
 
 /// The shared files (`<job dir>/shared/<name>`) a checkpoint references, with their sizes.
 std::map<std::string, uint64_t> shared_files_of(const CheckpointMetadata& metadata);
@@ -97,8 +102,9 @@ std::map<std::string, uint64_t> shared_files_of(const CheckpointMetadata& metada
 /// Encodes `metadata` (magic "SLCM", version, fields, trailing XXH3-64 of everything before it).
 std::string serialize_checkpoint_metadata(const CheckpointMetadata& metadata);
 
-/// Decodes bytes written by serialize_checkpoint_metadata. `file` names the source in error messages (the
-/// path of the _metadata file). Errors (kState, naming `file`): wrong magic, unknown version, truncated
+/// Decodes bytes written by serialize_checkpoint_metadata (any version from 1 to kCheckpointMetadataVersion).
+/// `file` names the source in error messages (the path of the _metadata file). Errors (kState, naming `file`):
+/// wrong magic, unknown version, truncated
 /// bytes, checksum mismatch (expected vs actual), trailing bytes, or inconsistent handles (a subtask outside
 /// [0, parallelism), a key group outside [0, max parallelism) or out of order, a range past the file size).
 [[nodiscard]] Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view bytes, std::string_view file);

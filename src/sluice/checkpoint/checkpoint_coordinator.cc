@@ -378,6 +378,7 @@ void CheckpointCoordinator::run_writer() {
         }
         stats.state_bytes += h.file_size;
         handles.push_back(h);
+        handles.back().location.clear();  // this copy is the JobManager's: no TaskManager holds it locally
         uids.push_back(job->files->uids[i]);
       }
       if (error) {

@@ -124,6 +124,7 @@ std::string serialize_checkpoint_metadata(const CheckpointMetadata& m) {
           out.write_fixed<uint64_t>(f.checksum);
         }
       }
+      out.write_string(h.location);
     }
   }
   out.write_varint(m.coordinator_state.size());
@@ -145,7 +146,7 @@ Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view byte
   try {
     DataInput header(bytes.substr(sizeof(kMagic)));
     uint64_t version = header.read_varint();
-    if (version != 1 && version != kCheckpointMetadataVersion)
+    if (version < 1 || version > kCheckpointMetadataVersion)
       return metadata_error(file, fmt::format("format version {} is not supported (this Sluice reads versions 1 "
                                               "to {})",
                                               version, kCheckpointMetadataVersion));
@@ -206,6 +207,7 @@ Result<CheckpointMetadata> deserialize_checkpoint_metadata(std::string_view byte
             nf.checksum = in.read_fixed<uint64_t>();
           }
         }
+        if (read_version >= 3) in.read_string(h.location);
         SLUICE_RETURN_IF_ERROR(check_subtask(file, op, h));
       }
     }

@@ -157,6 +157,48 @@ TEST(CheckpointMetadataTest, RoundTrip) {
   EXPECT_EQ(*empty_back, empty);
 }
 
+TEST(CheckpointMetadataTest, Version3RecordsTheLocationOfEverySubtasksState) {
+  CheckpointMetadata m = sample_metadata();
+  m.operators[0].subtasks[0].location = "127.0.0.1:41231-0a1b2c";
+  m.operators[1].subtasks[0].location = "10.0.0.7:6122-ffffff";  // source-1 subtask 1 stays unknown ("")
+  const std::string bytes = serialize_checkpoint_metadata(m);
+  EXPECT_EQ(bytes[4], 3) << "format version 3";
+  EXPECT_EQ(kCheckpointMetadataVersion, 3u);
+  auto back = deserialize_checkpoint_metadata(bytes, "/x/_metadata");
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, m);
+  EXPECT_EQ(back->operators[0].subtasks[0].location, "127.0.0.1:41231-0a1b2c");
+  EXPECT_EQ(back->operators[0].subtasks[1].location, "");
+  EXPECT_EQ(back->operators[1].subtasks[0].location, "10.0.0.7:6122-ffffff");
+  EXPECT_NE(serialize_checkpoint_metadata(sample_metadata()), bytes) << "the location is part of the bytes";
+}
+
+TEST(CheckpointMetadataTest, Version2FilesAreStillReadWithoutLocations) {
+  // sample_metadata() as the format-version-2 writer (commit c66fb41) serialized it.
+  const std::string hex =
+      "534c434d022a000000000000007b68e5cf8b0100000110303132333435363738396162636465660b040000000000000208736f757263"
+      "652d3102800102000f736f757263652d312d302d616161611e000000000000003412000000000000050000000000000019000000000000"
+      "000000010f736f757263652d312d312d6262626205000000000000007856000000000000050000000000000000000000000000000000"
+      "06636f756e747303800101020d636f756e74732d322d63636363e8030000000000000df0fecaefbeadde0500000000000000000000000000"
+      "00000256050000000000000064000000000000005a69000000000000007f03000000000000000108736f757263652d310c001e6e756d65"
+      "7261746f72003806d0c3bf1884b3";
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  ASSERT_EQ(bytes[4], 2);
+  auto back = deserialize_checkpoint_metadata(bytes, "/old/_metadata");
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, sample_metadata());
+  for (const auto& op : back->operators) {
+    for (const auto& h : op.subtasks)
+      EXPECT_EQ(h.location, "") << op.uid << " subtask " << h.subtask;
+  }
+  // Written again it is version 3, with the same content.
+  auto again = deserialize_checkpoint_metadata(serialize_checkpoint_metadata(*back), "m");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *back);
+}
+
 TEST(CheckpointMetadataTest, CorruptionIsDetectedAndNamesTheFile) {
   const std::string bytes = serialize_checkpoint_metadata(sample_metadata());
   for (size_t i : {size_t{6}, size_t{30}, bytes.size() / 2, bytes.size() - 1}) {
@@ -177,6 +219,9 @@ TEST(CheckpointMetadataTest, CorruptionIsDetectedAndNamesTheFile) {
   std::string future = bytes;
   future[4] = 9;  // version
   EXPECT_THAT(deserialize_checkpoint_metadata(future, "m").error().message(), HasSubstr("format version 9"));
+  EXPECT_THAT(deserialize_checkpoint_metadata(future, "m").error().message(), HasSubstr("reads versions 1 to 3"));
+  future[4] = 0;
+  EXPECT_THAT(deserialize_checkpoint_metadata(future, "m").error().message(), HasSubstr("format version 0"));
 }
 
 TEST(CheckpointMetadataTest, InconsistentHandlesAreRejected) {

@@ -180,8 +180,12 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
 
   void run();
   /// Waits for the slots; returns the assignment and the TaskManagers it is on, or nullopt (the job ended).
+  /// With `restore` (nullable), subtasks prefer the TaskManagers that wrote their state (its handles' locations).
   std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> wait_for_slots(
-      std::unique_lock<std::mutex>& lock);
+      std::unique_lock<std::mutex>& lock, const RestorePoint* restore);
+  /// The first checkpointed source that `a` places on more than one TaskManager (deploy() refuses it), with the
+  /// number of TaskManagers; nullopt when there is none.
+  std::optional<std::pair<const JobVertex*, size_t>> split_source(const SlotAssignment& a) const;
   /// Deploys attempt attempt_; `restore` (nullable) is the checkpoint its tasks restore. On a TaskManager that
   /// cannot be reached, sets `*unreachable` to its registration id.
   Status deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms, const RestorePoint* restore,

@@ -479,7 +479,10 @@ void JobMaster::on_task_manager_closed(const ClosedRegistration& closed) {
 }
 
 std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> JobMaster::wait_for_slots(
-    std::unique_lock<std::mutex>& lock) {
+    std::unique_lock<std::mutex>& lock, const RestorePoint* restore) {
+  // Flink's state locality: each subtask prefers the TaskManager that wrote its state, whose local copy of the
+  // state files it can then read instead of the checkpoint storage.
+  const PreferredLocations preferred = restore ? preferred_locations_of(jg_, restore->metadata) : PreferredLocations{};
   const TimestampMs deadline = clock_.now_ms() + options_.slot_request_timeout_ms;
   std::string last_logged;
   for (;;) {
@@ -498,9 +501,25 @@ std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> J
                   [&](const TaskManagerRegistration& t) { return unreachable_until_.count(t.registration_id) != 0; });
     std::vector<SlotOffer> offers;
     for (const auto& t : tms)
-      offers.push_back(SlotOffer{t.registration_id, t.slots_total});
-    Result<SlotAssignment> a = assign_slots(jg_, offers, options_.evenly_spread);
-    if (a.ok()) return std::make_pair(std::move(*a), std::move(tms));
+      offers.push_back(SlotOffer{t.registration_id, t.slots_total, t.resource_id});
+    Result<SlotAssignment> a = assign_slots(jg_, offers, options_.evenly_spread, preferred);
+    if (a.ok() && a->preferred_subtasks > 0 && split_source(*a)) {
+      // The preferences would put a checkpointed source on several TaskManagers, which deploy() refuses: the
+      // placement without them (the old TaskManager of the source is gone, or has fewer slots).
+      spdlog::info(
+          "job '{}': placing the subtasks without their state-locality preferences, which would split a "
+          "checkpointed source across TaskManagers",
+          options_.job_name);
+      a = assign_slots(jg_, offers, options_.evenly_spread);
+    }
+    if (a.ok()) {
+      if (a->preferred_subtasks > 0) {
+        spdlog::info("job '{}': placed {} of {} subtasks on the TaskManager that wrote their state ({} {})",
+                     options_.job_name, a->placed_as_preferred, a->preferred_subtasks,
+                     snapshot_type_name(restore->metadata.type), restore->metadata.checkpoint_id);
+      }
+      return std::make_pair(std::move(*a), std::move(tms));
+    }
     status_message_ = "waiting for TaskManagers: " + a.error().message();
     if (status_message_ != last_logged) {
       spdlog::warn("job '{}' {}", options_.job_name, status_message_);
@@ -519,6 +538,20 @@ std::optional<std::pair<SlotAssignment, std::vector<TaskManagerRegistration>>> J
     // Registrations wake the thread through events; poll at least every 100 ms for the deadline.
     cv_.wait_for(lock, std::chrono::milliseconds(std::clamp<int64_t>(deadline - now, 1, 100)));
   }
+}
+
+std::optional<std::pair<const JobVertex*, size_t>> JobMaster::split_source(const SlotAssignment& a) const {
+  if (!coordinator_) return std::nullopt;
+  for (const auto& v : jg_.vertices) {
+    // A source's split enumerator runs in each TaskManager with readers of it (with every split assigned up
+    // front); its state in a checkpoint is complete only when one TaskManager holds all the readers.
+    if (!v.inputs.empty()) continue;
+    std::set<int> tms_of_source;
+    for (int i = 0; i < v.parallelism; ++i)
+      tms_of_source.insert(a.subtasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)].task_manager);
+    if (tms_of_source.size() > 1) return std::make_pair(&v, tms_of_source.size());
+  }
+  return std::nullopt;
 }
 
 Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerRegistration>& tms,
@@ -554,22 +587,15 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
     p->set_data_address(tms[t].data_address);
   }
   std::vector<SubtaskLocation> placement;
+  if (auto split = split_source(a)) {
+    return Error(ErrorCode::kConfiguration,
+                 fmt::format("source '{}' (parallelism {}) is placed on {} TaskManagers, but a checkpointed source "
+                             "must run in one TaskManager in this build (its split enumerator runs there, not yet "
+                             "on the JobManager): lower the source's parallelism to at most the slots of one "
+                             "TaskManager",
+                             split->first->name, split->first->parallelism, split->second));
+  }
   for (const auto& v : jg_.vertices) {
-    // A source's split enumerator runs in each TaskManager with readers of it (with every split assigned up
-    // front); its state in a checkpoint is complete only when one TaskManager holds all the readers.
-    if (coordinator_ && v.inputs.empty()) {
-      std::set<int> tms_of_source;
-      for (int i = 0; i < v.parallelism; ++i)
-        tms_of_source.insert(a.subtasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)].task_manager);
-      if (tms_of_source.size() > 1) {
-        return Error(ErrorCode::kConfiguration,
-                     fmt::format("source '{}' (parallelism {}) is placed on {} TaskManagers, but a checkpointed source "
-                                 "must run in one TaskManager in this build (its split enumerator runs there, not yet "
-                                 "on the JobManager): lower the source's parallelism to at most the slots of one "
-                                 "TaskManager",
-                                 v.name, v.parallelism, tms_of_source.size()));
-      }
-    }
     for (int i = 0; i < v.parallelism; ++i) {
       const SubtaskSlot& s = a.subtasks[static_cast<size_t>(v.id)][static_cast<size_t>(i)];
       const int peer = peer_of_offer[static_cast<size_t>(s.task_manager)];
@@ -686,7 +712,7 @@ void JobMaster::run() {
   std::unique_lock lock(mu_);
   std::optional<RestorePoint> restore = initial_restore_;
   for (;;) {
-    auto slots = wait_for_slots(lock);
+    auto slots = wait_for_slots(lock, restore ? &*restore : nullptr);
     if (!slots) {
       stop_coordinator(lock);  // the job ended while it waited (cancel, slot.request.timeout)
       return;

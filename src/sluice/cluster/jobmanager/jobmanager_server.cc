@@ -281,7 +281,8 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
                                      v1::Acknowledgement*) override {
     if (!req->has_subtask())
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an acknowledgement needs the subtask");
-    if (grpc::Status st = check_known(req->registration_id()); !st.ok()) return st;
+    std::string resource_id;
+    if (grpc::Status st = check_known(req->registration_id(), &resource_id); !st.ok()) return st;
     CheckpointAckReport r;
     r.registration_id = req->registration_id();
     r.vertex = req->subtask().vertex_id();
@@ -302,6 +303,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
       h.operator_state_length = sh.operator_state_length();
       for (const auto& kg : sh.key_groups())
         h.key_groups.push_back(KeyGroupHandle{kg.key_group(), kg.offset(), kg.length()});
+      h.location = resource_id;  // the TaskManager that wrote the file: a restore places the subtask there again
       // A file name, never a path: the state must be inside the checkpoint's directory.
       if (h.file.empty() || h.file.find('/') != std::string::npos || h.file.starts_with('.')) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -331,10 +333,13 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status check_known(const std::string& registration_id) {
+  // OK when `registration_id` is an open registration, whose TaskManager's resource id goes to `*resource_id`.
+  grpc::Status check_known(const std::string& registration_id, std::string* resource_id = nullptr) {
     std::lock_guard lock(mu_);
     for (const auto& t : registry_.task_managers()) {
-      if (t.registration_id == registration_id) return grpc::Status::OK;
+      if (t.registration_id != registration_id) continue;
+      if (resource_id != nullptr) *resource_id = t.resource_id;
+      return grpc::Status::OK;
     }
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         fmt::format("registration '{}' is not known to this JobManager", registration_id));
