@@ -113,11 +113,14 @@ class FileCheckpointStorage {
   /// `<uid>-<subtask>-<16 hex>-<file>` and the others referenced, and the remaining native files (MANIFEST,
   /// CURRENT, OPTIONS) are appended to the state file; `handle.native` lists them all. `uploaded_bytes`
   /// (nullable) receives the bytes uploaded into shared/ by this call.
-  [[nodiscard]] Result<OperatorSubtaskStateHandle> write_subtask_state(const std::filesystem::path& dir,
-                                                                       const std::string& uid, int subtask,
-                                                                       const std::string& operator_state,
-                                                                       const KeyedStateSnapshot* keyed,
-                                                                       uint64_t* uploaded_bytes = nullptr) const;
+  ///
+  /// Local copy (task-local recovery, task_local_state_store.h): when `local_copy_dir` is not empty and `dir` is a
+  /// `chk-<n>` directory, the same bytes are also written to `local_copy_dir/<file name>` (renamed into place once
+  /// the primary is stored). A failure of the copy is logged and leaves no copy; it never fails the call.
+  [[nodiscard]] Result<OperatorSubtaskStateHandle> write_subtask_state(
+      const std::filesystem::path& dir, const std::string& uid, int subtask, const std::string& operator_state,
+      const KeyedStateSnapshot* keyed, uint64_t* uploaded_bytes = nullptr,
+      const std::filesystem::path& local_copy_dir = {}) const;
 
   /// Deletes `<job dir>/shared/<name>` (a shared file no retained checkpoint references any more; see
   /// CompletedCheckpointStore). On s3:// in the background. Never throws; failures are logged.

@@ -4,7 +4,8 @@
 //
 // Threading: subtask() may be called from any thread, concurrently. The first call for a vertex computes the state
 // of every subtask of that vertex it was given (assign_subtask_states, reading each file once); concurrent calls for
-// the same vertex wait for it, calls for other vertices run in parallel.
+// the same vertex wait for it, calls for other vertices run in parallel. Each vertex's assignment logs (INFO) where its
+// files came from: local copies or the checkpoint storage.
 #pragma once
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/checkpoint/state_assignment.h"
+#include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/core/error.h"
 #include "sluice/runtime/task_state.h"
 
@@ -24,8 +26,10 @@ class DeferredStateAssignment {
  public:
   /// `vertices` indexed by job vertex id: what to restore of each (VertexToRestore::subtasks marks the subtasks
   /// that will ask; a vertex with no subtask to restore may have parallelism 0).
-  DeferredStateAssignment(CheckpointMetadata metadata, std::filesystem::path dir,
-                          std::vector<VertexToRestore> vertices);
+  /// `local` (nullable): the TaskManager's local copies of state files, read instead of `dir`'s when they match
+  /// (task-local recovery, execution.state-recovery.from-local).
+  DeferredStateAssignment(CheckpointMetadata metadata, std::filesystem::path dir, std::vector<VertexToRestore> vertices,
+                          std::shared_ptr<const TaskLocalStateStore> local = nullptr);
   DeferredStateAssignment(const DeferredStateAssignment&) = delete;
   DeferredStateAssignment& operator=(const DeferredStateAssignment&) = delete;
 
@@ -49,6 +53,7 @@ class DeferredStateAssignment {
   const CheckpointMetadata metadata_;
   const std::filesystem::path dir_;
   const std::vector<VertexToRestore> to_restore_;
+  const std::shared_ptr<const TaskLocalStateStore> local_;
   std::vector<Vertex> vertices_;
 };
 

@@ -29,6 +29,16 @@
 
 namespace sluice {
 
+class TaskLocalStateStore;
+
+/// Where the state files a restore read came from.
+struct StateReadStats {
+  int local_files = 0;  ///< read from the TaskManager's local copies (task-local recovery)
+  uint64_t local_bytes = 0;
+  int remote_files = 0;  ///< read from the checkpoint storage
+  uint64_t remote_bytes = 0;
+};
+
 /// The restoring side of one job vertex (one chain of operators) at its new parallelism.
 struct VertexToRestore {
   std::vector<std::string> operator_uids;  ///< chain order
@@ -52,8 +62,13 @@ struct VertexToRestore {
 /// size or checksum), or when the metadata is inconsistent (a key group or subtask stored twice);
 /// kConfiguration for an invalid `vertex` (sizes differ, parallelism < 1 or above the max parallelism,
 /// a uid twice, `subtasks` neither empty nor of size parallelism).
+///
+/// Local recovery: with `local`, a state file with a local copy there (TaskLocalStateStore::find) whose size and
+/// checksum equal the handle's is read from it; a copy that differs is logged and the file read from `dir`.
+/// `stats` (nullable) receives how many files and bytes came from each.
 [[nodiscard]] Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(
-    const CheckpointMetadata& metadata, const std::filesystem::path& dir, const VertexToRestore& vertex);
+    const CheckpointMetadata& metadata, const std::filesystem::path& dir, const VertexToRestore& vertex,
+    const TaskLocalStateStore* local = nullptr, StateReadStats* stats = nullptr);
 
 /// Checks that the job claims all state in `metadata`: every operator uid with state (operator state, key
 /// groups or coordinator state) must be in `job_uids`. Otherwise returns kState listing the unclaimed uids

@@ -145,6 +145,20 @@ inline const ConfigOption<bool> kIgnoreUnclaimedState{
     "execution.state-recovery.ignore-unclaimed-state", false,
     "Start even when the savepoint holds state of an operator uid the job no longer has "
     "(Flink's allowNonRestoredState)."};
+inline const ConfigOption<bool> kLocalBackupEnabled{
+    "execution.checkpointing.local-backup.enabled", false,
+    "Cluster mode: each TaskManager also keeps a local copy of the checkpoint state files it writes (under "
+    "taskmanager.state.local.root-dirs), for task-local recovery. Enabled as well by "
+    "execution.state-recovery.from-local."};
+inline const ConfigOption<bool> kStateRecoveryFromLocal{
+    "execution.state-recovery.from-local", false,
+    "Cluster mode: a restore reads a state file from the TaskManager's local copy when it has one that matches the "
+    "checkpoint (size and checksum), instead of the checkpoint storage; subtasks go back to the TaskManager that "
+    "wrote their state when it is there (Flink's task-local recovery)."};
+inline const ConfigOption<std::string> kLocalStateRootDir{
+    "taskmanager.state.local.root-dirs", "",
+    "Directory of a TaskManager's local state copies (one directory); empty: <temp dir>/sluice-localState-<resource "
+    "id>, removed when the TaskManager stops."};
 
 // --- State backends (Flink keys; docs/checkpoints.md, "State backends") ---
 inline const ConfigOption<std::string> kStateBackendType{

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -118,6 +119,104 @@ class HashingS3Writer {
   S3ObjectWriter writer_;
   XXH3_state_t* hash_;
   uint64_t size_ = 0;
+};
+
+// The local copy of a state file (task-local recovery, task_local_state_store.h): written beside the primary as its
+// bytes pass, into a temporary name renamed when the primary succeeded. Its failure (a full local disk) only drops
+// the copy: the primary is what the checkpoint needs. Not fsynced: it serves restores after a process failure (the
+// page cache survives it), and after a machine failure the checksum check refuses a partly written copy.
+class LocalCopyFile {
+ public:
+  explicit LocalCopyFile(fs::path path) : path_(std::move(path)), temp_(path_.native() + ".inprogress") {
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) drop(io_error("creating", temp_, errno));
+  }
+  LocalCopyFile(const LocalCopyFile&) = delete;
+  LocalCopyFile& operator=(const LocalCopyFile&) = delete;
+  ~LocalCopyFile() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      std::error_code ec;
+      fs::remove(temp_, ec);
+    }
+  }
+
+  void append(const void* data, size_t n) {
+    if (fd_ < 0) return;
+    if (buf_.size() + n > kWriteBufferSize) {
+      flush();
+      if (fd_ >= 0 && n >= kWriteBufferSize) {
+        Status st = write_all(fd_, data, n, temp_);
+        if (!st.ok()) drop(st.error());
+        return;
+      }
+    }
+    if (fd_ >= 0) buf_.write_bytes(data, n);
+  }
+
+  /// The primary is stored: the copy gets its final name. Returns whether a copy exists now.
+  bool commit() {
+    flush();
+    if (fd_ < 0) return false;
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    std::error_code ec;
+    if (rc != 0) {
+      fs::remove(temp_, ec);
+      spdlog::warn("no local copy of state file {}: {}", path_.string(), io_error("closing", temp_, errno).message());
+      return false;
+    }
+    fs::rename(temp_, path_, ec);
+    if (ec) {
+      spdlog::warn("no local copy of state file {}: {}", path_.string(), io_error("renaming", temp_, ec).message());
+      fs::remove(temp_, ec);
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  void flush() {
+    if (fd_ < 0 || buf_.size() == 0) return;
+    Status st = write_all(fd_, buf_.data(), buf_.size(), temp_);
+    buf_.clear();
+    if (!st.ok()) drop(st.error());
+  }
+  void drop(const Error& error) {
+    spdlog::warn("no local copy of state file {} (the checkpoint goes on without it): {}", path_.string(),
+                 error.message());
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      std::error_code ec;
+      fs::remove(temp_, ec);
+    }
+    buf_.clear();
+  }
+
+  fs::path path_;
+  fs::path temp_;
+  int fd_ = -1;
+  DataOutput buf_;
+};
+
+// A state file writer (HashingFileWriter, HashingS3Writer) whose bytes also go to a local copy.
+template <class Primary>
+class WriterWithLocalCopy {
+ public:
+  WriterWithLocalCopy(Primary& primary, LocalCopyFile* copy) : primary_(primary), copy_(copy) {}
+  Status append(const void* data, size_t n) {
+    SLUICE_RETURN_IF_ERROR(primary_.append(data, n));
+    if (copy_ != nullptr) copy_->append(data, n);
+    return ok_status();
+  }
+  Status finish() { return primary_.finish(); }
+  uint64_t size() const noexcept { return primary_.size(); }
+  uint64_t digest() const noexcept { return primary_.digest(); }
+
+ private:
+  Primary& primary_;
+  LocalCopyFile* copy_;
 };
 
 // Uploads the local SST file `path` into the job's shared directory `shared_dir` as `name` (fsynced file, or
@@ -236,13 +335,22 @@ Status write_state_contents(Writer& writer, OperatorSubtaskStateHandle& handle, 
 
 }  // namespace
 
-Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(const fs::path& dir,
-                                                                              const std::string& uid, int subtask,
-                                                                              const std::string& operator_state,
-                                                                              const KeyedStateSnapshot* keyed,
-                                                                              uint64_t* uploaded_bytes) const {
+Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(
+    const fs::path& dir, const std::string& uid, int subtask, const std::string& operator_state,
+    const KeyedStateSnapshot* keyed, uint64_t* uploaded_bytes, const fs::path& local_copy_dir) const {
   OperatorSubtaskStateHandle handle;
   handle.subtask = subtask;
+  // The local copy of a checkpoint's file (never a savepoint's), opened once the file's name is known.
+  std::optional<LocalCopyFile> copy;
+  const bool with_copy = !local_copy_dir.empty() && checkpoint_id_of(dir) >= 0;
+  auto local_copy = [&]() -> LocalCopyFile* {
+    if (!with_copy) return nullptr;
+    copy.emplace(local_copy_dir / handle.file);
+    return &*copy;
+  };
+  auto commit_copy = [&] {
+    if (copy) copy->commit();
+  };
   // Native (incremental) files only into checkpoints: savepoints stay canonical.
   const bool native = keyed != nullptr && keyed->native() != nullptr && checkpoint_id_of(dir) >= 0;
   const fs::path shared = !native      ? fs::path()
@@ -262,12 +370,14 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
     auto t = s3_target(dir);
     if (!t.ok()) return context(t.error());
     HashingS3Writer writer(t->client, t->uri.bucket, t->child(handle.file));
-    Status s = write_state_contents(writer, handle, operator_state, keyed, shared, name_prefix, uploaded);
+    WriterWithLocalCopy<HashingS3Writer> both(writer, local_copy());
+    Status s = write_state_contents(both, handle, operator_state, keyed, shared, name_prefix, uploaded);
     report();
     if (!s.ok()) {
       writer.abort();
       return context(s.error());
     }
+    commit_copy();
     return handle;
   }
   HashingFileWriter writer;
@@ -280,13 +390,15 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(co
     if (created.ok()) break;
     if (err != EEXIST || attempt + 1 == kCreateAttempts) return created.error();
   }
-  Status s = write_state_contents(writer, handle, operator_state, keyed, shared, name_prefix, uploaded);
+  WriterWithLocalCopy<HashingFileWriter> both(writer, local_copy());
+  Status s = write_state_contents(both, handle, operator_state, keyed, shared, name_prefix, uploaded);
   report();
   if (!s.ok()) {
     std::error_code ec;
     fs::remove(path, ec);
     return context(s.error());
   }
+  commit_copy();
   return handle;
 }
 

@@ -1,16 +1,20 @@
 #include "sluice/checkpoint/deferred_state_assignment.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <utility>
 
 namespace sluice {
 
 DeferredStateAssignment::DeferredStateAssignment(CheckpointMetadata metadata, std::filesystem::path dir,
-                                                 std::vector<VertexToRestore> vertices)
+                                                 std::vector<VertexToRestore> vertices,
+                                                 std::shared_ptr<const TaskLocalStateStore> local)
     : metadata_(std::move(metadata)),
       dir_(std::move(dir)),
       to_restore_(std::move(vertices)),
+      local_(std::move(local)),
       vertices_(to_restore_.size()) {}
 
 Result<std::shared_ptr<const TaskRestore>> DeferredStateAssignment::subtask(int vertex, int subtask) {
@@ -23,7 +27,18 @@ Result<std::shared_ptr<const TaskRestore>> DeferredStateAssignment::subtask(int 
   std::lock_guard lock(v.mu);
   if (!v.assigned) {
     v.assigned = true;
-    auto assigned = assign_subtask_states(metadata_, dir_, to_restore);
+    StateReadStats stats;
+    const auto start = std::chrono::steady_clock::now();
+    auto assigned = assign_subtask_states(metadata_, dir_, to_restore, local_.get(), &stats);
+    if (stats.local_files + stats.remote_files > 0) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      spdlog::info(
+          "restoring vertex {} from checkpoint {}: {} state file(s) ({} bytes) read from local copies{}, {} ({} "
+          "bytes) from {}, in {} ms",
+          vertex, metadata_.checkpoint_id, stats.local_files, stats.local_bytes,
+          local_ ? " in " + local_->root().string() : "", stats.remote_files, stats.remote_bytes, dir_.string(), ms);
+    }
     if (assigned.ok()) {
       v.restores = std::move(*assigned);
       v.taken.assign(v.restores.size(), false);

@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/core/config.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/key_group.h"
@@ -30,28 +32,53 @@ bool has_operator_state(const OperatorStateEntry& op) {
   return false;
 }
 
-// The state files of one checkpoint, each mapped and verified at most once.
+// The state files of one checkpoint, each mapped and verified at most once; read from the local copy when a
+// TaskLocalStateStore has one that matches the handle.
 class StateFileCache {
  public:
-  StateFileCache(const fs::path& dir, int64_t checkpoint_id) : dir_(dir), checkpoint_id_(checkpoint_id) {}
+  StateFileCache(const fs::path& dir, int64_t checkpoint_id, const TaskLocalStateStore* local)
+      : dir_(dir), checkpoint_id_(checkpoint_id), local_(local) {}
   const fs::path& dir() const noexcept { return dir_; }
+  const StateReadStats& stats() const noexcept { return stats_; }
 
   Result<std::shared_ptr<const StateFileBytes>> get(const std::string& uid, const OperatorSubtaskStateHandle& handle) {
     auto it = files_.find(handle.file);
     if (it == files_.end()) {
+      if (auto copy = read_local_copy(handle)) {
+        ++stats_.local_files;
+        stats_.local_bytes += handle.file_size;
+        it = files_.emplace(handle.file, std::move(copy)).first;
+        return it->second;
+      }
       auto bytes = FileCheckpointStorage::read_state_file(dir_, handle);
       if (!bytes.ok()) {
         return bytes.error().with_context(fmt::format("restoring operator '{}' (old subtask {}) from checkpoint {}",
                                                       uid, handle.subtask, checkpoint_id_));
       }
+      ++stats_.remote_files;
+      stats_.remote_bytes += handle.file_size;
       it = files_.emplace(handle.file, std::move(*bytes)).first;
     }
     return it->second;
   }
 
  private:
+  // The local copy when there is one and it is the primary's bytes (size and XXH3-64 of the handle); null otherwise.
+  std::shared_ptr<const StateFileBytes> read_local_copy(const OperatorSubtaskStateHandle& handle) {
+    if (local_ == nullptr) return nullptr;
+    std::optional<fs::path> copy = local_->find(dir_, handle.file);
+    if (!copy) return nullptr;
+    auto bytes = FileCheckpointStorage::read_state_file(copy->parent_path(), handle);
+    if (bytes.ok()) return std::move(*bytes);
+    spdlog::warn("the local copy of a state file of checkpoint {} is not used, reading the file from {}: {}",
+                 checkpoint_id_, dir_.string(), bytes.error().message());
+    return nullptr;
+  }
+
   const fs::path& dir_;
   int64_t checkpoint_id_;
+  const TaskLocalStateStore* local_;
+  StateReadStats stats_;
   std::map<std::string, std::shared_ptr<const StateFileBytes>> files_;
 };
 
@@ -178,7 +205,9 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
 
 Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(const CheckpointMetadata& metadata,
                                                                               const fs::path& dir,
-                                                                              const VertexToRestore& vertex) {
+                                                                              const VertexToRestore& vertex,
+                                                                              const TaskLocalStateStore* local,
+                                                                              StateReadStats* stats) {
   if (vertex.parallelism < 1) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("restoring a vertex with parallelism {}: it must be at least 1", vertex.parallelism));
@@ -205,7 +234,7 @@ Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(co
   std::vector<TaskRestore> restores(static_cast<size_t>(vertex.parallelism));
   for (TaskRestore& r : restores)
     r.checkpoint_id = metadata.checkpoint_id;
-  StateFileCache files(dir, metadata.checkpoint_id);
+  StateFileCache files(dir, metadata.checkpoint_id, local);
   std::set<std::string_view> seen;
   for (size_t i = 0; i < vertex.operator_uids.size(); ++i) {
     const std::string& uid = vertex.operator_uids[i];
@@ -216,6 +245,7 @@ Result<std::vector<std::shared_ptr<const TaskRestore>>> assign_subtask_states(co
     SLUICE_RETURN_IF_ERROR(
         assign_operator(metadata, *it->second, vertex.max_parallelism[i], vertex.subtasks, files, restores));
   }
+  if (stats != nullptr) *stats = files.stats();
 
   std::vector<std::shared_ptr<const TaskRestore>> result;
   result.reserve(restores.size());

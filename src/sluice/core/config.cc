@@ -134,7 +134,8 @@ Status validate_engine_options(const Configuration& config) {
       options::kCheckpointTimeout.key, options::kCheckpointMinPause.key, options::kMaxConcurrentCheckpoints.key,
       options::kCheckpointMode.key, options::kCheckpointDir.key, options::kCheckpointsRetained.key,
       options::kSavepointDir.key, options::kTolerableFailedCheckpoints.key, options::kRestoreFallback.key,
-      options::kStateRecoveryPath.key, options::kIgnoreUnclaimedState.key, options::kRestartStrategy.key,
+      options::kStateRecoveryPath.key, options::kIgnoreUnclaimedState.key, options::kLocalBackupEnabled.key,
+      options::kStateRecoveryFromLocal.key, options::kLocalStateRootDir.key, options::kRestartStrategy.key,
       options::kFixedDelayAttempts.key, options::kFixedDelayDelay.key, options::kFailureRateMaxFailures.key,
       options::kFailureRateInterval.key, options::kFailureRateDelay.key, options::kExpDelayInitialBackoff.key,
       options::kExpDelayMaxBackoff.key, options::kExpDelayMultiplier.key, options::kExpDelayResetThreshold.key,
@@ -164,6 +165,8 @@ Status validate_engine_options(const Configuration& config) {
     (void)config.get(options::kTolerableFailedCheckpoints);
     (void)config.get(options::kRestoreFallback);
     (void)config.get(options::kIgnoreUnclaimedState);
+    (void)config.get(options::kLocalBackupEnabled);
+    (void)config.get(options::kStateRecoveryFromLocal);
     (void)config.get(options::kFixedDelayAttempts);
     (void)config.get(options::kFixedDelayDelay);
     (void)config.get(options::kFailureRateMaxFailures);

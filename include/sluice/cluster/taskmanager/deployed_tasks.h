@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/cluster/task_deployment.h"
 #include "sluice/core/clock.h"
 #include "sluice/net/connection_manager.h"
@@ -55,6 +56,8 @@ struct DeploymentSpec {
   int self = 0;                                 ///< this TaskManager's index in peers
   std::vector<std::vector<int>> peer_of;        ///< [vertex][subtask]: index into peers
   const TaskLease* lease = nullptr;  ///< the TaskManager's lease, which the tasks check (Task::Options::lease)
+  /// The TaskManager's local state copies a restore reads from (execution.state-recovery.from-local); null: none.
+  std::shared_ptr<const TaskLocalStateStore> local_state;
 };
 
 class DeployedTasks final : private TaskListener {

@@ -95,7 +95,8 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
       for (int i = 0; i < v.parallelism; ++i)
         vr.subtasks[static_cast<size_t>(i)] = here(v.id, i);
     }
-    assignment = std::make_shared<DeferredStateAssignment>(*meta, spec.restore_dir, std::move(vertices));
+    assignment =
+        std::make_shared<DeferredStateAssignment>(*meta, spec.restore_dir, std::move(vertices), spec.local_state);
     restore = std::move(*meta);
   }
   d->source_vertex_.assign(jg.vertices.size(), false);

@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
+#include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/taskmanager/deployed_tasks.h"
 #include "sluice/cluster/taskmanager/jobmanager_connection.h"
@@ -115,6 +116,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         return cm.error();
       }
       connections_ = std::move(*cm);
+      set_up_local_state(options_.graph->config());
     }
     if (options_.find_leader) {
       spdlog::info("TaskManager {} with {} slots, RPC at {}; finding the JobManager leader through etcd", resource_id_,
@@ -161,6 +163,32 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     // The data plane before the buffer pools: its I/O thread may still write a finished sender's buffers.
     connections_.reset();
     pools_.clear();
+    if (local_state_ && local_state_owned_) {
+      std::error_code ec;
+      std::filesystem::remove_all(local_state_->root(), ec);
+    }
+  }
+
+  // Task-local recovery (Flink's execution.checkpointing.local-backup.enabled / execution.state-recovery.from-local):
+  // this TaskManager keeps a copy of the state files it writes for checkpoints, and with from-local its restores
+  // read them. Restores need copies, so from-local enables them too.
+  void set_up_local_state(const Configuration& config) {
+    local_recovery_ = config.get(options::kStateRecoveryFromLocal);
+    if (!local_recovery_ && !config.get(options::kLocalBackupEnabled)) return;
+    std::filesystem::path root = config.get(options::kLocalStateRootDir);
+    if (root.empty()) {
+      // Per process (the resource id is new with every start): removed when this TaskManager stops.
+      std::string name = "sluice-localState-" + resource_id_;
+      std::replace_if(
+          name.begin(), name.end(), [](char c) { return c == ':' || c == '/'; }, '_');
+      std::error_code ec;
+      std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+      root = (ec ? std::filesystem::path("/tmp") : tmp) / name;
+      local_state_owned_ = true;
+    }
+    local_state_ = std::make_shared<const TaskLocalStateStore>(root);
+    spdlog::info("TaskManager {}: local copies of checkpoint state in {} ({} restores)", resource_id_, root.string(),
+                 local_recovery_ ? "read by" : "not read by");
   }
 
   Status wait() {
@@ -216,6 +244,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     spec.checkpointing = req->checkpointing();
     spec.restore_dir = req->restore_dir();
     spec.lease = &lease_;
+    if (local_recovery_) spec.local_state = local_state_;
     for (const auto& p : req->peers()) {
       auto ep = parse_endpoint(p.data_address());
       if (!ep.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ep.error().message());
@@ -385,6 +414,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     std::lock_guard lock(deploy_mu_);
     if (deployed_ && deployed_->attempt() == req->attempt())
       deployed_->notify_checkpoint_complete(req->checkpoint_id());
+    if (auto job = local_state_job()) local_state_->confirm_checkpoint(*job, req->checkpoint_id());
     return grpc::Status::OK;
   }
   grpc::Status NotifyCheckpointAborted(grpc::ServerContext*, const v1::NotifyCheckpointAbortedRequest* req,
@@ -393,6 +423,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
     std::lock_guard lock(deploy_mu_);
     if (deployed_ && deployed_->attempt() == req->attempt()) deployed_->notify_checkpoint_aborted(req->checkpoint_id());
+    if (auto job = local_state_job()) local_state_->abort_checkpoint(*job, req->checkpoint_id());
     return grpc::Status::OK;
   }
   grpc::Status FreeSlot(grpc::ServerContext*, const v1::FreeSlotRequest*, v1::Acknowledgement*) override {
@@ -439,6 +470,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                                     resource_id_, call, epoch, highest));
   }
 
+  // The job whose local state copies this TaskManager keeps, when it keeps any.
+  std::optional<std::string> local_state_job() {
+    if (!local_state_) return std::nullopt;
+    std::lock_guard l(ckpt_mu_);
+    if (!storage_) return std::nullopt;
+    return storage_->job_id();
+  }
+
   grpc::Status check_jobmanager(const std::string& jobmanager_id) {
     std::lock_guard lock(mu_);
     if (jobmanager_id == status_.jobmanager_id) return grpc::Status::OK;
@@ -482,10 +521,20 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       } else {
         const std::filesystem::path dir =
             target_dir.empty() ? storage->checkpoint_dir(id) : std::filesystem::path(target_dir);
+        std::filesystem::path local_dir;  // checkpoints only: savepoints are not kept locally
+        if (local_state_ && target_dir.empty()) {
+          auto d = local_state_->init_checkpoint(storage->job_id(), id);
+          if (d.ok()) {
+            local_dir = std::move(*d);
+          } else {
+            spdlog::warn("TaskManager {}: checkpoint {} of {} gets no local copy: {}", resource_id_, id, job.name,
+                         d.error().message());
+          }
+        }
         for (const auto& op : job.snapshot.operators) {
           if (op.operator_state.empty() && op.keyed == nullptr) continue;
-          Result<OperatorSubtaskStateHandle> h =
-              storage->write_subtask_state(dir, op.operator_uid, job.task.subtask, op.operator_state, op.keyed.get());
+          Result<OperatorSubtaskStateHandle> h = storage->write_subtask_state(
+              dir, op.operator_uid, job.task.subtask, op.operator_state, op.keyed.get(), nullptr, local_dir);
           if (!h.ok()) {
             error = h.error().with_context(
                 fmt::format("TaskManager {} writing the state of '{}' for checkpoint {}", resource_id_, job.name, id));
@@ -994,6 +1043,10 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   std::mutex ckpt_mu_;  // guards storage_, snapshots_, ckpt_stopping_
   std::condition_variable ckpt_cv_;
   std::shared_ptr<const FileCheckpointStorage> storage_;
+  // Local state copies (set in start(), then read-only): null when neither local backup nor local recovery is on.
+  std::shared_ptr<const TaskLocalStateStore> local_state_;
+  bool local_state_owned_ = false;              // the default root, this process's own: removed in stop()
+  bool local_recovery_ = false;                 // execution.state-recovery.from-local: restores read the copies
   std::map<int64_t, std::string> target_dirs_;  // savepoint id -> its directory (guarded by ckpt_mu_)
   std::deque<SnapshotToWrite> snapshots_;
   bool ckpt_stopping_ = false;
