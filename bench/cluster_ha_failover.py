@@ -209,6 +209,8 @@ def main():
     ap.add_argument("--slots", type=int, default=1, help="slots per TaskManager = parallelism / TaskManagers")
     ap.add_argument("--storage", default="s3", choices=["s3", "local"], help="checkpoints on s3 (private moto) "
                     "or a local directory (default s3)")
+    ap.add_argument("--local-recovery", action="store_true", help="execution.state-recovery.from-local: the "
+                    "TaskManagers keep local copies of their state files and restores read them")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) at the end")
     a = ap.parse_args()
     # SIGTERM / SIGINT end the run through the `finally` below, which stops every process and service it started.
@@ -229,6 +231,8 @@ def main():
         # A checkpoint that cannot complete blocks the next one until execution.checkpointing.timeout (10 min by
         # default; before bb060c7 a failed trigger RPC on a loaded machine did that): a bound keeps a run going.
         config = f"  config:\n    execution.checkpointing.timeout: \"{a.checkpoint_timeout}\"\n"
+        if a.local_recovery:
+            config += "    execution.state-recovery.from-local: \"true\"\n"
         if a.storage == "s3":
             s3 = service("s3", "start", env)
             services_started.append("s3")
@@ -391,6 +395,14 @@ sink:
             print(f"  phases (from the kill, ms): the new leader read and verified the checkpoint (\"starts from "
                   f"checkpoint\") {fmt_ms(started[0] - t_kill) if started else '?'}, deployed (restored) on each "
                   f"TaskManager {', '.join(fmt_ms(t - t_kill) for t in deploys)}", flush=True)
+            for t in tms:
+                m = t.find(r"restoring vertex \d+ from checkpoint \d+: (\d+) state file\(s\) \((\d+) bytes\) read from "
+                           r"local copies.*, (\d+) \((\d+) bytes\) from .*, in (\d+) ms", after=t_kill)
+                if m:
+                    g = m[1]
+                    print(f"  {t.role}: {g.group(1)} state file(s) ({int(g.group(2)) / (1 << 20):.0f} MiB) read from its "
+                          f"local copies, {g.group(3)} ({int(g.group(4)) / (1 << 20):.0f} MiB) from {a.storage}, in "
+                          f"{g.group(5)} ms", flush=True)
             print("  CPU-s from the kill to the first record: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
                   + (f", moto {moto_cpu:.2f}" if moto_cpu is not None else "") + f", etcd {etcd_cpu:.2f}"
