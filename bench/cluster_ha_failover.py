@@ -395,14 +395,16 @@ sink:
             print(f"  phases (from the kill, ms): the new leader read and verified the checkpoint (\"starts from "
                   f"checkpoint\") {fmt_ms(started[0] - t_kill) if started else '?'}, deployed (restored) on each "
                   f"TaskManager {', '.join(fmt_ms(t - t_kill) for t in deploys)}", flush=True)
+            rx = re.compile(r"restoring vertex \d+ from checkpoint \d+: (\d+) state file\(s\) \((\d+) bytes\) read "
+                            r"from local copies.*, (\d+) \((\d+) bytes\) from .*, in (\d+) ms")
             for t in tms:
-                m = t.find(r"restoring vertex \d+ from checkpoint \d+: (\d+) state file\(s\) \((\d+) bytes\) read from "
-                           r"local copies.*, (\d+) \((\d+) bytes\) from .*, in (\d+) ms", after=t_kill)
-                if m:
-                    g = m[1]
-                    print(f"  {t.role}: {g.group(1)} state file(s) ({int(g.group(2)) / (1 << 20):.0f} MiB) read from its "
-                          f"local copies, {g.group(3)} ({int(g.group(4)) / (1 << 20):.0f} MiB) from {a.storage}, in "
-                          f"{g.group(5)} ms", flush=True)
+                with t.lock:
+                    restores = [m for tl, line in t.lines if tl >= t_kill for m in [rx.search(line)] if m]
+                if restores:
+                    n = [sum(int(m.group(i)) for m in restores) for i in (1, 2, 3, 4)]
+                    print(f"  {t.role}: {n[0]} state file(s) ({n[1] / (1 << 20):.1f} MiB) read from its local copies, "
+                          f"{n[2]} ({n[3] / (1 << 20):.1f} MiB) from {a.storage}, in "
+                          f"{max(int(m.group(5)) for m in restores)} ms", flush=True)
             print("  CPU-s from the kill to the first record: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
                   + (f", moto {moto_cpu:.2f}" if moto_cpu is not None else "") + f", etcd {etcd_cpu:.2f}"

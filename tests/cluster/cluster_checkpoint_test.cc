@@ -12,16 +12,21 @@
 //    TaskManager reading the file finds the checksum mismatch and the job fails naming the file; a truncated file
 //    is refused by the JobManager before any deployment;
 //  * state locality: the `_metadata` names the TaskManager that wrote each state file, and after a SIGKILLed
-//    JobManager's successor sees the TaskManagers register in the other order, each subtask goes back to it.
+//    JobManager's successor sees the TaskManagers register in the other order, each subtask goes back to it;
+//  * task-local recovery (execution.state-recovery.from-local): a task failure restarts the job on the same
+//    TaskManagers, which restore their state from their local copies, none from the checkpoint storage.
 // Heartbeats: interval 250 ms, timeout 3 s. About 20-40 s on a loaded two-core machine.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -443,6 +448,67 @@ TEST_F(ClusterCheckpointTest, AfterAJobManagerFailoverSubtasksGoBackToTheTaskMan
 // checkpoint-age, not failed-checkpoints (the default bound of 3 a JobManager applied before, which ignored the
 // file's), while the job keeps RUNNING (execution.checkpointing.tolerable-failed-checkpoints); once checkpoints
 // complete again it answers 200.
+TEST_F(ClusterCheckpointTest, ARestartReadsTheStateFromTheTaskManagersLocalCopies) {
+  // Task-local recovery: each TaskManager keeps a copy of the state files it writes; a task failure on one of them
+  // (an injected throw in its sink after 8,000 records, about 1.6 s of records and several checkpoints in) restarts
+  // the job from the latest checkpoint on the same TaskManagers, which read their own copies, none from the storage.
+  constexpr int64_t kCount = 30'000;
+  ClusterHarness& c = cluster(pipeline("lr", 2, kCount, 10'000), {"execution.state-recovery.from-local=true"});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ::setenv("SLUICE_FAULT_POINTS", "operator.process:Sink: out=throw@8000", 1);
+  ChildProcess* a = c.start_taskmanager(1);
+  ::unsetenv("SLUICE_FAULT_POINTS");
+  ChildProcess* b = c.start_taskmanager(1);
+  const std::optional<int> code = jm->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the cluster's job did not finish";
+  ASSERT_EQ(*code, 0) << jm->output();
+  ASSERT_NE(jm->output().find("RESTARTING"), std::string::npos) << "the injected failure did not restart the job";
+
+  // Each TaskManager restored its own subtasks' files from its local copies. A subtask also reads the operator state
+  // of every old subtask of its operator (list state is redistributed, union state goes to all): the files sink's
+  // other subtask wrote its file on the other TaskManager, so each sink restore reads at most that one from the
+  // checkpoint storage.
+  static const std::regex restore_line(
+      R"(restoring vertex (\d+) from checkpoint (\d+): (\d+) state file\(s\) \((\d+) bytes\) read from local copies in (\S+), (\d+) \((\d+) bytes\) from)");
+  int local_files = 0;
+  int remote_files = 0;
+  for (ChildProcess* tm : {a, b}) {
+    const std::string out = tm->output();
+    int restores = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), restore_line), end; it != end; ++it) {
+      ++restores;
+      const int local = std::stoi((*it)[3]);
+      const int remote = std::stoi((*it)[6]);
+      local_files += local;
+      remote_files += remote;
+      EXPECT_GE(local, 1) << "vertex " << (*it)[1] << " read no local copy:\n" << out;
+      EXPECT_LE(remote, 1) << "vertex " << (*it)[1] << " read its own files from the checkpoint storage:\n" << out;
+      EXPECT_NE((*it)[5].str().find("sluice-localState-"), std::string::npos) << (*it)[5];
+    }
+    EXPECT_GE(restores, 1) << tm->role() << " restored nothing:\n" << out;
+    EXPECT_NE(out.find("restored from checkpoint"), std::string::npos) << out;
+  }
+  std::cout << local_files << " state files restored from local copies, " << remote_files
+            << " from the checkpoint storage\n";
+  EXPECT_GE(local_files, 3);  // the source's, and both sink subtasks'
+  EXPECT_LE(remote_files, 2);
+
+  // Every record once in the committed output, across the restart.
+  check_records(read_parts("lr"), kCount);
+
+  // The copies live in a directory of the TaskManager's own (its resource id), removed when it stops.
+  static const std::regex root_line(R"(local copies of checkpoint state in (\S+) \(read by restores\))");
+  std::smatch m;
+  const std::string out = b->output();
+  ASSERT_TRUE(std::regex_search(out, m, root_line)) << out;
+  const fs::path root = m[1].str();
+  EXPECT_TRUE(fs::exists(root)) << root;
+  b->signal(SIGTERM);
+  ASSERT_TRUE(b->wait_exit(30s).has_value()) << b->output();
+  EXPECT_FALSE(fs::exists(root)) << root << " is left after the TaskManager stopped";
+}
+
 TEST_F(ClusterCheckpointTest, TheJobManagersHealthAppliesThePipelinesHealthBounds) {
   ClusterHarness& c =
       cluster(pipeline("out", 2, 0, 2'000, "  health: { max-checkpoint-age: 1500ms, max-failed-checkpoints: 0 }\n"),
