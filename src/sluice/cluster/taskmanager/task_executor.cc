@@ -411,9 +411,12 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                                         v1::Acknowledgement*) override {
     if (grpc::Status st = check_epoch(req->leader_epoch(), "NotifyCheckpointComplete"); !st.ok()) return st;
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
-    std::lock_guard lock(deploy_mu_);
-    if (deployed_ && deployed_->attempt() == req->attempt())
-      deployed_->notify_checkpoint_complete(req->checkpoint_id());
+    {
+      std::lock_guard lock(deploy_mu_);
+      if (deployed_ && deployed_->attempt() == req->attempt())
+        deployed_->notify_checkpoint_complete(req->checkpoint_id());
+    }
+    // Removing older copies (hundreds of MiB) outside deploy_mu_: deployments and triggers do not wait for it.
     if (auto job = local_state_job()) local_state_->confirm_checkpoint(*job, req->checkpoint_id());
     return grpc::Status::OK;
   }
@@ -421,8 +424,11 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                                        v1::Acknowledgement*) override {
     if (grpc::Status st = check_epoch(req->leader_epoch(), "NotifyCheckpointAborted"); !st.ok()) return st;
     if (grpc::Status st = check_jobmanager(req->jobmanager_id()); !st.ok()) return st;
-    std::lock_guard lock(deploy_mu_);
-    if (deployed_ && deployed_->attempt() == req->attempt()) deployed_->notify_checkpoint_aborted(req->checkpoint_id());
+    {
+      std::lock_guard lock(deploy_mu_);
+      if (deployed_ && deployed_->attempt() == req->attempt())
+        deployed_->notify_checkpoint_aborted(req->checkpoint_id());
+    }
     if (auto job = local_state_job()) local_state_->abort_checkpoint(*job, req->checkpoint_id());
     return grpc::Status::OK;
   }
