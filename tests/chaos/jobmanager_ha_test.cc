@@ -17,6 +17,8 @@
 //  * `sluice cancel` ends the job for good: CANCELED in etcd, and the standby, elected next, does not resume it.
 //  * With checkpoints on S3 (the shared moto), a leader SIGKILLed leaves chk-<n> prefixes above the etcd pointer
 //    (one with a _metadata is planted): the new leader discards them and numbers its checkpoints past them.
+//  * Task-local recovery with checkpoints on S3: after a leader SIGKILL each subtask goes back to the TaskManager
+//    that wrote its state, which reads its files from its local copies; the output is exactly once.
 //  * One etcd member of three is restarted (and another killed and started) mid-run: the leader keeps leading
 //    (lease TTL 6 s here), checkpoints keep completing and moving the pointer, the output is exactly once.
 //
@@ -171,7 +173,9 @@ class JobManagerHaTest : public ::testing::Test {
 
   /// Writes the pipeline file: `count` records at `rate`/s into a new topic of 4 partitions.
   /// `s3_endpoint` set: checkpoints to s3://<kS3Bucket>/<cluster id> on it instead of a local directory.
-  void write_pipeline(int64_t count, int64_t rate, int64_t datagen_seed, const std::string& s3_endpoint = "") {
+  /// `config` lines ("key: value") go into the pipeline's config.
+  void write_pipeline(int64_t count, int64_t rate, int64_t datagen_seed, const std::string& s3_endpoint = "",
+                      const std::vector<std::string>& config = {}) {
     topic_ = tk::unique_topic("jm-ha");
     ASSERT_TRUE(tk::create_topic(servers_, topic_, 4));
     file_ = (dir_ / "ha.yaml").string();
@@ -181,9 +185,10 @@ class JobManagerHaTest : public ::testing::Test {
     f << "pipeline:\n  name: jobmanager-ha-test\n  parallelism: 4\n  delivery: exactly-once\n"
       << "  checkpoint: { interval: 200ms, storage: \"" << checkpoints_ << "\" }\n"
       << "  restart: { strategy: fixed-delay, attempts: 5, delay: 200ms }\n";
-    if (!s3_endpoint.empty()) {
-      f << "  config:\n    s3.endpoint: \"" << s3_endpoint << "\"\n    s3.path-style-access: true\n";
-    }
+    if (!s3_endpoint.empty() || !config.empty()) f << "  config:\n";
+    if (!s3_endpoint.empty()) f << "    s3.endpoint: \"" << s3_endpoint << "\"\n    s3.path-style-access: true\n";
+    for (const std::string& c : config)
+      f << "    " << c << "\n";
     f << "source: { type: datagen, count: " << count << ", rate: " << rate << ", entities: " << kEntities
       << ", seed: " << datagen_seed << " }\n"
       << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
@@ -746,6 +751,70 @@ TEST_F(JobManagerHaTest, ANewLeaderDiscardsAFormerLeadersUncompletedCheckpointsO
   ASSERT_TRUE(code.has_value()) << "the job did not finish under the new leader\n" << logs();
   EXPECT_EQ(*code, 0) << logs();
   expect_exactly_once(v, kCount);
+  (void)s3->delete_prefix(kS3Bucket, cluster_id_ + "/");
+}
+
+TEST_F(JobManagerHaTest, AfterALeaderKillTheTaskManagersRestoreTheS3CheckpointFromTheirLocalCopiesExactlyOnce) {
+  // Task-local recovery across a JobManager failover: checkpoints on S3 (the shared moto), each TaskManager keeping
+  // local copies of the files it writes. The new leader places every subtask back on the TaskManager that wrote its
+  // state, and each TaskManager reads its own files from its copies, not from S3.
+  const std::string endpoint = sluice::testing::require_service("s3").get("S3_ENDPOINT");
+  ASSERT_FALSE(endpoint.empty());
+  ::setenv("AWS_ACCESS_KEY_ID", "sluice-test-key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "sluice-test-secret", 1);
+  auto s3 = sluice::testing::s3_test_client(endpoint);
+  ASSERT_TRUE(s3->create_bucket(kS3Bucket).ok());
+  const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
+  std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << "\n";
+  constexpr int64_t kCount = 20'000;
+  ASSERT_NO_FATAL_FAILURE(
+      write_pipeline(kCount, 4000, datagen_seed, endpoint, {"execution.state-recovery.from-local: true"}));
+  Verifier v(servers_, topic_);
+  ASSERT_TRUE(v.ok());
+  ChildProcess* a = start_jobmanager();
+  ASSERT_TRUE(a->await_line(std::regex("is the leader of cluster"), kStart)) << logs();
+  ChildProcess* b = start_jobmanager();
+  std::vector<ChildProcess*> tms;
+  for (int i = 0; i < 2; ++i)
+    tms.push_back(start_taskmanager(2));
+  ASSERT_TRUE(a->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << logs();
+  const std::string job_id = job_id_of(*a);
+  ASSERT_TRUE(await_committed(v, *a, 2)) << logs();
+  a->signal(SIGKILL);
+  ASSERT_TRUE(a->wait_exit(10s).has_value());
+  ASSERT_TRUE(poll_until(
+      [&] {
+        v.poll(10);
+        return b->count("RUNNING: 5 task(s)") > 0;
+      },
+      kStart))
+      << logs();
+  EXPECT_TRUE(
+      b->await_line(std::regex(R"(placed ([1-9]\d*) of \1 subtasks on the TaskManager that wrote their state)"), 1s))
+      << b->output();
+  expect_finished_exactly_once(*b, v, kCount, job_id);
+
+  // Every restore read this TaskManager's own files from its local copies. Operator state of old subtasks that ran
+  // on the other TaskManager comes from S3 (a subtask reads every old subtask's operator state).
+  static const std::regex restore_line(
+      R"(restoring vertex (\d+) from checkpoint \d+: (\d+) state file\(s\) \(\d+ bytes\) read from local copies in \S+, (\d+) \(\d+ bytes\) from (\S+),)");
+  int local_files = 0;
+  int remote_files = 0;
+  for (ChildProcess* tm : tms) {
+    const std::string out = tm->output();
+    int restores = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), restore_line), end; it != end; ++it) {
+      ++restores;
+      local_files += std::stoi((*it)[2]);
+      remote_files += std::stoi((*it)[3]);
+      EXPECT_GE(std::stoi((*it)[2]), 1) << "vertex " << (*it)[1] << " read no local copy:\n" << out;
+      EXPECT_EQ((*it)[4].str().rfind("s3://", 0), 0u) << (*it)[4];
+    }
+    EXPECT_GE(restores, 1) << "the TaskManager restored nothing:\n" << out;
+  }
+  std::cout << "restored " << local_files << " state file(s) from the TaskManagers' local copies, " << remote_files
+            << " from S3\n";
+  EXPECT_GE(local_files, 5);  // the source's and the four sink subtasks'
   (void)s3->delete_prefix(kS3Bucket, cluster_id_ + "/");
 }
 
