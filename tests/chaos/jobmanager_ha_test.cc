@@ -323,6 +323,17 @@ class JobManagerHaTest : public ::testing::Test {
     EXPECT_EQ(status->value_or(""), "FINISHED");
   }
 
+  /// The shared S3 server (scripts/services/s3): its endpoint, a client with kS3Bucket created, and the test
+  /// credentials in this process's environment (the JobManagers and TaskManagers started after inherit them).
+  void connect_s3(std::string& endpoint, std::shared_ptr<S3Client>& s3) {
+    endpoint = sluice::testing::require_service("s3").get("S3_ENDPOINT");
+    ASSERT_FALSE(endpoint.empty());
+    ::setenv("AWS_ACCESS_KEY_ID", "sluice-test-key", 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", "sluice-test-secret", 1);
+    s3 = sluice::testing::s3_test_client(endpoint);
+    ASSERT_TRUE(s3->create_bucket(kS3Bucket).ok());
+  }
+
   std::string servers_;
   int lease_ttl_s_ = kLeaseTtlS;
   uint64_t seed_ = 0;
@@ -661,12 +672,9 @@ TEST_F(JobManagerHaTest, ACancelledJobIsNotResumedByTheStandby) {
 // pointer's checkpoint as chk-<P+1>, a lone state object as chk-<P+7>): the new leader discards both and numbers
 // its checkpoints after them.
 TEST_F(JobManagerHaTest, ANewLeaderDiscardsAFormerLeadersUncompletedCheckpointsOnS3AndNumbersPastThem) {
-  const std::string endpoint = sluice::testing::require_service("s3").get("S3_ENDPOINT");
-  ASSERT_FALSE(endpoint.empty());
-  ::setenv("AWS_ACCESS_KEY_ID", "sluice-test-key", 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", "sluice-test-secret", 1);
-  auto s3 = sluice::testing::s3_test_client(endpoint);
-  ASSERT_TRUE(s3->create_bucket(kS3Bucket).ok());
+  std::string endpoint;
+  std::shared_ptr<S3Client> s3;
+  ASSERT_NO_FATAL_FAILURE(connect_s3(endpoint, s3));
   const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
   std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << "\n";
   constexpr int64_t kCount = 20'000;
@@ -758,12 +766,9 @@ TEST_F(JobManagerHaTest, AfterALeaderKillTheTaskManagersRestoreTheS3CheckpointFr
   // Task-local recovery across a JobManager failover: checkpoints on S3 (the shared moto), each TaskManager keeping
   // local copies of the files it writes. The new leader places every subtask back on the TaskManager that wrote its
   // state, and each TaskManager reads its own files from its copies, not from S3.
-  const std::string endpoint = sluice::testing::require_service("s3").get("S3_ENDPOINT");
-  ASSERT_FALSE(endpoint.empty());
-  ::setenv("AWS_ACCESS_KEY_ID", "sluice-test-key", 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", "sluice-test-secret", 1);
-  auto s3 = sluice::testing::s3_test_client(endpoint);
-  ASSERT_TRUE(s3->create_bucket(kS3Bucket).ok());
+  std::string endpoint;
+  std::shared_ptr<S3Client> s3;
+  ASSERT_NO_FATAL_FAILURE(connect_s3(endpoint, s3));
   const int64_t datagen_seed = static_cast<int64_t>(rng_() % 1000000);
   std::cout << "seed " << seed_ << " (SLUICE_CHAOS_SEED to replay): datagen seed " << datagen_seed << "\n";
   constexpr int64_t kCount = 20'000;

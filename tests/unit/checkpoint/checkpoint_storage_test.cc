@@ -26,6 +26,7 @@
 #include "sluice/core/data_io.h"
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
+#include "test_util/files.h"
 
 namespace sluice {
 namespace {
@@ -70,15 +71,8 @@ bool is_prefix_and_hex(std::string_view name, std::string_view prefix, size_t he
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using sluice::testing::read_file;
+using sluice::testing::write_file;
 
 std::set<std::string> file_names(const fs::path& dir) {
   std::set<std::string> names;

@@ -24,6 +24,7 @@
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/operator_state.h"
+#include "test_util/files.h"
 
 namespace sluice {
 namespace {
@@ -115,15 +116,8 @@ struct OldSubtask {
   std::map<int32_t, std::string> key_groups;
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using sluice::testing::read_file;
+using sluice::testing::write_file;
 
 class StateAssignmentTest : public ::testing::Test {
  protected:

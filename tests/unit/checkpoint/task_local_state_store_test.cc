@@ -16,6 +16,7 @@
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/key_group.h"
+#include "test_util/files.h"
 
 namespace sluice {
 namespace {
@@ -43,15 +44,8 @@ class FakeKeyedSnapshot final : public KeyedStateSnapshot {
   KeyGroupRange range_;
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using sluice::testing::read_file;
+using sluice::testing::write_file;
 
 class TaskLocalStateStoreTest : public ::testing::Test {
  protected:
