@@ -36,6 +36,11 @@ std::string describe(const std::string& resource_id, const SourceConnectionRepor
                      r.source, r.subtask, resource_id);
 }
 
+// A name inside one directory: not empty, no '/', not "." or "..".
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
 bool same_reader(const SourceConnectionReport& a, const SourceConnectionReport& b) {
   return a.source == b.source && a.description == b.description && a.subtask == b.subtask;
 }
@@ -308,6 +313,23 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
       if (h.file.empty() || h.file.find('/') != std::string::npos || h.file.starts_with('.')) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             fmt::format("state handle '{}' is not a file name in the checkpoint's directory", h.file));
+      }
+      if (sh.has_native()) {
+        NativeKeyedStateHandle n;
+        n.key_group_start = sh.native().key_group_start();
+        n.key_group_end = sh.native().key_group_end();
+        for (const auto& f : sh.native().files()) {
+          // Shared files are deleted by name in <job dir>/shared/ once no checkpoint references them: a name that
+          // is not a plain file name would point outside it.
+          if (!plain_file_name(f.local_name()) || (!f.shared_name().empty() && !plain_file_name(f.shared_name()))) {
+            return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                fmt::format("state handle '{}': native file '{}' / shared file '{}' is not a plain "
+                                            "file name",
+                                            h.file, f.local_name(), f.shared_name()));
+          }
+          n.files.push_back(NativeFileHandle{f.local_name(), f.shared_name(), f.offset(), f.size(), f.checksum()});
+        }
+        h.native = std::move(n);
       }
       r.uids.push_back(sh.operator_uid());
       r.handles.push_back(std::move(h));

@@ -187,6 +187,15 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       local_state_owned_ = true;
     }
     local_state_ = std::make_shared<const TaskLocalStateStore>(root);
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec || !std::filesystem::is_directory(root, ec)) {
+      // Not fatal: the checkpoint storage is the primary copy; say it now rather than at the first checkpoint.
+      spdlog::warn(
+          "TaskManager {}: the local state root {} (taskmanager.state.local.root-dirs) is not a usable "
+          "directory: {}; checkpoints will have no local copies and restores read the checkpoint storage",
+          resource_id_, root.string(), ec ? ec.message() : "not a directory");
+    }
     spdlog::info("TaskManager {}: local copies of checkpoint state in {} ({} restores)", resource_id_, root.string(),
                  local_recovery_ ? "read by" : "not read by");
   }
@@ -532,9 +541,16 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           auto d = local_state_->init_checkpoint(storage->job_id(), id);
           if (d.ok()) {
             local_dir = std::move(*d);
-          } else {
-            spdlog::warn("TaskManager {}: checkpoint {} of {} gets no local copy: {}", resource_id_, id, job.name,
-                         d.error().message());
+            if (local_copy_failing_.exchange(false)) {
+              spdlog::info("TaskManager {}: checkpoint {} of {} has local copies again in {}", resource_id_, id,
+                           job.name, local_state_->root().string());
+            }
+          } else if (!local_copy_failing_.exchange(true)) {
+            // Once per outage, not per subtask and checkpoint: every snapshot would repeat it every interval.
+            spdlog::warn(
+                "TaskManager {}: checkpoint {} of {} gets no local copy: {}; checkpoints go on without local "
+                "copies (restores read the checkpoint storage), not logged again until a copy is written",
+                resource_id_, id, job.name, d.error().message());
           }
         }
         for (const auto& op : job.snapshot.operators) {
@@ -559,6 +575,19 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
             k->set_key_group(kg.key_group);
             k->set_offset(kg.offset);
             k->set_length(kg.length);
+          }
+          if (h->native) {
+            v1::NativeKeyedStateHandle* n = sh->mutable_native();
+            n->set_key_group_start(h->native->key_group_start);
+            n->set_key_group_end(h->native->key_group_end);
+            for (const NativeFileHandle& f : h->native->files) {
+              v1::NativeFileHandle* nf = n->add_files();
+              nf->set_local_name(f.local_name);
+              nf->set_shared_name(f.shared_name);
+              nf->set_offset(f.offset);
+              nf->set_size(f.size);
+              nf->set_checksum(f.checksum);
+            }
           }
         }
       }
@@ -1051,9 +1080,10 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
   std::shared_ptr<const FileCheckpointStorage> storage_;
   // Local state copies (set in start(), then read-only): null when neither local backup nor local recovery is on.
   std::shared_ptr<const TaskLocalStateStore> local_state_;
-  bool local_state_owned_ = false;              // the default root, this process's own: removed in stop()
-  bool local_recovery_ = false;                 // execution.state-recovery.from-local: restores read the copies
-  std::map<int64_t, std::string> target_dirs_;  // savepoint id -> its directory (guarded by ckpt_mu_)
+  std::atomic<bool> local_copy_failing_{false};  // the last local copy directory could not be created
+  bool local_state_owned_ = false;               // the default root, this process's own: removed in stop()
+  bool local_recovery_ = false;                  // execution.state-recovery.from-local: restores read the copies
+  std::map<int64_t, std::string> target_dirs_;   // savepoint id -> its directory (guarded by ckpt_mu_)
   std::deque<SnapshotToWrite> snapshots_;
   bool ckpt_stopping_ = false;
   std::thread ckpt_thread_;
