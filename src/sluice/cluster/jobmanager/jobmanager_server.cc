@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "sluice/cluster/rpc/rpc_status.h"
+#include "sluice/cluster/rpc/state_handle_proto.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
 
 namespace sluice {
@@ -34,11 +35,6 @@ grpc::Status unimplemented(const char* call) {
 std::string describe(const std::string& resource_id, const SourceConnectionReport& r) {
   return fmt::format("source '{}' ({}) subtask {} on TaskManager {}", r.description.empty() ? r.source : r.description,
                      r.source, r.subtask, resource_id);
-}
-
-// A name inside one directory: not empty, no '/', not "." or "..".
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
 }
 
 bool same_reader(const SourceConnectionReport& a, const SourceConnectionReport& b) {
@@ -299,40 +295,11 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     r.sync_pause_ns = req->sync_duration_ns();
     r.finished_input = req->finished_input();
     for (const auto& sh : req->state()) {
-      OperatorSubtaskStateHandle h;
-      h.subtask = sh.subtask();
-      h.file = sh.path();
-      h.file_size = sh.size_bytes();
-      h.checksum = sh.checksum();
-      h.operator_state_offset = sh.operator_state_offset();
-      h.operator_state_length = sh.operator_state_length();
-      for (const auto& kg : sh.key_groups())
-        h.key_groups.push_back(KeyGroupHandle{kg.key_group(), kg.offset(), kg.length()});
-      h.location = resource_id;  // the TaskManager that wrote the file: a restore places the subtask there again
-      // A file name, never a path: the state must be inside the checkpoint's directory.
-      if (h.file.empty() || h.file.find('/') != std::string::npos || h.file.starts_with('.')) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            fmt::format("state handle '{}' is not a file name in the checkpoint's directory", h.file));
-      }
-      if (sh.has_native()) {
-        NativeKeyedStateHandle n;
-        n.key_group_start = sh.native().key_group_start();
-        n.key_group_end = sh.native().key_group_end();
-        for (const auto& f : sh.native().files()) {
-          // Shared files are deleted by name in <job dir>/shared/ once no checkpoint references them: a name that
-          // is not a plain file name would point outside it.
-          if (!plain_file_name(f.local_name()) || (!f.shared_name().empty() && !plain_file_name(f.shared_name()))) {
-            return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                fmt::format("state handle '{}': native file '{}' / shared file '{}' is not a plain "
-                                            "file name",
-                                            h.file, f.local_name(), f.shared_name()));
-          }
-          n.files.push_back(NativeFileHandle{f.local_name(), f.shared_name(), f.offset(), f.size(), f.checksum()});
-        }
-        h.native = std::move(n);
-      }
+      Result<OperatorSubtaskStateHandle> h = rpc::from_proto(sh);
+      if (!h.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, h.error().message());
+      h->location = resource_id;  // the TaskManager that wrote the file: a restore places the subtask there again
       r.uids.push_back(sh.operator_uid());
-      r.handles.push_back(std::move(h));
+      r.handles.push_back(std::move(*h));
     }
     std::lock_guard lock(listener_mu_);
     if (events_ != nullptr) events_->on_checkpoint_ack(std::move(r));

@@ -23,6 +23,7 @@
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/cluster/rpc/rpc_status.h"
+#include "sluice/cluster/rpc/state_handle_proto.h"
 #include "sluice/cluster/taskmanager/deployed_tasks.h"
 #include "sluice/cluster/taskmanager/jobmanager_connection.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
@@ -564,31 +565,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
           }
           v1::StateHandle* sh = ack.add_state();
           sh->set_operator_uid(op.operator_uid);
-          sh->set_path(h->file);
-          sh->set_size_bytes(h->file_size);
-          sh->set_subtask(h->subtask);
-          sh->set_checksum(h->checksum);
-          sh->set_operator_state_offset(h->operator_state_offset);
-          sh->set_operator_state_length(h->operator_state_length);
-          for (const auto& kg : h->key_groups) {
-            v1::KeyGroupHandle* k = sh->add_key_groups();
-            k->set_key_group(kg.key_group);
-            k->set_offset(kg.offset);
-            k->set_length(kg.length);
-          }
-          if (h->native) {
-            v1::NativeKeyedStateHandle* n = sh->mutable_native();
-            n->set_key_group_start(h->native->key_group_start);
-            n->set_key_group_end(h->native->key_group_end);
-            for (const NativeFileHandle& f : h->native->files) {
-              v1::NativeFileHandle* nf = n->add_files();
-              nf->set_local_name(f.local_name);
-              nf->set_shared_name(f.shared_name);
-              nf->set_offset(f.offset);
-              nf->set_size(f.size);
-              nf->set_checksum(f.checksum);
-            }
-          }
+          rpc::to_proto(*h, sh);
         }
       }
       grpc::ClientContext ctx;
