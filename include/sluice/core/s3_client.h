@@ -188,6 +188,10 @@ class S3Client {
   // failures after the last attempt and for 5xx after the last attempt; 4xx come back as a Response.
   Result<Response> request(std::string_view method, const std::string& bucket, const std::string& key,
                            const std::string& query, std::string_view body) const;
+  // A non-2xx answer as an Error naming the request and S3's code; a 401/403 also says whether this client had
+  // credentials (an unsigned request is the usual cause of an AccessDenied with no body).
+  Error http_error(std::string_view what, const std::string& bucket, const std::string& key, long status,
+                   const std::string& body) const;
 
   S3Options options_;
 };

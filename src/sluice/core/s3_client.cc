@@ -446,13 +446,21 @@ Result<S3Client::Response> S3Client::request(std::string_view method, const std:
   }
 }
 
-namespace {
-Error http_error(std::string_view what, const std::string& bucket, const std::string& key, long status,
-                 const std::string& body) {
+Error S3Client::http_error(std::string_view what, const std::string& bucket, const std::string& key, long status,
+                           const std::string& body) const {
+  std::string hint;
+  if (status == 401 || status == 403) {
+    hint = options_.access_key.empty()
+               ? fmt::format(
+                     " (this process has no S3 credentials, so the request was sent unsigned: set {} and {}, "
+                     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a credentials file)",
+                     options::kS3AccessKey.key, options::kS3SecretKey.key)
+               : " (the request was signed with this process's credentials: check their access to the bucket and "
+                 "s3.region)";
+  }
   return Error(ErrorCode::kCheckpoint,
-               fmt::format("S3 {} s3://{}/{}: HTTP {}: {}", what, bucket, key, status, s3_error_text(body)));
+               fmt::format("S3 {} s3://{}/{}: HTTP {}: {}{}", what, bucket, key, status, s3_error_text(body), hint));
 }
-}  // namespace
 
 Status S3Client::put_object(const std::string& bucket, const std::string& key, std::string_view bytes) const {
   auto r = request("PUT", bucket, key, "", bytes);
