@@ -511,6 +511,42 @@ TEST_F(ClusterCheckpointTest, ARestartReadsTheStateFromTheTaskManagersLocalCopie
   EXPECT_FALSE(fs::exists(root)) << root << " is left after the TaskManager stopped";
 }
 
+TEST_F(ClusterCheckpointTest, ALocalRootListKeepsTheCopiesInItsFirstUsableDirectory) {
+  // taskmanager.state.local.root-dirs in Flink's list form: the first entry cannot be a directory (a regular file is
+  // in the way), so the copies go to the second, and the log says which.
+  const fs::path blocker = dir_ / "blocker";
+  std::ofstream(blocker) << "not a directory";
+  const fs::path usable = dir_ / "local-root";
+  ClusterHarness& c =
+      cluster(pipeline("lrl", 1, 0, 1'000),
+              {"execution.checkpointing.local-backup.enabled=true",
+               "taskmanager.state.local.root-dirs=" + (blocker / "x").string() + ", " + usable.string()});
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  ChildProcess* tm = c.start_taskmanager(1);
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") >= 2; }, kStart)) << jm->output();
+  EXPECT_GE(
+      tm->count("lists 2 directories; this TaskManager keeps its local copies in one of them, " + usable.string()), 1)
+      << tm->output();
+  EXPECT_GE(tm->count("local copies of checkpoint state in " + usable.string() + " "), 1) << tm->output();
+  // Copies of a checkpoint: <root>/<job-id>/chk-<n>/<file>.
+  bool copied = false;
+  ASSERT_TRUE(poll_until(
+      [&] {
+        std::error_code ec;
+        for (auto it = fs::recursive_directory_iterator(usable, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec)) {
+          if (it->is_regular_file() && it->path().parent_path().filename().string().starts_with("chk-")) copied = true;
+        }
+        return copied;
+      },
+      kStart))
+      << "no local copy under " << usable;
+  EXPECT_FALSE(fs::exists(blocker / "x"));
+  jm->signal(SIGTERM);
+  EXPECT_TRUE(jm->wait_exit(30s).has_value());
+}
+
 TEST_F(ClusterCheckpointTest, IncrementalRocksdbStateSurvivesATaskManagerKill) {
   // Incremental rocksdb checkpoints in cluster mode: a TaskManager's acknowledgement must carry the database's files
   // (the shared SSTs and the ones inside the state file), or `_metadata` names only the state file and a restore

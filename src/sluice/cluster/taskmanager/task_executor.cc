@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/task_local_state_store.h"
@@ -170,13 +171,44 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
   }
 
+  // taskmanager.state.local.root-dirs is a comma-separated list in Flink, which spreads a TaskManager's copies over
+  // them. Here one directory holds them: the first of the list that exists or can be created (else the first,
+  // whose failure is then logged), and the others are named in the log rather than read as part of one path.
+  std::string choose_local_root(const std::string& value) const {
+    std::vector<std::string> dirs;
+    for (size_t start = 0; start <= value.size();) {
+      size_t comma = value.find(',', start);
+      if (comma == std::string::npos) comma = value.size();
+      std::string d = value.substr(start, comma - start);
+      d.erase(0, d.find_first_not_of(" \t"));
+      d.erase(d.find_last_not_of(" \t") + 1);
+      if (!d.empty()) dirs.push_back(std::move(d));
+      start = comma + 1;
+    }
+    if (dirs.size() <= 1) return dirs.empty() ? std::string() : dirs.front();
+    std::string chosen = dirs.front();
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      std::filesystem::create_directories(d, ec);
+      if (!ec && std::filesystem::is_directory(d, ec)) {
+        chosen = d;
+        break;
+      }
+    }
+    spdlog::info(
+        "TaskManager {}: taskmanager.state.local.root-dirs lists {} directories; this TaskManager keeps its "
+        "local copies in one of them, {}",
+        resource_id_, dirs.size(), chosen);
+    return chosen;
+  }
+
   // Task-local recovery (Flink's execution.checkpointing.local-backup.enabled / execution.state-recovery.from-local):
   // this TaskManager keeps a copy of the state files it writes for checkpoints, and with from-local its restores
   // read them. Restores need copies, so from-local enables them too.
   void set_up_local_state(const Configuration& config) {
     local_recovery_ = config.get(options::kStateRecoveryFromLocal);
     if (!local_recovery_ && !config.get(options::kLocalBackupEnabled)) return;
-    std::filesystem::path root = config.get(options::kLocalStateRootDir);
+    std::filesystem::path root = choose_local_root(config.get(options::kLocalStateRootDir));
     if (root.empty()) {
       // Per process (the resource id is new with every start): removed when this TaskManager stops.
       std::string name = "sluice-localState-" + resource_id_;
