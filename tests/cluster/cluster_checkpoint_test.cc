@@ -15,6 +15,7 @@
 //    JobManager's successor sees the TaskManagers register in the other order, each subtask goes back to it;
 //  * task-local recovery (execution.state-recovery.from-local): a task failure restarts the job on the same
 //    TaskManagers, which restore their state from their local copies, none from the checkpoint storage.
+//  * taskmanager.state.local.root-dirs as a list: the copies go to its first usable directory;
 //  * incremental rocksdb checkpoints: after a TaskManager SIGKILL every entity's keyed count (entity_version)
 //    continues from the checkpoint on the other TaskManagers;
 // Heartbeats: interval 250 ms, timeout 3 s. About 20-40 s on a loaded two-core machine.
