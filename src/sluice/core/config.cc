@@ -108,7 +108,7 @@ bool Configuration::get(const ConfigOption<bool>& option) const {
   std::string s = lower_trim(*v);
   if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
   if (s == "false" || s == "0" || s == "no" || s == "off") return false;
-  throw SluiceException(config_error(option.key, *v, "true or false"));
+  throw SluiceException(config_error(option.key, *v, "true or false (or 1/0, yes/no, on/off)"));
 }
 
 std::string Configuration::get(const ConfigOption<std::string>& option) const {
