@@ -96,6 +96,14 @@ struct CheckpointMetadata {
 /// and 2 are still read (location "").
 inline constexpr uint32_t kCheckpointMetadataVersion = 3;
 
+/// Whether `name` names an entry inside one directory: not empty, not "." or "..", no '/' and no NUL. Every name
+/// that a handle, a TaskManager's message or a job id contributes to a checkpoint path is checked with it, so none
+/// reaches outside its directory.
+inline bool is_plain_file_name(std::string_view name) noexcept {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
 /// The shared files (`<job dir>/shared/<name>`) a checkpoint references, with their sizes.
 std::map<std::string, uint64_t> shared_files_of(const CheckpointMetadata& metadata);
 

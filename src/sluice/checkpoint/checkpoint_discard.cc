@@ -52,7 +52,7 @@ void FileCheckpointStorage::discard(const fs::path& dir) const noexcept {
 
 void FileCheckpointStorage::discard_shared_file(const std::string& name) const noexcept {
   try {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    if (!is_plain_file_name(name)) {
       spdlog::error("not deleting shared file '{}': not a plain file name", name);
       return;
     }

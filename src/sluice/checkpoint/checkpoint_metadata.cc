@@ -30,8 +30,7 @@ Status check_subtask(std::string_view file, const OperatorStateEntry& op, const 
   };
   if (h.subtask < 0 || h.subtask >= op.parallelism)
     return fail(fmt::format("subtask index not in [0, {})", op.parallelism));
-  if (h.file.empty() || h.file.find('/') != std::string::npos || h.file == "." || h.file == "..")
-    return fail("the file name is not a plain file name");
+  if (!is_plain_file_name(h.file)) return fail("the file name is not a plain file name");
   auto in_file = [&](uint64_t offset, uint64_t length) {
     return offset <= h.file_size && length <= h.file_size - offset;
   };
@@ -54,12 +53,10 @@ Status check_subtask(std::string_view file, const OperatorStateEntry& op, const 
     if (n.key_group_start < 0 || n.key_group_end >= op.max_parallelism || n.key_group_start > n.key_group_end)
       return fail(fmt::format("native key groups [{}, {}] not within [0, {})", n.key_group_start, n.key_group_end,
                               op.max_parallelism));
-    auto plain = [](const std::string& name) {
-      return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
-    };
     for (const NativeFileHandle& f : n.files) {
-      if (!plain(f.local_name)) return fail(fmt::format("native file '{}' is not a plain file name", f.local_name));
-      if (!f.shared_name.empty() && !plain(f.shared_name))
+      if (!is_plain_file_name(f.local_name))
+        return fail(fmt::format("native file '{}' is not a plain file name", f.local_name));
+      if (!f.shared_name.empty() && !is_plain_file_name(f.shared_name))
         return fail(fmt::format("shared file '{}' is not a plain file name", f.shared_name));
       if (f.shared_name.empty() && !in_file(f.offset, f.size))
         return fail(fmt::format("native file {} [{}, +{}) lies outside the file of {} bytes", f.local_name, f.offset,

@@ -220,8 +220,7 @@ Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location
 }
 
 Result<FileCheckpointStorage> FileCheckpointStorage::create(std::string_view base_location, std::string job_id) {
-  if (job_id.empty() || job_id == "." || job_id == ".." || job_id.find('/') != std::string::npos ||
-      job_id.find('\0') != std::string::npos) {
+  if (!is_plain_file_name(job_id)) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("job id '{}' cannot name a checkpoint directory (empty, '.', '..' or with '/')", job_id));
   }

@@ -6,18 +6,13 @@
 #include <system_error>
 #include <vector>
 
+#include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A job id as it appears in the primary's layout: a plain directory name (FileCheckpointStorage::create refuses
-// others), so it cannot climb out of the root.
-bool plain_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
-}
 
 void remove_logged(const fs::path& dir) noexcept {
   std::error_code ec;
@@ -32,7 +27,7 @@ fs::path TaskLocalStateStore::checkpoint_dir(const std::string& job_id, int64_t 
 }
 
 Result<fs::path> TaskLocalStateStore::init_checkpoint(const std::string& job_id, int64_t checkpoint_id) const {
-  if (!plain_name(job_id) || checkpoint_id < 0) {
+  if (!is_plain_file_name(job_id) || checkpoint_id < 0) {
     return Error(
         ErrorCode::kConfiguration,
         fmt::format("local state copies: job id '{}' / checkpoint {} cannot name a directory", job_id, checkpoint_id));
@@ -53,7 +48,7 @@ std::optional<fs::path> TaskLocalStateStore::find(const fs::path& primary_checkp
   if (primary.filename().empty()) primary = primary.parent_path();
   const int64_t id = FileCheckpointStorage::checkpoint_id_of(primary);
   const std::string job_id = primary.parent_path().filename().string();
-  if (id < 0 || !plain_name(job_id) || !plain_name(file)) return std::nullopt;
+  if (id < 0 || !is_plain_file_name(job_id) || !is_plain_file_name(file)) return std::nullopt;
   fs::path copy = checkpoint_dir(job_id, id) / file;
   std::error_code ec;
   if (!fs::is_regular_file(copy, ec)) return std::nullopt;
@@ -61,7 +56,7 @@ std::optional<fs::path> TaskLocalStateStore::find(const fs::path& primary_checkp
 }
 
 void TaskLocalStateStore::confirm_checkpoint(const std::string& job_id, int64_t checkpoint_id) const noexcept {
-  if (!plain_name(job_id) || checkpoint_id < 0) return;
+  if (!is_plain_file_name(job_id) || checkpoint_id < 0) return;
   std::error_code ec;
   // Only a checkpoint with copies here subsumes the older copies: a savepoint's completion (no copies) must not
   // remove those of the latest checkpoint, which a failover restores.
@@ -76,7 +71,7 @@ void TaskLocalStateStore::confirm_checkpoint(const std::string& job_id, int64_t 
 }
 
 void TaskLocalStateStore::abort_checkpoint(const std::string& job_id, int64_t checkpoint_id) const noexcept {
-  if (!plain_name(job_id) || checkpoint_id < 0) return;
+  if (!is_plain_file_name(job_id) || checkpoint_id < 0) return;
   remove_logged(checkpoint_dir(job_id, checkpoint_id));
 }
 

@@ -6,14 +6,6 @@
 #include <utility>
 
 namespace sluice::rpc {
-namespace {
-
-// A name inside one directory: not empty, no '/', not "." or "..".
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
-}
-
-}  // namespace
 
 void to_proto(const OperatorSubtaskStateHandle& handle, cluster::v1::StateHandle* out) {
   out->set_path(handle.file);
@@ -52,7 +44,7 @@ Result<OperatorSubtaskStateHandle> from_proto(const cluster::v1::StateHandle& sh
   h.operator_state_offset = sh.operator_state_offset();
   h.operator_state_length = sh.operator_state_length();
   // Hidden names are refused too: the storage's own files (in-progress uploads) start with '.'.
-  if (!plain_file_name(h.file) || h.file.starts_with('.')) {
+  if (!is_plain_file_name(h.file) || h.file.starts_with('.')) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("state handle '{}' is not a file name in the checkpoint's directory", h.file));
   }
@@ -63,7 +55,7 @@ Result<OperatorSubtaskStateHandle> from_proto(const cluster::v1::StateHandle& sh
     n.key_group_start = sh.native().key_group_start();
     n.key_group_end = sh.native().key_group_end();
     for (const auto& f : sh.native().files()) {
-      if (!plain_file_name(f.local_name()) || (!f.shared_name().empty() && !plain_file_name(f.shared_name()))) {
+      if (!is_plain_file_name(f.local_name()) || (!f.shared_name().empty() && !is_plain_file_name(f.shared_name()))) {
         return Error(ErrorCode::kConfiguration,
                      fmt::format("state handle '{}': native file '{}' / shared file '{}' is not a plain file name",
                                  h.file, f.local_name(), f.shared_name()));
