@@ -493,7 +493,8 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
       for (const SubtaskLocation& l : m->placement()) {
         auto it = address.find(l.task_manager);
         out.push_back(RestSubtaskLocation{l.vertex, l.subtask, l.task_manager,
-                                          it == address.end() ? std::string() : it->second, l.slot});
+                                          it == address.end() ? std::string() : it->second, l.slot, l.attempt,
+                                          l.execution_state});
       }
       return out;
     });

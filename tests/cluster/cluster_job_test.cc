@@ -409,6 +409,14 @@ TEST_F(ClusterJobTest, AStoppedTaskManagerIsDeclaredLostAndItsStaleTasksWriteNot
   const Value* sink_subtasks = sink->find("subtasks");
   ASSERT_TRUE(source_subtasks != nullptr && sink_subtasks != nullptr);
   ASSERT_EQ(source_subtasks->as_array().size(), 1u);
+  // The running tasks are RUNNING (before: DEPLOYING, the JobManager has no metrics of the TaskManagers' tasks).
+  const auto details = c.get("/jobs/" + c.job_id());
+  ASSERT_TRUE(details.has_value() && details->find("vertices") != nullptr);
+  for (const Value& v : details->find("vertices")->as_array())
+    EXPECT_EQ(str(v, "status"), "RUNNING") << v.to_json();
+  EXPECT_EQ(str(source_subtasks->as_array()[0], "status"), "RUNNING");
+  for (const Value& st : sink_subtasks->as_array())
+    EXPECT_EQ(str(st, "status"), "RUNNING");
   EXPECT_EQ(str(source_subtasks->as_array()[0], "taskmanager-id"), victim_raw);
   EXPECT_EQ(str(source_subtasks->as_array()[0], "host"), path_of[victim_raw]);
   ASSERT_EQ(sink_subtasks->as_array().size(), 4u);

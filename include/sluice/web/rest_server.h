@@ -112,6 +112,8 @@ struct RestSubtaskLocation {
   std::string task_manager_id;  ///< the TaskManager's resource id
   std::string address;          ///< host:port of its RPC service ("" when it is no longer registered)
   int slot = 0;                 ///< slot index in that TaskManager
+  int attempt = 0;              ///< the deployment attempt that placed it
+  std::string execution_state;  ///< "RUNNING", "FINISHED" while the job runs; "" when the job's state says it
 };
 
 /// The REST API of the jobs of one process. Thread-safe (see the file comment).

@@ -102,8 +102,10 @@ ExponentialDelayRestartBackoffTimeStrategy::ExponentialDelayRestartBackoffTimeSt
 
 bool ExponentialDelayRestartBackoffTimeStrategy::notify_failure(TimestampMs now_ms) {
   last_failure_ms_ = now_ms;
-  // A failure while a restart is pending joins that restart.
-  if (next_restart_ms_ && now_ms <= *next_restart_ms_) return false;
+  // A failure while a restart is pending joins that restart. From the restart time on it is a failure of the
+  // restarted job (a deployment that fails within the millisecond of the restart included): joining it would
+  // ask for no backoff, and a job that fails at once on deployment would restart in a tight loop.
+  if (next_restart_ms_ && now_ms < *next_restart_ms_) return false;
   // Running reset_backoff_threshold_ms since the last restart without a failure resets the backoff.
   if (!next_restart_ms_ || now_ms - *next_restart_ms_ >= options_.reset_backoff_threshold_ms) attempt_ = 0;
   next_restart_ms_ = now_ms + next_backoff_ms();

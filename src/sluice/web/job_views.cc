@@ -105,11 +105,12 @@ Value state_counts(const std::vector<std::string>& states) {
   return v;
 }
 
-std::vector<std::string> states_of(const JobSnapshot& job, const std::vector<const SubtaskMetrics*>& subtasks) {
+std::vector<std::string> states_of(const JobSnapshot& job, const JobPlanVertex& vertex,
+                                   const std::vector<const SubtaskMetrics*>& subtasks) {
   std::vector<std::string> states;
   states.reserve(subtasks.size());
-  for (const SubtaskMetrics* m : subtasks)
-    states.push_back(subtask_state(m, job.status));
+  for (size_t i = 0; i < subtasks.size(); ++i)
+    states.push_back(subtask_state(job, vertex.index, static_cast<int>(i), subtasks[i]));
   return states;
 }
 
@@ -211,11 +212,20 @@ std::string subtask_state(const SubtaskMetrics* m, JobStatus job) {
   return "CREATED";
 }
 
+std::string subtask_state(const JobSnapshot& job, int vertex, int subtask, const SubtaskMetrics* m) {
+  if (m == nullptr && job.status == JobStatus::kRunning) {
+    for (const auto& l : job.locations) {
+      if (l.vertex == vertex && l.subtask == subtask && !l.execution_state.empty()) return l.execution_state;
+    }
+  }
+  return subtask_state(m, job.status);
+}
+
 Value job_overview_json(const JobSnapshot& job, int64_t now_ms) {
   const std::vector<JobPlanVertex> vertices = vertices_of(job);
   std::vector<std::string> all;
   for (const auto& v : vertices) {
-    auto states = states_of(job, subtasks_of(job, v));
+    auto states = states_of(job, v, subtasks_of(job, v));
     all.insert(all.end(), states.begin(), states.end());
   }
   Value tasks = Value::object();
@@ -251,7 +261,7 @@ Value job_details_json(const JobSnapshot& job, int64_t now_ms) {
   int max_parallelism = -1;
   for (const auto& v : vertices) {
     const auto subtasks = subtasks_of(job, v);
-    const auto states = states_of(job, subtasks);
+    const auto states = states_of(job, v, subtasks);
     all_states.insert(all_states.end(), states.begin(), states.end());
     Io io;
     // Each operator of the chain summed over the subtasks (not in Flink, whose vertices show their chain's
@@ -357,15 +367,17 @@ Value vertex_details_json(const JobSnapshot& job, const JobPlanVertex& vertex,
     std::string tm = job.locations.empty() ? "local" : "";
     std::string host = job.locations.empty() ? job.hostname : "";
     Value slot;
+    int attempt = m != nullptr ? m->attempt : 0;
     for (const auto& l : job.locations) {
       if (l.vertex != vertex.index || l.subtask != static_cast<int>(i)) continue;
       tm = l.task_manager_id;
       host = l.address;
       slot = Value(l.slot);
+      if (m == nullptr) attempt = l.attempt;
     }
     list.push_back(Value::object({{"subtask", static_cast<int64_t>(i)},
-                                  {"status", subtask_state(m, job.status)},
-                                  {"attempt", m != nullptr ? m->attempt : 0},
+                                  {"status", subtask_state(job, vertex.index, static_cast<int>(i), m)},
+                                  {"attempt", attempt},
                                   {"endpoint", host},
                                   {"host", host},
                                   {"taskmanager-id", tm},

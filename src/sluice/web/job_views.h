@@ -29,6 +29,8 @@ struct SubtaskPlace {
   std::string task_manager_id;
   std::string address;  ///< its RPC address ("" when no longer registered)
   int slot = 0;
+  int attempt = 0;
+  std::string execution_state;  ///< RestSubtaskLocation::execution_state
 };
 
 /// What the views read of one registered job, taken once per request.
@@ -55,6 +57,11 @@ const JobPlanVertex* find_vertex(const std::vector<JobPlanVertex>& vertices, con
 
 /// Flink's execution state of one subtask ("RUNNING", "FINISHED", ...) from whether it runs and the job's state.
 std::string subtask_state(const SubtaskMetrics* m, JobStatus job);
+
+/// The same for subtask `subtask` of vertex `vertex` (JobPlanVertex::index) of `job`: in a cluster, whose
+/// JobManager has no metrics of the TaskManagers' tasks (`m` null), the state its placement reports while the job
+/// runs.
+std::string subtask_state(const JobSnapshot& job, int vertex, int subtask, const SubtaskMetrics* m);
 
 /// An entry of GET /jobs/overview (Flink's JobDetails).
 Value job_overview_json(const JobSnapshot& job, int64_t now_ms);

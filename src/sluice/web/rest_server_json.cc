@@ -127,7 +127,8 @@ web::JobSnapshot RestServer::Impl::snapshot(JobEntry& job) {
   }
   if (locations) {
     for (const auto& l : locations())
-      s.locations.push_back(web::SubtaskPlace{l.vertex_id, l.subtask, l.task_manager_id, l.address, l.slot});
+      s.locations.push_back(web::SubtaskPlace{l.vertex_id, l.subtask, l.task_manager_id, l.address, l.slot, l.attempt,
+                                              l.execution_state});
   }
   s.subtasks = job.client.subtask_metrics();
   s.hostname = hostname_;

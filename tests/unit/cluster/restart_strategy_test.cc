@@ -112,12 +112,26 @@ TEST(RestartStrategyTest, ExponentialDelayMergesFailuresWhileARestartIsPending) 
   EXPECT_EQ(s.backoff_time_ms(), 1000);
   EXPECT_FALSE(s.notify_failure(400));  // another task of the job failed before the restart
   EXPECT_TRUE(s.can_restart());
-  EXPECT_EQ(s.backoff_time_ms(), 600);   // the rest of the pending wait
-  EXPECT_FALSE(s.notify_failure(1000));  // at the restart time: still the same restart
-  EXPECT_EQ(s.backoff_time_ms(), 0);
+  EXPECT_EQ(s.backoff_time_ms(), 600);  // the rest of the pending wait
+  EXPECT_FALSE(s.notify_failure(999));  // a millisecond before the restart: still the same restart
+  EXPECT_EQ(s.backoff_time_ms(), 1);
   EXPECT_EQ(s.current_attempt(), 1);
   EXPECT_TRUE(s.notify_failure(1001));
   EXPECT_EQ(s.backoff_time_ms(), 2000);
+}
+
+TEST(RestartStrategyTest, ExponentialDelayCountsAFailureAtTheRestartTimeAsANewOne) {
+  // A deployment that fails within the millisecond of its restart (a job whose every deployment is refused):
+  // a failure of the restarted job with the next, longer backoff, never a restart without delay.
+  ExponentialDelayRestartBackoffTimeStrategy s(no_jitter(kSecond, 2.0, 10 * kSecond), 1);
+  TimestampMs now = 0;
+  std::vector<int64_t> delays;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(s.notify_failure(now));
+    delays.push_back(s.backoff_time_ms());
+    now += delays.back();  // restarted exactly at the restart time, and failed at once
+  }
+  EXPECT_EQ(delays, (std::vector<int64_t>{1000, 2000, 4000, 8000, 10000}));
 }
 
 TEST(RestartStrategyTest, ExponentialDelayResetsAfterRunningForTheThreshold) {

@@ -92,6 +92,10 @@ struct SubtaskLocation {
   int subtask = 0;
   std::string task_manager;  ///< resource id
   int slot = 0;
+  int attempt = 0;  ///< the deployment attempt that placed it
+  /// Flink's execution state while the attempt runs (every task deployed): "RUNNING", or "FINISHED" once its
+  /// TaskManager reported the end; "" otherwise (deploying, restarting, ended: the job's state says it).
+  std::string execution_state;
 };
 
 class JobMaster final : public JobClient::Impl, public JobEvents, public CheckpointJobHooks {
@@ -193,6 +197,10 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   enum class Outcome { kFinished, kCanceled, kFailed };
   /// Follows the running attempt's events until it ends; for kFailed sets `failure` and `lost_registration`.
   Outcome follow(std::unique_lock<std::mutex>& lock, std::optional<Error>& failure, std::string& lost_registration);
+  /// Starts the next deployment attempt (mu_ held by `lock`, released while the coordinator resets): a new
+  /// attempt number, so that the reports of every task of the previous deployment (whole or aborted halfway) are
+  /// stale, and `restore` set to the latest completed checkpoint.
+  void begin_next_attempt(std::unique_lock<std::mutex>& lock, std::optional<RestorePoint>& restore);
   /// Stops the coordinator (without mu_: its thread may wait for mu_ in a hook) and keeps its counts for the result.
   void stop_coordinator(std::unique_lock<std::mutex>& lock);
   void cancel_deployed(const std::string& reason, const std::string& except_registration);

@@ -182,7 +182,14 @@ std::string JobMaster::status_message() const {
 
 std::vector<SubtaskLocation> JobMaster::placement() const {
   std::lock_guard lock(mu_);
-  return placement_;
+  std::vector<SubtaskLocation> out = placement_;
+  for (auto& l : out) {
+    l.attempt = attempt_;
+    // SubmitTasks answered for every TaskManager: their tasks run (restoring their state first; the
+    // TaskManagers report ends only, so Flink's INITIALIZING is not told apart).
+    if (running_) l.execution_state = finished_.count(CheckpointTaskKey{l.vertex, l.subtask}) ? "FINISHED" : "RUNNING";
+  }
+  return out;
 }
 
 void JobMaster::cancel() {
@@ -637,13 +644,21 @@ Status JobMaster::deploy(const SlotAssignment& a, const std::vector<TaskManagerR
       });
     }
   }  // joins every call
-  // The first failure in peer order; the caller cancels what the others deployed.
+  // The failure of a TaskManager that cannot be reached first, else the first in peer order; the caller cancels
+  // what the others deployed. A killed TaskManager not yet declared lost also fails the others' deployments
+  // (they cannot open its data-plane connection): that is its failure, not theirs, and not the job's.
+  const auto unreachable_call = [](const grpc::Status& st) {
+    return st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  };
+  std::optional<size_t> failed;
   for (size_t peer = 0; peer < deployed.size(); ++peer) {
+    if (results[peer].ok()) continue;
+    if (!failed || (unreachable_call(results[peer]) && !unreachable_call(results[*failed]))) failed = peer;
+  }
+  if (failed) {
+    const size_t peer = *failed;
     const grpc::Status& st = results[peer];
-    if (st.ok()) continue;
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      *unreachable = deployed[peer].tm.registration_id;
-    }
+    if (unreachable_call(st)) *unreachable = deployed[peer].tm.registration_id;
     return rpc::to_error(st, "SubmitTasks", deployed[peer].tm.rpc_address)
         .with_context(fmt::format("deploying {} task(s) of job '{}' to TaskManager {}", deployed[peer].tasks,
                                   options_.job_name, deployed[peer].tm.resource_id));
@@ -735,6 +750,9 @@ void JobMaster::run() {
         spdlog::warn("job '{}': {}; placing the job without that TaskManager", options_.job_name,
                      st.error().to_string());
         unreachable_until_[unreachable] = clock_.now_ms() + options_.unreachable_exclusion_ms;
+        // A new attempt: the other TaskManagers' tasks of this one report CANCELED as they go, which must not
+        // count as a failure of the next deployment.
+        begin_next_attempt(lock, restore);
         continue;
       }
       failure = st.error();
@@ -790,27 +808,31 @@ void JobMaster::run() {
       cv_.wait_for(lock, std::chrono::milliseconds(std::clamp<int64_t>(until - clock_.now_ms(), 1, 100)));
     }
     // The next attempt: a fresh deployment of every task, restored from the latest completed checkpoint.
-    ++attempt_;
-    finished_.clear();
-    end_of_input_.clear();
-    deployed_.clear();
-    events_.clear();
-    lock.unlock();
-    if (coordinator_) {
-      std::vector<CheckpointTaskKey> all;
-      for (const auto& v : jg_.vertices) {
-        for (int i = 0; i < v.parallelism; ++i)
-          all.push_back(CheckpointTaskKey{v.id, i});
-      }
-      coordinator_->on_tasks_reset(all);
-      restore = coordinator_->latest_restore_point();
-    }
-    lock.lock();
+    begin_next_attempt(lock, restore);
     spdlog::info("job '{}': attempt {} starts from {}", options_.job_name, attempt_,
                  restore ? fmt::format("{} {} ({})", snapshot_type_name(restore->metadata.type),
                                        restore->metadata.checkpoint_id, restore->dir.string())
                          : std::string("the beginning (no completed checkpoint)"));
   }
+}
+
+void JobMaster::begin_next_attempt(std::unique_lock<std::mutex>& lock, std::optional<RestorePoint>& restore) {
+  ++attempt_;
+  finished_.clear();
+  end_of_input_.clear();
+  deployed_.clear();
+  events_.clear();
+  lock.unlock();
+  if (coordinator_) {
+    std::vector<CheckpointTaskKey> all;
+    for (const auto& v : jg_.vertices) {
+      for (int i = 0; i < v.parallelism; ++i)
+        all.push_back(CheckpointTaskKey{v.id, i});
+    }
+    coordinator_->on_tasks_reset(all);
+    restore = coordinator_->latest_restore_point();
+  }
+  lock.lock();
 }
 
 JobMaster::Outcome JobMaster::follow(std::unique_lock<std::mutex>& lock, std::optional<Error>& failure,
