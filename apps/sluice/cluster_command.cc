@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "sluice/api/job.h"
+#include "sluice/checkpoint/checkpoint_coordinator.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/ha/etcd_client.h"
 #include "sluice/cluster/ha/ha_options.h"
@@ -453,6 +454,25 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     mo.is_leader = [e = election.get()] { return e->is_leader(); };
   }
 
+  // Without high availability a JobManager started again (after a crash, a kill, a SIGTERM) resumes the pipeline
+  // as `sluice run` does: from the latest checkpoint in the pipeline's checkpoint storage, skipping jobs that
+  // finished (their `_finished` marker) and resuming a stopped one from its savepoint. Starting over instead
+  // would write every record again: an exactly-once sink's output held each record twice. -s PATH chooses.
+  if (!p->ha.enabled && !job_config.contains(options::kStateRecoveryPath.key)) {
+    auto ck = CheckpointCoordinatorOptions::from_config(job_config);
+    const std::string storage = job_config.get(options::kCheckpointDir);
+    if (ck.ok() && ck->interval_ms > 0 && !storage.empty()) {
+      const std::string latest = pipeline::find_latest_checkpoint(storage);
+      if (!latest.empty()) {
+        job_config.set(options::kStateRecoveryPath, latest);
+        spdlog::info(
+            "job '{}' resumes from {}, the latest checkpoint of an earlier run of this pipeline in {} (as "
+            "`sluice run` does; -s PATH restores another one)",
+            name, latest, storage);
+      }
+    }
+  }
+
   auto master = std::make_shared<JobMaster>(mo, built->jg, jm, SystemClock::instance());
   if (Status st = master->init_checkpoints(job_config); !st.ok()) {
     fmt::print(stderr, "error: {}\n", st.error().to_string());
@@ -610,7 +630,16 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   }
   const JobStatus final_status = client.status();
   if (final_status == JobStatus::kCanceled) spdlog::info("job '{}' CANCELED; the JobManager shuts down", name);
-  if (final_status == JobStatus::kFinished) spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
+  if (final_status == JobStatus::kFinished) {
+    spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
+    // The next run of this pipeline is a new job (or resumes from the savepoint of `sluice stop`), not a resumption
+    // of this one's last checkpoint.
+    auto ck = CheckpointCoordinatorOptions::from_config(job_config);
+    const std::string storage = job_config.get(options::kCheckpointDir);
+    if (ck.ok() && ck->interval_ms > 0 && !storage.empty()) {
+      pipeline::mark_job_ended(storage, mo.job_id, client.checkpoint_stats(), name);
+    }
+  }
   if (store && job_status_terminal(final_status)) {
     // The end of the job must reach etcd before the leadership goes, or a standby would run an ended job again:
     // retried while etcd is briefly unavailable, for at most one lease TTL.

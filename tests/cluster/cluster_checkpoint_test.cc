@@ -570,6 +570,37 @@ TEST_F(ClusterCheckpointTest, ALocalRootListKeepsTheCopiesInItsFirstUsableDirect
   EXPECT_TRUE(jm->wait_exit(30s).has_value());
 }
 
+TEST_F(ClusterCheckpointTest, AJobManagerStartedAgainWithoutHighAvailabilityResumesFromTheLatestCheckpoint) {
+  // No HA: the JobManager is SIGKILLed and started again with the same command (no -s). As `sluice run`, it
+  // resumes from the latest checkpoint in the pipeline's storage: the exactly-once output holds every record once
+  // (before: the job started over under a new id and the output held thousands of records twice). Once it finished,
+  // its job directory is marked `_finished`, so that a third start would be a new job.
+  constexpr int64_t kCount = 30'000;
+  ClusterHarness& c = cluster(pipeline("again", 2, kCount, 5'000));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  const int port = c.rpc_port();
+  const std::string first_job = c.job_id();
+  c.start_taskmanager(1);
+  c.start_taskmanager(1);
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") >= 3; }, kStart)) << jm->output();
+  jm->signal(SIGKILL);
+  ASSERT_TRUE(jm->wait_exit(10s).has_value());
+
+  ChildProcess* jm2 = c.start_jobmanager(port, 60s);
+  ASSERT_NE(jm2, nullptr);
+  const auto resumed = jm2->await_line(
+      std::regex("resumes from (\\S+/" + first_job + "/chk-\\d+), the latest checkpoint of an earlier run"), 10s);
+  ASSERT_TRUE(resumed.has_value()) << jm2->output();
+  std::cout << "the second JobManager resumes from " << (*resumed)[1] << "\n";
+  const std::optional<int> code = jm2->wait_exit(kFinish);
+  ASSERT_TRUE(code.has_value()) << "the resumed job did not finish\n" << c.logs();
+  ASSERT_EQ(*code, 0) << jm2->output();
+  check_records(read_parts("again"), kCount);
+  EXPECT_TRUE(fs::exists(dir_ / "again-chk" / c.job_id() / "_finished")) << "the finished job is marked";
+  EXPECT_NE(c.job_id(), first_job) << "a new job id, restored from the first job's checkpoint";
+}
+
 // 3 TaskManagers of 2 slots for a job at parallelism 4: one is a spare. The TaskManager holding the source (3
 // tasks) or the other one running tasks (2 sink subtasks) is SIGKILLed; the first redeployment can still include
 // it (not declared lost yet) and fails on it, and the survivor's tasks of that aborted deployment report CANCELED

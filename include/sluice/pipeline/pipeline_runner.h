@@ -137,4 +137,12 @@ class PipelineRunner {
 /// `_metadata` file was written last, among job directories without a `_finished` marker; "" when none.
 std::string find_latest_checkpoint(const std::string& storage);
 
+/// Marks the FINISHED job `job_id` in `storage` (a path, file:// or s3:// URI) so that find_latest_checkpoint
+/// skips it: `_finished` when it ended with its input, `_stopped` holding the savepoint's path when `sluice stop`
+/// ended it (the next run resumes from that savepoint). `stats` are the job's checkpoints; `pipeline` names it in
+/// the log. A marker that cannot be written is logged (the next run would resume the finished job's last
+/// checkpoint), not an error. Called by `sluice run` and by a JobManager, once the job finished.
+void mark_job_ended(const std::string& storage, const std::string& job_id, const std::vector<CheckpointStats>& stats,
+                    const std::string& pipeline);
+
 }  // namespace sluice::pipeline

@@ -401,36 +401,7 @@ JobResult PipelineRunner::wait() {
   if (r.status == JobStatus::kFinished && s_->spec.pipeline.checkpoint_interval_ms > 0) {
     // A job that ended with its input is done: the next run is a new job and must not resume from its final
     // checkpoint. A job ended by `sluice stop` is paused: the next run resumes from the stop's savepoint.
-    std::string stop_savepoint;
-    for (const CheckpointStats& st : c->checkpoint_stats()) {
-      if (st.completed && st.type == "stop-with-savepoint") stop_savepoint = st.path;
-    }
-    const std::string storage = s_->config.get(options::kCheckpointDir);
-    const fs::path job_dir = fs::path(storage_path(storage)) / r.job_id;
-    std::error_code ec;
-    if (!is_s3_uri(storage)) fs::create_directories(job_dir, ec);
-    const fs::path marker = job_dir / (stop_savepoint.empty() ? kFinishedMarker : kStoppedMarker);
-    if (is_s3_uri(storage)) {
-      auto client = S3Client::shared();
-      auto uri = S3Uri::parse(marker.native());
-      Status put = client.ok() && uri.ok() ? (*client)->put_object(uri->bucket, uri->key, stop_savepoint)
-                                           : Status(client.ok() ? uri.error() : client.error());
-      if (!put.ok()) {
-        spdlog::warn("pipeline '{}': cannot write {}: {}", s_->spec.pipeline.name, marker.string(),
-                     put.error().to_string());
-      }
-    } else if (FILE* f = std::fopen(marker.c_str(), "w")) {
-      if (!stop_savepoint.empty()) std::fputs(stop_savepoint.c_str(), f);
-      if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
-        spdlog::warn("pipeline '{}': cannot write {}: {}", s_->spec.pipeline.name, marker.string(),
-                     std::strerror(errno));
-      }
-      std::fclose(f);
-    }
-    if (!stop_savepoint.empty()) {
-      spdlog::info("pipeline '{}': stopped with the savepoint {}; the next `sluice run` resumes from it",
-                   s_->spec.pipeline.name, stop_savepoint);
-    }
+    mark_job_ended(s_->config.get(options::kCheckpointDir), r.job_id, c->checkpoint_stats(), s_->spec.pipeline.name);
   }
   return r;
 }

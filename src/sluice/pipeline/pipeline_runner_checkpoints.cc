@@ -116,6 +116,39 @@ int remove_superseded_s3_checkpoints(const std::string& pipeline, const std::str
 
 }  // namespace
 
+void mark_job_ended(const std::string& storage, const std::string& job_id, const std::vector<CheckpointStats>& stats,
+                    const std::string& pipeline) {
+  std::string stop_savepoint;
+  for (const CheckpointStats& st : stats) {
+    if (st.completed && st.type == "stop-with-savepoint") stop_savepoint = st.path;
+  }
+  const fs::path job_dir = fs::path(storage_path(storage)) / job_id;
+  std::error_code ec;
+  if (!is_s3_uri(storage)) fs::create_directories(job_dir, ec);
+  const fs::path marker = job_dir / (stop_savepoint.empty() ? kFinishedMarker : kStoppedMarker);
+  if (is_s3_uri(storage)) {
+    auto client = S3Client::shared();
+    auto uri = S3Uri::parse(marker.native());
+    Status put = client.ok() && uri.ok() ? (*client)->put_object(uri->bucket, uri->key, stop_savepoint)
+                                         : Status(client.ok() ? uri.error() : client.error());
+    if (!put.ok()) {
+      spdlog::warn("pipeline '{}': cannot write {}: {}", pipeline, marker.string(), put.error().to_string());
+    }
+  } else if (FILE* f = std::fopen(marker.c_str(), "w")) {
+    if (!stop_savepoint.empty()) std::fputs(stop_savepoint.c_str(), f);
+    if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
+      spdlog::warn("pipeline '{}': cannot write {}: {}", pipeline, marker.string(), std::strerror(errno));
+    }
+    std::fclose(f);
+  } else {
+    spdlog::warn("pipeline '{}': cannot write {}: {}", pipeline, marker.string(), std::strerror(errno));
+  }
+  if (!stop_savepoint.empty()) {
+    spdlog::info("pipeline '{}': stopped with the savepoint {}; the next run resumes from it", pipeline,
+                 stop_savepoint);
+  }
+}
+
 std::string find_latest_checkpoint(const std::string& storage) {
   if (is_s3_uri(storage)) return find_latest_s3_checkpoint(storage);
   const fs::path root = storage_path(storage);

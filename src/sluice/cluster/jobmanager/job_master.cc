@@ -231,9 +231,15 @@ std::future<Result<std::string>> JobMaster::trigger_savepoint(std::string target
   {
     std::lock_guard lock(mu_);
     if (terminal_ || !running_ || status_ != JobStatus::kRunning || cancel_requested_) {
+      // Still RUNNING but no longer running_: attempt attempt_ failed and its tasks are being cancelled before
+      // the job turns RESTARTING, which the state alone does not say.
+      const std::string state = status_ == JobStatus::kRunning && !running_
+                                    ? fmt::format("failing over (attempt {} failed)", attempt_)
+                                    : std::string(job_status_name(status_));
       return refuse(Error(ErrorCode::kCheckpoint,
-                          fmt::format("job '{}' is {}: savepoints are taken of running jobs (every task deployed)",
-                                      options_.job_name, job_status_name(status_))));
+                          fmt::format("job '{}' is {}: savepoints are taken of running jobs (every task deployed); "
+                                      "try again once it runs",
+                                      options_.job_name, state)));
     }
   }
   if (!coordinator_) {

@@ -892,7 +892,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       if (published_tasks_ == nullptr) return;
     }
     release_tasks_soon(
-        fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager has "
+        fmt::format("no heartbeat reply for {} ms (heartbeat.timeout {} ms): the JobManager is gone or has "
                     "declared this TaskManager lost by now, so its tasks are stale",
                     silent, connection_.heartbeat().timeout_ms));
     // The JobManager may not have declared it lost (its answers were only late, on a loaded machine): it would then
