@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """JobManager failover with keyed state on S3 (issue 15, docs/benchmarks.md "Cluster mode: JobManager failover with
 a standby"): kill -9 of the leader JobManager -> the standby leads -> the job RUNNING -> the first record processed
-by the restored job, with --state-mb MiB of keyed state in checkpoints on S3.
+by the restored job, with --state-mb MiB of keyed state in checkpoints on S3. With --kill taskmanager (issue 21,
+"Cluster mode: recovery after kill -9 of a TaskManager"): kill -9 of a TaskManager running tasks -> the JobManager
+restarts the job on the remaining TaskManagers and a spare -> the first record processed by the restored tasks.
 
 It starts, under a fresh directory of its own (printed; kept with --keep): a private etcd (scripts/services/etcd,
 SLUICE_ETCD_MEMBERS members) and a private S3 server (scripts/services/s3, moto) through SLUICE_SERVICES_DIR, so the
@@ -27,6 +29,8 @@ RSS) at the end, are printed beside the times; the load average at each kill too
 
     bench/cluster_ha_failover.py --sluice build/release/apps/sluice/sluice --state-mb 100 --runs 5
     bench/cluster_ha_failover.py --sluice build/release/apps/sluice/sluice --state-mb 1024 --runs 3
+    bench/cluster_ha_failover.py --sluice build/release/apps/sluice/sluice --state-mb 100 --runs 5 \
+        --kill taskmanager --storage local
 
 Needs: etcd (Debian's etcd-server), moto (scripts/services/s3 installs it into its cache dir once), curl.
 Exit code 0 when every run completed (the target is reported, not asserted).
@@ -211,6 +215,10 @@ def main():
                     "or a local directory (default s3)")
     ap.add_argument("--local-recovery", action="store_true", help="execution.state-recovery.from-local: the "
                     "TaskManagers keep local copies of their state files and restores read them")
+    ap.add_argument("--kill", default="jobmanager", choices=["jobmanager", "taskmanager"],
+                    help="what each run SIGKILLs: the leader JobManager (default), or a TaskManager running tasks "
+                    "(issue 21's TaskManager failover: one spare TaskManager more is started, and a new spare after "
+                    "each kill)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) at the end")
     a = ap.parse_args()
     # SIGTERM / SIGINT end the run through the `finally` below, which stops every process and service it started.
@@ -297,9 +305,17 @@ sink:
         leader = start_jm()
         wait_until(lambda: leader.find("is the leader of cluster"), 60, "the first leader")
         standby = start_jm()
-        tms = [Proc(f"taskmanager-{i + 1}", [sluice, "taskmanager", pipeline, "--slots", str(a.slots)] + opts, env,
-                    os.path.join(work, f"taskmanager-{i + 1}.log")) for i in range(a.taskmanagers)]
-        procs.extend(tms)
+        n_tm = [0]
+
+        def start_tm():
+            n_tm[0] += 1
+            p = Proc(f"taskmanager-{n_tm[0]}", [sluice, "taskmanager", pipeline, "--slots", str(a.slots)] + opts, env,
+                     os.path.join(work, f"taskmanager-{n_tm[0]}.log"))
+            procs.append(p)
+            return p
+
+        # A TaskManager kill needs a spare to place the job on again.
+        tms = [start_tm() for _ in range(a.taskmanagers + (1 if a.kill == "taskmanager" else 0))]
         wait_until(lambda: leader.find(r"RUNNING: \d+ task"), 120, "the job RUNNING")
         t_start = now()
 
@@ -335,6 +351,59 @@ sink:
                     best = (f[0], p)
             return best[1] if best else None
 
+        def kill_taskmanager(run, leader, ck):
+            """SIGKILL of a TaskManager running tasks of the current attempt; times, from the kill, the JobManager's
+            RESTARTING (the failure detected), its "starts from checkpoint", the deployments, RUNNING again, and the
+            first record a surviving TaskManager prints after its new deployment. A new spare is started after."""
+            with leader.lock:
+                attempts = [int(m.group(1)) for _, line in leader.lines
+                            for m in [re.search(r"RUNNING: \d+ task.*\(attempt (\d+)\)", line)] if m]
+            current = attempts[-1] if attempts else 0
+            busy = [t for t in tms if t.alive() and t.find(rf"attempt {current} deployed, [1-9]\d* task")]
+            if not busy:
+                raise RuntimeError(f"no TaskManager runs tasks of attempt {current}")
+            victim = busy[(run - 1) % len(busy)]
+            survivors = [t for t in tms if t is not victim]
+            cpu0 = {p.role: p.cpu_s() for p in procs if p.alive()}
+            load = loadavg()
+            for t in survivors:
+                t.arm()
+            t_kill = now()
+            victim.kill()
+            victim.p.wait()
+
+            def first_record():
+                firsts = [t.first_output_at for t in survivors if t.first_output_at is not None]
+                return min(firsts) if firsts else None
+
+            t_detect = wait_until(lambda: leader.find(r"RESTARTING \(restart", after=t_kill), 120,
+                                  "the failure detected", alive=leader)[0]
+            t_run = wait_until(lambda: leader.find(r"RUNNING: \d+ task", after=t_kill), 600, "RUNNING again",
+                               alive=leader)[0]
+            t_first = wait_until(first_record, 600, "the first record after the restore", alive=leader)
+            started = leader.find(r"starts from checkpoint (\d+)", after=t_kill)
+            with leader.lock:
+                deploys = [t for t, line in leader.lines if t >= t_kill and re.search(r"deployed \d+ task", line)]
+                restarts = [line for t, line in leader.lines if t >= t_kill and "RESTARTING (restart" in line]
+            cpu = {p.role: (p.cpu_s() or 0) - (cpu0.get(p.role) or 0) for p in procs if p.alive()}
+            r = {"run": run, "lead": t_detect - t_kill, "running": t_run - t_kill, "first": t_first - t_kill,
+                 "checkpoint": ck["id"], "resumed": started[1].group(1) if started else "?",
+                 "state_mib": ck["state_size"] / (1 << 20), "ck_ms": ck["end_to_end_duration"], "load": load}
+            print(f"run {run}: checkpoint {r['checkpoint']} ({r['state_mib']:.1f} MiB, took {r['ck_ms']:,} ms) "
+                  f"completed, {victim.role} SIGKILLed at load average {load}: failure detected (RESTARTING) "
+                  f"{fmt_ms(r['lead'])} ms, RUNNING {fmt_ms(r['running'])} ms, first record after the restore "
+                  f"{fmt_ms(r['first'])} ms (from checkpoint {r['resumed']}; {len(restarts)} restart(s))", flush=True)
+            print(f"  phases (from the kill, ms): restart decided {fmt_ms(r['lead'])}, the checkpoint read and "
+                  f"verified (\"starts from checkpoint\") {fmt_ms(started[0] - t_kill) if started else '?'}, deployed "
+                  f"(restored) on each TaskManager {', '.join(fmt_ms(t - t_kill) for t in deploys)}", flush=True)
+            print("  CPU-s from the kill to the first record: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()),
+                  flush=True)
+            print("  VmHWM (peak RSS) MiB: " + ", ".join(f"{p.role} {p.hwm_mib():.0f}" for p in procs
+                                                          if p.alive() and p.hwm_mib()), flush=True)
+            tms.remove(victim)
+            tms.append(start_tm())  # the next spare
+            return r
+
         for run in range(1, a.runs + 1):
             since_ms = int(time.time() * 1000) if run > 1 else int(time.time() * 1000 - (now() - t_filled) * 1000)
 
@@ -355,6 +424,9 @@ sink:
             leader, ck = wait_until(full_checkpoint, 1800, "a completed checkpoint holding the state", step=0.2)
             replenish()
             standby = next(p for p in jms if p is not leader)
+            if a.kill == "taskmanager":
+                results.append(kill_taskmanager(run, leader, ck))
+                continue
             cpu0 = {p.role: p.cpu_s() for p in procs if p.alive()}
             ext0 = {"moto": pid_cpu_s(moto_pid) if moto_pid else None,
                     "etcd": sum(pid_cpu_s(p) or 0 for p in etcd_pids)}
@@ -424,6 +496,14 @@ sink:
 
         unplanned = sum(p.find("no longer the leader") is not None for p in procs if p.role.startswith("jobm"))
         print(f"JobManagers that lost their lease on their own (not killed here): {unplanned}", flush=True)
+        if a.kill == "taskmanager":
+            hb = float(a.heartbeat_timeout.rstrip("s"))
+            print(f"summary, TaskManager kills, {a.state_mb} MiB on {a.storage}, {len(results)} runs: failure "
+                  f"detected {summary(lead)}; RUNNING {summary(running)}; first record after the restore "
+                  f"{summary(first)}; target heartbeat.timeout + 2 s = {(hb + 2) * 1000:,.0f} ms: "
+                  f"{'met' if statistics.median(first) <= hb + 2 else 'missed'} by the median, "
+                  f"{sum(1 for f in first if f <= hb + 2)} of {len(first)} runs within", flush=True)
+            return 0
         print(f"summary, {a.state_mb} MiB on {a.storage}, {len(results)} runs: new leader {summary(lead)}; RUNNING "
               f"{summary(running)}; first record after the restore {summary(first)}; target lease TTL + 3 s = "
               f"{(a.lease_ttl + 3) * 1000:,} ms: {'met' if statistics.median(first) <= a.lease_ttl + 3 else 'missed'} "

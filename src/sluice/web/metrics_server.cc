@@ -61,7 +61,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::string address,
     if (!impl->server.bind_to_port(address, port)) {
       return Error(ErrorCode::kNetwork,
                    fmt::format("cannot bind the metrics/health endpoint to {}:{} (in use? pick another "
-                               "pipeline.http.port, or 0 for any free port)",
+                               "port: pipeline.http.port / --http-port, or 0 for any free port)",
                                address, port));
     }
     impl->port = port;

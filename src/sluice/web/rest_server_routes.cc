@@ -182,7 +182,8 @@ void RestServer::Impl::route() {
                     });
                   }
                   add_operation(*job, rid, f);
-                  spdlog::info("REST: savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
+                  spdlog::info("REST: savepoint {} of job {} requested into {}", rid, job->client.job_id(),
+                               target.empty() ? std::string("the default savepoint directory") : "'" + target + "'");
                   reply(res, 202, Value::object({{"request-id", rid}}));
                 }));
 
@@ -216,29 +217,31 @@ void RestServer::Impl::route() {
     fetched_cv_.notify_all();
   });
 
-  server_->Post(
-      R"(/jobs/([^/]+)/stop)",
-      with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
-        auto job = job_or_404(req, res);
-        if (!job) return;
-        auto body = body_or_400(text, res);
-        if (!body) return;
-        std::string target;
-        bool drain = false;
-        if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res)) return;
-        if (drain) {
-          reply_error(res, 400,
-                      "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
-                      "supported yet; stop without drain: the job stops right after the savepoint and resumes "
-                      "from it with its timers and windows intact");
-          return;
-        }
-        if (!running_or_409(*job, "stop", res)) return;
-        const std::string rid = new_request_id();
-        add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
-        spdlog::info("REST: stop-with-savepoint {} of job {} requested into '{}'", rid, job->client.job_id(), target);
-        reply(res, 202, Value::object({{"request-id", rid}}));
-      }));
+  server_->Post(R"(/jobs/([^/]+)/stop)",
+                with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
+                  auto job = job_or_404(req, res);
+                  if (!job) return;
+                  auto body = body_or_400(text, res);
+                  if (!body) return;
+                  std::string target;
+                  bool drain = false;
+                  if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res))
+                    return;
+                  if (drain) {
+                    reply_error(
+                        res, 400,
+                        "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
+                        "supported yet; stop without drain: the job stops right after the savepoint and resumes "
+                        "from it with its timers and windows intact");
+                    return;
+                  }
+                  if (!running_or_409(*job, "stop", res)) return;
+                  const std::string rid = new_request_id();
+                  add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
+                  spdlog::info("REST: stop-with-savepoint {} of job {} requested into {}", rid, job->client.job_id(),
+                               target.empty() ? std::string("the default savepoint directory") : "'" + target + "'");
+                  reply(res, 202, Value::object({{"request-id", rid}}));
+                }));
 }
 
 }  // namespace sluice
