@@ -290,6 +290,10 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   const int needed = p->fingerprint.required_slots;
   std::optional<BuiltJob> built = build_job(*p);
   if (!built) return 2;
+  // Every option is checked before the RPC service starts: a bad value exits 2 without serving anything.
+  std::optional<int64_t> slot_timeout = option(p->cluster, options::kSlotRequestTimeout);
+  std::optional<bool> evenly = option(p->cluster, options::kEvenlySpreadOutSlots);
+  if (!slot_timeout || !evenly) return 2;
 
   JobManagerServerOptions o;
   o.address = *address;
@@ -305,9 +309,6 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   spdlog::info("JobManager of pipeline '{}' (job graph fingerprint {}, sluice {}): RPC at {}", name, p->fingerprint.hex,
                version, jm.target());
 
-  std::optional<int64_t> slot_timeout = option(p->cluster, options::kSlotRequestTimeout);
-  std::optional<bool> evenly = option(p->cluster, options::kEvenlySpreadOutSlots);
-  if (!slot_timeout || !evenly) return 2;
   std::random_device rd;  // a job id, not data
   JobMasterOptions mo;
   mo.job_id = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());

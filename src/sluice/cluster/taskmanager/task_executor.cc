@@ -786,8 +786,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     }
     last_error = e.message();
     const int64_t wait = connection_.on_registration_failed(now);
-    spdlog::warn("registration attempt {} at JobManager {} failed: {}; next attempt in {} ms",
-                 connection_.failed_attempts(), jobmanager_address(), e.message(), wait);
+    // gRPC's words for a peer that answers HTTP/1.x: the REST port (or another web server), not the RPC service.
+    const bool http1 = e.message().find("http1.x server") != std::string::npos;
+    spdlog::warn("registration attempt {} at JobManager {} failed: {}{}; next attempt in {} ms",
+                 connection_.failed_attempts(), jobmanager_address(), e.message(),
+                 http1 ? " (that address answers HTTP/1.x: is it the JobManager's REST port? --jobmanager takes its "
+                         "RPC port, --rpc-port / jobmanager.rpc.port, default 6123)"
+                       : "",
+                 wait);
     publish();
   }
 
