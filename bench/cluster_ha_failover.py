@@ -162,6 +162,22 @@ def pid_cpu_s(pid):
         return None
 
 
+def kill_watching(victim, watched):
+    """Arms `watched` (see Proc.arm), SIGKILLs `victim` and reaps it; returns the kill's time and a function giving
+    the arrival of the first record any watched process printed after its next deployment (None until then)."""
+    for t in watched:
+        t.arm()
+    t_kill = now()
+    victim.kill()
+    victim.p.wait()
+
+    def first_record():
+        firsts = [t.first_output_at for t in watched if t.first_output_at is not None]
+        return min(firsts) if firsts else None
+
+    return t_kill, first_record
+
+
 def wait_until(pred, timeout_s, what, step=0.01, alive=None):
     deadline = now() + timeout_s
     while True:
@@ -366,15 +382,7 @@ sink:
             survivors = [t for t in tms if t is not victim]
             cpu0 = {p.role: p.cpu_s() for p in procs if p.alive()}
             load = loadavg()
-            for t in survivors:
-                t.arm()
-            t_kill = now()
-            victim.kill()
-            victim.p.wait()
-
-            def first_record():
-                firsts = [t.first_output_at for t in survivors if t.first_output_at is not None]
-                return min(firsts) if firsts else None
+            t_kill, first_record = kill_watching(victim, survivors)
 
             t_detect = wait_until(lambda: leader.find(r"RESTARTING \(restart", after=t_kill), 120,
                                   "the failure detected", alive=leader)[0]
@@ -433,15 +441,7 @@ sink:
             load = loadavg()
             self_cpu0 = time.process_time()
             leader_hwm = leader.hwm_mib()
-            for t in tms:
-                t.arm()
-            t_kill = now()
-            leader.kill()
-            leader.p.wait()
-
-            def first_record():
-                firsts = [t.first_output_at for t in tms if t.first_output_at is not None]
-                return min(firsts) if firsts else None
+            t_kill, first_record = kill_watching(leader, tms)
 
             t_lead = wait_until(lambda: standby.find("is the leader of cluster", after=t_kill), 120, "a new leader", alive=standby)[0]
             t_run = wait_until(lambda: standby.find(r"RUNNING: \d+ task", after=t_kill), 600, "RUNNING again", alive=standby)[0]

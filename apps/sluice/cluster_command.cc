@@ -459,18 +459,19 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   // as `sluice run` does: from the latest checkpoint in the pipeline's checkpoint storage, skipping jobs that
   // finished (their `_finished` marker) and resuming a stopped one from its savepoint. Starting over instead
   // would write every record again: an exactly-once sink's output held each record twice. -s PATH chooses.
-  if (!p->ha.enabled && !job_config.contains(options::kStateRecoveryPath.key)) {
+  // The pipeline's checkpoint storage, "" when it does not checkpoint.
+  const std::string checkpoint_storage = [&] {
     auto ck = CheckpointCoordinatorOptions::from_config(job_config);
-    const std::string storage = job_config.get(options::kCheckpointDir);
-    if (ck.ok() && ck->interval_ms > 0 && !storage.empty()) {
-      const std::string latest = pipeline::find_latest_checkpoint(storage);
-      if (!latest.empty()) {
-        job_config.set(options::kStateRecoveryPath, latest);
-        spdlog::info(
-            "job '{}' resumes from {}, the latest checkpoint of an earlier run of this pipeline in {} (as "
-            "`sluice run` does; -s PATH restores another one)",
-            name, latest, storage);
-      }
+    return ck.ok() && ck->interval_ms > 0 ? job_config.get(options::kCheckpointDir) : std::string();
+  }();
+  if (!p->ha.enabled && !job_config.contains(options::kStateRecoveryPath.key) && !checkpoint_storage.empty()) {
+    const std::string latest = pipeline::find_latest_checkpoint(checkpoint_storage);
+    if (!latest.empty()) {
+      job_config.set(options::kStateRecoveryPath, latest);
+      spdlog::info(
+          "job '{}' resumes from {}, the latest checkpoint of an earlier run of this pipeline in {} (as "
+          "`sluice run` does; -s PATH restores another one)",
+          name, latest, checkpoint_storage);
     }
   }
 
@@ -635,10 +636,8 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
     spdlog::info("job '{}' FINISHED; the JobManager shuts down", name);
     // The next run of this pipeline is a new job (or resumes from the savepoint of `sluice stop`), not a resumption
     // of this one's last checkpoint.
-    auto ck = CheckpointCoordinatorOptions::from_config(job_config);
-    const std::string storage = job_config.get(options::kCheckpointDir);
-    if (ck.ok() && ck->interval_ms > 0 && !storage.empty()) {
-      pipeline::mark_job_ended(storage, mo.job_id, client.checkpoint_stats(), name);
+    if (!checkpoint_storage.empty()) {
+      pipeline::mark_job_ended(checkpoint_storage, mo.job_id, client.checkpoint_stats(), name);
     }
   }
   if (store && job_status_terminal(final_status)) {

@@ -25,6 +25,11 @@ See docs/operations.md, "Web UI".</p>
 </body></html>
 )";
 
+/// A savepoint request's target for the log: the directory, or the job's default one when none was given.
+std::string savepoint_target(const std::string& target) {
+  return target.empty() ? std::string("the default savepoint directory") : "'" + target + "'";
+}
+
 }  // namespace
 
 void RestServer::Impl::route() {
@@ -183,7 +188,7 @@ void RestServer::Impl::route() {
                   }
                   add_operation(*job, rid, f);
                   spdlog::info("REST: savepoint {} of job {} requested into {}", rid, job->client.job_id(),
-                               target.empty() ? std::string("the default savepoint directory") : "'" + target + "'");
+                               savepoint_target(target));
                   reply(res, 202, Value::object({{"request-id", rid}}));
                 }));
 
@@ -239,7 +244,7 @@ void RestServer::Impl::route() {
                   const std::string rid = new_request_id();
                   add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
                   spdlog::info("REST: stop-with-savepoint {} of job {} requested into {}", rid, job->client.job_id(),
-                               target.empty() ? std::string("the default savepoint directory") : "'" + target + "'");
+                               savepoint_target(target));
                   reply(res, 202, Value::object({{"request-id", rid}}));
                 }));
 }
