@@ -133,6 +133,8 @@ struct NexmarkOptions {
   /// > 0: the job's metrics are registered (metrics/JobMetrics) and scraped (Prometheus text) every this many ms
   /// while it runs, as a Prometheus server would; 0: no registry.
   int64_t metrics_scrape_ms = 0;
+  /// state.backend.type of the job's keyed state: hashmap (the heap) or rocksdb.
+  std::string state_backend = "hashmap";
 };
 
 int run_nexmark(const NexmarkOptions& opt) {
@@ -158,6 +160,7 @@ int run_nexmark(const NexmarkOptions& opt) {
     (void)(*source)->generator().event(n);
 
   sluice::Configuration conf;
+  conf.set(sluice::options::kStateBackendType, opt.state_backend);
   std::filesystem::path checkpoint_dir;
   if (opt.checkpoint_interval_ms > 0) {
     // Checkpoints go to a fresh directory under the temp dir, removed at the end.
@@ -320,6 +323,12 @@ int main(int argc, char** argv) {
   nexmark->add_option("--format", opt.format, "Output format")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  nexmark
+      ->add_option("--state-backend", opt.state_backend,
+                   "Keyed state backend (state.backend.type; rocksdb: one database per keyed subtask under the temp "
+                   "dir, 64 MiB each)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"hashmap", "rocksdb"}));
   nexmark
       ->add_option("--metrics-scrape-ms", opt.metrics_scrape_ms,
                    "Register the job's metrics and scrape them every N ms while it runs (0: no registry)")

@@ -13,17 +13,18 @@
 #include "sluice/api/joins.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/windowed_stream.h"
-#include "sluice/state/heap_state.h"
+#include "sluice/state/state.h"
 
 namespace sluice::nexmark {
 namespace {
 
 using std::chrono::milliseconds;
 
+// The state interfaces, so each query runs on either backend (state.backend.type: hashmap or rocksdb).
 template <class T>
-using KeyedValue = HeapValueState<int64_t, VoidNamespace, T>;
+using KeyedValue = ValueState<T>;
 template <class T>
-using KeyedList = HeapListState<int64_t, VoidNamespace, T>;
+using KeyedList = ListState<T>;
 
 /// Routes each event to the main output, the side output `tag`, or nowhere: `route(event, main, side)`
 /// calls `main.collect(...)` or `side(...)` with the event's projection. One operator reads every event
@@ -259,8 +260,8 @@ class Q4WinningBid final : public KeyedCoProcessFunction<int64_t, Q4Auction, Q4B
 class Q4CategoryAverage final : public KeyedProcessFunction<int64_t, Q4Winner, Q4Result> {
  public:
   void open(RuntimeContext&) override {
-    totals_ = &keyed_state().heap().get_state(ValueStateDescriptor<Q4Totals>{"totals"});
-    pending_ = &keyed_state().heap().get_state(MapStateDescriptor<TimestampMs, Q4Totals>{"winners-by-time"});
+    totals_ = &keyed_state().get_state(ValueStateDescriptor<Q4Totals>{"totals"});
+    pending_ = &keyed_state().get_state(MapStateDescriptor<TimestampMs, Q4Totals>{"winners-by-time"});
   }
   void process_element(const Q4Winner& w, Context& ctx, Collector<Q4Result>&) override {
     const TimestampMs ts = ctx.timestamp();
@@ -283,7 +284,7 @@ class Q4CategoryAverage final : public KeyedProcessFunction<int64_t, Q4Winner, Q
 
  private:
   KeyedValue<Q4Totals>* totals_ = nullptr;
-  HeapMapState<int64_t, VoidNamespace, TimestampMs, Q4Totals>* pending_ = nullptr;
+  MapState<TimestampMs, Q4Totals>* pending_ = nullptr;
 };
 
 // ---- query 5 ----
@@ -355,8 +356,8 @@ class Q5LocalMaxFilter final : public FilterFunction<Q5Result> {
 class Q5HotItems final : public KeyedProcessFunction<int64_t, Q5Result, Q5Result> {
  public:
   void open(RuntimeContext&) override {
-    max_ = &keyed_state().heap().get_state(ValueStateDescriptor<int64_t>{"max-count", 0});
-    leaders_ = &keyed_state().heap().get_state(ListStateDescriptor<Q5Result>{"leaders"});
+    max_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"max-count", 0});
+    leaders_ = &keyed_state().get_state(ListStateDescriptor<Q5Result>{"leaders"});
   }
   void process_element(const Q5Result& c, Context& ctx, Collector<Q5Result>&) override {
     const int64_t max = max_->value();
@@ -426,9 +427,9 @@ class Q7LocalMaxFilter final : public FlatMapFunction<Event, Q7Candidate> {
 class Q7HighestBid final : public KeyedProcessFunction<int64_t, Q7Candidate, Q7Result> {
  public:
   void open(RuntimeContext&) override {
-    max_ = &keyed_state().heap().get_state(ValueStateDescriptor<int64_t>{"max-price", kNone});
-    leaders_ = &keyed_state().heap().get_state(ListStateDescriptor<Q7Result>{"highest-bids"});
-    boundary_ = &keyed_state().heap().get_state(ListStateDescriptor<Q7Result>{"bids-at-end"});
+    max_ = &keyed_state().get_state(ValueStateDescriptor<int64_t>{"max-price", kNone});
+    leaders_ = &keyed_state().get_state(ListStateDescriptor<Q7Result>{"highest-bids"});
+    boundary_ = &keyed_state().get_state(ListStateDescriptor<Q7Result>{"bids-at-end"});
   }
   void process_element(const Q7Candidate& c, Context& ctx, Collector<Q7Result>&) override {
     const TimestampMs end = c.window_start + kQ7WindowMs;

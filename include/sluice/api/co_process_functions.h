@@ -11,7 +11,7 @@
 namespace sluice {
 
 template <class K>
-class HeapKeyedStateBackend;  // state/heap_keyed_state_backend.h, included by the operator that sets it
+class KeyedStateStore;  // state/keyed_state_store.h, included by the operator that sets it
 
 /// Processes the elements of two inputs; both calls run on the same task thread, never concurrently.
 template <class In1, class In2, class Out>
@@ -35,11 +35,14 @@ class KeyedCoProcessFunction : public RichFunction {
   virtual void process_element1(const In1& value, Context& ctx, Collector<Out>& out) = 0;
   virtual void process_element2(const In2& value, Context& ctx, Collector<Out>& out) = 0;
   virtual void on_timer(TimestampMs /*timestamp*/, OnTimerContext& /*ctx*/, Collector<Out>& /*out*/) {}
-  HeapKeyedStateBackend<K>& keyed_state() { return *keyed_state_; }
-  void set_keyed_state(HeapKeyedStateBackend<K>* backend) { keyed_state_ = backend; }
+  /// The keyed state shared by both inputs, in the job's backend (state.backend.type), as
+  /// KeyedProcessFunction::keyed_state(): get_state() in open() returns the ValueState<T>& ... interfaces;
+  /// `keyed_state().heap()` gives the heap's typed states for a hot path and throws kConfiguration on rocksdb.
+  KeyedStateStore<K>& keyed_state() { return *keyed_state_; }
+  void set_keyed_state(KeyedStateStore<K>* store) { keyed_state_ = store; }
 
  private:
-  HeapKeyedStateBackend<K>* keyed_state_ = nullptr;
+  KeyedStateStore<K>* keyed_state_ = nullptr;
 };
 
 /// Called for each pair (left, right) with right.ts in [left.ts + lower, left.ts + upper].

@@ -1,5 +1,7 @@
 // Keyed two-input operators: KeyedCoProcessOperator (keyed connect with a KeyedCoProcessFunction) and
 // IntervalJoinOperator (Flink's), over a shared base holding the keyed state backend, timers and current key.
+// Both run on either backend (state.backend.type): KeyedCoProcessFunction gets the KeyedStateStore, the interval
+// join's buffers are typed heap states or RocksDB states (detail::EitherState).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include "sluice/api/keyed_state_snapshot.h"
 #include "sluice/operators/keyed_operators.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_store.h"
+#include "sluice/state/rocksdb_keyed_state_backend.h"
 
 namespace sluice {
 
@@ -31,19 +35,23 @@ class KeyedTwoInputOperatorBase : public TwoInputOperator<In1, In2>, protected O
   std::unique_ptr<KeyedStateSnapshot> snapshot_keyed_state() override { return keyed_.snapshot(); }
   std::shared_ptr<void> release_keyed_state() override { return keyed_.release(); }
   void process_watermark(TimestampMs wm) override {
-    keyed_.timers().advance_watermark(
-        wm, [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kEventTime); });
+    keyed_.timers().advance_watermark(wm, [this](const K& key, const VoidNamespace&, TimestampMs t) {
+      keyed_.follow_timer_key(key);
+      on_timer(t, TimeDomain::kEventTime);
+    });
     StreamOperatorBase::process_watermark(wm);
     schedule();
   }
 
  protected:
   virtual void on_timer(TimestampMs t, TimeDomain domain) = 0;
-  void set_key1(const In1& r) { keyed_.backend().set_current_key(std::invoke(sel1_, r)); }
-  void set_key2(const In2& r) { keyed_.backend().set_current_key(std::invoke(sel2_, r)); }
+  void set_key1(const In1& r) { keyed_.store().set_current_key(std::invoke(sel1_, r)); }
+  void set_key2(const In2& r) { keyed_.store().set_current_key(std::invoke(sel2_, r)); }
   void schedule() {
-    keyed_.schedule_processing_time(
-        [this](const K&, const VoidNamespace&, TimestampMs t) { on_timer(t, TimeDomain::kProcessingTime); });
+    keyed_.schedule_processing_time([this](const K& key, const VoidNamespace&, TimestampMs t) {
+      keyed_.follow_timer_key(key);
+      on_timer(t, TimeDomain::kProcessingTime);
+    });
   }
   Sel1 sel1_;
   Sel2 sel2_;
@@ -59,7 +67,7 @@ class KeyedCoProcessOperator final : public KeyedTwoInputOperatorBase<K, In1, In
   KeyedCoProcessOperator(Sel1 s1, Sel2 s2, P fn) : Base(std::move(s1), std::move(s2)), fn_(std::move(fn)), ctx_(this) {}
   void open() override {
     Base::open();
-    fn_.set_keyed_state(&this->keyed_.backend());
+    fn_.set_keyed_state(&this->keyed_.store());
     fn_.open(*this->StreamOperatorBase::ctx_);
     this->schedule();  // restored processing-time timers
   }
@@ -99,7 +107,7 @@ class KeyedCoProcessOperator final : public KeyedTwoInputOperatorBase<K, In1, In
     explicit Ctx(KeyedCoProcessOperator* o) : op(o) {}
     TimestampMs timestamp() const override { return ts; }
     TimestampMs current_watermark() const override { return op->keyed_.current_watermark(); }
-    const K& current_key() const override { return op->keyed_.backend().current_key(); }
+    const K& current_key() const override { return op->keyed_.current_key(); }
     TimerService& timer_service() override { return op->keyed_; }
     TimeDomain time_domain() const override { return domain; }
     void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }
@@ -125,8 +133,10 @@ class IntervalJoinOperator final
       : Base(std::move(s1), std::move(s2)), lower_(lower), upper_(upper), fn_(std::move(fn)) {}
   void open() override {
     Base::open();
-    left_ = &this->keyed_.backend().get_state(MapStateDescriptor<TimestampMs, std::vector<L>>{"left-buffer"});
-    right_ = &this->keyed_.backend().get_state(MapStateDescriptor<TimestampMs, std::vector<R>>{"right-buffer"});
+    left_.template bind<VoidNamespace>(this->keyed_.store(),
+                                       MapStateDescriptor<TimestampMs, std::vector<L>>{"left-buffer"});
+    right_.template bind<VoidNamespace>(this->keyed_.store(),
+                                        MapStateDescriptor<TimestampMs, std::vector<R>>{"right-buffer"});
     fn_.open(*this->StreamOperatorBase::ctx_);
   }
   void close() override { fn_.close(); }
@@ -140,12 +150,14 @@ class IntervalJoinOperator final
   void process_element1(L&& l, TimestampMs ts) override {
     this->set_key1(l);
     if (late(ts)) return;
-    add(*left_, ts, l);
+    left_.visit([&](auto& st) { add(st, ts, l); });
     // right.ts in [ts + lower, ts + upper]
-    right_->for_each([&](const TimestampMs& rts, const std::vector<R>& rs) {
-      if (rts < ts + lower_ || rts > ts + upper_) return;
-      for (const R& r : rs)
-        emit(l, ts, r, rts);
+    right_.visit([&](auto& st) {
+      st.for_each([&](const TimestampMs& rts, const std::vector<R>& rs) {
+        if (rts < ts + lower_ || rts > ts + upper_) return;
+        for (const R& r : rs)
+          emit(l, ts, r, rts);
+      });
     });
     // Left elements can match right elements up to ts + upper; clean up after that.
     this->keyed_.timers().register_event_time_timer(VoidNamespace{}, cleanup_left(ts));
@@ -153,12 +165,14 @@ class IntervalJoinOperator final
   void process_element2(R&& r, TimestampMs ts) override {
     this->set_key2(r);
     if (late(ts)) return;
-    add(*right_, ts, r);
+    right_.visit([&](auto& st) { add(st, ts, r); });
     // left.ts in [ts - upper, ts - lower]
-    left_->for_each([&](const TimestampMs& lts, const std::vector<L>& ls) {
-      if (lts < ts - upper_ || lts > ts - lower_) return;
-      for (const L& l : ls)
-        emit(l, lts, r, ts);
+    left_.visit([&](auto& st) {
+      st.for_each([&](const TimestampMs& lts, const std::vector<L>& ls) {
+        if (lts < ts - upper_ || lts > ts - lower_) return;
+        for (const L& l : ls)
+          emit(l, lts, r, ts);
+      });
     });
     this->keyed_.timers().register_event_time_timer(VoidNamespace{}, cleanup_right(ts));
   }
@@ -195,17 +209,21 @@ class IntervalJoinOperator final
   void on_timer(TimestampMs t, TimeDomain) override {
     // Drop buffered elements that can no longer join (their cleanup time passed).
     std::vector<TimestampMs> drop;
-    left_->for_each([&](const TimestampMs& ts, const std::vector<L>&) {
-      if (cleanup_left(ts) <= t) drop.push_back(ts);
+    left_.visit([&](auto& st) {
+      st.for_each([&](const TimestampMs& ts, const std::vector<L>&) {
+        if (cleanup_left(ts) <= t) drop.push_back(ts);
+      });
+      for (TimestampMs ts : drop)
+        st.remove(ts);
     });
-    for (TimestampMs ts : drop)
-      left_->remove(ts);
     drop.clear();
-    right_->for_each([&](const TimestampMs& ts, const std::vector<R>&) {
-      if (cleanup_right(ts) <= t) drop.push_back(ts);
+    right_.visit([&](auto& st) {
+      st.for_each([&](const TimestampMs& ts, const std::vector<R>&) {
+        if (cleanup_right(ts) <= t) drop.push_back(ts);
+      });
+      for (TimestampMs ts : drop)
+        st.remove(ts);
     });
-    for (TimestampMs ts : drop)
-      right_->remove(ts);
   }
   struct Ctx final : ProcessJoinFunction<L, R, Out>::Context {
     TimestampMs left_timestamp() const override { return l; }
@@ -216,8 +234,12 @@ class IntervalJoinOperator final
   int64_t lower_, upper_;
   P fn_;
   Ctx ctx_;
-  HeapMapState<K, VoidNamespace, TimestampMs, std::vector<L>>* left_ = nullptr;
-  HeapMapState<K, VoidNamespace, TimestampMs, std::vector<R>>* right_ = nullptr;
+  detail::EitherState<HeapMapState<K, VoidNamespace, TimestampMs, std::vector<L>>,
+                      RocksDBMapState<K, VoidNamespace, TimestampMs, std::vector<L>>>
+      left_;
+  detail::EitherState<HeapMapState<K, VoidNamespace, TimestampMs, std::vector<R>>,
+                      RocksDBMapState<K, VoidNamespace, TimestampMs, std::vector<R>>>
+      right_;
   uint64_t late_dropped_ = 0;
 };
 }  // namespace sluice

@@ -3,8 +3,8 @@
 // the backend the job's configuration selects (state.backend.type: hashmap or rocksdb; partitioned by key
 // group either way), and timers on the heap, so checkpoints capture them and a restore, at any parallelism
 // and from either backend's checkpoint, gives each subtask the key groups of its new range (DESIGN.md §6).
-// On rocksdb: keyed process functions and keyed reduce; windows and joins keep a typed heap hot path and
-// refuse rocksdb when they open (KeyedStateStore::heap()).
+// Every keyed operator runs on both backends: on the heap through the typed states (no virtual call on the
+// hot path), on rocksdb through the RocksDB states (detail::EitherState picks one per state at open()).
 #pragma once
 
 #include <memory>
@@ -46,6 +46,35 @@ inline void throw_if_restore_failed(const Status& restored, const RuntimeContext
                                                       std::to_string(ctx.parallelism()) + ")"));
 }
 
+/// One keyed state of an operator that runs on both backends: the heap's typed state (the hot path: no virtual
+/// call) or the RocksDB state of the same descriptor; exactly one is set after bind(). visit() calls a generic
+/// callable with the one that is set, so the operator's code is written once for both.
+template <class HeapState, class RocksState>
+class EitherState {
+ public:
+  /// Registers `descriptor` in namespace type N in the backend `store` holds (state.backend.type).
+  template <class N, class K, class D>
+  void bind(KeyedStateStore<K>& store, const D& descriptor) {
+    if (RocksDBKeyedStateBackend<K>* rocks = store.rocksdb()) {
+      rocks_ = &rocks->template get_partitioned_state<N>(descriptor);
+      heap_ = nullptr;
+    } else {
+      heap_ = &store.heap().template get_partitioned_state<N>(descriptor);
+      rocks_ = nullptr;
+    }
+  }
+  template <class Fn>
+  decltype(auto) visit(Fn&& fn) {
+    if (heap_ != nullptr) [[likely]]
+      return fn(*heap_);
+    return fn(*rocks_);
+  }
+
+ private:
+  HeapState* heap_ = nullptr;
+  RocksState* rocks_ = nullptr;
+};
+
 }  // namespace detail
 
 /// The keyed state backend and timer service of one keyed operator subtask, with the task-timer plumbing for
@@ -61,14 +90,13 @@ class KeyedContextHolder final : public TimerService {
   /// Creates the backend and the timer service for this subtask's key-group range; when `restored` is not
   /// null, restores the keyed state and timers of that range from it (the runtime's
   /// StreamOperatorBase::restored_keyed_state()). Throws SluiceException (kState or kSerialization) naming the
-  /// operator and subtask when the restore fails: the task then fails. `rocksdb_capable`: the operator uses
-  /// store() for its state; otherwise it uses backend() (the heap) and a job on rocksdb throws kConfiguration.
-  void open(RuntimeContext& ctx, TaskServices* services, const KeyedStateRestore* restored,
-            bool rocksdb_capable = false) {
+  /// operator and subtask when the restore fails: the task then fails. The operator keeps its state in
+  /// store() (either backend).
+  void open(RuntimeContext& ctx, TaskServices* services, const KeyedStateRestore* restored) {
     services_ = services;
     clock_ = &ctx.clock();
     store_ = detail::make_keyed_store<K>(ctx);
-    backend_ = rocksdb_capable ? &store_->timer_key_context() : &store_->heap();
+    key_context_ = &store_->timer_key_context();
     timers_ = std::make_unique<InternalTimerService<K, N>>(store_->timer_key_context());
     if (restored != nullptr) detail::throw_if_restore_failed(store_->restore(timers_.get(), *restored), ctx);
   }
@@ -78,10 +106,8 @@ class KeyedContextHolder final : public TimerService {
     if (store_ == nullptr) return nullptr;
     return store_->capture(timers_.get());
   }
-  /// The heap backend: the state of operators that are not rocksdb_capable; for rocksdb-capable operators
-  /// only the current key of the timers (their state is in store()).
-  HeapKeyedStateBackend<K>& backend() { return *backend_; }
-  const HeapKeyedStateBackend<K>& backend() const { return *backend_; }
+  /// The current key (of the last set_current_key() or firing timer).
+  const K& current_key() const { return key_context_->current_key(); }
   /// The keyed state in the configured backend.
   KeyedStateStore<K>& store() { return *store_; }
   /// Moves the state and the timers out (StreamOperatorBase::release_keyed_state); nullptr before open().
@@ -91,10 +117,15 @@ class KeyedContextHolder final : public TimerService {
       std::unique_ptr<KeyedStateStore<K>> store;
       std::unique_ptr<InternalTimerService<K, N>> timers;  // declared last: destroyed before the backend it uses
     };
-    backend_ = nullptr;
+    key_context_ = nullptr;
     return std::make_shared<Released>(Released{std::move(store_), std::move(timers_)});
   }
   InternalTimerService<K, N>& timers() { return *timers_; }
+  /// Makes the key of a firing timer current for the RocksDB states too (the timer service made it current in
+  /// the heap key context only). Call before the timer's code reads state.
+  void follow_timer_key(const K& key) {
+    if (RocksDBKeyedStateBackend<K>* rocks = store_->rocksdb()) rocks->set_current_key(key);
+  }
 
   // TimerService of keyed functions: timers in the default namespace of the current key.
   TimestampMs current_processing_time() const override { return clock_->now_ms(); }
@@ -123,7 +154,7 @@ class KeyedContextHolder final : public TimerService {
   TaskServices* services_ = nullptr;
   const Clock* clock_ = nullptr;
   std::unique_ptr<KeyedStateStore<K>> store_;
-  HeapKeyedStateBackend<K>* backend_ = nullptr;  // in store_
+  HeapKeyedStateBackend<K>* key_context_ = nullptr;  // store_->timer_key_context()
   std::unique_ptr<InternalTimerService<K, N>> timers_;
   std::optional<TimestampMs> armed_;
 };
@@ -221,7 +252,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
  public:
   KeyedProcessOperator(Sel selector, P fn) : selector_(std::move(selector)), fn_(std::move(fn)), context_(this) {}
   void open() override {
-    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state(), /*rocksdb_capable=*/true);
+    keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
     fn_.set_keyed_state(&keyed_.store());
     fn_.open(*this->ctx_);
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
@@ -255,8 +286,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
  private:
   void fire(const K& key, TimestampMs t, TimeDomain domain) {
-    // The timer service made `key` current in the heap key context; RocksDB states follow it here.
-    if (RocksDBKeyedStateBackend<K>* rocks = keyed_.store().rocksdb()) rocks->set_current_key(key);
+    keyed_.follow_timer_key(key);
     context_.ts = t;
     context_.domain = domain;
     collector_.set_timestamp(domain == TimeDomain::kEventTime ? t : kNoTimestamp);
@@ -271,7 +301,7 @@ class KeyedProcessOperator final : public OneInputOperator<In>, OutputOf<Out> {
     explicit Ctx(KeyedProcessOperator* o) : op(o) {}
     TimestampMs timestamp() const override { return ts; }
     TimestampMs current_watermark() const override { return op->keyed_.current_watermark(); }
-    const K& current_key() const override { return op->keyed_.backend().current_key(); }
+    const K& current_key() const override { return op->keyed_.current_key(); }
     TimerService& timer_service() override { return op->keyed_; }
     TimeDomain time_domain() const override { return domain; }
     void* side_output(const std::string& tag_id) override { return op->side_output(tag_id); }

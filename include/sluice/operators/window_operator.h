@@ -1,5 +1,6 @@
 // WindowOperator: keyed windows with triggers, allowed lateness, late-data side output and merging (session)
-// windows — Flink's WindowOperator and MergingWindowSet, on the heap keyed state backend.
+// windows — Flink's WindowOperator and MergingWindowSet, on either keyed state backend (state.backend.type:
+// hashmap through the heap's typed states, rocksdb through the RocksDB states; detail::EitherState).
 //
 // Window contents live in keyed state with the window as namespace (so they are checkpointed with the rest of
 // the keyed state): an accumulator per window for reduce()/aggregate(), the list of elements for process().
@@ -27,6 +28,8 @@
 #include "sluice/operators/keyed_operators.h"
 #include "sluice/operators/operators.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/keyed_state_store.h"
+#include "sluice/state/rocksdb_keyed_state_backend.h"
 #include "sluice/state/timer_service.h"
 
 namespace sluice {
@@ -91,31 +94,38 @@ class AggregatingContents {
  public:
   using MidType = Mid;
   explicit AggregatingContents(std::shared_ptr<AggregateFunction<In, Acc, Mid>> fn) : fn_(std::move(fn)) {}
-  void init(HeapKeyedStateBackend<K>& backend) {
-    state_ =
-        &backend.template get_partitioned_state<W>(AggregatingStateDescriptor<In, Acc, Mid>{"window-contents", fn_});
+  void init(KeyedStateStore<K>& store) {
+    state_.template bind<W>(store, AggregatingStateDescriptor<In, Acc, Mid>{"window-contents", fn_});
   }
   void add(const W& ns, const In& v) {
-    state_->set_current_namespace(ns);
-    state_->add(v);
+    state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      st.add(v);
+    });
   }
   bool get(const W& ns, std::vector<Mid>& out) {
-    state_->set_current_namespace(ns);
-    std::optional<Mid> r = state_->get();
+    std::optional<Mid> r = state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      return st.get();
+    });
     out.clear();
     if (!r) return false;
     out.push_back(std::move(*r));
     return true;
   }
   void clear(const W& ns) {
-    state_->set_current_namespace(ns);
-    state_->clear();
+    state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      st.clear();
+    });
   }
-  void merge(const W& target, const std::vector<W>& sources) { state_->merge_namespaces(target, sources); }
+  void merge(const W& target, const std::vector<W>& sources) {
+    state_.visit([&](auto& st) { st.merge_namespaces(target, sources); });
+  }
 
  private:
   std::shared_ptr<AggregateFunction<In, Acc, Mid>> fn_;
-  HeapAggregatingState<K, W, In, Acc, Mid>* state_ = nullptr;
+  EitherState<HeapAggregatingState<K, W, In, Acc, Mid>, RocksDBAggregatingState<K, W, In, Acc, Mid>> state_;
 };
 
 /// Window contents as the list of elements (process).
@@ -123,27 +133,32 @@ template <class K, class W, class In>
 class ListContents {
  public:
   using MidType = In;
-  void init(HeapKeyedStateBackend<K>& backend) {
-    state_ = &backend.template get_partitioned_state<W>(ListStateDescriptor<In>{"window-contents"});
-  }
+  void init(KeyedStateStore<K>& store) { state_.template bind<W>(store, ListStateDescriptor<In>{"window-contents"}); }
   void add(const W& ns, const In& v) {
-    state_->set_current_namespace(ns);
-    state_->add(v);
+    state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      st.add(v);
+    });
   }
   bool get(const W& ns, std::vector<In>& out) {
-    state_->set_current_namespace(ns);
-    const std::vector<In>& v = state_->get();
-    out = v;
+    state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      out = st.get();
+    });
     return !out.empty();
   }
   void clear(const W& ns) {
-    state_->set_current_namespace(ns);
-    state_->clear();
+    state_.visit([&](auto& st) {
+      st.set_current_namespace(ns);
+      st.clear();
+    });
   }
-  void merge(const W& target, const std::vector<W>& sources) { state_->merge_namespaces(target, sources); }
+  void merge(const W& target, const std::vector<W>& sources) {
+    state_.visit([&](auto& st) { st.merge_namespaces(target, sources); });
+  }
 
  private:
-  HeapListState<K, W, In>* state_ = nullptr;
+  EitherState<HeapListState<K, W, In>, RocksDBListState<K, W, In>> state_;
 };
 
 }  // namespace detail
@@ -190,12 +205,13 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
   void open() override {
     keyed_.open(*this->ctx_, this->services_, this->restored_keyed_state());
-    backend_ = &keyed_.backend();
+    store_ = &keyed_.store();
     timers_ = &keyed_.timers();
-    contents_.init(*backend_);
+    contents_.init(*store_);
     if constexpr (kCanMerge) {
       if (settings_.assigner->is_merging()) {
-        merging_state_ = &backend_->get_state(ValueStateDescriptor<std::vector<std::pair<W, W>>>{"merging-window-set"});
+        merging_state_.template bind<VoidNamespace>(
+            *store_, ValueStateDescriptor<std::vector<std::pair<W, W>>>{"merging-window-set"});
       }
     }
     collector_.reset(this->typed(this->main_output_), &this->metrics_.records_out, kNoTimestamp);
@@ -230,7 +246,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
   void process_element(In&& record, TimestampMs ts) override {
     K key = std::invoke(selector_, std::as_const(record));
-    backend_->set_current_key(key);
+    store_->set_current_key(key);
     const TimestampMs now = this->ctx_->clock().now_ms();
     if (settings_.assigner->is_event_time() && ts == kNoTimestamp) {
       throw OperatorException(this->name(),
@@ -276,7 +292,10 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   }
 
   void process_watermark(TimestampMs wm) override {
-    timers_->advance_watermark(wm, [this](const K&, const W& w, TimestampMs t) { on_timer(w, t, true); });
+    timers_->advance_watermark(wm, [this](const K& key, const W& w, TimestampMs t) {
+      keyed_.follow_timer_key(key);
+      on_timer(w, t, true);
+    });
     StreamOperatorBase::process_watermark(wm);
     schedule_processing_time();
   }
@@ -285,6 +304,8 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   uint64_t late_records_dropped() const { return late_records_dropped_; }
 
  private:
+  using CounterState = detail::EitherState<HeapValueState<K, W, int64_t>, RocksDBValueState<K, W, int64_t>>;
+
   class TriggerCtx final : public TriggerContext<W> {
    public:
     explicit TriggerCtx(WindowOperator* op) : op_(op) {}
@@ -299,22 +320,27 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
       op_->timers_->delete_processing_time_timer(*window, t);
     }
     int64_t& counter(const std::string& name) override {
-      auto& st = op_->counter_state(name);
-      st.set_current_namespace(*window);
-      scratch_ = st.has_value() ? st.value() : 0;
-      pending_ = &st;
+      CounterState& counter = op_->counter_state(name);
+      scratch_ = counter.visit([&](auto& st) -> int64_t {
+        st.set_current_namespace(*window);
+        return st.has_value() ? st.value() : 0;
+      });
+      pending_ = &counter;
       return scratch_;
     }
     void clear_counter(const std::string& name) override {
-      auto& st = op_->counter_state(name);
-      st.set_current_namespace(*window);
-      st.clear();
+      op_->counter_state(name).visit([&](auto& st) {
+        st.set_current_namespace(*window);
+        st.clear();
+      });
     }
     /// Writes back a counter the trigger changed through counter().
     void commit() {
       if (pending_ != nullptr) {
-        pending_->set_current_namespace(*window);
-        pending_->update(scratch_);
+        pending_->visit([&](auto& st) {
+          st.set_current_namespace(*window);
+          st.update(scratch_);
+        });
         pending_ = nullptr;
       }
     }
@@ -323,7 +349,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
    private:
     WindowOperator* op_;
     int64_t scratch_ = 0;
-    HeapValueState<K, W, int64_t>* pending_ = nullptr;
+    CounterState* pending_ = nullptr;
   };
 
   class WindowCtx final : public ProcessWindowFunction<Mid, Out, K, W>::Context {
@@ -341,13 +367,13 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     WindowOperator* op_;
   };
 
-  HeapValueState<K, W, int64_t>& counter_state(const std::string& name) {
+  CounterState& counter_state(const std::string& name) {
     auto it = counters_.find(name);
     if (it == counters_.end()) {
-      auto* st = &backend_->template get_partitioned_state<W>(ValueStateDescriptor<int64_t>{"trigger-" + name, 0});
-      it = counters_.emplace(name, st).first;
+      it = counters_.emplace(name, CounterState{}).first;
+      it->second.template bind<W>(*store_, ValueStateDescriptor<int64_t>{"trigger-" + name, 0});
     }
-    return *it->second;
+    return it->second;
   }
 
   TriggerResult trigger_on_element(const In& record, TimestampMs ts, const W& w) {
@@ -367,7 +393,7 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     if (!contents_.get(state_window, mids_)) return;
     window_ctx_.window_ = &window;
     collector_.set_timestamp(window.max_timestamp());
-    const K& key = backend_->current_key();
+    const K& key = store_->current_key();
     call_user_function(this->name(), [&] { fn_(key, window_ctx_, mids_, collector_); });
   }
 
@@ -394,9 +420,11 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
     contents_.clear(state_window);
     trigger_ctx_.window = &window;
     settings_.trigger->clear(window, trigger_ctx_);
-    for (auto& [name, st] : counters_) {
-      st->set_current_namespace(window);
-      st->clear();
+    for (auto& [name, counter] : counters_) {
+      counter.visit([&](auto& st) {
+        st.set_current_namespace(window);
+        st.clear();
+      });
     }
     if (is_merging()) retire_window(window);
   }
@@ -434,27 +462,31 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
 
   // Processing-time timers: keep one task timer armed for the earliest pending one.
   void schedule_processing_time() {
-    keyed_.schedule_processing_time([this](const K&, const W& w, TimestampMs t) { on_timer(w, t, false); });
+    keyed_.schedule_processing_time([this](const K& key, const W& w, TimestampMs t) {
+      keyed_.follow_timer_key(key);
+      on_timer(w, t, false);
+    });
   }
 
   // ---- merging windows (Flink's MergingWindowSet): window -> window whose namespace holds its state ----
   void load_merging_set() {
     if constexpr (kCanMerge) {
       mapping_.clear();
-      if (merging_state_->has_value()) {
-        for (const auto& [w, s] : merging_state_->value())
+      merging_state_.visit([&](auto& st) {
+        if (!st.has_value()) return;
+        for (const auto& [w, s] : st.value())
           mapping_[w] = s;
-      }
+      });
     }
   }
   void store_merging_set() {
     if constexpr (kCanMerge) {
       if (mapping_.empty()) {
-        merging_state_->clear();
+        merging_state_.visit([](auto& st) { st.clear(); });
         return;
       }
       std::vector<std::pair<W, W>> v(mapping_.begin(), mapping_.end());
-      merging_state_->update(std::move(v));
+      merging_state_.visit([&](auto& st) { st.update(std::move(v)); });
     }
   }
   std::optional<W> find_state_window(const W& w) const {
@@ -547,11 +579,13 @@ class WindowOperator final : public OneInputOperator<In>, OutputOf<Out> {
   WindowFn fn_;
   Settings settings_;
   KeyedContextHolder<K, W> keyed_;                // owns backend and timers; restores and captures them
-  HeapKeyedStateBackend<K>* backend_ = nullptr;   // keyed_.backend(), cached
+  KeyedStateStore<K>* store_ = nullptr;           // keyed_.store(), cached
   InternalTimerService<K, W>* timers_ = nullptr;  // keyed_.timers(), cached
-  HeapValueState<K, VoidNamespace, std::vector<std::pair<W, W>>>* merging_state_ = nullptr;
+  detail::EitherState<HeapValueState<K, VoidNamespace, std::vector<std::pair<W, W>>>,
+                      RocksDBValueState<K, VoidNamespace, std::vector<std::pair<W, W>>>>
+      merging_state_;
   std::map<W, W> mapping_;
-  std::map<std::string, HeapValueState<K, W, int64_t>*> counters_;
+  std::map<std::string, CounterState> counters_;  // map nodes are stable: TriggerCtx keeps a pointer
   std::vector<W> windows_;
   std::vector<Mid> mids_;
   TriggerCtx trigger_ctx_;

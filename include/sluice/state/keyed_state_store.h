@@ -8,9 +8,10 @@
 // key and its hash for the InternalTimerService. Operators that fire timers make the fired key current with
 // set_current_key() so RocksDB states see it too.
 //
-// Operators with a typed hot path on the heap (keyed reduce, windows, joins, hand-written heap functions)
-// reach the heap backend with heap(), which throws kConfiguration when the job runs on rocksdb, so a job is
-// never silently run on the heap when it asked for RocksDB.
+// The engine's keyed operators (reduce, windows, joins, keyed connect) use the heap's typed states on hashmap
+// and the RocksDB states on rocksdb. User functions written against the heap's typed states reach them with
+// heap(), which throws kConfiguration when the job runs on rocksdb, so a job is never silently run on the heap
+// when it asked for RocksDB.
 //
 // Threading: the task thread, as the backends. Errors: kConfiguration for bad options, kState as the backends.
 #pragma once
@@ -171,9 +172,9 @@ class KeyedStateStore {
     throw SluiceException(
         Error(ErrorCode::kConfiguration,
               "operator '" + operator_name_ +
-                  "' keeps its keyed state in the heap backend's typed states, which state.backend.type = rocksdb does "
-                  "not offer yet (supported on rocksdb: keyed process functions using keyed_state().get_state(), and "
-                  "keyed reduce); run this job with state.backend.type = hashmap"));
+                  "' uses the heap backend's typed states (keyed_state().heap()), which state.backend.type = rocksdb "
+                  "does not have: use keyed_state().get_state() (the ValueState/ListState/MapState/... interfaces, on "
+                  "either backend), or run this job with state.backend.type = hashmap"));
   }
 
   std::string operator_name_;

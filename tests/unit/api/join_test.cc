@@ -9,6 +9,7 @@
 #include "sluice/connectors/datagen.h"
 #include "test_util/collect_sink.h"
 #include "test_util/scripted_source.h"
+#include "test_util/state_backends.h"
 
 namespace sluice {
 namespace {
@@ -31,7 +32,7 @@ class Tag final : public CoProcessFunction<KV, int64_t, std::string> {
   }
 };
 
-TEST(JoinTest, ConnectFeedsBothInputsOfOneOperator) {
+TEST(ConnectTest, ConnectFeedsBothInputsOfOneOperator) {
   StreamEnvironment env;
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
@@ -62,8 +63,11 @@ class Enrich final : public KeyedCoProcessFunction<std::string, KV, KV, std::str
   ValueState<int64_t>* name_ = nullptr;
 };
 
-TEST(JoinTest, KeyedConnectSharesStatePerKey) {
-  StreamEnvironment env;
+/// Runs on both keyed state backends (test_util/state_backends.h).
+class JoinTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(JoinTest, KeyedConnectSharesStatePerKey) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_parallelism(3);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   auto names = env.from_source(script({S::rec({"a", 100}, 0), S::rec({"b", 200}, 0)}), "names");
@@ -95,8 +99,8 @@ class PairUp final : public ProcessJoinFunction<KV, KV, std::string> {
   }
 };
 
-TEST(JoinTest, IntervalJoinMatchesTheReference) {
-  StreamEnvironment env;
+TEST_P(JoinTest, IntervalJoinMatchesTheReference) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   std::vector<S> ls, rs;
@@ -127,8 +131,8 @@ TEST(JoinTest, IntervalJoinMatchesTheReference) {
   EXPECT_FALSE(expected.empty());
 }
 
-TEST(JoinTest, WindowJoinEmitsEveryPairOfAWindow) {
-  StreamEnvironment env;
+TEST_P(JoinTest, WindowJoinEmitsEveryPairOfAWindow) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   std::vector<S> ls{S::rec({"a", 1}, 1), S::rec({"a", 2}, 12), S::rec({"b", 3}, 5)};
@@ -147,6 +151,8 @@ TEST(JoinTest, WindowJoinEmitsEveryPairOfAWindow) {
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::string>{"a1x10", "a1x20", "a2x30"}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, JoinTest, testing::kStateBackends, testing::backend_name);
 
 }  // namespace
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include "sluice/connectors/datagen.h"
 #include "test_util/collect_sink.h"
 #include "test_util/scripted_source.h"
+#include "test_util/state_backends.h"
 
 namespace sluice {
 namespace {
@@ -36,8 +37,11 @@ class CountWithTimeout final : public KeyedProcessFunction<std::string, KV, std:
   ValueState<int64_t>* count_ = nullptr;
 };
 
-TEST(KeyedProcessTest, StateAndEventTimeTimersPerKey) {
-  StreamEnvironment env;
+/// Runs on both keyed state backends (test_util/state_backends.h).
+class KeyedProcessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KeyedProcessTest, StateAndEventTimeTimersPerKey) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   // Two records of "a" at ts 1 register the same timer (11) once: deduplicated.
@@ -72,9 +76,9 @@ class ProcessingTimers final : public KeyedProcessFunction<std::string, KV, std:
   }
 };
 
-TEST(KeyedProcessTest, ProcessingTimeTimersFireOnceInOrderOnAManualClock) {
+TEST_P(KeyedProcessTest, ProcessingTimeTimersFireOnceInOrderOnAManualClock) {
   ManualClock clock(1000);
-  StreamEnvironment env;
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_clock(clock);
   auto out = std::make_shared<CollectedRecords<std::string>>();
   // An endless, slow source keeps the job running while the test moves the clock.
@@ -146,9 +150,12 @@ class OneIdleSplitSource final : public Source<KV, TwoSplits> {
   };
 };
 
-TEST(WatermarkTest, AnIdleSplitDoesNotHoldBackWindows) {
+/// Runs on both keyed state backends (test_util/state_backends.h).
+class WatermarkTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WatermarkTest, AnIdleSplitDoesNotHoldBackWindows) {
   for (bool with_idleness : {false, true}) {
-    StreamEnvironment env;
+    StreamEnvironment env(testing::backend_configuration(GetParam()));
     env.config().set(options::kAutoWatermarkInterval, int64_t{20});
     auto out = std::make_shared<CollectedRecords<KV>>();
     auto strategy = WatermarkStrategy<KV>::for_monotonous_timestamps();
@@ -173,6 +180,10 @@ TEST(WatermarkTest, AnIdleSplitDoesNotHoldBackWindows) {
     client.wait();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, KeyedProcessTest, testing::kStateBackends, testing::backend_name);
+
+INSTANTIATE_TEST_SUITE_P(Backends, WatermarkTest, testing::kStateBackends, testing::backend_name);
 
 }  // namespace
 }  // namespace sluice
@@ -202,9 +213,12 @@ class CountingProcessingTimeTrigger final : public Trigger<KV, TimeWindow> {
   ProcessingTimeTrigger<KV, TimeWindow> inner_;
 };
 
-TEST(ProcessingTimeWindowTest, TumblingProcessingTimeWindowsFireOnTheManualClock) {
+/// Runs on both keyed state backends (test_util/state_backends.h).
+class ProcessingTimeWindowTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ProcessingTimeWindowTest, TumblingProcessingTimeWindowsFireOnTheManualClock) {
   ManualClock clock(10'000);
-  StreamEnvironment env;
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_clock(clock);
   auto out = std::make_shared<CollectedRecords<KV>>();
   g_seen = 0;
@@ -234,6 +248,8 @@ TEST(ProcessingTimeWindowTest, TumblingProcessingTimeWindowsFireOnTheManualClock
   client.wait();
   EXPECT_EQ(out->all(), (std::vector<KV>{{"k", 1}, {"k", 2}}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ProcessingTimeWindowTest, testing::kStateBackends, testing::backend_name);
 
 }  // namespace
 }  // namespace sluice

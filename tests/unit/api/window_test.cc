@@ -10,6 +10,7 @@
 #include "sluice/api/stream_environment.h"
 #include "test_util/collect_sink.h"
 #include "test_util/scripted_source.h"
+#include "test_util/state_backends.h"
 
 namespace sluice {
 namespace {
@@ -52,8 +53,11 @@ JobResult run(StreamEnvironment& env) {
   return r;
 }
 
-TEST(WindowTest, TumblingEventTimeWithOutOfOrderInput) {
-  StreamEnvironment env;
+/// Runs on both keyed state backends (test_util/state_backends.h).
+class WindowTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WindowTest, TumblingEventTimeWithOutOfOrderInput) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   env.set_parallelism(2);
   auto out = std::make_shared<CollectedRecords<Result>>();
   std::vector<S> script{S::rec({"a", 1}, 1),
@@ -79,14 +83,14 @@ TEST(WindowTest, TumblingEventTimeWithOutOfOrderInput) {
   EXPECT_EQ(got, expected);
 }
 
-TEST(WindowTest, ReduceAndAggregateGiveTheSameSums) {
+TEST_P(WindowTest, ReduceAndAggregateGiveTheSameSums) {
   struct SumAgg final : AggregateFunction<KV, int64_t, int64_t> {
     int64_t create_accumulator() override { return 0; }
     void add(const KV& v, int64_t& acc) override { acc += v.second; }
     int64_t get_result(const int64_t& acc) override { return acc; }
     int64_t merge(int64_t a, const int64_t& b) override { return a + b; }
   };
-  StreamEnvironment env;
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto reduced = std::make_shared<CollectedRecords<KV>>();
   auto aggregated = std::make_shared<CollectedRecords<int64_t>>();
   std::vector<S> script;
@@ -116,8 +120,8 @@ TEST(WindowTest, ReduceAndAggregateGiveTheSameSums) {
   EXPECT_EQ(aggregated->size(), 4u);
 }
 
-TEST(WindowTest, SlidingWindowsCountEachRecordInEveryWindow) {
-  StreamEnvironment env;
+TEST_P(WindowTest, SlidingWindowsCountEachRecordInEveryWindow) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto out = std::make_shared<CollectedRecords<Result>>();
   std::vector<S> script{S::rec({"k", 1}, 2), S::rec({"k", 10}, 7), S::rec({"k", 100}, 12)};
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
@@ -132,8 +136,8 @@ TEST(WindowTest, SlidingWindowsCountEachRecordInEveryWindow) {
   EXPECT_EQ(got, expected);
 }
 
-TEST(WindowTest, SessionWindowsMergeUnderOutOfOrderInput) {
-  StreamEnvironment env;
+TEST_P(WindowTest, SessionWindowsMergeUnderOutOfOrderInput) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto out = std::make_shared<CollectedRecords<Result>>();
   // Gap 5: 1 and 10 start two sessions; 5 arrives late (before the watermark) and bridges them into one.
   // 30 is a separate session; for key b a single element.
@@ -151,8 +155,8 @@ TEST(WindowTest, SessionWindowsMergeUnderOutOfOrderInput) {
   EXPECT_EQ(got, expected);
 }
 
-TEST(WindowTest, SessionMergingWithIncrementalAggregation) {
-  StreamEnvironment env;
+TEST_P(WindowTest, SessionMergingWithIncrementalAggregation) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto out = std::make_shared<CollectedRecords<KV>>();
   std::vector<S> script{S::rec({"a", 1}, 1), S::rec({"a", 2}, 20), S::rec({"a", 4}, 8), S::rec({"a", 8}, 14)};
   env.from_source(std::make_shared<testing::ScriptedSource<KV>>(script), "script")
@@ -166,8 +170,8 @@ TEST(WindowTest, SessionMergingWithIncrementalAggregation) {
   EXPECT_EQ(out->all(), (std::vector<KV>{{"a", 15}}));  // 1, 8, 14, 20 chain into one session
 }
 
-TEST(WindowTest, AllowedLatenessFiresAgainAndTooLateGoesToSideOutput) {
-  StreamEnvironment env;
+TEST_P(WindowTest, AllowedLatenessFiresAgainAndTooLateGoesToSideOutput) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto out = std::make_shared<CollectedRecords<Result>>();
   auto late = std::make_shared<CollectedRecords<KV>>();
   const OutputTag<KV> late_tag("late");
@@ -191,8 +195,8 @@ TEST(WindowTest, AllowedLatenessFiresAgainAndTooLateGoesToSideOutput) {
   EXPECT_EQ(late->all(), (std::vector<KV>{{"a", 8}}));
 }
 
-TEST(WindowTest, CountTriggerOnGlobalWindows) {
-  StreamEnvironment env;
+TEST_P(WindowTest, CountTriggerOnGlobalWindows) {
+  StreamEnvironment env(testing::backend_configuration(GetParam()));
   auto out = std::make_shared<CollectedRecords<KV>>();
   std::vector<S> script;
   for (int i = 1; i <= 7; ++i)
@@ -208,6 +212,8 @@ TEST(WindowTest, CountTriggerOnGlobalWindows) {
   run(env);
   EXPECT_EQ(out->all(), (std::vector<KV>{{"k", 6}, {"k", 15}}));  // 1+2+3, 4+5+6; 7 never fires
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, WindowTest, testing::kStateBackends, testing::backend_name);
 
 }  // namespace
 }  // namespace sluice

@@ -2,7 +2,8 @@
 // event-time timers) and keyed reduce give the same output as on the heap; exactly-once state and file output
 // under injected failures with checkpoints and restores on RocksDB; savepoints moved heap -> rocksdb -> heap
 // while rescaling 2 -> 3 -> 1; each subtask's database lives under state.backend.rocksdb.localdir and is
-// removed when the job ends; operators without a rocksdb path (windows) refuse the backend with a reason.
+// removed when the job ends; windows keep exactly-once state on RocksDB under failures and move between the
+// backends through savepoints; functions written against the heap's typed states refuse the backend with a reason.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -348,32 +349,144 @@ TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
   fs::remove_all(root);
 }
 
-struct SumWindow final : ProcessWindowFunction<int64_t, int64_t, int64_t, TimeWindow> {
-  void process(const int64_t&, Context&, const std::vector<int64_t>& values, Collector<int64_t>& out) override {
-    int64_t s = 0;
-    for (int64_t v : values)
-      s += v;
-    out.collect(std::move(s));
+/// "key,window start,sum" for every key and 1-second tumbling window of the records 0..records-1, whose event
+/// time is their value in milliseconds.
+std::map<std::string, int64_t> expected_window_sums(int64_t records, int64_t keys) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> sums;
+  for (int64_t v = 0; v < records; ++v)
+    sums[{v % keys, v / 1000 * 1000}] += v;
+  std::map<std::string, int64_t> lines;
+  for (const auto& [kw, sum] : sums)
+    ++lines[std::to_string(kw.first) + "," + std::to_string(kw.second) + "," + std::to_string(sum)];
+  return lines;
+}
+
+struct WindowSumLine final : ProcessWindowFunction<int64_t, std::string, int64_t, TimeWindow> {
+  void process(const int64_t& key, Context& ctx, const std::vector<int64_t>& sums,
+               Collector<std::string>& out) override {
+    out.collect(std::to_string(key) + "," + std::to_string(ctx.window().start) + "," + std::to_string(sums.front()));
   }
 };
 
-// Windows keep a typed heap hot path: on rocksdb they fail the job at open with the reason, never run on the
-// heap silently.
-TEST(RocksDBBackendJobTest, WindowsRefuseRocksDBWithAReason) {
-  const fs::path root = fresh_dir("window");
+// Window contents (an aggregate per key and window), trigger state and the cleanup timers of a window operator
+// on rocksdb survive failures: every restart restores them from an incremental checkpoint into fresh databases,
+// and the committed sums equal a failure-free run's. The window's state is in RocksDB: the checkpoints upload SST
+// files to shared/, and restarts open them.
+TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithIncrementalCheckpoints) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu (failures after seeded record counts)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kRecords = 100'000;
+  constexpr int64_t kWindowKeys = 50;
+  auto thresholds = std::make_shared<std::vector<int64_t>>();
+  for (int i = 0; i < 4; ++i)
+    thresholds->push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(kRecords / 16)) + 1);
+  const fs::path root = fresh_dir("window-eo");
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  Configuration c = checkpointing_config("rocksdb", root, 2);
+  c.set(options::kStateBackendIncremental, true);
+  StreamEnvironment env(c);
+  env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/40'000), "numbers")
+      .uid("numbers")
+      .map(FailingMap{fired, thresholds})
+      .uid("failing-map")
+      .assign_timestamps_and_watermarks(WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+          [](const int64_t& v, TimestampMs) { return v; }))
+      .key_by([](const int64_t& v) { return v % kWindowKeys; })
+      .window(TumblingEventTimeWindows::of(1000ms))
+      .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+      .uid("window")
+      .sink_to(FileSink<std::string>::text((root / "out").string()))
+      .uid("sink");
+  JobResult r = env.execute("rocksdb windows exactly-once");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  std::printf("%d injected failures, %d restarts, %lld checkpoints\n", fired->load(), r.restarts,
+              static_cast<long long>(r.completed_checkpoints));
+  EXPECT_GE(r.restarts, 1);
+  EXPECT_GT(r.completed_checkpoints, 0);
+  EXPECT_FALSE(fs::is_empty(root / "checkpoints" / r.job_id / "shared"));
+  EXPECT_TRUE(testing::read_committed(root / "out") == expected_window_sums(kRecords, kWindowKeys))
+      << "window sums differ from the failure-free run (seed " << seed << ")";
+  EXPECT_EQ(database_dirs(root / "local"), 0u);
+  fs::remove_all(root);
+}
+
+// The window operator's state moves between the backends and parallelisms through savepoints: session windows
+// (merging-window sets, merged contents) open on the heap at p2 are closed on rocksdb at p3 and the heap at p1.
+TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSavepoints) {
+  constexpr int64_t kRecords = 60'000;
+  constexpr int64_t kSessionKeys = 20;
+  const fs::path root = fresh_dir("window-cross");
+  std::string savepoint;
+  const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
+  for (const auto& [backend, parallelism] : runs) {
+    Configuration c = checkpointing_config(backend, root, parallelism);
+    if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
+    StreamEnvironment env(c);
+    // Event time = value: one record per key every 20 ms of event time, so each key's session never closes
+    // until the end of input (the final watermark).
+    env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/15'000), "numbers")
+        .uid("numbers")
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                [](const int64_t& v, TimestampMs) { return v; }))
+        .key_by([](const int64_t& v) { return v % kSessionKeys; })
+        .window(EventTimeSessionWindows::with_gap(100ms))
+        .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+        .uid("sessions")
+        .sink_to(FileSink<std::string>::text((root / "out").string()))
+        .uid("sink");
+    JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
+    if (parallelism == 1) {
+      JobResult r = client.wait();
+      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+      break;
+    }
+    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 2; }, 60s));
+    Result<std::string> sp = client.stop_with_savepoint().get();
+    ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+    JobResult r = client.wait();
+    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+    savepoint = *sp;
+  }
+  // One session per key over all its records, whose window starts at the key's first record (= the key).
+  std::map<std::string, int64_t> expected;
+  for (int64_t k = 0; k < kSessionKeys; ++k) {
+    int64_t sum = 0;
+    for (int64_t v = k; v < kRecords; v += kSessionKeys)
+      sum += v;
+    ++expected[std::to_string(k) + "," + std::to_string(k) + "," + std::to_string(sum)];
+  }
+  EXPECT_TRUE(testing::read_committed(root / "out") == expected);
+  fs::remove_all(root);
+}
+
+/// Sums per key in the heap's typed state (keyed_state().heap()): refused on rocksdb.
+struct HeapTypedSum final : KeyedProcessFunction<int64_t, int64_t, int64_t> {
+  void open(RuntimeContext&) override {
+    sum_ = &keyed_state().heap().get_state(ValueStateDescriptor<int64_t>{"sum", 0});
+  }
+  void process_element(const int64_t& v, Context&, Collector<int64_t>& out) override {
+    sum_->update(sum_->value() + v);
+    out.collect(sum_->value());
+  }
+  HeapValueState<int64_t, VoidNamespace, int64_t>* sum_ = nullptr;
+};
+
+// A function written against the heap's typed states fails the job at open on rocksdb with the way out, never
+// runs on the heap silently.
+TEST(RocksDBBackendJobTest, HeapTypedStatesRefuseRocksDBWithAReason) {
+  const fs::path root = fresh_dir("heap-typed");
   StreamEnvironment env(backend_config("rocksdb", root / "local"));
   auto out = std::make_shared<CollectedRecords<int64_t>>();
   env.from_source(datagen::sequence(0, 999), "numbers")
-      .assign_timestamps_and_watermarks(WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
-          [](const int64_t& v, TimestampMs) { return v; }))
       .key_by([](const int64_t& v) { return v % 10; })
-      .window(TumblingEventTimeWindows::of(100ms))
-      .process(SumWindow{})
+      .process(HeapTypedSum{})
       .sink_to(std::make_shared<CollectSink<int64_t>>(out));
-  JobResult r = env.execute("window on rocksdb");
+  JobResult r = env.execute("heap-typed state on rocksdb");
   ASSERT_FALSE(r.ok());
   ASSERT_TRUE(r.error.has_value());
-  EXPECT_THAT(r.error->to_string(), HasSubstr("state.backend.type = rocksdb does not offer yet"));
+  EXPECT_THAT(r.error->to_string(), HasSubstr("use keyed_state().get_state()"));
   fs::remove_all(root);
 }
 

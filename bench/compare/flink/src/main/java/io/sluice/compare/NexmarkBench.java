@@ -57,6 +57,8 @@ public final class NexmarkBench {
     double rate = 10_000;
     long seed = 0;
     long checkpointIntervalMs = 0;
+    /** state.backend.type: hashmap (heap objects) or rocksdb (Flink's RocksDB backend, managed memory). */
+    String stateBackend = "hashmap";
     long warmupEvents = -1;
     String format = "text";
   }
@@ -76,9 +78,9 @@ public final class NexmarkBench {
     long warmup = opt.warmupEvents >= 0 ? opt.warmupEvents : Math.min(opt.events, 2_000_000L);
 
     Configuration conf = new Configuration();
-    // hashmap state backend (heap objects; Flink 2.x's default, set for clarity) and checkpoints kept in
-    // the JobManager's memory: nothing is written to disk, as with Sluice's in-memory checkpoint storage.
-    conf.set(StateBackendOptions.STATE_BACKEND, "hashmap");
+    // hashmap state backend (heap objects; Flink 2.x's default) unless --state-backend rocksdb, and checkpoints
+    // kept in the JobManager's memory: nothing is written to disk, as with Sluice's in-memory checkpoint storage.
+    conf.set(StateBackendOptions.STATE_BACKEND, opt.stateBackend);
     conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "jobmanager");
     conf.set(ExecutionOptions.RUNTIME_MODE, RuntimeExecutionMode.STREAMING);
     // Every record and state type must have a Flink serializer (POJO, basic type): no silent fallback to
@@ -268,7 +270,7 @@ public final class NexmarkBench {
       if (arg.equals("-h") || arg.equals("--help")) {
         System.out.println("usage: NexmarkBench --query " + String.join("|", Queries.NAMES)
             + " [--events N] [--parallelism P] [--rate R] [--seed S] [--checkpoint-interval-ms MS]"
-            + " [--warmup-events N] [--format json|text]");
+            + " [--warmup-events N] [--format json|text] [--state-backend hashmap|rocksdb]");
         System.exit(0);
       }
       if (i + 1 >= args.length) {
@@ -304,6 +306,12 @@ public final class NexmarkBench {
             break;
           case "--format":
             opt.format = value;
+            break;
+          case "--state-backend":
+            if (!value.equals("hashmap") && !value.equals("rocksdb")) {
+              throw new IllegalArgumentException("--state-backend must be hashmap or rocksdb, got " + value);
+            }
+            opt.stateBackend = value;
             break;
           default:
             throw new IllegalArgumentException("unknown option " + arg);
