@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -42,7 +44,7 @@ std::atomic<int64_t> g_resumed_at_ns{0};
 /// Keeps one value of `bytes` bytes per key and rewrites it on every record.
 class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
  public:
-  explicit FillState(int64_t bytes) : bytes_(bytes) {}
+  explicit FillState(int64_t bytes, bool random = false) : bytes_(bytes), random_(random) {}
   void open(RuntimeContext& ctx) override {
     value_ = &keyed_state().get_state(ValueStateDescriptor<std::string>{"value", {}});
     restored_ = ctx.attempt_number() > 0;
@@ -54,12 +56,26 @@ class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
       restored_ = false;
     }
     std::string s(static_cast<size_t>(bytes_), static_cast<char>('a' + v % 26));
+    if (random_) {
+      // Incompressible: SplitMix64 of (record, update count), new bytes on every update of the key.
+      uint64_t x = static_cast<uint64_t>(v) ^ (static_cast<uint64_t>(++updates_) << 40);
+      for (size_t b = 0; b + 8 <= s.size(); b += 8) {
+        x += 0x9E3779B97F4A7C15ULL;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        std::memcpy(s.data() + b, &z, 8);
+      }
+    }
     value_->update(std::move(s));
     g_processed.fetch_add(1, std::memory_order_relaxed);
   }
 
  private:
   int64_t bytes_;
+  bool random_ = false;
+  int64_t updates_ = 0;
   bool restored_ = false;
   ValueState<std::string>* value_ = nullptr;
 };
@@ -142,7 +158,7 @@ JobClient start_fill_job(const CheckpointBenchOptions& o, Configuration config, 
       })
       .uid("fail")
       .key_by([](const int64_t& v) { return v; })
-      .process(FillState(o.value_bytes))
+      .process(FillState(o.value_bytes, o.values == "random"))
       .uid("state")
       .sink_to(std::make_shared<Discard>())
       .uid("discard");
@@ -217,8 +233,80 @@ int run_state(const CheckpointBenchOptions& o) {
   return 0;
 }
 
+/// Every key once at full speed, then `per_second` pseudo-random keys per second (over all subtasks), paced by the
+/// reader itself: it returns kNothingAvailable and asks for a wake-up, so checkpoint barriers never wait behind the
+/// pacing (a sleep in the source's chain would delay them and make checkpoint durations measure the pacing).
+/// Subtask i fills keys [i*keys/p, (i+1)*keys/p); its split's `next` counts on past `end` through the churn, so
+/// the position is checkpointed with the source.
+class ChurnSource final : public Source<int64_t, DataGenSplit> {
+ public:
+  ChurnSource(int64_t keys, double per_second) : keys_(keys), per_second_(per_second) {}
+  Boundedness boundedness() const override { return Boundedness::kContinuousUnbounded; }
+  std::unique_ptr<SplitEnumerator<DataGenSplit>> create_enumerator(
+      SplitEnumeratorContext<DataGenSplit>& ctx) const override {
+    const int64_t p = ctx.current_parallelism();
+    std::vector<DataGenSplit> splits;
+    for (int64_t i = 0; i < p; ++i)
+      splits.push_back(DataGenSplit{keys_ * i / p, keys_ * (i + 1) / p});
+    return std::make_unique<StaticSplitEnumerator<DataGenSplit>>(ctx, std::move(splits));
+  }
+  std::unique_ptr<SourceReader<int64_t, DataGenSplit>> create_reader(SourceReaderContext& ctx) const override {
+    return std::make_unique<Reader>(ctx, keys_, per_second_ / ctx.parallelism());
+  }
+
+ private:
+  class Reader final : public SourceReader<int64_t, DataGenSplit> {
+   public:
+    Reader(SourceReaderContext& ctx, int64_t keys, double rate) : ctx_(ctx), keys_(keys), rate_(rate) {}
+    void start() override { ctx_.send_split_request(); }
+    InputStatus poll_next(ReaderOutput<int64_t>& out) override {
+      if (!split_) return InputStatus::kNothingAvailable;
+      DataGenSplit& s = *split_;
+      if (s.next < s.end) {  // the fill, at full speed
+        const int64_t stop = std::min(s.end, s.next + 1024);
+        for (; s.next < stop; ++s.next)
+          out.collect(int64_t{s.next});
+        return InputStatus::kMoreAvailable;
+      }
+      const TimestampMs now = ctx_.clock().now_ms();
+      if (churn_start_ms_ < 0) churn_start_ms_ = now;
+      const auto allowed = static_cast<int64_t>(static_cast<double>(now - churn_start_ms_) * rate_ / 1000.0) + 1;
+      const int64_t budget = std::min<int64_t>(1024, allowed - churned_);
+      if (budget <= 0) {
+        ctx_.wakeup_at(churn_start_ms_ + static_cast<TimestampMs>(static_cast<double>(churned_) * 1000.0 / rate_) + 1);
+        return InputStatus::kNothingAvailable;
+      }
+      for (int64_t n = 0; n < budget; ++n, ++s.next) {
+        const uint64_t h = static_cast<uint64_t>(s.next) * 0x9E3779B97F4A7C15ULL;
+        out.collect(static_cast<int64_t>((h ^ (h >> 29)) % static_cast<uint64_t>(keys_)));
+      }
+      churned_ += budget;
+      return InputStatus::kMoreAvailable;
+    }
+    void add_splits(std::vector<DataGenSplit> splits) override {
+      if (!splits.empty()) split_ = splits.front();
+    }
+    void notify_no_more_splits() override {}
+    std::vector<DataGenSplit> snapshot_state(int64_t) override {
+      if (!split_) return {};
+      return {*split_};
+    }
+
+   private:
+    SourceReaderContext& ctx_;
+    int64_t keys_;
+    double rate_;
+    std::optional<DataGenSplit> split_;
+    TimestampMs churn_start_ms_ = -1;
+    int64_t churned_ = 0;
+  };
+
+  int64_t keys_;
+  double per_second_;
+};
+
 // Writes every key once at full speed, then changes churn_percent of the keys per 3 s interval (random keys, paced
-// by the generator): the checkpoints after the fill show what a mostly unchanged large state costs.
+// by the source without blocking): the checkpoints after the fill show what a mostly unchanged large state costs.
 int run_churn(const CheckpointBenchOptions& o) {
   const int64_t keys = keys_for(o);
   const int64_t interval_ms = 3'000;
@@ -226,28 +314,10 @@ int run_churn(const CheckpointBenchOptions& o) {
   fs::path dir = checkpoint_root(o, "churn");
   g_processed = 0;
   StreamEnvironment env(base_config(o, dir, "3s"));
-  auto source = std::make_shared<DataGeneratorSource<int64_t>>(
-      [keys](int64_t i) {
-        if (i < keys) return i;
-        return static_cast<int64_t>((static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL) % static_cast<uint64_t>(keys));
-      },
-      DataGeneratorSource<int64_t>::kUnbounded);
-  env.from_source(source, "keys")
+  env.from_source(std::make_shared<ChurnSource>(keys, per_second), "keys")
       .uid("keys")
-      .map([keys, per_second, start_ns = int64_t{0}](const int64_t& v) mutable {
-        // After the fill, pace to per_second records (a benchmark driver's throttle, not synchronisation).
-        const int64_t n = g_processed.load(std::memory_order_relaxed);
-        if (n >= keys) {
-          if (start_ns == 0) start_ns = now_ns();
-          const int64_t due = start_ns + static_cast<int64_t>(static_cast<double>(n - keys) / per_second * 1e9);
-          const int64_t wait = due - now_ns();
-          if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
-        }
-        return v;
-      })
-      .uid("pace")
       .key_by([](const int64_t& v) { return v; })
-      .process(FillState(o.value_bytes))
+      .process(FillState(o.value_bytes, o.values == "random"))
       .uid("state")
       .sink_to(std::make_shared<Discard>())
       .uid("discard");
@@ -283,10 +353,10 @@ int run_churn(const CheckpointBenchOptions& o) {
     pause.push_back(static_cast<double>(p) / 1e6);
   }
   fmt::print(
-      "checkpoint churn: {} MiB target ({} keys x {} B), {}% of the keys changed per 3 s, {} backend{}, {} "
+      "checkpoint churn: {} MiB target ({} keys x {} B, {} values), {}% of the keys changed per 3 s, {} backend{}, {} "
       "checkpoints: median duration {:.0f} ms, written {:.2f} MiB of {:.1f} MiB state, max synchronous pause "
       "{:.2f} ms (median); RSS {:.0f} MiB, CPU {:.1f} s\n",
-      o.state_mb, keys, o.value_bytes, o.churn_percent, o.backend, o.incremental ? " (incremental)" : "",
+      o.state_mb, keys, o.value_bytes, o.values, o.churn_percent, o.backend, o.incremental ? " (incremental)" : "",
       duration.size(), median(duration), median(written), median(size), median(pause), rss, cpu);
   if (!is_s3_uri(dir.native())) fs::remove_all(dir);
   return 0;

@@ -26,11 +26,13 @@ struct CheckpointBenchOptions {
   std::string intervals = "none,10s,1s,200ms";  ///< checkpoint intervals (throughput)
   int rounds = 3;
   int parallelism = 1;
-  std::string dir;                      ///< checkpoint directory; default: a fresh one under the temp dir
-  std::string backend = "hashmap";      ///< state.backend.type: hashmap or rocksdb
-  std::string rocksdb_memory;           ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
-  bool incremental = false;             ///< state.backend.incremental
-  double churn_percent = 1;             ///< keys changed per checkpoint interval, in % (churn)
+  std::string dir;                  ///< checkpoint directory; default: a fresh one under the temp dir
+  std::string backend = "hashmap";  ///< state.backend.type: hashmap or rocksdb
+  std::string rocksdb_memory;       ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)
+  bool incremental = false;         ///< state.backend.incremental
+  double churn_percent = 1;         ///< keys changed per checkpoint interval, in % (churn)
+  /// Values: "repeated" (one letter repeated: compresses ~13x in RocksDB) or "random" (incompressible bytes).
+  std::string values = "repeated";
   std::string storages = "none,local";  ///< storage: none, local (a fresh dir under --dir or the temp dir), s3://...
   std::string interval = "3s";          ///< storage: checkpoint interval
   int window_s = 60;                    ///< storage: seconds of throughput measured after the fill

@@ -374,6 +374,11 @@ int main(int argc, char** argv) {
   checkpoint->add_option("--churn-percent", ck.churn_percent, "Keys changed per checkpoint interval, in % (churn)")
       ->capture_default_str();
   checkpoint
+      ->add_option("--values", ck.values,
+                   "Values: repeated (one letter, RocksDB compresses it ~13x) or random (incompressible)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"repeated", "random"}));
+  checkpoint
       ->add_option(
           "--storages", ck.storages,
           "Checkpoint storages compared (storage): none, local (under --dir or the temp dir), s3://bucket/prefix "
