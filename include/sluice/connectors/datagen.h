@@ -2,7 +2,11 @@
 // speed or rate-limited (Flink's DataGeneratorSource). Generation is deterministic: record i is always
 // generator(i), whatever the parallelism, so runs are reproducible; for random data use seeded_random().
 //
-// Splits are contiguous index ranges, one per reader subtask at start.
+// Splits are contiguous index ranges, one per reader subtask at start. Each split is emitted through its own
+// split output (Flink's split-aware watermarking: one watermark generator per split, the source's watermark the
+// minimum over them), created for every split a reader holds before it reads any: after a rescale one reader
+// holds several splits and reads them one after the other, and a split not read yet holds the watermark back,
+// so its records are not late behind another split's later timestamps.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sluice/api/source.h"
@@ -104,7 +109,11 @@ class DataGeneratorSource final : public Source<T, DataGenSplit> {
       if (splits_.empty()) {
         return no_more_splits_ ? InputStatus::kEndOfInput : InputStatus::kNothingAvailable;
       }
+      // Every split's output exists before any record is read (see the file comment).
+      for (; outputs_.size() < splits_.size();)
+        outputs_.push_back(&out.output_for_split(split_id(splits_[outputs_.size()])));
       DataGenSplit& s = splits_.front();
+      ReaderOutput<T>& split_out = *outputs_.front();
       int64_t budget = kBatch;
       if (rate_ > 0) {
         const TimestampMs now = ctx_.clock().now_ms();
@@ -117,10 +126,12 @@ class DataGeneratorSource final : public Source<T, DataGenSplit> {
       }
       const int64_t stop = std::min(s.end, s.next + budget);
       for (int64_t i = s.next; i < stop; ++i)
-        out.collect(gen_(i));
+        split_out.collect(gen_(i));
       emitted_ += stop - s.next;
       s.next = stop;
       if (s.next >= s.end) {
+        out.release_output_for_split(split_id(s));
+        outputs_.pop_front();
         splits_.pop_front();
         if (splits_.empty() && !no_more_splits_) ctx_.send_split_request();
       }
@@ -135,10 +146,13 @@ class DataGeneratorSource final : public Source<T, DataGenSplit> {
 
    private:
     static constexpr int64_t kBatch = 1024;
+    /// A split's identity: its end, which no other split shares and which never changes.
+    static std::string split_id(const DataGenSplit& s) { return "datagen-" + std::to_string(s.end); }
     SourceReaderContext& ctx_;
     Generator gen_;
     double rate_;
     std::deque<DataGenSplit> splits_;
+    std::deque<ReaderOutput<T>*> outputs_;  // the outputs of splits_' first entries, in the same order
     bool no_more_splits_ = false;
     TimestampMs start_ms_ = 0;
     int64_t emitted_ = 0;

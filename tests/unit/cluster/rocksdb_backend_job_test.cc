@@ -2,8 +2,8 @@
 // event-time timers) and keyed reduce give the same output as on the heap; exactly-once state and file output
 // under injected failures with checkpoints and restores on RocksDB; savepoints moved heap -> rocksdb -> heap
 // while rescaling 2 -> 3 -> 1; each subtask's database lives under state.backend.rocksdb.localdir and is
-// removed when the job ends; windows keep exactly-once state on RocksDB under failures; functions written against
-// the heap's typed states refuse the backend with a reason.
+// removed when the job ends; windows keep exactly-once state on RocksDB under failures and move between the
+// backends through savepoints; functions written against the heap's typed states refuse the backend with a reason.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -386,12 +386,13 @@ TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithInc
   Configuration c = checkpointing_config("rocksdb", root, 2);
   c.set(options::kStateBackendIncremental, true);
   StreamEnvironment env(c);
-  env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/40'000), "numbers")
+  env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/40'000),
+                  WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                      [](const int64_t& v, TimestampMs) { return v; }),
+                  "numbers")
       .uid("numbers")
       .map(FailingMap{fired, thresholds})
       .uid("failing-map")
-      .assign_timestamps_and_watermarks(WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
-          [](const int64_t& v, TimestampMs) { return v; }))
       .key_by([](const int64_t& v) { return v % kWindowKeys; })
       .window(TumblingEventTimeWindows::of(1000ms))
       .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
@@ -408,6 +409,67 @@ TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithInc
   EXPECT_TRUE(testing::read_committed(root / "out") == expected_window_sums(kRecords, kWindowKeys))
       << "window sums differ from the failure-free run (seed " << seed << ")";
   EXPECT_EQ(database_dirs(root / "local"), 0u);
+  fs::remove_all(root);
+}
+
+// The window operator's state moves between the backends and parallelisms through savepoints: session windows
+// (merging-window sets, merged contents) open on the heap at p2 are closed on rocksdb at p3 and the heap at p1.
+TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSavepoints) {
+  // Runs 1 and 2 are stopped by stop-with-savepoint after two checkpoints: their sources are slow enough (20 s for
+  // all records) that a loaded machine still finds them running; the last run reads the rest at full speed.
+  constexpr int64_t kRecords = 300'000;
+  constexpr int64_t kSessionKeys = 20;
+  const fs::path root = fresh_dir("window-cross");
+  std::string savepoint;
+  const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
+  for (const auto& [backend, parallelism] : runs) {
+    Configuration c = checkpointing_config(backend, root, parallelism);
+    if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
+    StreamEnvironment env(c);
+    // Event time = value: one record per key every 20 ms of event time, so each key's session never closes
+    // until the end of input (the final watermark).
+    // Watermarks per split, in the source (FLIP-27): after a rescale one reader holds several splits and reads
+    // them one after the other, so the stream it emits is not in timestamp order, while each split is.
+    env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/parallelism == 1 ? 0 : 15'000),
+                    WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                        [](const int64_t& v, TimestampMs) { return v; }),
+                    "numbers")
+        .uid("numbers")
+        .key_by([](const int64_t& v) { return v % kSessionKeys; })
+        .window(EventTimeSessionWindows::with_gap(100ms))
+        .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+        .uid("sessions")
+        .sink_to(FileSink<std::string>::text((root / "out").string()))
+        .uid("sink");
+    JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
+    if (parallelism == 1) {
+      JobResult r = client.wait();
+      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+      break;
+    }
+    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 2; }, 60s));
+    Result<std::string> sp = client.stop_with_savepoint().get();
+    ASSERT_TRUE(sp.ok()) << sp.error().to_string();
+    JobResult r = client.wait();
+    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+    savepoint = *sp;
+  }
+  // One session per key over all its records, whose window starts at the key's first record (= the key).
+  std::map<std::string, int64_t> expected;
+  for (int64_t k = 0; k < kSessionKeys; ++k) {
+    int64_t sum = 0;
+    for (int64_t v = k; v < kRecords; v += kSessionKeys)
+      sum += v;
+    ++expected[std::to_string(k) + "," + std::to_string(k) + "," + std::to_string(sum)];
+  }
+  const std::map<std::string, int64_t> got = testing::read_committed(root / "out");
+  EXPECT_TRUE(got == expected);
+  for (const auto& [line, n] : got) {
+    if (expected.count(line) == 0 || expected.at(line) != n) ADD_FAILURE() << "unexpected: " << line << " x" << n;
+  }
+  for (const auto& [line, n] : expected) {
+    if (got.count(line) == 0) ADD_FAILURE() << "missing: " << line;
+  }
   fs::remove_all(root);
 }
 
