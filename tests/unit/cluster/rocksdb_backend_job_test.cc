@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -318,25 +319,23 @@ TEST(RocksDBBackendJobTest, IncrementalCheckpointsRescaleTwoThreeOne) {
   fs::remove_all(root);
 }
 
-// Snapshots are canonical: a savepoint of the heap restores into RocksDB and back, across rescaling.
-TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
-  const int64_t records = 60'000;
-  const fs::path root = fresh_dir("cross");
-  auto fired = std::make_shared<std::atomic<int>>(0);
-  auto no_failures = std::make_shared<const std::vector<int64_t>>();
+/// Runs the job `build` makes on heap p2, then rocksdb p3, then heap p1, each started from the savepoint the one
+/// before was stopped with (after two checkpoints); the last runs to its end. `build(env, parallelism)` adds the
+/// job to `env`; its sources must still be running after two checkpoints on a loaded machine.
+void run_through_savepoints_heap_rocksdb_heap(const fs::path& root,
+                                              const std::function<void(StreamEnvironment&, int)>& build) {
   std::string savepoint;
   const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
   for (const auto& [backend, parallelism] : runs) {
     Configuration c = checkpointing_config(backend, root, parallelism);
     if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
     StreamEnvironment env(c);
-    // Slow enough (4 s per run) that a run is still going when its checkpoints complete on a loaded machine.
-    build_counting_job(env, root / "out", records, fired, no_failures, /*rate=*/15'000);
+    build(env, parallelism);
     JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
     if (parallelism == 1) {
       JobResult r = client.wait();
       ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
-      break;
+      return;
     }
     ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 2; }, 60s));
     Result<std::string> sp = client.stop_with_savepoint().get();
@@ -345,6 +344,19 @@ TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
     ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
     savepoint = *sp;
   }
+}
+
+// Snapshots are canonical: a savepoint of the heap restores into RocksDB and back, across rescaling.
+TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
+  const int64_t records = 60'000;
+  const fs::path root = fresh_dir("cross");
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  auto no_failures = std::make_shared<const std::vector<int64_t>>();
+  run_through_savepoints_heap_rocksdb_heap(root, [&](StreamEnvironment& env, int) {
+    // Slow enough (4 s per run) that a run is still going when its checkpoints complete on a loaded machine.
+    build_counting_job(env, root / "out", records, fired, no_failures, /*rate=*/15'000);
+  });
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_counts(records, kKeys));
   fs::remove_all(root);
 }
@@ -420,16 +432,11 @@ TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSave
   constexpr int64_t kRecords = 300'000;
   constexpr int64_t kSessionKeys = 20;
   const fs::path root = fresh_dir("window-cross");
-  std::string savepoint;
-  const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
-  for (const auto& [backend, parallelism] : runs) {
-    Configuration c = checkpointing_config(backend, root, parallelism);
-    if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
-    StreamEnvironment env(c);
+  run_through_savepoints_heap_rocksdb_heap(root, [&](StreamEnvironment& env, int parallelism) {
     // Event time = value: one record per key every 20 ms of event time, so each key's session never closes
-    // until the end of input (the final watermark).
-    // Watermarks per split, in the source (FLIP-27): after a rescale one reader holds several splits and reads
-    // them one after the other, so the stream it emits is not in timestamp order, while each split is.
+    // until the end of input (the final watermark). Watermarks per split, in the source (FLIP-27): after a
+    // rescale one reader holds several splits and reads them one after the other, so the stream it emits is not
+    // in timestamp order, while each split is.
     env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/parallelism == 1 ? 0 : 15'000),
                     WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
                         [](const int64_t& v, TimestampMs) { return v; }),
@@ -441,19 +448,8 @@ TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSave
         .uid("sessions")
         .sink_to(FileSink<std::string>::text((root / "out").string()))
         .uid("sink");
-    JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
-    if (parallelism == 1) {
-      JobResult r = client.wait();
-      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
-      break;
-    }
-    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 2; }, 60s));
-    Result<std::string> sp = client.stop_with_savepoint().get();
-    ASSERT_TRUE(sp.ok()) << sp.error().to_string();
-    JobResult r = client.wait();
-    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
-    savepoint = *sp;
-  }
+  });
+  if (HasFatalFailure()) return;
   // One session per key over all its records, whose window starts at the key's first record (= the key).
   std::map<std::string, int64_t> expected;
   for (int64_t k = 0; k < kSessionKeys; ++k) {
