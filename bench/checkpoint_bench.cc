@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -284,7 +285,10 @@ class ChurnSource final : public Source<int64_t, DataGenSplit> {
       return InputStatus::kMoreAvailable;
     }
     void add_splits(std::vector<DataGenSplit> splits) override {
-      if (!splits.empty()) split_ = splits.front();
+      // One split per reader: the benchmark never rescales, and a restart gives each reader its own split back.
+      if (splits.empty()) return;
+      if (split_ || splits.size() > 1) throw std::logic_error("ChurnSource: a reader was given a second split");
+      split_ = splits.front();
     }
     void notify_no_more_splits() override {}
     std::vector<DataGenSplit> snapshot_state(int64_t) override {

@@ -69,7 +69,8 @@ TEST(RocksDBLargeStateTest, StateTenTimesTheBudgetKeepsRssWithinTheBudgetPlusOve
   const uint64_t budget = env_mib("SLUICE_LARGE_STATE_BUDGET_MIB", 512) << 20;
   // What RocksDB holds outside the budget (table readers' metadata not charged to the cache, compaction and
   // flush buffers, the allocator's free lists) and the test's own memory (value buffer, key list): measured
-  // 2026-12-04 (docs/checkpoints.md, "Memory"); a quarter of the budget leaves room for the machine's noise.
+  // 2026-12-04 (docs/checkpoints.md, "State backends", memory bounded); a quarter of the budget leaves room for the
+  // machine's noise.
   const uint64_t overhead = budget / 4;
   constexpr size_t kValueBytes = 4096;
   const int64_t keys = static_cast<int64_t>(state_bytes / kValueBytes);
