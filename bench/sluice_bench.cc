@@ -135,6 +135,8 @@ struct NexmarkOptions {
   int64_t metrics_scrape_ms = 0;
   /// state.backend.type of the job's keyed state: hashmap (the heap) or rocksdb.
   std::string state_backend = "hashmap";
+  /// state.backend.rocksdb.timer-service.factory with rocksdb: heap or rocksdb (Flink's default).
+  std::string timer_service = "heap";
 };
 
 int run_nexmark(const NexmarkOptions& opt) {
@@ -161,6 +163,7 @@ int run_nexmark(const NexmarkOptions& opt) {
 
   sluice::Configuration conf;
   conf.set(sluice::options::kStateBackendType, opt.state_backend);
+  conf.set_string(std::string(sluice::options::kRocksDBTimerServiceFactory.key), opt.timer_service);
   std::filesystem::path checkpoint_dir;
   if (opt.checkpoint_interval_ms > 0) {
     // Checkpoints go to a fresh directory under the temp dir, removed at the end.
@@ -329,6 +332,12 @@ int main(int argc, char** argv) {
                    "dir, 64 MiB each)")
       ->capture_default_str()
       ->check(CLI::IsMember({"hashmap", "rocksdb"}));
+  nexmark
+      ->add_option("--timer-service", opt.timer_service,
+                   "Where timers live with --state-backend rocksdb (state.backend.rocksdb.timer-service.factory; "
+                   "Flink's default is rocksdb)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"heap", "rocksdb"}));
   nexmark
       ->add_option("--metrics-scrape-ms", opt.metrics_scrape_ms,
                    "Register the job's metrics and scrape them every N ms while it runs (0: no registry)")

@@ -11,15 +11,22 @@
 
 namespace sluice::testing {
 
-/// state.backend.type values: the heap (typed states) and RocksDB (a database per keyed subtask under the temp
-/// directory, removed when the subtask ends).
-inline const auto kStateBackends = ::testing::Values(std::string("hashmap"), std::string("rocksdb"));
+/// The backends: the heap (typed states), RocksDB (a database per keyed subtask under the temp directory, removed
+/// when the subtask ends) with timers on the heap, and RocksDB with timers in the database too
+/// (state.backend.rocksdb.timer-service.factory: rocksdb).
+inline const auto kStateBackends =
+    ::testing::Values(std::string("hashmap"), std::string("rocksdb"), std::string("rocksdb_timers"));
 
-/// A job configuration on `backend`; RocksDB gets a small fixed memory budget per database (8 MiB), since a test
-/// runs many subtasks at once.
+/// A job configuration on `backend` (a kStateBackends value); RocksDB gets a small fixed memory budget per
+/// database (8 MiB), since a test runs many subtasks at once.
 inline Configuration backend_configuration(const std::string& backend) {
   Configuration c;
-  c.set(options::kStateBackendType, backend);
+  if (backend == "rocksdb_timers") {
+    c.set(options::kStateBackendType, std::string("rocksdb"));
+    c.set_string(std::string(options::kRocksDBTimerServiceFactory.key), "rocksdb");
+  } else {
+    c.set(options::kStateBackendType, backend);
+  }
   c.set_string(std::string(options::kRocksDBMemoryFixedPerSlot.key), "8mb");
   return c;
 }

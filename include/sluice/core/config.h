@@ -174,7 +174,8 @@ inline const ConfigOption<std::string> kRocksDBLocalDir{
     "Directory for the RocksDB working directories of this process's subtasks; empty: the system temp dir."};
 inline const ConfigOption<std::string> kRocksDBTimerServiceFactory{
     "state.backend.rocksdb.timer-service.factory", "heap",
-    "Where the timers of the rocksdb backend live: heap (the only one built; rocksdb is refused)."};
+    "Where the timers of the rocksdb backend live: heap (in memory, checkpointed with the state) or rocksdb (in "
+    "the subtask's RocksDB database, for timers larger than memory)."};
 inline const ConfigOption<bool> kRocksDBMemoryManaged{
     "state.backend.rocksdb.memory.managed", true,
     "Bound each RocksDB instance's block cache and memtables by one budget (fixed-per-slot); false: RocksDB's "

@@ -98,6 +98,7 @@ class KeyedContextHolder final : public TimerService {
     store_ = detail::make_keyed_store<K>(ctx);
     key_context_ = &store_->timer_key_context();
     timers_ = std::make_unique<InternalTimerService<K, N>>(store_->timer_key_context());
+    store_->attach_timers(*timers_);
     if (restored != nullptr) detail::throw_if_restore_failed(store_->restore(timers_.get(), *restored), ctx);
   }
   /// A consistent capture of the keyed state and timers (StreamOperatorBase::snapshot_keyed_state); nullptr

@@ -50,24 +50,16 @@ class KeyedOperatorSnapshot final : public KeyedStateSnapshot {
     // The state part goes through a scratch buffer because its varint length comes first.
     DataOutput state_bytes;
     state_->write_key_group(kg, state_bytes);
-    out.write_varint(state_bytes.size());
-    out.write_bytes(state_bytes.data(), state_bytes.size());
-    std::string_view timer_bytes = timers_ ? timers_->key_group_bytes(kg) : std::string_view();
-    out.write_varint(timer_bytes.size());
-    out.write_bytes(timer_bytes.data(), timer_bytes.size());
+    write_parts(state_bytes, kg, /*beside_native=*/false, out);
   }
 
   /// The backend's native files (incremental rocksdb checkpoints), or nullptr.
   const NativeKeyedStateSnapshot* native() const override { return state_->native(); }
-  /// As write_key_group(), with the state part reduced to what the native files do not hold.
+  /// As write_key_group(), with the state and timer parts reduced to what the native files do not hold.
   void write_key_group_beside_native(KeyGroup kg, DataOutput& out) const override {
     DataOutput state_bytes;
     state_->write_key_group_beside_native(kg, state_bytes);
-    out.write_varint(state_bytes.size());
-    out.write_bytes(state_bytes.data(), state_bytes.size());
-    std::string_view timer_bytes = timers_ ? timers_->key_group_bytes(kg) : std::string_view();
-    out.write_varint(timer_bytes.size());
-    out.write_bytes(timer_bytes.data(), timer_bytes.size());
+    write_parts(state_bytes, kg, /*beside_native=*/true, out);
   }
 
   /// The captured backend state alone.
@@ -76,6 +68,21 @@ class KeyedOperatorSnapshot final : public KeyedStateSnapshot {
   const TimerServiceSnapshot* timers() const noexcept { return timers_.get(); }
 
  private:
+  void write_parts(const DataOutput& state_bytes, KeyGroup kg, bool beside_native, DataOutput& out) const {
+    out.write_varint(state_bytes.size());
+    out.write_bytes(state_bytes.data(), state_bytes.size());
+    DataOutput timer_bytes;
+    if (timers_ != nullptr) {
+      if (beside_native) {
+        timers_->write_timers_beside_native(kg, timer_bytes);
+      } else {
+        timers_->write_timers(kg, timer_bytes);
+      }
+    }
+    out.write_varint(timer_bytes.size());
+    out.write_bytes(timer_bytes.data(), timer_bytes.size());
+  }
+
   std::unique_ptr<KeyedStateSnapshot> state_;
   std::unique_ptr<TimerServiceSnapshot> timers_;
 };

@@ -3,10 +3,11 @@
 // KeyedStateStore / the RuntimeContext's getState). get_state() returns the user-facing interfaces of state.h
 // (ValueState<T>& ...), implemented by HeapValueState (hashmap) or RocksDBValueState (rocksdb).
 //
-// Timers stay on the heap with both backends (Flink's state.backend.rocksdb.timer-service.factory: heap): the
-// store always owns a HeapKeyedStateBackend, which with rocksdb holds no state and only carries the current
-// key and its hash for the InternalTimerService. Operators that fire timers make the fired key current with
-// set_current_key() so RocksDB states see it too.
+// Timers live on the heap (state.backend.rocksdb.timer-service.factory: heap, the default here; Flink's default
+// is rocksdb) or, with rocksdb and timer-service.factory: rocksdb, in the subtask's database (attach_timers()).
+// Either way the store owns a HeapKeyedStateBackend, which with rocksdb holds no state and only carries the
+// current key and its hash for the InternalTimerService. Operators that fire timers make the fired key current
+// with set_current_key() so RocksDB states see it too.
 //
 // The engine's keyed operators (reduce, windows, joins, keyed connect) use the heap's typed states on hashmap
 // and the RocksDB states on rocksdb. User functions written against the heap's typed states reach them with
@@ -44,6 +45,8 @@ struct StateBackendOptions {
   RocksDBMemoryOptions memory;
   /// state.backend.incremental: rocksdb checkpoints upload only new SST files (rocksdb_incremental.h).
   bool incremental = false;
+  /// state.backend.rocksdb.timer-service.factory = rocksdb: timers in the RocksDB database (rocksdb only).
+  bool rocksdb_timers = false;
 
   /// Reads the options from `config` (nullptr: the defaults, hashmap). Throws SluiceException
   /// (kConfiguration) for values validate_engine_options() refuses, with the same reasons.
@@ -66,7 +69,8 @@ class KeyedStateStore {
   /// rocksdb, the database lives in make_rocksdb_working_dir(options, operator_name, subtask, attempt).
   KeyedStateStore(KeyGroupRange range, int max_parallelism, const Clock& clock, const StateBackendOptions& options,
                   std::string_view operator_name, int subtask_index, int attempt)
-      : operator_name_(operator_name) {
+      : operator_name_(operator_name),
+        rocksdb_timers_(options.type == StateBackendOptions::Type::kRocksDB && options.rocksdb_timers) {
     heap_ = std::make_unique<HeapKeyedStateBackend<K>>(range, max_parallelism, clock);
     if (options.type == StateBackendOptions::Type::kRocksDB) {
       rocks_ = std::make_unique<RocksDBKeyedStateBackend<K>>(
@@ -96,6 +100,14 @@ class KeyedStateStore {
   RocksDBKeyedStateBackend<K>* rocksdb() noexcept { return rocks_.get(); }
   /// The heap backend that carries the current key for the timer service (with hashmap also the state).
   HeapKeyedStateBackend<K>& timer_key_context() noexcept { return *heap_; }
+  /// True when timers live in RocksDB (rocksdb with timer-service.factory: rocksdb).
+  bool rocksdb_timers() const noexcept { return rocksdb_timers_; }
+  /// Moves `timers` (built on timer_key_context(), none registered yet) into the database when the job keeps
+  /// timers in RocksDB; no-op otherwise. Call before restore().
+  template <class N>
+  void attach_timers(InternalTimerService<K, N>& timers) {
+    if (rocksdb_timers_) timers.use_rocksdb(rocks_->instance());
+  }
 
   /// Makes `key` current for every state and for timers registered next. Throws kState when the key
   /// belongs to another subtask.
@@ -162,12 +174,47 @@ class KeyedStateStore {
                          "or switch backends through a savepoint (savepoints are canonical)");
       }
       SLUICE_RETURN_IF_ERROR(rocks_->restore_native(restore.native));
+      // The restored database holds the timers when the checkpoint was taken with RocksDB timers.
+      SLUICE_RETURN_IF_ERROR(place_restored_timers(timers));
     }
     if (rocks_ != nullptr) return restore_keyed_operator(*rocks_, timers, restore);
     return restore_keyed_operator(*heap_, timers, restore);
   }
 
  private:
+  // After a native restore replaced the database: RocksDB timers move to the new database; heap timers take
+  // whatever timers the database holds (a checkpoint taken with RocksDB timers); an operator without timers
+  // refuses a database that holds some.
+  template <class N>
+  Status place_restored_timers(InternalTimerService<K, N>* timers) {
+    try {
+      RocksDBInstance& db = rocks_->instance();
+      if (timers == nullptr) {
+        for (const std::string& name : db.timer_names()) {
+          bool any = false;
+          db.scan(db.find_timer_column_family(name), {}, nullptr, [&any](std::string_view, std::string_view) {
+            any = true;
+            return false;
+          });
+          if (any) {
+            return Error(ErrorCode::kState, "operator '" + operator_name_ +
+                                                "': the checkpoint holds timers but the operator is restored without "
+                                                "a timer service: restore into the operator that wrote it");
+          }
+        }
+        return ok_status();
+      }
+      if (rocksdb_timers_) {
+        timers->use_rocksdb(db);
+      } else {
+        timers->adopt_rocksdb_timers(db);
+      }
+      return ok_status();
+    } catch (const SluiceException& e) {
+      return e.error().with_context("operator '" + operator_name_ + "': restoring timers from RocksDB");
+    }
+  }
+
   [[noreturn]] void throw_heap_only() const {
     throw SluiceException(
         Error(ErrorCode::kConfiguration,
@@ -178,6 +225,7 @@ class KeyedStateStore {
   }
 
   std::string operator_name_;
+  bool rocksdb_timers_;
   std::unique_ptr<HeapKeyedStateBackend<K>> heap_;
   std::unique_ptr<RocksDBKeyedStateBackend<K>> rocks_;
 };

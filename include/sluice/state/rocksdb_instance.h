@@ -3,10 +3,11 @@
 // the only place that includes RocksDB's headers; the typed states (rocksdb_keyed_state_backend.h) see
 // column families as opaque handles and keys and values as bytes.
 //
-// Layout: one column family per state; keys are compared bytewise, so the backend's 2-byte big-endian key
-// group prefix keeps each key group contiguous (snapshots and rescaling scan one key group). The write-ahead
-// log is off, as in Flink: state survives a crash through checkpoints, never through the local files, and
-// the working directory is deleted when the instance is destroyed.
+// Layout: one column family per state, and one per timer queue when timers live in RocksDB
+// (state.backend.rocksdb.timer-service.factory: rocksdb; rocksdb_timer_queue.h); keys are compared bytewise,
+// so the backend's 2-byte big-endian key group prefix keeps each key group contiguous (snapshots and rescaling
+// scan one key group). The write-ahead log is off, as in Flink: state survives a crash through checkpoints, never
+// through the local files, and the working directory is deleted when the instance is destroyed.
 //
 // Thread-safety: writes and column-family creation happen on the task thread only. Reads through a
 // Snapshot (scan) may run on any thread concurrently with the task's writes (RocksDB is thread-safe). An
@@ -84,6 +85,17 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// open_existing() has none until its state is registered). Task thread.
   void set_filter(std::string_view name, ValueFilter filter);
 
+  /// The column family of timer queue `name` (rocksdb_timer_queue.h), created on first use; kept apart from
+  /// the states' (state_names() does not list it), checkpointed, copied and clipped with them. Task thread.
+  ColumnFamily* timer_column_family(std::string_view name);
+  /// The column family of timer queue `name`, or nullptr when the database has none (a restored database
+  /// holds the timer queues of the job that wrote it).
+  ColumnFamily* find_timer_column_family(std::string_view name) const;
+  /// Drops timer queue `name` and its entries (no-op when absent): its timers moved to the heap. Task thread.
+  void drop_timer_column_family(std::string_view name);
+  /// Names of the timer queues' column families (without the internal "timer/" prefix), sorted.
+  std::vector<std::string> timer_names() const;
+
   /// Names of the states' column families (without the internal "state/" prefix), sorted.
   std::vector<std::string> state_names() const;
 
@@ -97,13 +109,13 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// MANIFEST, CURRENT and OPTIONS copied. Returns the file names in `target`. Throws kState.
   std::vector<std::string> create_checkpoint(const std::filesystem::path& target);
 
-  /// Copies every entry of every state column family of `other` whose key lies in [begin, end) (bytewise)
+  /// Copies every entry of every state and timer column family of `other` whose key lies in [begin, end) (bytewise)
   /// into the column family of the same name here (created when missing), with its state metadata; the
   /// restore of a rescaled incremental checkpoint. Task thread.
   void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end);
 
-  /// Deletes every key outside [begin, end) in every state column family (RocksDB range deletions; compactions
-  /// reclaim the space later): clips a restored database to the subtask's key groups. Task thread.
+  /// Deletes every key outside [begin, end) in every state and timer column family (RocksDB range deletions;
+  /// compactions reclaim the space later): clips a restored database to the subtask's key groups. Task thread.
   void clip_to_range(std::string_view begin, std::string_view end);
 
   /// Reads `key`; returns false when it is absent. `value` is overwritten when found.
@@ -143,6 +155,8 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
  private:
   struct Impl;
   explicit RocksDBInstance(std::filesystem::path dir);
+  void copy_family_range(const RocksDBInstance& other, ColumnFamily* from, ColumnFamily* to, std::string_view begin,
+                         std::string_view end);
   static std::shared_ptr<RocksDBInstance> open_impl(const std::filesystem::path& dir,
                                                     const RocksDBMemoryOptions& memory, bool existing);
   std::filesystem::path dir_;

@@ -14,6 +14,12 @@
 // advance; a processing-time timer in the past fires at the next on_processing_time call. If a callback
 // throws, its timer is gone and the exception propagates (the task fails and restores from a checkpoint).
 //
+// Where timers live: in memory (the default; Flink's timer-service.factory HEAP), or, with the rocksdb state
+// backend and state.backend.rocksdb.timer-service.factory: rocksdb, in the subtask's RocksDB database
+// (use_rocksdb(): one RocksDBTimerQueue per time domain, rocksdb_timer_queue.h), so timers can outgrow memory.
+// Both write the same snapshots, so checkpoints and savepoints move between them; RocksDB timers fire equal
+// timestamps in (key group, key, namespace) order rather than registration order.
+//
 // The watermark is not snapshotted (as in Flink): it restarts at kInitialWatermark after a restore.
 //
 // Snapshots: snapshot() / snapshot_key_group() write synchronously; capture() serializes every key group
@@ -47,7 +53,9 @@
 #include "sluice/core/type_serializer.h"
 #include "sluice/state/heap_keyed_state_backend.h"
 #include "sluice/state/heap_state.h"
+#include "sluice/state/rocksdb_timer_queue.h"
 #include "sluice/state/state.h"
+#include "sluice/state/timer_service_snapshot.h"
 
 namespace sluice {
 
@@ -56,19 +64,16 @@ namespace detail {
 inline constexpr char kTimersMagic[4] = {'S', 'L', 'T', 'M'};
 }  // namespace detail
 
-/// The timers of an InternalTimerService as they were at capture(), already serialized per key group.
+/// The timers of a heap InternalTimerService as they were at capture(), already serialized per key group.
 ///
-/// Thread-safety: immutable; write_key_group() may run on any thread, concurrently with the task thread
+/// Thread-safety: immutable; write_timers() may run on any thread, concurrently with the task thread
 /// (which no longer shares anything with it). Destroyed on any thread.
-class TimerServiceSnapshot final : public KeyedStateSnapshot {
+class HeapTimerServiceSnapshot final : public TimerServiceSnapshot {
  public:
   /// Built by InternalTimerService::capture(): `bytes` holds the key groups of `range` back to back, group
   /// index i at [offsets[i], offsets[i + 1]).
-  TimerServiceSnapshot(KeyGroupRange range, int max_parallelism, std::string bytes, std::vector<size_t> offsets)
-      : range_(range), max_parallelism_(max_parallelism), bytes_(std::move(bytes)), offsets_(std::move(offsets)) {}
-
-  KeyGroupRange key_group_range() const override { return range_; }
-  int max_parallelism() const override { return max_parallelism_; }
+  HeapTimerServiceSnapshot(KeyGroupRange range, std::string bytes, std::vector<size_t> offsets)
+      : range_(range), bytes_(std::move(bytes)), offsets_(std::move(offsets)) {}
 
   /// The bytes InternalTimerService::snapshot_key_group(kg) wrote at capture time. Throws
   /// SluiceException (kState) when `kg` is outside key_group_range().
@@ -82,14 +87,13 @@ class TimerServiceSnapshot final : public KeyedStateSnapshot {
   }
 
   /// Appends key_group_bytes(kg).
-  void write_key_group(KeyGroup kg, DataOutput& out) const override {
+  void write_timers(KeyGroup kg, DataOutput& out) const override {
     std::string_view b = key_group_bytes(kg);
     out.write_bytes(b.data(), b.size());
   }
 
  private:
   KeyGroupRange range_;
-  int max_parallelism_;
   std::string bytes_;
   std::vector<size_t> offsets_;
 };
@@ -109,13 +113,46 @@ class InternalTimerService {
   InternalTimerService& operator=(const InternalTimerService&) = delete;
 
   /// Registers an event-time timer for the current key (no-op if it exists). Throws kState without a key.
-  void register_event_time_timer(const N& ns, TimestampMs ts) { add(event_time_, ns, ts); }
+  void register_event_time_timer(const N& ns, TimestampMs ts) { add(event_time_, rocks_event_.get(), ns, ts); }
   /// Deletes the event-time timer of the current key, `ns` and `ts` if it exists.
-  void delete_event_time_timer(const N& ns, TimestampMs ts) { remove(event_time_, ns, ts); }
+  void delete_event_time_timer(const N& ns, TimestampMs ts) { remove(event_time_, rocks_event_.get(), ns, ts); }
   /// Registers a processing-time timer for the current key (no-op if it exists).
-  void register_processing_time_timer(const N& ns, TimestampMs ts) { add(processing_time_, ns, ts); }
+  void register_processing_time_timer(const N& ns, TimestampMs ts) {
+    add(processing_time_, rocks_processing_.get(), ns, ts);
+  }
   /// Deletes the processing-time timer of the current key, `ns` and `ts` if it exists.
-  void delete_processing_time_timer(const N& ns, TimestampMs ts) { remove(processing_time_, ns, ts); }
+  void delete_processing_time_timer(const N& ns, TimestampMs ts) {
+    remove(processing_time_, rocks_processing_.get(), ns, ts);
+  }
+
+  /// Keeps the timers in `db` from now on: the column families kEventTimeFamily and kProcessingTimeFamily
+  /// (created when missing; what they hold already, in a database restored from an incremental checkpoint, is
+  /// read). Call before any timer is registered, and again with the new database when a restore replaced it;
+  /// `db` must outlive the service's use of it. Task thread; throws kState on RocksDB failures.
+  void use_rocksdb(RocksDBInstance& db) {
+    if (num_in_heap() != 0) {
+      detail::throw_state_error("timers are moved into RocksDB only before any is registered or restored");
+    }
+    rocks_db_ = &db;
+    rocks_event_ = std::make_unique<RocksDBTimerQueue>(db, kEventTimeFamily, backend_.key_group_range());
+    rocks_processing_ = std::make_unique<RocksDBTimerQueue>(db, kProcessingTimeFamily, backend_.key_group_range());
+  }
+  /// True after use_rocksdb().
+  bool in_rocksdb() const noexcept { return rocks_db_ != nullptr; }
+
+  /// Moves into this (heap) service the timers `db` holds in RocksDB timer column families, and drops those
+  /// families: a database restored from an incremental checkpoint taken with RocksDB timers, by a job that keeps
+  /// timers on the heap. Task thread. Throws kState for a timer of another key group, kSerialization for corrupt
+  /// keys.
+  void adopt_rocksdb_timers(RocksDBInstance& db) {
+    adopt(db, kEventTimeFamily, event_time_);
+    adopt(db, kProcessingTimeFamily, processing_time_);
+  }
+
+  /// The RocksDB column families of the two time domains (Flink names them _timer_state/event_... and
+  /// _timer_state/processing_...).
+  static constexpr std::string_view kEventTimeFamily = "event";
+  static constexpr std::string_view kProcessingTimeFamily = "processing";
 
   /// The last watermark passed to advance_watermark (kInitialWatermark before the first).
   TimestampMs current_watermark() const noexcept { return watermark_; }
@@ -128,40 +165,56 @@ class InternalTimerService {
   template <class Fn>
   void advance_watermark(TimestampMs watermark, Fn&& on_timer) {
     watermark_ = watermark;
-    fire_until(event_time_, watermark, on_timer);
+    fire_until(event_time_, rocks_event_.get(), watermark, on_timer);
   }
 
   /// Fires, in timestamp order, every processing-time timer with timestamp <= now (the task calls this when
   /// the time from next_processing_time() has come).
   template <class Fn>
   void on_processing_time(TimestampMs now, Fn&& on_timer) {
-    fire_until(processing_time_, now, on_timer);
+    fire_until(processing_time_, rocks_processing_.get(), now, on_timer);
   }
 
   /// The earliest processing-time timer, for scheduling the task's wake-up.
-  std::optional<TimestampMs> next_processing_time() const { return processing_time_.next(); }
+  std::optional<TimestampMs> next_processing_time() const {
+    return rocks_processing_ ? rocks_processing_->next() : processing_time_.next();
+  }
   /// The earliest event-time timer.
-  std::optional<TimestampMs> next_event_time() const { return event_time_.next(); }
+  std::optional<TimestampMs> next_event_time() const {
+    return rocks_event_ ? rocks_event_->next() : event_time_.next();
+  }
 
-  size_t num_event_time_timers() const noexcept { return event_time_.size(); }
-  size_t num_processing_time_timers() const noexcept { return processing_time_.size(); }
+  /// The number of timers of each domain (with RocksDB timers a scan: for tests and metrics).
+  size_t num_event_time_timers() const { return rocks_event_ ? rocks_event_->size() : event_time_.size(); }
+  size_t num_processing_time_timers() const {
+    return rocks_processing_ ? rocks_processing_->size() : processing_time_.size();
+  }
 
   /// Appends the timers of key group `kg` (docs/state-format.md). Throws kState outside the range.
   void snapshot_key_group(KeyGroup kg, DataOutput& out) const {
     int32_t g = group_index(kg);
     out.write_varint(detail::kStateFormatVersion);
     out.write_varint(static_cast<uint64_t>(kg.value));
+    if (rocks_db_ != nullptr) {
+      RocksDBTimerQueue::write_canonical(*rocks_db_, rocks_event_->column_family(), kg, nullptr, out);
+      RocksDBTimerQueue::write_canonical(*rocks_db_, rocks_processing_->column_family(), kg, nullptr, out);
+      return;
+    }
     event_time_.write_group(g, out);
     processing_time_.write_group(g, out);
   }
 
-  /// Captures the timers for an asynchronous checkpoint: the returned snapshot's write_key_group(kg)
-  /// writes what snapshot_key_group(kg) writes now. Timers are usually few (a handful per key and window),
-  /// so this serializes every key group synchronously, here on the task thread (O(timers), part of the
-  /// checkpoint pause), rather than sharing the queues copy-on-write as the state backend does. Task
-  /// thread only.
+  /// Captures the timers for an asynchronous checkpoint: the returned snapshot's write_timers(kg)
+  /// writes what snapshot_key_group(kg) writes now. On the heap timers are usually few (a handful per key and
+  /// window), so this serializes every key group synchronously, here on the task thread (O(timers), part of the
+  /// checkpoint pause), rather than sharing the queues copy-on-write as the state backend does. RocksDB timers
+  /// are captured as a RocksDB snapshot (O(1)) and read when written. Task thread only.
   std::unique_ptr<TimerServiceSnapshot> capture() const {
     const KeyGroupRange& range = backend_.key_group_range();
+    if (rocks_db_ != nullptr) {
+      return std::make_unique<RocksDBTimerServiceSnapshot>(
+          range, rocks_db_->shared_from_this(), rocks_event_->column_family(), rocks_processing_->column_family());
+    }
     DataOutput out;
     std::vector<size_t> offsets;
     offsets.reserve(static_cast<size_t>(range.size()) + 1);
@@ -170,8 +223,7 @@ class InternalTimerService {
       snapshot_key_group(KeyGroup{kg}, out);
     }
     offsets.push_back(out.size());
-    return std::make_unique<TimerServiceSnapshot>(range, backend_.max_parallelism(), std::string(out.view()),
-                                                  std::move(offsets));
+    return std::make_unique<HeapTimerServiceSnapshot>(range, std::string(out.view()), std::move(offsets));
   }
 
   /// Restores the timers of one key group written by any subtask with the same max parallelism; existing
@@ -389,14 +441,68 @@ class InternalTimerService {
     uint64_t next_seq_ = 0;
   };
 
-  void add(TimerQueue& queue, const N& ns, TimestampMs ts) {
+  void add(TimerQueue& queue, RocksDBTimerQueue* rocks, const N& ns, TimestampMs ts) {
     const auto& ctx = current();
+    if (rocks != nullptr) [[unlikely]] {
+      rocks->add(rocks_key(ctx, ns, ts));
+      return;
+    }
     queue.add(ctx.group, ctx.key, ctx.key_hash, ns, ts);
   }
-  void remove(TimerQueue& queue, const N& ns, TimestampMs ts) {
+  void remove(TimerQueue& queue, RocksDBTimerQueue* rocks, const N& ns, TimestampMs ts) {
     const auto& ctx = current();
+    if (rocks != nullptr) [[unlikely]] {
+      rocks->remove(rocks_key(ctx, ns, ts));
+      return;
+    }
     queue.remove(ctx.group, ctx.key, ctx.key_hash, ns, ts);
   }
+
+  // The RocksDB key of the current key's timer (rocksdb_timer_queue.h), in a buffer reused per call.
+  const std::string& rocks_key(const detail::KeyContext<K>& ctx, const N& ns, TimestampMs ts) {
+    rocks_key_.clear();
+    RocksDBTimerQueue::append_prefix(rocks_key_, ctx.key_group, ts);
+    rocks_bytes_.clear();
+    TypeSerializer<K>::serialize(ctx.key, rocks_bytes_);
+    TypeSerializer<N>::serialize(ns, rocks_bytes_);
+    rocks_key_.append(rocks_bytes_.view());
+    return rocks_key_;
+  }
+
+  // Parses a RocksDB timer key into its key (and the hash of its bytes), namespace and timestamp; checks that the
+  // key belongs to the key group of the prefix. Throws kSerialization or kState.
+  TimestampMs parse_rocks_key(std::string_view rocks_key, K& key, uint64_t& hash, N& ns) const {
+    DataInput in(rocks_key.substr(RocksDBTimerQueue::kPrefixBytes));
+    const uint8_t* key_start = in.current();
+    TypeSerializer<K>::deserialize(key, in);
+    hash = key_hash({key_start, static_cast<size_t>(in.current() - key_start)});
+    TypeSerializer<N>::deserialize(ns, in);
+    if (!in.at_end()) in.fail("trailing bytes after a RocksDB timer's namespace");
+    const KeyGroup prefix_kg{(static_cast<int32_t>(static_cast<uint8_t>(rocks_key[0])) << 8) |
+                             static_cast<uint8_t>(rocks_key[1])};
+    const KeyGroup found = key_group_for_hash(hash, backend_.max_parallelism());
+    if (found != prefix_kg) {
+      detail::throw_entry_in_wrong_key_group("a RocksDB timer", found, prefix_kg, backend_.max_parallelism());
+    }
+    return RocksDBTimerQueue::timestamp_of(rocks_key);
+  }
+
+  void adopt(RocksDBInstance& db, std::string_view family, TimerQueue& queue) {
+    RocksDBInstance::ColumnFamily* cf = db.find_timer_column_family(family);
+    if (cf == nullptr) return;
+    const KeyGroupRange& range = backend_.key_group_range();
+    db.scan(cf, {}, nullptr, [&](std::string_view k, std::string_view) {
+      uint64_t hash = 0;
+      const TimestampMs ts = parse_rocks_key(k, read_key_, hash, read_ns_);
+      const KeyGroup kg = key_group_for_hash(hash, backend_.max_parallelism());
+      if (!range.contains(kg)) return true;  // clipped away by the restore (range deletions hide it already)
+      queue.add(kg.value - range.start(), read_key_, hash, read_ns_, ts);
+      return true;
+    });
+    db.drop_timer_column_family(family);
+  }
+
+  size_t num_in_heap() const noexcept { return event_time_.size() + processing_time_.size(); }
 
   const detail::KeyContext<K>& current() const {
     const auto& ctx = backend_.key_context();
@@ -406,13 +512,32 @@ class InternalTimerService {
   }
 
   template <class Fn>
-  void fire_until(TimerQueue& queue, TimestampMs time, Fn& on_timer) {
+  void fire_until(TimerQueue& queue, RocksDBTimerQueue* rocks, TimestampMs time, Fn& on_timer) {
+    if (rocks != nullptr) [[unlikely]] {
+      fire_rocks_until(*rocks, time, on_timer);
+      return;
+    }
     while (true) {
       std::optional<TimestampMs> next = queue.next();
       if (!next || *next > time) return;
       typename TimerQueue::Fired timer = queue.pop();
       backend_.set_current_key_with_hash(timer.key, timer.key_hash);
       on_timer(std::as_const(timer.key), std::as_const(timer.ns), timer.ts);
+    }
+  }
+
+  template <class Fn>
+  void fire_rocks_until(RocksDBTimerQueue& rocks, TimestampMs time, Fn& on_timer) {
+    while (true) {
+      std::optional<TimestampMs> next = rocks.next();
+      if (!next || *next > time) return;
+      const std::string fired = rocks.pop();
+      K key{};
+      N ns{};
+      uint64_t hash = 0;
+      const TimestampMs ts = parse_rocks_key(fired, key, hash, ns);
+      backend_.set_current_key_with_hash(key, hash);
+      on_timer(std::as_const(key), std::as_const(ns), ts);
     }
   }
 
@@ -440,12 +565,20 @@ class InternalTimerService {
       detail::throw_state_error("the bytes given for key group " + std::to_string(kg.value) + " hold key group " +
                                 std::to_string(written_kg));
     }
-    read_timers(event_time_, g, kg, in, "an event-time timer");
-    read_timers(processing_time_, g, kg, in, "a processing-time timer");
+    if (rocks_db_ != nullptr) rocks_db_->begin_batch();  // a restore only adds: no read sees the batch
+    try {
+      read_timers(event_time_, rocks_event_.get(), g, kg, in, "an event-time timer");
+      read_timers(processing_time_, rocks_processing_.get(), g, kg, in, "a processing-time timer");
+    } catch (...) {
+      if (rocks_db_ != nullptr) rocks_db_->commit_batch();
+      throw;
+    }
+    if (rocks_db_ != nullptr) rocks_db_->commit_batch();
     if (!in.at_end()) in.fail("trailing bytes after the timers of key group " + std::to_string(kg.value));
   }
 
-  void read_timers(TimerQueue& queue, int32_t g, KeyGroup kg, DataInput& in, const char* what) {
+  void read_timers(TimerQueue& queue, RocksDBTimerQueue* rocks, int32_t g, KeyGroup kg, DataInput& in,
+                   const char* what) {
     size_t count = detail::read_count(in, sizeof(int64_t));
     for (size_t i = 0; i < count; ++i) {
       const uint8_t* key_start = in.current();
@@ -454,7 +587,16 @@ class InternalTimerService {
       KeyGroup found = key_group_for_hash(kh, backend_.max_parallelism());
       if (found != kg) detail::throw_entry_in_wrong_key_group(what, found, kg, backend_.max_parallelism());
       TypeSerializer<N>::deserialize(read_ns_, in);
+      const uint8_t* ns_end = in.current();
       TimestampMs ts = in.read_fixed<int64_t>();
+      if (rocks != nullptr) {
+        // The canonical entry's key and namespace bytes are the RocksDB key's suffix as they are.
+        rocks_key_.clear();
+        RocksDBTimerQueue::append_prefix(rocks_key_, kg, ts);
+        rocks_key_.append(reinterpret_cast<const char*>(key_start), static_cast<size_t>(ns_end - key_start));
+        rocks->add(rocks_key_);
+        continue;
+      }
       queue.add(g, read_key_, kh, read_ns_, ts);
     }
   }
@@ -465,6 +607,12 @@ class InternalTimerService {
   TimestampMs watermark_ = kInitialWatermark;
   K read_key_{};
   N read_ns_{};
+  // RocksDB timers (use_rocksdb()); null on the heap.
+  RocksDBInstance* rocks_db_ = nullptr;
+  std::unique_ptr<RocksDBTimerQueue> rocks_event_;
+  std::unique_ptr<RocksDBTimerQueue> rocks_processing_;
+  std::string rocks_key_;
+  DataOutput rocks_bytes_;
 };
 
 }  // namespace sluice

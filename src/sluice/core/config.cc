@@ -209,17 +209,10 @@ Status validate_engine_options(const Configuration& config) {
     // state.backend.incremental applies to rocksdb; hashmap checkpoints stay full (as Flink's).
     std::string timers = config.get(options::kRocksDBTimerServiceFactory);
     std::transform(timers.begin(), timers.end(), timers.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (timers == "rocksdb") {
-      return Error(
-          ErrorCode::kConfiguration,
-          fmt::format("{} = '{}': timers in RocksDB are not supported yet; the rocksdb backend keeps "
-                      "timers on the heap: set it to heap or remove the key",
-                      options::kRocksDBTimerServiceFactory.key, config.get(options::kRocksDBTimerServiceFactory)));
-    }
-    if (timers != "heap") {
-      return Error(ErrorCode::kConfiguration, fmt::format("{} = '{}'; expected heap (rocksdb: not supported yet)",
-                                                          options::kRocksDBTimerServiceFactory.key,
-                                                          config.get(options::kRocksDBTimerServiceFactory)));
+    if (timers != "heap" && timers != "rocksdb") {
+      return Error(ErrorCode::kConfiguration,
+                   fmt::format("{} = '{}'; expected heap or rocksdb", options::kRocksDBTimerServiceFactory.key,
+                               config.get(options::kRocksDBTimerServiceFactory)));
     }
     (void)config.get(options::kRocksDBMemoryManaged);
     if (config.get(options::kRocksDBMemoryFixedPerSlot) <= 0) {

@@ -276,6 +276,23 @@ TEST(RocksDBBackendJobTest, ExactlyOnceStateUnderInjectedFailuresWithIncremental
   exactly_once_under_injected_failures(/*incremental=*/true);
 }
 
+/// Runs the job of `env` named `name`: to its end when `to_the_end`, else until three checkpoints completed,
+/// then cancels it and sets `checkpoint` to its latest completed one (the committed output matches it).
+void run_or_cancel_after_checkpoints(StreamEnvironment& env, const std::string& name, bool to_the_end,
+                                     std::string& checkpoint) {
+  JobClient client = env.execute_async(name);
+  if (to_the_end) {
+    JobResult r = client.wait();
+    ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+    return;
+  }
+  ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 3; }, 60s));
+  client.cancel();
+  JobResult r = client.wait();
+  ASSERT_FALSE(r.latest_checkpoint_path.empty());
+  checkpoint = r.latest_checkpoint_path;
+}
+
 // Incremental checkpoints restore at another parallelism (2 -> 3 -> 1): each new subtask opens the old database
 // covering its key groups and clips it, or copies the key groups of several; the heap refuses such a checkpoint
 // with the way out (a savepoint).
@@ -291,17 +308,8 @@ TEST(RocksDBBackendJobTest, IncrementalCheckpointsRescaleTwoThreeOne) {
     if (!checkpoint.empty()) c.set(options::kStateRecoveryPath, checkpoint);
     StreamEnvironment env(c);
     build_counting_job(env, root / "out", records, fired, no_failures, /*rate=*/15'000);
-    JobClient client = env.execute_async("incremental p=" + std::to_string(parallelism));
-    if (parallelism == 1) {
-      JobResult r = client.wait();
-      ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
-      break;
-    }
-    ASSERT_TRUE(testing::wait_until([&] { return client.checkpoint_stats().size() >= 3; }, 60s));
-    client.cancel();
-    JobResult r = client.wait();
-    ASSERT_FALSE(r.latest_checkpoint_path.empty());
-    checkpoint = r.latest_checkpoint_path;  // the last completed one: the committed output matches it
+    run_or_cancel_after_checkpoints(env, "incremental p=" + std::to_string(parallelism), parallelism == 1, checkpoint);
+    if (HasFatalFailure()) return;
     if (parallelism == 2) {
       // The heap cannot read RocksDB's files: the job fails with the way out.
       Configuration h = checkpointing_config("hashmap", root / "heap", 2);
@@ -321,14 +329,19 @@ TEST(RocksDBBackendJobTest, IncrementalCheckpointsRescaleTwoThreeOne) {
 
 /// Runs the job `build` makes on heap p2, then rocksdb p3, then heap p1, each started from the savepoint the one
 /// before was stopped with (after two checkpoints); the last runs to its end. `build(env, parallelism)` adds the
-/// job to `env`; its sources must still be running after two checkpoints on a loaded machine.
+/// job to `env`; its sources must still be running after two checkpoints on a loaded machine. With
+/// `rocksdb_timers` the rocksdb run keeps its timers in RocksDB (its savepoint writes them from there).
 void run_through_savepoints_heap_rocksdb_heap(const fs::path& root,
-                                              const std::function<void(StreamEnvironment&, int)>& build) {
+                                              const std::function<void(StreamEnvironment&, int)>& build,
+                                              bool rocksdb_timers = false) {
   std::string savepoint;
   const std::vector<std::pair<std::string, int>> runs{{"hashmap", 2}, {"rocksdb", 3}, {"hashmap", 1}};
   for (const auto& [backend, parallelism] : runs) {
     Configuration c = checkpointing_config(backend, root, parallelism);
     if (!savepoint.empty()) c.set(options::kStateRecoveryPath, savepoint);
+    if (backend == "rocksdb" && rocksdb_timers) {
+      c.set_string(std::string(options::kRocksDBTimerServiceFactory.key), "rocksdb");
+    }
     StreamEnvironment env(c);
     build(env, parallelism);
     JobClient client = env.execute_async(backend + " p=" + std::to_string(parallelism));
@@ -383,8 +396,9 @@ struct WindowSumLine final : ProcessWindowFunction<int64_t, std::string, int64_t
 // Window contents (an aggregate per key and window), trigger state and the cleanup timers of a window operator
 // on rocksdb survive failures: every restart restores them from an incremental checkpoint into fresh databases,
 // and the committed sums equal a failure-free run's. The window's state is in RocksDB: the checkpoints upload SST
-// files to shared/, and restarts open them.
-TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithIncrementalCheckpoints) {
+// files to shared/, and restarts open them. With `rocksdb_timers` the window timers are in RocksDB too
+// (timer-service.factory: rocksdb), so they come back from the checkpoint's files rather than its key-group blobs.
+void window_exactly_once_under_injected_failures(bool rocksdb_timers) {
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu (failures after seeded record counts)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
@@ -397,6 +411,7 @@ TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithInc
   auto fired = std::make_shared<std::atomic<int>>(0);
   Configuration c = checkpointing_config("rocksdb", root, 2);
   c.set(options::kStateBackendIncremental, true);
+  if (rocksdb_timers) c.set_string(std::string(options::kRocksDBTimerServiceFactory.key), "rocksdb");
   StreamEnvironment env(c);
   env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/40'000),
                   WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
@@ -424,37 +439,38 @@ TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithInc
   fs::remove_all(root);
 }
 
-// The window operator's state moves between the backends and parallelisms through savepoints: session windows
-// (merging-window sets, merged contents) open on the heap at p2 are closed on rocksdb at p3 and the heap at p1.
-TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSavepoints) {
-  // Runs 1 and 2 are stopped by stop-with-savepoint after two checkpoints: their sources are slow enough (20 s for
-  // all records) that a loaded machine still finds them running; the last run reads the rest at full speed.
-  constexpr int64_t kRecords = 300'000;
-  constexpr int64_t kSessionKeys = 20;
-  const fs::path root = fresh_dir("window-cross");
-  run_through_savepoints_heap_rocksdb_heap(root, [&](StreamEnvironment& env, int parallelism) {
-    // Event time = value: one record per key every 20 ms of event time, so each key's session never closes
-    // until the end of input (the final watermark). Watermarks per split, in the source (FLIP-27): after a
-    // rescale one reader holds several splits and reads them one after the other, so the stream it emits is not
-    // in timestamp order, while each split is.
-    env.from_source(datagen::sequence(0, kRecords - 1, /*rate=*/parallelism == 1 ? 0 : 15'000),
-                    WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
-                        [](const int64_t& v, TimestampMs) { return v; }),
-                    "numbers")
-        .uid("numbers")
-        .key_by([](const int64_t& v) { return v % kSessionKeys; })
-        .window(EventTimeSessionWindows::with_gap(100ms))
-        .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
-        .uid("sessions")
-        .sink_to(FileSink<std::string>::text((root / "out").string()))
-        .uid("sink");
-  });
-  if (HasFatalFailure()) return;
-  // One session per key over all its records, whose window starts at the key's first record (= the key).
+TEST(RocksDBBackendJobTest, WindowStateIsExactlyOnceUnderInjectedFailuresWithIncrementalCheckpoints) {
+  window_exactly_once_under_injected_failures(/*rocksdb_timers=*/false);
+}
+
+TEST(RocksDBBackendJobTest, WindowStateAndTimersInRocksDBAreExactlyOnceUnderInjectedFailures) {
+  window_exactly_once_under_injected_failures(/*rocksdb_timers=*/true);
+}
+
+/// The session-window job of the savepoint tests below: `records` records over `keys` keys, event time = value,
+/// each key's session open until the end of input; the sources run at `rate` per second (0: unpaced).
+void build_session_job(StreamEnvironment& env, const fs::path& root, int64_t records, int64_t keys, double rate) {
+  // Watermarks per split, in the source (FLIP-27): after a rescale one reader holds several splits and reads
+  // them one after the other, so the stream it emits is not in timestamp order, while each split is.
+  env.from_source(datagen::sequence(0, records - 1, rate),
+                  WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                      [](const int64_t& v, TimestampMs) { return v; }),
+                  "numbers")
+      .uid("numbers")
+      .key_by([keys](const int64_t& v) { return v % keys; })
+      .window(EventTimeSessionWindows::with_gap(100ms))
+      .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+      .uid("sessions")
+      .sink_to(FileSink<std::string>::text((root / "out").string()))
+      .uid("sink");
+}
+
+/// Checks that the committed output holds one session per key over all its records (window start = the key).
+void expect_one_session_per_key(const fs::path& root, int64_t records, int64_t keys) {
   std::map<std::string, int64_t> expected;
-  for (int64_t k = 0; k < kSessionKeys; ++k) {
+  for (int64_t k = 0; k < keys; ++k) {
     int64_t sum = 0;
-    for (int64_t v = k; v < kRecords; v += kSessionKeys)
+    for (int64_t v = k; v < records; v += keys)
       sum += v;
     ++expected[std::to_string(k) + "," + std::to_string(k) + "," + std::to_string(sum)];
   }
@@ -466,6 +482,52 @@ TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSave
   for (const auto& [line, n] : expected) {
     if (got.count(line) == 0) ADD_FAILURE() << "missing: " << line;
   }
+}
+
+// Timers move between the heap and RocksDB through incremental checkpoints while rescaling: open session windows
+// (their end-of-window timers) checkpointed with heap timers at p2 restore into RocksDB timers at p3 (the timers
+// come from the checkpoint's key-group blobs into the new databases' timer column families), whose checkpoint
+// restores into heap timers at p1 (the timers come out of the restored databases' column families, which are then
+// dropped). Every session fires once, at the end of input.
+TEST(RocksDBBackendJobTest, TimersMoveBetweenHeapAndRocksDBThroughIncrementalCheckpointsWhileRescaling) {
+  constexpr int64_t kRecords = 300'000;
+  constexpr int64_t kSessionKeys = 20;
+  const fs::path root = fresh_dir("timers-cross");
+  std::string checkpoint;
+  const std::vector<std::pair<std::string, int>> runs{{"heap", 2}, {"rocksdb", 3}, {"heap", 1}};
+  for (const auto& [timers, parallelism] : runs) {
+    Configuration c = checkpointing_config("rocksdb", root, parallelism);
+    c.set(options::kStateBackendIncremental, true);
+    c.set_string(std::string(options::kRocksDBTimerServiceFactory.key), timers);
+    if (!checkpoint.empty()) c.set(options::kStateRecoveryPath, checkpoint);
+    StreamEnvironment env(c);
+    build_session_job(env, root, kRecords, kSessionKeys, /*rate=*/parallelism == 1 ? 0 : 15'000);
+    run_or_cancel_after_checkpoints(env, "timers " + timers + " p=" + std::to_string(parallelism), parallelism == 1,
+                                    checkpoint);
+    if (HasFatalFailure()) return;
+  }
+  expect_one_session_per_key(root, kRecords, kSessionKeys);
+  EXPECT_EQ(database_dirs(root / "local"), 0u);
+  fs::remove_all(root);
+}
+
+// The window operator's state moves between the backends and parallelisms through savepoints: session windows
+// (merging-window sets, merged contents, their timers) open on the heap at p2 are closed on rocksdb at p3 (timers
+// in RocksDB: its savepoint writes them canonically from there) and the heap at p1.
+TEST(RocksDBBackendJobTest, OpenSessionWindowsMoveHeapToRocksDBToHeapThroughSavepoints) {
+  // Runs 1 and 2 are stopped by stop-with-savepoint after two checkpoints: their sources are slow enough (20 s for
+  // all records) that a loaded machine still finds them running; the last run reads the rest at full speed.
+  constexpr int64_t kRecords = 300'000;
+  constexpr int64_t kSessionKeys = 20;
+  const fs::path root = fresh_dir("window-cross");
+  run_through_savepoints_heap_rocksdb_heap(
+      root,
+      [&](StreamEnvironment& env, int parallelism) {
+        build_session_job(env, root, kRecords, kSessionKeys, /*rate=*/parallelism == 1 ? 0 : 15'000);
+      },
+      /*rocksdb_timers=*/true);
+  if (HasFatalFailure()) return;
+  expect_one_session_per_key(root, kRecords, kSessionKeys);
   fs::remove_all(root);
 }
 
@@ -498,10 +560,10 @@ TEST(RocksDBBackendJobTest, HeapTypedStatesRefuseRocksDBWithAReason) {
   fs::remove_all(root);
 }
 
-TEST(RocksDBBackendJobTest, UnbuiltOptionsAreRefusedAtExecute) {
+TEST(RocksDBBackendJobTest, UnknownOptionValuesAreRefusedAtExecute) {
   const fs::path root = fresh_dir("refused");
   for (const auto& [key, value, reason] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"state.backend.rocksdb.timer-service.factory", "ROCKSDB", "timers in RocksDB are not supported yet"},
+           {"state.backend.rocksdb.timer-service.factory", "disk", "expected heap or rocksdb"},
            {"state.backend.type", "forst", "expected hashmap or rocksdb"}}) {
     Configuration c = backend_config("rocksdb", root / "local");
     c.set_string(key, value);

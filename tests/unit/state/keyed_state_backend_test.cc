@@ -794,8 +794,12 @@ TEST(StateBackendConfigTest, RocksDBIsAcceptedAndUnbuiltOptionsAreRefused) {
   config.set_string("state.backend.incremental", "false");
   EXPECT_TRUE(validate_engine_options(config).ok());
   config.set_string("state.backend.rocksdb.timer-service.factory", "ROCKSDB");
-  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("timers in RocksDB are not supported"));
+  EXPECT_TRUE(validate_engine_options(config).ok());
+  EXPECT_TRUE(StateBackendOptions::from_config(&config).rocksdb_timers);
+  config.set_string("state.backend.rocksdb.timer-service.factory", "disk");
+  EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected heap or rocksdb"));
   config.set_string("state.backend.rocksdb.timer-service.factory", "HEAP");
+  EXPECT_FALSE(StateBackendOptions::from_config(&config).rocksdb_timers);
   EXPECT_TRUE(validate_engine_options(config).ok());
   config.set_string("state.backend.rocksdb.memory.fixed-per-slot", "0");
   EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected a positive memory size"));

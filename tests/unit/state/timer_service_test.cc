@@ -2,9 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "sluice/core/error.h"
 #include "sluice/core/key_group.h"
 #include "sluice/state/heap_keyed_state_backend.h"
+#include "sluice/state/rocksdb_instance.h"
 
 namespace sluice {
 namespace {
@@ -26,8 +30,39 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using Fired = std::tuple<std::string, int64_t, TimestampMs>;  // key, namespace, timestamp
 
-class TimerServiceTest : public ::testing::Test {
+// A fresh RocksDB database in the temp directory (removed when the instance goes).
+std::shared_ptr<RocksDBInstance> open_temp_database() {
+  static std::atomic<int> counter{0};
+  return RocksDBInstance::open(std::filesystem::temp_directory_path() /
+                               ("sluice-timer-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)));
+}
+
+// Each test runs with the timers on the heap and in RocksDB (state.backend.rocksdb.timer-service.factory).
+class TimerServiceTest : public ::testing::TestWithParam<std::string> {
  protected:
+  TimerServiceTest() {
+    if (in_rocksdb()) {
+      db_ = open_temp_database();
+      timers_.use_rocksdb(*db_);
+    }
+  }
+  bool in_rocksdb() const { return GetParam() == "rocksdb"; }
+
+  // A second service, in RocksDB (its own database) or on the heap.
+  struct Service {
+    std::shared_ptr<RocksDBInstance> db;
+    std::unique_ptr<InternalTimerService<std::string, int64_t>> timers;
+  };
+  static Service make_service(HeapKeyedStateBackend<std::string>& backend, bool rocksdb) {
+    Service s;
+    s.timers = std::make_unique<InternalTimerService<std::string, int64_t>>(backend);
+    if (rocksdb) {
+      s.db = open_temp_database();
+      s.timers->use_rocksdb(*s.db);
+    }
+    return s;
+  }
+
   // Records each firing and checks that the backend's current key is the timer's key.
   auto recorder() {
     return [this](const std::string& key, const int64_t& ns, TimestampMs ts) {
@@ -38,17 +73,19 @@ class TimerServiceTest : public ::testing::Test {
 
   ManualClock clock_{0};
   HeapKeyedStateBackend<std::string> backend_{KeyGroupRange(0, 127), 128, clock_};
+  std::shared_ptr<RocksDBInstance> db_;  // with RocksDB timers; outlives timers_
   InternalTimerService<std::string, int64_t> timers_{backend_};
   std::vector<Fired> fired_;
 };
 
-TEST_F(TimerServiceTest, FiresInTimestampOrderWithTheKeySet) {
+TEST_P(TimerServiceTest, FiresInTimestampOrderWithTheKeySet) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(0, 30);
   timers_.register_event_time_timer(0, 10);
   backend_.set_current_key("b");
   timers_.register_event_time_timer(0, 20);
-  timers_.register_event_time_timer(0, 10);  // same time, other key: a separate timer, after a's (ties by insertion)
+  timers_.register_event_time_timer(0, 10);  // same time, other key: a separate timer, after a's (ties by
+                                             // insertion on the heap, by key bytes in RocksDB: a < b either way)
   EXPECT_EQ(timers_.current_watermark(), (InternalTimerService<std::string, int64_t>::kInitialWatermark));
   EXPECT_EQ(timers_.next_event_time(), 10);
 
@@ -61,7 +98,7 @@ TEST_F(TimerServiceTest, FiresInTimestampOrderWithTheKeySet) {
   EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 30}));
 }
 
-TEST_F(TimerServiceTest, DeduplicatesByKeyNamespaceAndTimestamp) {
+TEST_P(TimerServiceTest, DeduplicatesByKeyNamespaceAndTimestamp) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(1, 10);
   timers_.register_event_time_timer(1, 10);
@@ -73,7 +110,7 @@ TEST_F(TimerServiceTest, DeduplicatesByKeyNamespaceAndTimestamp) {
   EXPECT_THAT(fired_, ElementsAre(Fired{"a", 1, 10}, Fired{"a", 2, 10}, Fired{"b", 1, 10}));
 }
 
-TEST_F(TimerServiceTest, FiresOnlyOnce) {
+TEST_P(TimerServiceTest, FiresOnlyOnce) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(0, 5);
   timers_.advance_watermark(5, recorder());
@@ -83,7 +120,7 @@ TEST_F(TimerServiceTest, FiresOnlyOnce) {
   EXPECT_EQ(timers_.num_event_time_timers(), 0u);
 }
 
-TEST_F(TimerServiceTest, TimersRegisteredWhileFiringFireInTheSameAdvanceWhenDue) {
+TEST_P(TimerServiceTest, TimersRegisteredWhileFiringFireInTheSameAdvanceWhenDue) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(0, 10);
   timers_.advance_watermark(20, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
@@ -99,7 +136,7 @@ TEST_F(TimerServiceTest, TimersRegisteredWhileFiringFireInTheSameAdvanceWhenDue)
   EXPECT_EQ(timers_.next_event_time(), 25);
 }
 
-TEST_F(TimerServiceTest, ReRegisteringTheFiringTimerCreatesANewOne) {
+TEST_P(TimerServiceTest, ReRegisteringTheFiringTimerCreatesANewOne) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(0, 10);
   timers_.advance_watermark(10, [&](const std::string&, const int64_t&, TimestampMs ts) {
@@ -109,7 +146,7 @@ TEST_F(TimerServiceTest, ReRegisteringTheFiringTimerCreatesANewOne) {
   EXPECT_EQ(fired_.size(), 2u);  // fired, re-registered at a due time, fired again (as in Flink)
 }
 
-TEST_F(TimerServiceTest, DeletedTimersDoNotFire) {
+TEST_P(TimerServiceTest, DeletedTimersDoNotFire) {
   backend_.set_current_key("a");
   for (TimestampMs ts : {10, 20, 30, 40, 50})
     timers_.register_event_time_timer(0, ts);
@@ -124,7 +161,7 @@ TEST_F(TimerServiceTest, DeletedTimersDoNotFire) {
   EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 20}, Fired{"a", 0, 40}, Fired{"a", 0, 50}));
 }
 
-TEST_F(TimerServiceTest, DeleteDuringFiring) {
+TEST_P(TimerServiceTest, DeleteDuringFiring) {
   backend_.set_current_key("a");
   timers_.register_event_time_timer(0, 10);
   timers_.register_event_time_timer(0, 20);
@@ -135,7 +172,7 @@ TEST_F(TimerServiceTest, DeleteDuringFiring) {
   EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, 10}));
 }
 
-TEST_F(TimerServiceTest, ProcessingTimeTimers) {
+TEST_P(TimerServiceTest, ProcessingTimeTimers) {
   EXPECT_EQ(timers_.next_processing_time(), std::nullopt);
   backend_.set_current_key("a");
   timers_.register_processing_time_timer(0, 200);
@@ -152,7 +189,7 @@ TEST_F(TimerServiceTest, ProcessingTimeTimers) {
   EXPECT_EQ(timers_.num_event_time_timers(), 1u);
 }
 
-TEST_F(TimerServiceTest, RegisteringWithoutACurrentKeyThrows) {
+TEST_P(TimerServiceTest, RegisteringWithoutACurrentKeyThrows) {
   try {
     timers_.register_event_time_timer(0, 1);
     FAIL() << "expected kState";
@@ -161,7 +198,7 @@ TEST_F(TimerServiceTest, RegisteringWithoutACurrentKeyThrows) {
   }
 }
 
-TEST_F(TimerServiceTest, ManyTimersFireInOrder) {
+TEST_P(TimerServiceTest, ManyTimersFireInOrder) {
   // A pseudo-random but fixed sequence of registrations and deletions against a sorted reference.
   std::set<std::tuple<TimestampMs, std::string>> expected;
   uint64_t x = 12345;
@@ -190,10 +227,11 @@ TEST_F(TimerServiceTest, ManyTimersFireInOrder) {
   }
 }
 
-TEST_F(TimerServiceTest, TimersOfOneTimestampFireInRegistrationOrderThroughDeletesAndReRegistrations) {
+TEST_P(TimerServiceTest, TimersOfOneTimestampFireInRegistrationOrderThroughDeletesAndReRegistrations) {
   // Window operators put thousands of timers on few timestamps and delete some: the exact order, within a
-  // timestamp, is registration order (a timer deleted and registered again goes last), checked against a
-  // reference list per timestamp. Most of each timestamp's timers are deleted, so its bucket is compacted.
+  // timestamp, is registration order on the heap (a timer deleted and registered again goes last) and key order
+  // in RocksDB (its keys are (timestamp, key, namespace)), checked against a reference list per timestamp. Most
+  // of each timestamp's timers are deleted, so its bucket is compacted (heap) or refilled from RocksDB.
   std::map<TimestampMs, std::vector<std::string>> expected;
   uint64_t x = 99;
   auto next = [&x] {
@@ -225,7 +263,16 @@ TEST_F(TimerServiceTest, TimersOfOneTimestampFireInRegistrationOrderThroughDelet
   expected[200].push_back("late");
   timers_.advance_watermark(1000, recorder());
   std::vector<Fired> want;
-  for (const auto& [ts, list] : expected) {
+  for (auto& [ts, list] : expected) {
+    // RocksDB order: by key group (the key's prefix), then the serialized key (its length, then its bytes).
+    if (in_rocksdb()) {
+      std::sort(list.begin(), list.end(), [this](const std::string& a, const std::string& b) {
+        const int32_t ga = backend_.key_group_of(a).value;
+        const int32_t gb = backend_.key_group_of(b).value;
+        if (ga != gb) return ga < gb;
+        return a.size() != b.size() ? a.size() < b.size() : a < b;
+      });
+    }
     for (const std::string& key : list)
       want.emplace_back(key, 0, ts);
   }
@@ -234,7 +281,7 @@ TEST_F(TimerServiceTest, TimersOfOneTimestampFireInRegistrationOrderThroughDelet
   EXPECT_FALSE(timers_.next_event_time().has_value());
 }
 
-TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
+TEST_P(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
   for (const char* key : {"a", "b", "c", "d"}) {
     backend_.set_current_key(key);
     timers_.register_event_time_timer(1, 10);
@@ -246,7 +293,8 @@ TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
 
   ManualClock clock;
   HeapKeyedStateBackend<std::string> backend(KeyGroupRange(0, 127), 128, clock);
-  InternalTimerService<std::string, int64_t> restored(backend);
+  Service service = make_service(backend, in_rocksdb());
+  InternalTimerService<std::string, int64_t>& restored = *service.timers;
   DataInput in(out.bytes());
   ASSERT_TRUE(restored.restore(in).ok());
   EXPECT_EQ(restored.num_event_time_timers(), 8u);
@@ -268,6 +316,107 @@ TEST_F(TimerServiceTest, SnapshotAndRestoreRoundTrip) {
   ASSERT_TRUE(restored.restore(again).ok());
   EXPECT_EQ(restored.num_event_time_timers(), 8u);
 }
+
+TEST_P(TimerServiceTest, ManyTimersOfOneKeyGroupFireInOrderThroughCacheRefills) {
+  // One key's timers all share a key group: thousands of them overflow RocksDB's per-key-group cache, so
+  // deletes of cached and uncached timers, registrations below and above the cache, and pops that empty it
+  // (refills) are all exercised, against a sorted reference. Firing goes in steps with registrations between.
+  std::set<std::tuple<TimestampMs, int64_t>> expected;  // (timestamp, namespace)
+  uint64_t x = 777;
+  auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  backend_.set_current_key("one");
+  auto churn = [&](TimestampMs from, int n) {
+    for (int i = 0; i < n; ++i) {
+      const TimestampMs ts = from + static_cast<TimestampMs>(next() % 5000);
+      const auto ns = static_cast<int64_t>(next() % 3);
+      if (next() % 4 == 0) {
+        timers_.delete_event_time_timer(ns, ts);
+        expected.erase({ts, ns});
+      } else {
+        timers_.register_event_time_timer(ns, ts);
+        expected.insert({ts, ns});
+      }
+    }
+  };
+  churn(0, 6000);
+  ASSERT_EQ(timers_.num_event_time_timers(), expected.size());
+  std::vector<Fired> want;
+  for (TimestampMs watermark = 500; watermark <= 10000; watermark += 500) {
+    timers_.advance_watermark(watermark, [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+      EXPECT_EQ(backend_.current_key(), key);
+      fired_.emplace_back(key, ns, ts);
+    });
+    while (!expected.empty() && std::get<0>(*expected.begin()) <= watermark) {
+      want.emplace_back("one", std::get<1>(*expected.begin()), std::get<0>(*expected.begin()));
+      expected.erase(expected.begin());
+    }
+    // Timestamp order; within a timestamp registration order (heap) or namespace order (RocksDB, one key).
+    for (size_t i = 1; i < fired_.size(); ++i)
+      ASSERT_LE(std::get<2>(fired_[i - 1]), std::get<2>(fired_[i])) << "watermark " << watermark;
+    std::vector<Fired> got = fired_;
+    auto by_time = [](const Fired& a, const Fired& b) {
+      return std::tie(std::get<2>(a), std::get<1>(a)) < std::tie(std::get<2>(b), std::get<1>(b));
+    };
+    std::sort(got.begin(), got.end(), by_time);
+    ASSERT_EQ(got, want) << "watermark " << watermark;
+    backend_.set_current_key("one");
+    churn(watermark + 1, 300);  // only timers after the watermark, as an operator registers them
+  }
+  EXPECT_EQ(timers_.num_event_time_timers(), expected.size());
+  EXPECT_EQ(timers_.next_event_time(),
+            expected.empty() ? std::nullopt : std::optional<TimestampMs>(std::get<0>(*expected.begin())));
+}
+
+TEST_P(TimerServiceTest, NegativeTimestampsOrderBeforePositiveOnes) {
+  backend_.set_current_key("a");
+  timers_.register_event_time_timer(0, 5);
+  timers_.register_event_time_timer(0, -5);
+  timers_.register_event_time_timer(0, std::numeric_limits<TimestampMs>::min() + 1);
+  timers_.register_event_time_timer(0, 0);
+  timers_.advance_watermark(std::numeric_limits<TimestampMs>::max(), recorder());
+  EXPECT_THAT(fired_, ElementsAre(Fired{"a", 0, std::numeric_limits<TimestampMs>::min() + 1}, Fired{"a", 0, -5},
+                                  Fired{"a", 0, 0}, Fired{"a", 0, 5}));
+}
+
+TEST_P(TimerServiceTest, SnapshotsOfBothKindsAreTheSameBytesUpToOrderAndRestoreIntoEachOther) {
+  for (const char* key : {"a", "b", "c"}) {
+    backend_.set_current_key(key);
+    timers_.register_event_time_timer(7, 10);
+    timers_.register_processing_time_timer(8, 20);
+  }
+  DataOutput out;
+  timers_.snapshot(out);
+  // Into the other kind: heap <-> RocksDB.
+  ManualClock clock;
+  HeapKeyedStateBackend<std::string> backend(KeyGroupRange(0, 127), 128, clock);
+  Service service = make_service(backend, !in_rocksdb());
+  InternalTimerService<std::string, int64_t>& other = *service.timers;
+  DataInput in(out.bytes());
+  ASSERT_TRUE(other.restore(in).ok());
+  EXPECT_EQ(other.num_event_time_timers(), 3u);
+  EXPECT_EQ(other.num_processing_time_timers(), 3u);
+  // One timer per key group here, so the bytes are equal whatever the order within a timestamp.
+  DataOutput again;
+  other.snapshot(again);
+  EXPECT_EQ(again.view(), out.view());
+  // A capture writes what snapshot_key_group writes, also after later changes.
+  auto captured = timers_.capture();
+  backend_.set_current_key("a");
+  timers_.delete_event_time_timer(7, 10);
+  backend_.set_current_key("b");
+  const KeyGroup kg = backend_.current_key_group();
+  DataOutput from_capture;
+  captured->write_timers(kg, from_capture);
+  DataOutput from_other;
+  other.snapshot_key_group(kg, from_other);
+  EXPECT_EQ(from_capture.view(), from_other.view());
+}
+
+INSTANTIATE_TEST_SUITE_P(Timers, TimerServiceTest, ::testing::Values(std::string("heap"), std::string("rocksdb")),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(TimerRescaleTest, KeyGroupsMoveToTheirNewOwnersAndFireOnce) {
   ManualClock clock;

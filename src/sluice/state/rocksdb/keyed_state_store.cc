@@ -70,9 +70,12 @@ StateBackendOptions StateBackendOptions::from_config(const Configuration* config
                        config->get(options::kStateBackendType)));
   }
   o.incremental = config->get(options::kStateBackendIncremental);
-  if (lower(config->get(options::kRocksDBTimerServiceFactory)) != "heap") {
-    refuse(fmt::format("{} = '{}': only heap is supported (timers in RocksDB are not built)",
-                       options::kRocksDBTimerServiceFactory.key, config->get(options::kRocksDBTimerServiceFactory)));
+  const std::string timers = lower(config->get(options::kRocksDBTimerServiceFactory));
+  if (timers == "rocksdb") {
+    o.rocksdb_timers = true;
+  } else if (timers != "heap") {
+    refuse(fmt::format("{} = '{}'; expected heap or rocksdb", options::kRocksDBTimerServiceFactory.key,
+                       config->get(options::kRocksDBTimerServiceFactory)));
   }
   o.local_dir = config->get(options::kRocksDBLocalDir);
   if (config->get(options::kRocksDBMemoryManaged)) {

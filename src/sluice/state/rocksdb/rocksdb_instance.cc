@@ -76,6 +76,7 @@ class ValueCompactionFilter final : public rocksdb::CompactionFilter {
 };
 
 constexpr std::string_view kStatePrefix = "state/";
+constexpr std::string_view kTimerPrefix = "timer/";
 constexpr std::string_view kMetaFamily = "sluice/meta";
 
 rocksdb::Slice slice(std::string_view s) {
@@ -132,9 +133,20 @@ struct RocksDBInstance::Impl {
   // map consistent if a snapshot writer ever looks names up.
   std::mutex mutex;
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> families;
+  std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> timers;  // kTimerPrefix families
   std::unique_ptr<rocksdb::WriteBatch> batch;
   std::shared_ptr<rocksdb::Cache> cache;  // with a memory budget: blocks, indexes, filters and memtables
   std::unique_ptr<ColumnFamily> meta;     // kMetaFamily: per-state kind and flags
+
+  // The states' and the timers' column families.
+  std::vector<ColumnFamily*> data_families() const {
+    std::vector<ColumnFamily*> all;
+    for (const auto& [name, cf] : families)
+      all.push_back(cf.get());
+    for (const auto& [name, cf] : timers)
+      all.push_back(cf.get());
+    return all;
+  }
 };
 
 RocksDBInstance::RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)), impl_(std::make_unique<Impl>()) {}
@@ -231,6 +243,8 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesyste
     std::string_view name = names[i];
     if (name.starts_with(kStatePrefix)) {
       impl.families.emplace(std::string(name.substr(kStatePrefix.size())), std::move(families[i]));
+    } else if (name.starts_with(kTimerPrefix)) {
+      impl.timers.emplace(std::string(name.substr(kTimerPrefix.size())), std::move(families[i]));
     } else if (name == kMetaFamily) {
       impl.meta = std::move(families[i]);
     } else {
@@ -243,6 +257,8 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesyste
 RocksDBInstance::~RocksDBInstance() {
   if (impl_->db != nullptr) {
     for (auto& [name, cf] : impl_->families)
+      impl_->db->DestroyColumnFamilyHandle(cf->handle);
+    for (auto& [name, cf] : impl_->timers)
       impl_->db->DestroyColumnFamilyHandle(cf->handle);
     if (impl_->meta) impl_->db->DestroyColumnFamilyHandle(impl_->meta->handle);
     impl_->db->Close();
@@ -278,6 +294,42 @@ void RocksDBInstance::set_filter(std::string_view name, ValueFilter filter) {
   if (it != impl_->families.end() && it->second->filter) it->second->filter->set(std::move(filter));
 }
 
+RocksDBInstance::ColumnFamily* RocksDBInstance::timer_column_family(std::string_view name) {
+  std::lock_guard lock(impl_->mutex);
+  if (auto it = impl_->timers.find(name); it != impl_->timers.end()) return it->second.get();
+  auto cf = std::make_unique<ColumnFamily>();
+  rocksdb::Status s =
+      impl_->db->CreateColumnFamily(impl_->cf_options, std::string(kTimerPrefix) + std::string(name), &cf->handle);
+  if (!s.ok()) throw_rocksdb(dir_, "creating the column family of timers '" + std::string(name) + "'", s);
+  ColumnFamily* raw = cf.get();
+  impl_->timers.emplace(std::string(name), std::move(cf));
+  return raw;
+}
+
+RocksDBInstance::ColumnFamily* RocksDBInstance::find_timer_column_family(std::string_view name) const {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->timers.find(name);
+  return it == impl_->timers.end() ? nullptr : it->second.get();
+}
+
+void RocksDBInstance::drop_timer_column_family(std::string_view name) {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->timers.find(name);
+  if (it == impl_->timers.end()) return;
+  rocksdb::Status s = impl_->db->DropColumnFamily(it->second->handle);
+  if (!s.ok()) throw_rocksdb(dir_, "dropping the column family of timers '" + std::string(name) + "'", s);
+  impl_->db->DestroyColumnFamilyHandle(it->second->handle);
+  impl_->timers.erase(it);
+}
+
+std::vector<std::string> RocksDBInstance::timer_names() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, cf] : impl_->timers)
+    names.push_back(name);
+  return names;
+}
+
 std::vector<std::string> RocksDBInstance::state_names() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<std::string> names;
@@ -310,6 +362,8 @@ std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesyste
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   for (const auto& [name, cf] : impl_->families)
     handles.push_back(cf->handle);
+  for (const auto& [name, cf] : impl_->timers)
+    handles.push_back(cf->handle);
   if (impl_->meta) handles.push_back(impl_->meta->handle);
   rocksdb::FlushOptions flush;
   flush.wait = true;
@@ -337,37 +391,42 @@ std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesyste
 }
 
 void RocksDBInstance::copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) {
-  rocksdb::Slice lower = slice(begin);
-  rocksdb::Slice upper = slice(end);
   for (const std::string& name : other.state_names()) {
-    ColumnFamily* from = other.impl_->families.at(name).get();
-    ColumnFamily* to = column_family(name);
     const std::string meta = other.state_meta(name);
     if (!meta.empty() && state_meta(name).empty()) set_state_meta(name, meta);
-    rocksdb::ReadOptions ro;
-    ro.iterate_lower_bound = &lower;
-    ro.iterate_upper_bound = &upper;
-    std::unique_ptr<rocksdb::Iterator> it(other.impl_->db->NewIterator(ro, from->handle));
-    rocksdb::WriteBatch batch;
-    for (it->Seek(lower); it->Valid(); it->Next()) {
-      rocksdb::Status s = batch.Put(to->handle, it->key(), it->value());
-      if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
-      if (batch.GetDataSize() > (4u << 20)) {
-        s = impl_->db->Write(impl_->write_options, &batch);
-        if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
-        batch.Clear();
-      }
-    }
-    if (!it->status().ok()) throw_rocksdb(other.dir_, "a restore scan", it->status());
-    rocksdb::Status s = impl_->db->Write(impl_->write_options, &batch);
-    if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+    copy_family_range(other, other.impl_->families.at(name).get(), column_family(name), begin, end);
   }
+  for (const std::string& name : other.timer_names())
+    copy_family_range(other, other.impl_->timers.at(name).get(), timer_column_family(name), begin, end);
+}
+
+void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFamily* from, ColumnFamily* to,
+                                        std::string_view begin, std::string_view end) {
+  rocksdb::Slice lower = slice(begin);
+  rocksdb::Slice upper = slice(end);
+  rocksdb::ReadOptions ro;
+  ro.iterate_lower_bound = &lower;
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(other.impl_->db->NewIterator(ro, from->handle));
+  rocksdb::WriteBatch batch;
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    rocksdb::Status s = batch.Put(to->handle, it->key(), it->value());
+    if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+    if (batch.GetDataSize() > (4u << 20)) {
+      s = impl_->db->Write(impl_->write_options, &batch);
+      if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
+      batch.Clear();
+    }
+  }
+  if (!it->status().ok()) throw_rocksdb(other.dir_, "a restore scan", it->status());
+  rocksdb::Status s = impl_->db->Write(impl_->write_options, &batch);
+  if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
 }
 
 void RocksDBInstance::clip_to_range(std::string_view begin, std::string_view end) {
   const std::string lowest(1, '\0');
   const std::string highest(8, '\xff');
-  for (const auto& [name, cf] : impl_->families) {
+  auto clip = [&](ColumnFamily* cf) {
     rocksdb::Status s;
     if (std::string_view(lowest) < begin) {
       s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(""), slice(begin));
@@ -377,7 +436,11 @@ void RocksDBInstance::clip_to_range(std::string_view begin, std::string_view end
       s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(end), slice(highest));
       if (!s.ok()) throw_rocksdb(dir_, "clipping a restored database", s);
     }
-  }
+  };
+  for (const auto& [name, cf] : impl_->families)
+    clip(cf.get());
+  for (const auto& [name, cf] : impl_->timers)
+    clip(cf.get());
 }
 
 bool RocksDBInstance::get(ColumnFamily* cf, std::string_view key, std::string& value) const {
@@ -453,7 +516,7 @@ void RocksDBInstance::remove_prefix(ColumnFamily* cf, std::string_view prefix) {
 
 uint64_t RocksDBInstance::estimated_live_bytes() const {
   uint64_t total = 0;
-  for (const auto& [name, cf] : impl_->families) {
+  for (ColumnFamily* cf : impl_->data_families()) {
     uint64_t v = 0;
     if (impl_->db->GetIntProperty(cf->handle, "rocksdb.estimate-live-data-size", &v)) total += v;
     if (impl_->db->GetIntProperty(cf->handle, "rocksdb.cur-size-all-mem-tables", &v)) total += v;
@@ -463,7 +526,7 @@ uint64_t RocksDBInstance::estimated_live_bytes() const {
 
 uint64_t RocksDBInstance::memory_usage() const {
   uint64_t total = 0;
-  for (const auto& [name, cf] : impl_->families) {
+  for (ColumnFamily* cf : impl_->data_families()) {
     uint64_t v = 0;
     if (impl_->db->GetIntProperty(cf->handle, "rocksdb.cur-size-all-mem-tables", &v)) total += v;
     if (!impl_->cache && impl_->db->GetIntProperty(cf->handle, "rocksdb.block-cache-usage", &v)) total += v;
@@ -477,7 +540,7 @@ uint64_t RocksDBInstance::memory_usage() const {
 void RocksDBInstance::compact() {
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  for (const auto& [name, cf] : impl_->families) {
+  for (ColumnFamily* cf : impl_->data_families()) {
     rocksdb::Status s = impl_->db->Flush(flush, cf->handle);
     if (!s.ok()) throw_rocksdb(dir_, "a flush", s);
     s = impl_->db->CompactRange(rocksdb::CompactRangeOptions(), cf->handle, nullptr, nullptr);

@@ -15,6 +15,7 @@ import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
 import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.ExecutionOptions;
 import org.apache.flink.configuration.PipelineOptions;
@@ -59,6 +60,8 @@ public final class NexmarkBench {
     long checkpointIntervalMs = 0;
     /** state.backend.type: hashmap (heap objects) or rocksdb (Flink's RocksDB backend, managed memory). */
     String stateBackend = "hashmap";
+    // state.backend.rocksdb.timer-service.factory (Flink's default: ROCKSDB)
+    String timerService = "rocksdb";
     long warmupEvents = -1;
     String format = "text";
   }
@@ -81,6 +84,8 @@ public final class NexmarkBench {
     // hashmap state backend (heap objects; Flink 2.x's default) unless --state-backend rocksdb, and checkpoints
     // kept in the JobManager's memory: nothing is written to disk, as with Sluice's in-memory checkpoint storage.
     conf.set(StateBackendOptions.STATE_BACKEND, opt.stateBackend);
+    conf.set(ConfigOptions.key("state.backend.rocksdb.timer-service.factory").stringType().noDefaultValue(),
+        opt.timerService.toUpperCase(java.util.Locale.ROOT));
     conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "jobmanager");
     conf.set(ExecutionOptions.RUNTIME_MODE, RuntimeExecutionMode.STREAMING);
     // Every record and state type must have a Flink serializer (POJO, basic type): no silent fallback to
@@ -270,7 +275,8 @@ public final class NexmarkBench {
       if (arg.equals("-h") || arg.equals("--help")) {
         System.out.println("usage: NexmarkBench --query " + String.join("|", Queries.NAMES)
             + " [--events N] [--parallelism P] [--rate R] [--seed S] [--checkpoint-interval-ms MS]"
-            + " [--warmup-events N] [--format json|text] [--state-backend hashmap|rocksdb]");
+            + " [--warmup-events N] [--format json|text] [--state-backend hashmap|rocksdb]"
+            + " [--timer-service heap|rocksdb]");
         System.exit(0);
       }
       if (i + 1 >= args.length) {
@@ -312,6 +318,12 @@ public final class NexmarkBench {
               throw new IllegalArgumentException("--state-backend must be hashmap or rocksdb, got " + value);
             }
             opt.stateBackend = value;
+            break;
+          case "--timer-service":
+            if (!value.equals("heap") && !value.equals("rocksdb")) {
+              throw new IllegalArgumentException("--timer-service must be heap or rocksdb, got " + value);
+            }
+            opt.timerService = value;
             break;
           default:
             throw new IllegalArgumentException("unknown option " + arg);
