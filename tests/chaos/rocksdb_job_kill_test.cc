@@ -9,6 +9,9 @@
 //
 // The incremental variant (state.backend.incremental, 3 retained checkpoints) kills each run only after a chain
 // of 10 checkpoints of its own, and checks that every checkpoint it restored from referenced shared SST files.
+// The windows variant does the same with an event-time window job whose timers are in RocksDB too
+// (timer-service.factory: rocksdb): 1-second tumbling windows summing each of 50 keys, event time = value, every
+// "key,window start,sum" line exactly once.
 //
 // Scale: CI runs 3 kills over 60,000 records at 4,000 a second (about 30 s each variant); SLUICE_CHAOS_SCALE
 // multiplies records and kills. The seed is printed; SLUICE_TEST_SEED replays a run.
@@ -34,6 +37,7 @@
 #include "integration/test_util/polling.h"
 #include "sluice/api/keyed_process_function.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/api/windowed_stream.h"
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/files.h"
@@ -46,6 +50,26 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 constexpr int64_t kKeys = 1'000;
+constexpr int64_t kWindowKeys = 50;
+
+/// "key,window start,sum" of one window.
+struct WindowSumLine final : ProcessWindowFunction<int64_t, std::string, int64_t, TimeWindow> {
+  void process(const int64_t& key, Context& ctx, const std::vector<int64_t>& sums,
+               Collector<std::string>& out) override {
+    out.collect(std::to_string(key) + "," + std::to_string(ctx.window().start) + "," + std::to_string(sums.front()));
+  }
+};
+
+/// The lines of a failure-free run of the windows job over the records 0..records-1.
+std::map<std::string, int64_t> expected_window_sums(int64_t records) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> sums;
+  for (int64_t v = 0; v < records; ++v)
+    sums[{v % kWindowKeys, v / 1000 * 1000}] += v;
+  std::map<std::string, int64_t> lines;
+  for (const auto& [kw, sum] : sums)
+    ++lines[std::to_string(kw.first) + "," + std::to_string(kw.second) + "," + std::to_string(sum)];
+  return lines;
+}
 
 // Small local helpers (the shared chaos harness drives `sluice run` and Kafka, which this test does not need).
 
@@ -81,6 +105,7 @@ int run_child() {
   const double rate = std::strtod(std::getenv("SLUICE_ROCKSDB_CHAOS_RATE"), nullptr);
   const char* recovery = std::getenv("SLUICE_ROCKSDB_CHAOS_RECOVERY");
   const char* incremental = std::getenv("SLUICE_ROCKSDB_CHAOS_INCREMENTAL");
+  const char* windows = std::getenv("SLUICE_ROCKSDB_CHAOS_WINDOWS");
   Configuration c;
   c.set(options::kParallelism, 2);
   c.set(options::kStateBackendType, std::string("rocksdb"));
@@ -94,6 +119,27 @@ int run_child() {
     c.set(options::kCheckpointsRetained, 3);
   }
   if (recovery != nullptr && *recovery != '\0') c.set(options::kStateRecoveryPath, std::string(recovery));
+  if (windows != nullptr && *windows == '1') {
+    c.set_string(std::string(options::kRocksDBTimerServiceFactory.key), "rocksdb");
+    StreamEnvironment env(c);
+    env.from_source(datagen::sequence(0, records - 1, rate),
+                    WatermarkStrategy<int64_t>::for_monotonous_timestamps().with_timestamp_assigner(
+                        [](const int64_t& v, TimestampMs) { return v; }),
+                    "numbers")
+        .uid("numbers")
+        .key_by([](const int64_t& v) { return v % kWindowKeys; })
+        .window(TumblingEventTimeWindows::of(std::chrono::milliseconds(1000)))
+        .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+        .uid("window")
+        .sink_to(FileSink<std::string>::text((dir / "out").string()))
+        .uid("sink");
+    JobResult r = env.execute("rocksdb chaos windows");
+    if (!r.ok()) {
+      std::fprintf(stderr, "job failed: %s\n", r.error ? r.error->to_string().c_str() : "?");
+      return 1;
+    }
+    return 0;
+  }
   StreamEnvironment env(c);
   env.from_source(datagen::sequence(0, records - 1, rate), "numbers")
       .uid("numbers")
@@ -162,7 +208,7 @@ std::set<fs::path> job_dirs(const fs::path& root) {
 }
 
 pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::string& recovery, int run,
-                  bool incremental) {
+                  bool incremental, bool windows) {
   const std::string log = (dir / ("run-" + std::to_string(run) + ".log")).string();
   std::fflush(stdout);  // or the child writes the parent's buffered lines again
   pid_t pid = ::fork();
@@ -173,6 +219,7 @@ pid_t start_child(const fs::path& dir, int64_t records, double rate, const std::
     ::setenv("SLUICE_ROCKSDB_CHAOS_RATE", std::to_string(rate).c_str(), 1);
     ::setenv("SLUICE_ROCKSDB_CHAOS_RECOVERY", recovery.c_str(), 1);
     ::setenv("SLUICE_ROCKSDB_CHAOS_INCREMENTAL", incremental ? "1" : "0", 1);
+    ::setenv("SLUICE_ROCKSDB_CHAOS_WINDOWS", windows ? "1" : "0", 1);
     std::freopen(log.c_str(), "w", stdout);
     std::freopen(log.c_str(), "a", stderr);
     const std::string self = self_path();
@@ -202,7 +249,8 @@ bool wait_for(pid_t pid, Pred pred, std::chrono::seconds deadline, bool& exited,
   return held;
 }
 
-void counts_are_exactly_once_across_sigkills(bool incremental) {
+/// `windows`: the window job with RocksDB timers (incremental must be set too).
+void exactly_once_across_sigkills(bool incremental, bool windows) {
   const uint64_t seed = testing::test_seed();
   std::printf("seed %llu (SLUICE_TEST_SEED replays)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
@@ -231,7 +279,7 @@ void counts_are_exactly_once_across_sigkills(bool incremental) {
       std::printf("run %d restores %s, which references %zu shared files\n", run, recovery.c_str(), shared);
       EXPECT_GT(shared, 0u);
     }
-    pid_t pid = start_child(dir, records, rate, recovery, run, incremental);
+    pid_t pid = start_child(dir, records, rate, recovery, run, incremental, windows);
     ASSERT_GT(pid, 0);
     bool exited = false;
     int status = 0;
@@ -269,7 +317,8 @@ void counts_are_exactly_once_across_sigkills(bool incremental) {
   // The killed processes' databases were removed by the last process; its own when its subtasks ended.
   EXPECT_EQ(database_dirs(dir / "rocksdb"), 0u);
   std::map<std::string, int64_t> got = testing::read_committed(dir / "out");
-  std::map<std::string, int64_t> want = testing::expected_counts(records, kKeys);
+  std::map<std::string, int64_t> want =
+      windows ? expected_window_sums(records) : testing::expected_counts(records, kKeys);
   int64_t missing = 0, duplicated = 0, unexpected = 0;
   for (const auto& [line, n] : want) {
     auto it = got.find(line);
@@ -280,9 +329,9 @@ void counts_are_exactly_once_across_sigkills(bool incremental) {
   for (const auto& [line, n] : got) {
     if (want.find(line) == want.end()) unexpected += n;
   }
-  std::printf("rocksdb chaos: %d SIGKILLs, %lld records: %lld missing, %lld duplicated, %lld unexpected\n", killed,
-              static_cast<long long>(records), static_cast<long long>(missing), static_cast<long long>(duplicated),
-              static_cast<long long>(unexpected));
+  std::printf("rocksdb chaos%s: %d SIGKILLs, %lld records: %lld missing, %lld duplicated, %lld unexpected\n",
+              windows ? " (windows, timers in RocksDB)" : "", killed, static_cast<long long>(records),
+              static_cast<long long>(missing), static_cast<long long>(duplicated), static_cast<long long>(unexpected));
   EXPECT_EQ(killed, kills);
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(duplicated, 0);
@@ -295,11 +344,15 @@ void counts_are_exactly_once_across_sigkills(bool incremental) {
 }
 
 TEST(RocksDBJobKillTest, CountsAreExactlyOnceAcrossSigkills) {
-  counts_are_exactly_once_across_sigkills(/*incremental=*/false);
+  exactly_once_across_sigkills(/*incremental=*/false, /*windows=*/false);
 }
 
 TEST(RocksDBJobKillTest, IncrementalCheckpointChainsOfTenSurviveSigkills) {
-  counts_are_exactly_once_across_sigkills(/*incremental=*/true);
+  exactly_once_across_sigkills(/*incremental=*/true, /*windows=*/false);
+}
+
+TEST(RocksDBJobKillTest, WindowsWithTimersInRocksDBSurviveSigkills) {
+  exactly_once_across_sigkills(/*incremental=*/true, /*windows=*/true);
 }
 
 }  // namespace
