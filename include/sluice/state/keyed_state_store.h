@@ -173,7 +173,13 @@ class KeyedStateStore {
                          "state.backend.type = hashmap cannot read; restore it with state.backend.type = rocksdb, "
                          "or switch backends through a savepoint (savepoints are canonical)");
       }
-      SLUICE_RETURN_IF_ERROR(rocks_->restore_native(restore.native));
+      Status restored = rocks_->restore_native(restore.native);
+      if (!restored.ok()) {
+        // The backend replaced the database it had with a new empty one: RocksDB timers follow it, so the service
+        // never keeps a pointer into the closed one.
+        if (timers != nullptr && rocksdb_timers_) timers->use_rocksdb(rocks_->instance());
+        return restored;
+      }
       // The restored database holds the timers when the checkpoint was taken with RocksDB timers.
       SLUICE_RETURN_IF_ERROR(place_restored_timers(timers));
     }

@@ -91,7 +91,8 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// The column family of timer queue `name`, or nullptr when the database has none (a restored database
   /// holds the timer queues of the job that wrote it).
   ColumnFamily* find_timer_column_family(std::string_view name) const;
-  /// Drops timer queue `name` and its entries (no-op when absent): its timers moved to the heap. Task thread.
+  /// Drops timer queue `name` and its entries (no-op when absent): its timers moved to the heap. Only while no
+  /// capture refers to the family (a restore, before the first checkpoint). Task thread.
   void drop_timer_column_family(std::string_view name);
   /// Names of the timer queues' column families (without the internal "timer/" prefix), sorted.
   std::vector<std::string> timer_names() const;

@@ -133,9 +133,12 @@ class InternalTimerService {
     if (num_in_heap() != 0) {
       detail::throw_state_error("timers are moved into RocksDB only before any is registered or restored");
     }
+    // Both queues first: when one throws, the service keeps the database it had.
+    auto event_time = std::make_unique<RocksDBTimerQueue>(db, kEventTimeFamily, backend_.key_group_range());
+    auto processing_time = std::make_unique<RocksDBTimerQueue>(db, kProcessingTimeFamily, backend_.key_group_range());
+    rocks_event_ = std::move(event_time);
+    rocks_processing_ = std::move(processing_time);
     rocks_db_ = &db;
-    rocks_event_ = std::make_unique<RocksDBTimerQueue>(db, kEventTimeFamily, backend_.key_group_range());
-    rocks_processing_ = std::make_unique<RocksDBTimerQueue>(db, kProcessingTimeFamily, backend_.key_group_range());
   }
   /// True after use_rocksdb().
   bool in_rocksdb() const noexcept { return rocks_db_ != nullptr; }

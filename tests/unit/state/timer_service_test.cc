@@ -415,6 +415,44 @@ TEST_P(TimerServiceTest, SnapshotsOfBothKindsAreTheSameBytesUpToOrderAndRestoreI
   EXPECT_EQ(from_capture.view(), from_other.view());
 }
 
+TEST_P(TimerServiceTest, ADatabaseThatHoldsTimersIsReadWhenTheServiceMovesIntoIt) {
+  if (!in_rocksdb()) GTEST_SKIP() << "RocksDB timers only";
+  // A database restored from an incremental checkpoint holds the timers of the job that wrote it: a new service
+  // on it must know its earliest timers and fire them with no further registration (a key that gets no more
+  // records still has its windows fire). 300 timers per domain over many key groups, 200 of them in one.
+  for (int i = 0; i < 100; ++i) {
+    backend_.set_current_key("k" + std::to_string(i));
+    timers_.register_event_time_timer(0, 1000 + i);
+    timers_.register_processing_time_timer(0, 5000 + i);
+  }
+  backend_.set_current_key("busy");
+  for (int i = 0; i < 200; ++i) {
+    timers_.register_event_time_timer(i, 500 + i);
+    timers_.register_processing_time_timer(i, 4000 + i);
+  }
+  ManualClock clock;
+  HeapKeyedStateBackend<std::string> backend(KeyGroupRange(0, 127), 128, clock);
+  InternalTimerService<std::string, int64_t> restored(backend);
+  restored.use_rocksdb(*db_);
+  EXPECT_EQ(restored.next_event_time(), 500);
+  EXPECT_EQ(restored.next_processing_time(), 4000);
+  std::vector<Fired> fired;
+  auto record = [&](const std::string& key, const int64_t& ns, TimestampMs ts) {
+    EXPECT_EQ(backend.current_key(), key);
+    fired.emplace_back(key, ns, ts);
+  };
+  restored.advance_watermark(std::numeric_limits<TimestampMs>::max(), record);
+  ASSERT_EQ(fired.size(), 300u);
+  EXPECT_EQ(fired.front(), (Fired{"busy", 0, 500}));
+  EXPECT_EQ(fired.back(), (Fired{"k99", 0, 1099}));
+  for (size_t i = 1; i < fired.size(); ++i)
+    EXPECT_LT(std::get<2>(fired[i - 1]), std::get<2>(fired[i]));
+  restored.on_processing_time(std::numeric_limits<TimestampMs>::max(), record);
+  EXPECT_EQ(fired.size(), 600u);
+  EXPECT_EQ(restored.num_event_time_timers(), 0u);
+  EXPECT_EQ(restored.num_processing_time_timers(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Timers, TimerServiceTest, ::testing::Values(std::string("heap"), std::string("rocksdb")),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -42,12 +42,16 @@ RocksDBTimerQueue::RocksDBTimerQueue(RocksDBInstance& db, std::string_view famil
   for (int32_t g = 0; g < range_.size(); ++g) {
     groups_[g].complete = false;
     refill(g);
+    update_head(g);  // a restored database's timers are due without any further add
   }
 }
 
 RocksDBTimerQueue::Group& RocksDBTimerQueue::group_of(std::string_view key) {
+  if (key.size() < kPrefixBytes) [[unlikely]]
+    detail::throw_state_error("a RocksDB timer key of " + std::to_string(key.size()) +
+                              " bytes is shorter than its prefix");
   const KeyGroup kg{key_group_of_key(key)};
-  if (key.size() < kPrefixBytes || !range_.contains(kg)) [[unlikely]] {
+  if (!range_.contains(kg)) [[unlikely]] {
     detail::throw_state_error("a RocksDB timer of key group " + std::to_string(kg.value) +
                               " is outside the timer queue's range " + range_.to_string());
   }
