@@ -42,6 +42,7 @@
 #include "sluice/connectors/datagen.h"
 #include "sluice/connectors/files.h"
 #include "test_util/counting_job.h"
+#include "test_util/window_sum_job.h"
 
 namespace sluice {
 namespace {
@@ -51,25 +52,6 @@ using namespace std::chrono_literals;
 
 constexpr int64_t kKeys = 1'000;
 constexpr int64_t kWindowKeys = 50;
-
-/// "key,window start,sum" of one window.
-struct WindowSumLine final : ProcessWindowFunction<int64_t, std::string, int64_t, TimeWindow> {
-  void process(const int64_t& key, Context& ctx, const std::vector<int64_t>& sums,
-               Collector<std::string>& out) override {
-    out.collect(std::to_string(key) + "," + std::to_string(ctx.window().start) + "," + std::to_string(sums.front()));
-  }
-};
-
-/// The lines of a failure-free run of the windows job over the records 0..records-1.
-std::map<std::string, int64_t> expected_window_sums(int64_t records) {
-  std::map<std::pair<int64_t, int64_t>, int64_t> sums;
-  for (int64_t v = 0; v < records; ++v)
-    sums[{v % kWindowKeys, v / 1000 * 1000}] += v;
-  std::map<std::string, int64_t> lines;
-  for (const auto& [kw, sum] : sums)
-    ++lines[std::to_string(kw.first) + "," + std::to_string(kw.second) + "," + std::to_string(sum)];
-  return lines;
-}
 
 // Small local helpers (the shared chaos harness drives `sluice run` and Kafka, which this test does not need).
 
@@ -129,7 +111,7 @@ int run_child() {
         .uid("numbers")
         .key_by([](const int64_t& v) { return v % kWindowKeys; })
         .window(TumblingEventTimeWindows::of(std::chrono::milliseconds(1000)))
-        .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+        .reduce([](int64_t a, int64_t b) { return a + b; }, testing::WindowSumLine{})
         .uid("window")
         .sink_to(FileSink<std::string>::text((dir / "out").string()))
         .uid("sink");
@@ -318,7 +300,7 @@ void exactly_once_across_sigkills(bool incremental, bool windows) {
   EXPECT_EQ(database_dirs(dir / "rocksdb"), 0u);
   std::map<std::string, int64_t> got = testing::read_committed(dir / "out");
   std::map<std::string, int64_t> want =
-      windows ? expected_window_sums(records) : testing::expected_counts(records, kKeys);
+      windows ? testing::expected_window_sums(records, kWindowKeys) : testing::expected_counts(records, kKeys);
   int64_t missing = 0, duplicated = 0, unexpected = 0;
   for (const auto& [line, n] : want) {
     auto it = got.find(line);

@@ -100,8 +100,6 @@ class KeyedStateStore {
   RocksDBKeyedStateBackend<K>* rocksdb() noexcept { return rocks_.get(); }
   /// The heap backend that carries the current key for the timer service (with hashmap also the state).
   HeapKeyedStateBackend<K>& timer_key_context() noexcept { return *heap_; }
-  /// True when timers live in RocksDB (rocksdb with timer-service.factory: rocksdb).
-  bool rocksdb_timers() const noexcept { return rocksdb_timers_; }
   /// Moves `timers` (built on timer_key_context(), none registered yet) into the database when the job keeps
   /// timers in RocksDB; no-op otherwise. Call before restore().
   template <class N>

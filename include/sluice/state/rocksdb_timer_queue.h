@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -70,10 +69,6 @@ class RocksDBTimerQueue {
   std::string pop();
   /// The number of timers: a scan of the column family (for tests and metrics).
   size_t size() const;
-  /// Calls fn(key) for every timer of key group `kg` in key order, reading `snapshot` when not null (any
-  /// thread then), else the live database (task thread).
-  void scan_key_group(KeyGroup kg, const RocksDBInstance::Snapshot* snapshot,
-                      const std::function<void(std::string_view key)>& fn) const;
 
   RocksDBInstance::ColumnFamily* column_family() const noexcept { return cf_; }
 

@@ -140,8 +140,6 @@ class InternalTimerService {
     rocks_processing_ = std::move(processing_time);
     rocks_db_ = &db;
   }
-  /// True after use_rocksdb().
-  bool in_rocksdb() const noexcept { return rocks_db_ != nullptr; }
 
   /// Moves into this (heap) service the timers `db` holds in RocksDB timer column families, and drops those
   /// families: a database restored from an incremental checkpoint taken with RocksDB timers, by a job that keeps

@@ -23,6 +23,7 @@
 #include "sluice/connectors/files.h"
 #include "test_util/collect_sink.h"
 #include "test_util/counting_job.h"
+#include "test_util/window_sum_job.h"
 
 namespace sluice {
 namespace {
@@ -374,25 +375,6 @@ TEST(RocksDBBackendJobTest, SavepointsMoveHeapToRocksDBToHeapWhileRescaling) {
   fs::remove_all(root);
 }
 
-/// "key,window start,sum" for every key and 1-second tumbling window of the records 0..records-1, whose event
-/// time is their value in milliseconds.
-std::map<std::string, int64_t> expected_window_sums(int64_t records, int64_t keys) {
-  std::map<std::pair<int64_t, int64_t>, int64_t> sums;
-  for (int64_t v = 0; v < records; ++v)
-    sums[{v % keys, v / 1000 * 1000}] += v;
-  std::map<std::string, int64_t> lines;
-  for (const auto& [kw, sum] : sums)
-    ++lines[std::to_string(kw.first) + "," + std::to_string(kw.second) + "," + std::to_string(sum)];
-  return lines;
-}
-
-struct WindowSumLine final : ProcessWindowFunction<int64_t, std::string, int64_t, TimeWindow> {
-  void process(const int64_t& key, Context& ctx, const std::vector<int64_t>& sums,
-               Collector<std::string>& out) override {
-    out.collect(std::to_string(key) + "," + std::to_string(ctx.window().start) + "," + std::to_string(sums.front()));
-  }
-};
-
 // Window contents (an aggregate per key and window), trigger state and the cleanup timers of a window operator
 // on rocksdb survive failures: every restart restores them from an incremental checkpoint into fresh databases,
 // and the committed sums equal a failure-free run's. The window's state is in RocksDB: the checkpoints upload SST
@@ -422,7 +404,7 @@ void window_exactly_once_under_injected_failures(bool rocksdb_timers) {
       .uid("failing-map")
       .key_by([](const int64_t& v) { return v % kWindowKeys; })
       .window(TumblingEventTimeWindows::of(1000ms))
-      .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+      .reduce([](int64_t a, int64_t b) { return a + b; }, testing::WindowSumLine{})
       .uid("window")
       .sink_to(FileSink<std::string>::text((root / "out").string()))
       .uid("sink");
@@ -433,7 +415,7 @@ void window_exactly_once_under_injected_failures(bool rocksdb_timers) {
   EXPECT_GE(r.restarts, 1);
   EXPECT_GT(r.completed_checkpoints, 0);
   EXPECT_FALSE(fs::is_empty(root / "checkpoints" / r.job_id / "shared"));
-  EXPECT_TRUE(testing::read_committed(root / "out") == expected_window_sums(kRecords, kWindowKeys))
+  EXPECT_TRUE(testing::read_committed(root / "out") == testing::expected_window_sums(kRecords, kWindowKeys))
       << "window sums differ from the failure-free run (seed " << seed << ")";
   EXPECT_EQ(database_dirs(root / "local"), 0u);
   fs::remove_all(root);
@@ -459,7 +441,7 @@ void build_session_job(StreamEnvironment& env, const fs::path& root, int64_t rec
       .uid("numbers")
       .key_by([keys](const int64_t& v) { return v % keys; })
       .window(EventTimeSessionWindows::with_gap(100ms))
-      .reduce([](int64_t a, int64_t b) { return a + b; }, WindowSumLine{})
+      .reduce([](int64_t a, int64_t b) { return a + b; }, testing::WindowSumLine{})
       .uid("sessions")
       .sink_to(FileSink<std::string>::text((root / "out").string()))
       .uid("sink");

@@ -114,14 +114,6 @@ size_t RocksDBTimerQueue::size() const {
   return n;
 }
 
-void RocksDBTimerQueue::scan_key_group(KeyGroup kg, const RocksDBInstance::Snapshot* snapshot,
-                                       const std::function<void(std::string_view)>& fn) const {
-  db_.scan(cf_, key_group_prefix(kg.value), snapshot, [&fn](std::string_view key, std::string_view) {
-    fn(key);
-    return true;
-  });
-}
-
 void RocksDBTimerQueue::refill(int32_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   group.cache.clear();
