@@ -126,8 +126,9 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   void merge(ColumnFamily* cf, std::string_view key, std::string_view bytes);
   void remove(ColumnFamily* cf, std::string_view key);
 
-  /// From begin_batch() to commit_batch(), put/merge/remove go into one write batch (a restore writes its
-  /// entries this way). get() does not see batched writes. Task thread only.
+  /// From begin_batch() to commit_batch(), put/merge/remove go into write batches (a restore writes its
+  /// entries this way): each batch is written when it holds 4 MiB, so memory stays bounded and a batch is
+  /// not atomic. get() does not see writes of the open batch. Task thread only.
   void begin_batch();
   void commit_batch();
 

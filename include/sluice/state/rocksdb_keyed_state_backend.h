@@ -1102,13 +1102,14 @@ class RocksDBKeyedStateBackend {
   void snapshot_key_group(KeyGroup kg, DataOutput& out) const { capture()->write_key_group(kg, out); }
 
   /// Restores one key-group blob written by either backend with the same max parallelism (any old
-  /// parallelism). Errors as HeapKeyedStateBackend::restore_key_group. `owners` is accepted for the same
-  /// signature; states not registered yet are kept as a copy of their bytes until they are registered.
+  /// parallelism). Errors as HeapKeyedStateBackend::restore_key_group. States not registered yet keep their
+  /// bytes until they are registered: views into the memory of `owners` when given (a restore's mapped state
+  /// files, whose pages the kernel may drop and read again: a canonical restore larger than memory fits),
+  /// else a copy.
   [[nodiscard]] Status restore_key_group(KeyGroup kg, DataInput& in,
                                          const std::vector<std::shared_ptr<const void>>* owners = nullptr) {
-    (void)owners;
     try {
-      restore_group(kg, in);
+      restore_group(kg, in, owners);
       return ok_status();
     } catch (const SluiceException& e) {
       db_->commit_batch();
@@ -1192,7 +1193,7 @@ class RocksDBKeyedStateBackend {
 
   // Parses one key-group blob into the database (registered states, one write batch) or into pending
   // bytes (states not registered yet); throws SluiceException on any error.
-  void restore_group(KeyGroup kg, DataInput& in) {
+  void restore_group(KeyGroup kg, DataInput& in, const std::vector<std::shared_ptr<const void>>* owners) {
     if (!range_.contains(kg)) {
       detail::throw_state_error("key group " + std::to_string(kg.value) + " is outside this backend's range " +
                                 range_.to_string() + " (max parallelism " + std::to_string(max_parallelism_) + ")");
@@ -1235,7 +1236,13 @@ class RocksDBKeyedStateBackend {
         pending.groups.resize(static_cast<size_t>(range_.size()));
       }
       pending.groups[g].count += count;
-      pending.groups[g].append(bytes, false);
+      pending.groups[g].append(bytes, owners != nullptr);
+      if (owners != nullptr) {
+        for (const auto& o : *owners) {
+          if (std::find(pending.owners.begin(), pending.owners.end(), o) == pending.owners.end())
+            pending.owners.push_back(o);
+        }
+      }
     }
     db_->commit_batch();
     if (!in.at_end()) in.fail("trailing bytes after the last state of key group " + std::to_string(kg.value));

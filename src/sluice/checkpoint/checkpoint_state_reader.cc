@@ -23,6 +23,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kStateFileHeaderSize = sizeof(kStateFileMagic) + 1;  // magic + varint version (< 128)
+// A state file larger than this is mapped without MAP_POPULATE and hashed in windows (read_state_file()).
+constexpr uint64_t kPopulateLimit = 64 << 20;
+constexpr size_t kHashWindow = 16 << 20;
 
 Error state_file_error(const fs::path& path, const std::string& what) {
   return Error(ErrorCode::kState, fmt::format("state file {}: {}", path.string(), what));
@@ -261,14 +264,32 @@ Result<std::shared_ptr<const StateFileBytes>> FileCheckpointStorage::read_state_
   if (size == 0) {
     return check_state_file_contents(path, handle, XXH3_64bits(nullptr, 0), {}).error();
   }
-  // MAP_POPULATE maps the whole file up front (from the page cache when warm) instead of taking a page
-  // fault per 4 KiB during the checksum and the decoding.
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  // MAP_POPULATE maps a small file up front (from the page cache when warm) instead of taking a page fault per
+  // 4 KiB during the checksum and the decoding. A large one is hashed window by window, each window's pages
+  // dropped from the mapping behind the hash (they are clean file pages: a later read faults them in again),
+  // so a state file larger than memory can be restored (a rocksdb backend decodes it key group by key group).
+  const bool large = size > kPopulateLimit;
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (large ? 0 : MAP_POPULATE), fd, 0);
   if (data == MAP_FAILED) return state_file_error(path, fmt::format("cannot be mapped: {}", std::strerror(errno)));
   auto bytes = std::make_shared<const StateFileBytes>(data, size);
   std::string_view view = bytes->view();
-  SLUICE_RETURN_IF_ERROR(check_state_file_contents(path, handle, XXH3_64bits(view.data(), view.size()),
-                                                   view.substr(0, kStateFileHeaderSize)));
+  uint64_t actual = 0;
+  if (!large) {
+    actual = XXH3_64bits(view.data(), view.size());
+  } else {
+    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
+    if (hash == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(hash.get());
+    for (size_t at = 0; at < size; at += kHashWindow) {
+      const size_t n = std::min(kHashWindow, size - at);
+      char* window = static_cast<char*>(data) + at;
+      ::madvise(window, n, MADV_WILLNEED);
+      XXH3_64bits_update(hash.get(), window, n);
+      ::madvise(window, n, MADV_DONTNEED);  // window is page-aligned (the mapping's start plus 16 MiB steps)
+    }
+    actual = XXH3_64bits_digest(hash.get());
+  }
+  SLUICE_RETURN_IF_ERROR(check_state_file_contents(path, handle, actual, view.substr(0, kStateFileHeaderSize)));
   return bytes;
 }
 

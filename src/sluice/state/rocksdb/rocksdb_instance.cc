@@ -78,6 +78,8 @@ class ValueCompactionFilter final : public rocksdb::CompactionFilter {
 constexpr std::string_view kStatePrefix = "state/";
 constexpr std::string_view kTimerPrefix = "timer/";
 constexpr std::string_view kMetaFamily = "sluice/meta";
+// Bytes a write batch may hold before it is written (write_full_batch()).
+constexpr size_t kMaxBatchBytes = 4 << 20;
 
 rocksdb::Slice slice(std::string_view s) {
   return rocksdb::Slice(s.data(), s.size());
@@ -137,6 +139,17 @@ struct RocksDBInstance::Impl {
   std::unique_ptr<rocksdb::WriteBatch> batch;
   std::shared_ptr<rocksdb::Cache> cache;  // with a memory budget: blocks, indexes, filters and memtables
   std::unique_ptr<ColumnFamily> meta;     // kMetaFamily: per-state kind and flags
+
+  // Writes the open batch once it holds kMaxBatchBytes and starts the next. A batch goes into the memtable
+  // whole, past its write-buffer budget, and is held twice meanwhile (batch and memtable): a restore of a key
+  // group larger than memory would not fit. Batches are a speed-up, not a transaction (a failed restore fails
+  // the task).
+  void write_full_batch(const std::filesystem::path& dir) {
+    if (batch->GetDataSize() < kMaxBatchBytes) return;
+    rocksdb::Status s = db->Write(write_options, batch.get());
+    if (!s.ok()) throw_rocksdb(dir, "a batched write", s);
+    batch->Clear();
+  }
 
   // The states' and the timers' column families.
   std::vector<ColumnFamily*> data_families() const {
@@ -412,7 +425,7 @@ void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFami
   for (it->Seek(lower); it->Valid(); it->Next()) {
     rocksdb::Status s = batch.Put(to->handle, it->key(), it->value());
     if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
-    if (batch.GetDataSize() > (4u << 20)) {
+    if (batch.GetDataSize() >= kMaxBatchBytes) {
       s = impl_->db->Write(impl_->write_options, &batch);
       if (!s.ok()) throw_rocksdb(dir_, "a restore write", s);
       batch.Clear();
@@ -454,18 +467,21 @@ void RocksDBInstance::put(ColumnFamily* cf, std::string_view key, std::string_vi
   rocksdb::Status s = impl_->batch ? impl_->batch->Put(cf->handle, slice(key), slice(value))
                                    : impl_->db->Put(impl_->write_options, cf->handle, slice(key), slice(value));
   if (!s.ok()) throw_rocksdb(dir_, "a write", s);
+  if (impl_->batch) impl_->write_full_batch(dir_);
 }
 
 void RocksDBInstance::merge(ColumnFamily* cf, std::string_view key, std::string_view bytes) {
   rocksdb::Status s = impl_->batch ? impl_->batch->Merge(cf->handle, slice(key), slice(bytes))
                                    : impl_->db->Merge(impl_->write_options, cf->handle, slice(key), slice(bytes));
   if (!s.ok()) throw_rocksdb(dir_, "a merge", s);
+  if (impl_->batch) impl_->write_full_batch(dir_);
 }
 
 void RocksDBInstance::remove(ColumnFamily* cf, std::string_view key) {
   rocksdb::Status s = impl_->batch ? impl_->batch->Delete(cf->handle, slice(key))
                                    : impl_->db->Delete(impl_->write_options, cf->handle, slice(key));
   if (!s.ok()) throw_rocksdb(dir_, "a delete", s);
+  if (impl_->batch) impl_->write_full_batch(dir_);
 }
 
 void RocksDBInstance::begin_batch() {
