@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -285,6 +286,59 @@ TEST_F(S3CheckpointTest, TheSizeCheckIsAHeadAndTheReaderChecksTheChecksum) {
 
   ASSERT_TRUE(client_->delete_object(bucket_, key).ok());
   Status missing = FileCheckpointStorage::check_state_file_size(*dir, *handle);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("is missing"), std::string::npos) << missing.error().message();
+  EXPECT_TRUE(client_->delete_prefix(bucket_, prefix_ + "/").ok());
+}
+
+// A state file larger than the reader keeps in memory (64 MiB) is downloaded into an unlinked temporary file and
+// mapped (a savepoint of state larger than memory can be restored from S3): the bytes read back whole without the
+// process's anonymous memory growing by the file; a corrupted, truncated or missing object is still reported.
+TEST_F(S3CheckpointTest, ALargeStateFileIsDownloadedToDiskNotMemory) {
+  Configuration config;
+  config.set(options::kS3Endpoint, endpoint_);
+  config.set(options::kS3PathStyleAccess, true);
+  ASSERT_TRUE(S3Client::configure(config).ok());
+  auto storage = FileCheckpointStorage::create(this->storage(), "large-read");
+  ASSERT_TRUE(storage.ok()) << storage.error().to_string();
+  auto dir = storage->init_checkpoint(1);
+  ASSERT_TRUE(dir.ok()) << dir.error().to_string();
+  std::string state(80 << 20, '\0');
+  for (size_t i = 0; i < state.size(); i += 4096)
+    state[i] = static_cast<char>(i / 4096);
+  auto handle = storage->write_subtask_state(*dir, "op", 0, state, nullptr);
+  ASSERT_TRUE(handle.ok()) << handle.error().to_string();
+  auto anon = [] {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("RssAnon:", 0) == 0) return std::strtoull(line.c_str() + 8, nullptr, 10) << 10;
+    }
+    return 0ULL;
+  };
+  {
+    const uint64_t before = anon();
+    auto read = FileCheckpointStorage::read_state_file(*dir, *handle);
+    const uint64_t after = anon();
+    ASSERT_TRUE(read.ok()) << read.error().to_string();
+    EXPECT_TRUE((*read)->view().substr(handle->operator_state_offset, handle->operator_state_length) == state);
+    // Anonymous memory is what a download into memory would take (80 MiB); curl's buffers are far smaller.
+    EXPECT_LT(after - std::min(after, before), uint64_t{16} << 20) << "RssAnon " << before << " -> " << after;
+  }
+  const std::string key = prefix_ + "/large-read/chk-1/" + handle->file;
+  auto bytes = client_->get_object(bucket_, key);
+  ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+  (*bytes)[bytes->size() - 10] ^= 0x01;
+  ASSERT_TRUE(client_->put_object(bucket_, key, *bytes).ok());
+  auto corrupted = FileCheckpointStorage::read_state_file(*dir, *handle);
+  ASSERT_FALSE(corrupted.ok());
+  EXPECT_NE(corrupted.error().message().find("checksum mismatch"), std::string::npos) << corrupted.error().message();
+  ASSERT_TRUE(client_->put_object(bucket_, key, bytes->substr(0, 70 << 20)).ok());
+  auto truncated = FileCheckpointStorage::read_state_file(*dir, *handle);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.error().message().find("is truncated"), std::string::npos) << truncated.error().message();
+  ASSERT_TRUE(client_->delete_object(bucket_, key).ok());
+  auto missing = FileCheckpointStorage::read_state_file(*dir, *handle);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message().find("is missing"), std::string::npos) << missing.error().message();
   EXPECT_TRUE(client_->delete_prefix(bucket_, prefix_ + "/").ok());

@@ -137,6 +137,11 @@ class S3Client {
   /// GET of a whole object. `found` is set false (and the result empty) when it does not exist.
   [[nodiscard]] Result<std::string> get_object(const std::string& bucket, const std::string& key,
                                                bool* found = nullptr) const;
+  /// GET of a whole object into the file `fd` from offset 0 (truncated first, and again before a retry): for
+  /// objects too large for memory. Returns the bytes written. `found` as get_object(); an error body is not
+  /// written to the file. Errors: those of get_object(), and kCheckpoint when writing the file fails (no retry).
+  [[nodiscard]] Result<uint64_t> get_object_to_file(const std::string& bucket, const std::string& key, int fd,
+                                                    bool* found = nullptr) const;
   /// HEAD: whether the object exists.
   [[nodiscard]] Result<bool> exists(const std::string& bucket, const std::string& key) const;
   /// HEAD: the object's key, size and ETag (quotes included), or nullopt when it does not exist.
@@ -185,9 +190,10 @@ class S3Client {
     int64_t content_length = -1;
   };
   // One request with retries. `query` is already canonical (sorted, encoded). Errors only for transport
-  // failures after the last attempt and for 5xx after the last attempt; 4xx come back as a Response.
+  // failures after the last attempt and for 5xx after the last attempt; 4xx come back as a Response. A 2xx
+  // body goes to `body_fd` when it is >= 0 (get_object_to_file), else into Response::body.
   Result<Response> request(std::string_view method, const std::string& bucket, const std::string& key,
-                           const std::string& query, std::string_view body) const;
+                           const std::string& query, std::string_view body, int body_fd = -1) const;
   // A non-2xx answer as an Error naming the request and S3's code; a 401/403 also says whether this client had
   // credentials (an unsigned request is the usual cause of an AccessDenied with no body).
   Error http_error(std::string_view what, const std::string& bucket, const std::string& key, long status,

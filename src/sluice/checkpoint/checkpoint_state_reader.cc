@@ -74,6 +74,39 @@ Result<int> open_state_file(const fs::path& path, const OperatorSubtaskStateHand
   return fd;
 }
 
+// Maps the state file open as `fd` (`size` bytes, > 0) and checks it against `handle` (XXH3-64, header). The
+// mapping outlives the fd.
+Result<std::shared_ptr<const StateFileBytes>> map_state_file(const fs::path& path, int fd, uint64_t size,
+                                                             const OperatorSubtaskStateHandle& handle) {
+  // MAP_POPULATE maps a small file up front (from the page cache when warm) instead of taking a page fault per
+  // 4 KiB during the checksum and the decoding. A large one is hashed window by window, each window's pages
+  // dropped from the mapping behind the hash (they are clean file pages: a later read faults them in again),
+  // so a state file larger than memory can be restored (a rocksdb backend decodes it key group by key group).
+  const bool large = size > kPopulateLimit;
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (large ? 0 : MAP_POPULATE), fd, 0);
+  if (data == MAP_FAILED) return state_file_error(path, fmt::format("cannot be mapped: {}", std::strerror(errno)));
+  auto bytes = std::make_shared<const StateFileBytes>(data, size);
+  std::string_view view = bytes->view();
+  uint64_t actual = 0;
+  if (!large) {
+    actual = XXH3_64bits(view.data(), view.size());
+  } else {
+    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
+    if (hash == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(hash.get());
+    for (size_t at = 0; at < size; at += kHashWindow) {
+      const size_t n = std::min(kHashWindow, size - at);
+      char* window = static_cast<char*>(data) + at;
+      ::madvise(window, n, MADV_WILLNEED);
+      XXH3_64bits_update(hash.get(), window, n);
+      ::madvise(window, n, MADV_DONTNEED);  // window is page-aligned (the mapping's start plus 16 MiB steps)
+    }
+    actual = XXH3_64bits_digest(hash.get());
+  }
+  SLUICE_RETURN_IF_ERROR(check_state_file_contents(path, handle, actual, view.substr(0, kStateFileHeaderSize)));
+  return bytes;
+}
+
 // Streams a state file through XXH3 and checks it against `handle`, keeping nothing.
 Status check_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
   const fs::path path = dir / handle.file;
@@ -115,6 +148,27 @@ Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path&
   auto t = s3_target(dir);
   if (!t.ok()) return t.error();
   bool found = true;
+  if (handle.file_size > kPopulateLimit) {
+    // Too large to hold in memory (a savepoint of state larger than memory): downloaded into an unlinked file
+    // under the temp directory and mapped as a local file, so only the pages in use are resident.
+    std::string temp = (fs::temp_directory_path() / "sluice-state-XXXXXX").string();
+    int fd = ::mkstemp(temp.data());
+    if (fd < 0) {
+      return state_file_error(path, fmt::format("cannot be downloaded: no temporary file under {}: {}",
+                                                fs::temp_directory_path().string(), std::strerror(errno)));
+    }
+    ::unlink(temp.c_str());  // its blocks are freed when the mapping and the fd are gone
+    std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+    auto written = t->client->get_object_to_file(t->uri.bucket, t->child(handle.file), fd, &found);
+    if (!written.ok()) return state_file_error(path, fmt::format("cannot be read: {}", written.error().message()));
+    if (!found) return state_file_error(path, "is missing (the checkpoint is incomplete)");
+    if (*written != handle.file_size) {
+      return state_file_error(path, fmt::format("{}: the metadata records {} bytes, the object has {} bytes",
+                                                *written < handle.file_size ? "is truncated" : "has an unexpected size",
+                                                handle.file_size, *written));
+    }
+    return map_state_file(path, fd, *written, handle);
+  }
   auto bytes = t->client->get_object(t->uri.bucket, t->child(handle.file), &found);
   if (!bytes.ok()) return state_file_error(path, fmt::format("cannot be read: {}", bytes.error().message()));
   if (!found) return state_file_error(path, "is missing (the checkpoint is incomplete)");
@@ -264,33 +318,7 @@ Result<std::shared_ptr<const StateFileBytes>> FileCheckpointStorage::read_state_
   if (size == 0) {
     return check_state_file_contents(path, handle, XXH3_64bits(nullptr, 0), {}).error();
   }
-  // MAP_POPULATE maps a small file up front (from the page cache when warm) instead of taking a page fault per
-  // 4 KiB during the checksum and the decoding. A large one is hashed window by window, each window's pages
-  // dropped from the mapping behind the hash (they are clean file pages: a later read faults them in again),
-  // so a state file larger than memory can be restored (a rocksdb backend decodes it key group by key group).
-  const bool large = size > kPopulateLimit;
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (large ? 0 : MAP_POPULATE), fd, 0);
-  if (data == MAP_FAILED) return state_file_error(path, fmt::format("cannot be mapped: {}", std::strerror(errno)));
-  auto bytes = std::make_shared<const StateFileBytes>(data, size);
-  std::string_view view = bytes->view();
-  uint64_t actual = 0;
-  if (!large) {
-    actual = XXH3_64bits(view.data(), view.size());
-  } else {
-    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
-    if (hash == nullptr) throw std::bad_alloc();
-    XXH3_64bits_reset(hash.get());
-    for (size_t at = 0; at < size; at += kHashWindow) {
-      const size_t n = std::min(kHashWindow, size - at);
-      char* window = static_cast<char*>(data) + at;
-      ::madvise(window, n, MADV_WILLNEED);
-      XXH3_64bits_update(hash.get(), window, n);
-      ::madvise(window, n, MADV_DONTNEED);  // window is page-aligned (the mapping's start plus 16 MiB steps)
-    }
-    actual = XXH3_64bits_digest(hash.get());
-  }
-  SLUICE_RETURN_IF_ERROR(check_state_file_contents(path, handle, actual, view.substr(0, kStateFileHeaderSize)));
-  return bytes;
+  return map_state_file(path, fd, size, handle);
 }
 
 Status FileCheckpointStorage::verify_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {

@@ -6,11 +6,15 @@
 #include <libxml/tree.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -130,9 +134,36 @@ std::string s3_error_text(const std::string& body) {
   return body.empty() ? std::string("(no body)") : body.substr(0, 200);
 }
 
+// Where a response body goes: `body`, or the file `fd` (from offset 0) when one is given and the answer is a 2xx
+// (an error's XML body still goes to `body`).
+struct BodySink {
+  std::string* body = nullptr;
+  int fd = -1;
+  CURL* curl = nullptr;
+  uint64_t written = 0;
+  int write_errno = 0;  // set when writing the file failed (the transfer is then aborted)
+};
+
 size_t on_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
+  auto* sink = static_cast<BodySink*>(user);
+  const size_t bytes = size * n;
+  long status = 0;
+  if (sink->fd >= 0) curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (sink->fd < 0 || status / 100 != 2) {
+    sink->body->append(data, bytes);
+    return bytes;
+  }
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t w = ::pwrite(sink->fd, data + done, bytes - done, static_cast<off_t>(sink->written));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      sink->write_errno = errno;
+      return 0;  // CURLE_WRITE_ERROR
+    }
+    done += static_cast<size_t>(w);
+    sink->written += static_cast<uint64_t>(w);
+  }
+  return bytes;
 }
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
@@ -348,7 +379,7 @@ Result<std::shared_ptr<const S3Client>> S3Client::shared() {
 }
 
 Result<S3Client::Response> S3Client::request(std::string_view method, const std::string& bucket, const std::string& key,
-                                             const std::string& query, std::string_view body) const {
+                                             const std::string& query, std::string_view body, int body_fd) const {
   std::string url;
   std::string endpoint =
       options_.endpoint.empty() ? fmt::format("https://s3.{}.amazonaws.com", options_.region) : options_.endpoint;
@@ -387,13 +418,18 @@ Result<S3Client::Response> S3Client::request(std::string_view method, const std:
     }
     headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
     UploadBody upload{body, 0};
+    BodySink sink{&response.body, body_fd, curl, 0, 0};
+    if (body_fd >= 0 && ::ftruncate(body_fd, 0) != 0) {  // a retry starts the file again
+      return Error(ErrorCode::kCheckpoint,
+                   fmt::format("{}: the download file cannot be truncated: {}", what, std::strerror(errno)));
+    }
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.etag);
     if (!options_.access_key.empty()) {
@@ -416,6 +452,10 @@ Result<S3Client::Response> S3Client::request(std::string_view method, const std:
     }
     const CURLcode rc = curl_easy_perform(curl);
     curl_slist_free_all(headers);
+    if (sink.write_errno != 0) {  // the local disk, not S3: retrying would not help
+      return Error(ErrorCode::kCheckpoint, fmt::format("{}: writing the download to a local file failed: {}", what,
+                                                       std::strerror(sink.write_errno)));
+    }
     bool retry = false;
     if (rc != CURLE_OK) {
       last_failure = fmt::format("{} (curl error {})", curl_easy_strerror(rc), static_cast<int>(rc));
@@ -476,6 +516,21 @@ Result<std::string> S3Client::get_object(const std::string& bucket, const std::s
   if (r->status == 404 && found != nullptr) return std::string();
   if (r->status / 100 != 2) return http_error("GET", bucket, key, r->status, r->body);
   return std::move(r->body);
+}
+
+Result<uint64_t> S3Client::get_object_to_file(const std::string& bucket, const std::string& key, int fd,
+                                              bool* found) const {
+  auto r = request("GET", bucket, key, "", {}, fd);
+  if (!r.ok()) return r.error();
+  if (found != nullptr) *found = r->status != 404;
+  if (r->status == 404 && found != nullptr) return uint64_t{0};
+  if (r->status / 100 != 2) return http_error("GET", bucket, key, r->status, r->body);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Error(ErrorCode::kCheckpoint, fmt::format("S3 GET s3://{}/{}: the download file cannot be read: {}", bucket,
+                                                     key, std::strerror(errno)));
+  }
+  return static_cast<uint64_t>(st.st_size);
 }
 
 Result<bool> S3Client::exists(const std::string& bucket, const std::string& key) const {

@@ -357,6 +357,33 @@ TEST_F(CheckpointStorageTest, StateFileChecksFailWithThePathAndReason) {
   EXPECT_THAT(r.error().message(), HasSubstr("missing"));
 }
 
+// A state file over the mapping's populate limit (64 MiB) is hashed in windows whose pages are dropped behind the
+// hash: the bytes read back whole, and a flipped byte in the last window is found.
+TEST_F(CheckpointStorageTest, ALargeStateFileIsReadInWindowsAndItsChecksumStillCovers) {
+  FileCheckpointStorage storage = make_storage();
+  auto dir = storage.init_checkpoint(1);
+  ASSERT_TRUE(dir.ok());
+  std::string state(80 << 20, '\0');
+  for (size_t i = 0; i < state.size(); i += 4096)
+    state[i] = static_cast<char>(i / 4096);
+  auto handle = storage.write_subtask_state(*dir, "op", 0, state, nullptr);
+  ASSERT_TRUE(handle.ok());
+  const fs::path path = *dir / handle->file;
+  {
+    auto read = FileCheckpointStorage::read_state_file(*dir, *handle);
+    ASSERT_TRUE(read.ok()) << read.error().to_string();
+    EXPECT_TRUE((*read)->view().substr(handle->operator_state_offset, handle->operator_state_length) == state);
+  }
+
+  std::string bytes = read_file(path);
+  bytes[bytes.size() - 10] ^= 0x01;
+  write_file(path, bytes);
+  auto corrupted = FileCheckpointStorage::read_state_file(*dir, *handle);
+  ASSERT_FALSE(corrupted.ok());
+  EXPECT_THAT(corrupted.error().message(), HasSubstr(path.string()));
+  EXPECT_THAT(corrupted.error().message(), HasSubstr("checksum mismatch"));
+}
+
 TEST_F(CheckpointStorageTest, SizeChecksReadNothingAndLeaveTheChecksumToTheReader) {
   FileCheckpointStorage storage = make_storage();
   auto dir = storage.init_checkpoint(1);
