@@ -13,6 +13,7 @@
 #include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <system_error>
@@ -378,18 +379,22 @@ std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesyste
   for (const auto& [name, cf] : impl_->timers)
     handles.push_back(cf->handle);
   if (impl_->meta) handles.push_back(impl_->meta->handle);
+  if (impl_->db->DefaultColumnFamily() != nullptr) handles.push_back(impl_->db->DefaultColumnFamily());
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  if (!handles.empty()) {
-    rocksdb::Status s = impl_->db->Flush(flush, handles);
-    if (!s.ok()) throw_rocksdb(dir_, "the flush of a checkpoint", s);
-  }
+  // RocksDB's default flush first waits until it would not stall writes, which with level 0 full means behind
+  // compaction (1.1 s of synchronous pause measured with 10 GiB of churning state). The barrier should not wait
+  // for compaction: the flush goes ahead, and writes after it stall as they would have anyway.
+  flush.allow_write_stall = true;
+  rocksdb::Status s = impl_->db->Flush(flush, handles);
+  if (!s.ok()) throw_rocksdb(dir_, "the flush of a checkpoint", s);
   rocksdb::Checkpoint* raw = nullptr;
-  rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db, &raw);
+  s = rocksdb::Checkpoint::Create(impl_->db, &raw);
   if (!s.ok()) throw_rocksdb(dir_, "starting a checkpoint", s);
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  // log_size_for_flush 0: flush (again) so every column family is in SST files; the WAL is off.
-  s = checkpoint->CreateCheckpoint(target.string(), 0);
+  // log_size_for_flush "max": no second flush (it would wait for the write stall again); every column family was
+  // flushed above on this thread, nothing was written since, and the WAL is off.
+  s = checkpoint->CreateCheckpoint(target.string(), std::numeric_limits<uint64_t>::max());
   if (!s.ok()) throw_rocksdb(dir_, "creating the checkpoint " + target.string(), s);
   std::vector<std::string> files;
   std::error_code ec;
