@@ -93,10 +93,11 @@ void decode_from(std::string_view bytes, T& v) {
 }
 
 /// Hints the kernel to reclaim the whole pages of `bytes`, restored entries just written into RocksDB. A restore
-/// reads them from a mapped state file once: without the hint its clean pages stay resident and a restore of
-/// state larger than memory shows as RSS the size of the file (reclaimable, but counted). Only sections of at
-/// least 1 MiB, which come from a mapped file in practice; MADV_PAGEOUT is only a hint on any memory (anonymous
-/// memory keeps its contents), so a copy is never harmed. Failures (an older kernel) are ignored.
+/// reads a large state file's sections from its mapping once: without the hint their clean pages stay resident and
+/// a restore of state larger than memory shows as RSS the size of the file (reclaimable, but counted). Only
+/// sections of at least 1 MiB. MADV_PAGEOUT is a hint that never changes contents, so it is safe on any memory:
+/// an S3 state file of up to 64 MiB or a test's copy is anonymous memory, which stays (or, with swap, is written
+/// out once). Failures (an older kernel; Linux 6.1+ ignores it for files this process may not write) are ignored.
 inline void reclaim_restored_pages(std::string_view bytes) {
   constexpr size_t kMinBytes = 1 << 20;
   if (bytes.size() < kMinBytes) return;
@@ -1130,7 +1131,10 @@ class RocksDBKeyedStateBackend {
       restore_group(kg, in, owners);
       return ok_status();
     } catch (const SluiceException& e) {
-      db_->commit_batch();
+      try {
+        db_->commit_batch();  // closes the batch; the task fails on the error below anyway
+      } catch (const SluiceException&) {
+      }
       return e.error().with_context("restoring keyed state of key group " + std::to_string(kg.value));
     }
   }
@@ -1210,7 +1214,7 @@ class RocksDBKeyedStateBackend {
     }
   }
 
-  // Parses one key-group blob into the database (registered states, one write batch) or into pending
+  // Parses one key-group blob into the database (registered states, write batches of up to 4 MiB) or into pending
   // bytes (states not registered yet); throws SluiceException on any error.
   void restore_group(KeyGroup kg, DataInput& in, const std::vector<std::shared_ptr<const void>>* owners) {
     if (!range_.contains(kg)) {

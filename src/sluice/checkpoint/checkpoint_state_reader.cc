@@ -2,8 +2,10 @@
 // their handles (size, XXH3-64, header), shared files verified and materialized for a native restore.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -151,13 +153,21 @@ Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path&
   if (handle.file_size > kPopulateLimit) {
     // Too large to hold in memory (a savepoint of state larger than memory): downloaded into an unlinked file
     // under the temp directory and mapped as a local file, so only the pages in use are resident.
-    std::string temp = (fs::temp_directory_path() / "sluice-state-XXXXXX").string();
-    int fd = ::mkstemp(temp.data());
+    const fs::path temp_dir = fs::temp_directory_path();
+    std::string temp = (temp_dir / "sluice-state-XXXXXX").string();
+    int fd = ::mkostemp(temp.data(), O_CLOEXEC);
     if (fd < 0) {
       return state_file_error(path, fmt::format("cannot be downloaded: no temporary file under {}: {}",
-                                                fs::temp_directory_path().string(), std::strerror(errno)));
+                                                temp_dir.string(), std::strerror(errno)));
     }
     ::unlink(temp.c_str());  // its blocks are freed when the mapping and the fd are gone
+    struct statfs fs_info {};
+    if (::fstatfs(fd, &fs_info) == 0 && fs_info.f_type == TMPFS_MAGIC) {
+      spdlog::warn(
+          "state file {} ({} bytes) is downloaded into {}, which is tmpfs: the file takes memory; set "
+          "TMPDIR to a directory on disk",
+          path.string(), handle.file_size, temp_dir.string());
+    }
     std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
     auto written = t->client->get_object_to_file(t->uri.bucket, t->child(handle.file), fd, &found);
     if (!written.ok()) return state_file_error(path, fmt::format("cannot be read: {}", written.error().message()));

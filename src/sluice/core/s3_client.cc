@@ -420,13 +420,26 @@ Result<S3Client::Response> S3Client::request(std::string_view method, const std:
     UploadBody upload{body, 0};
     BodySink sink{&response.body, body_fd, curl, 0, 0};
     if (body_fd >= 0 && ::ftruncate(body_fd, 0) != 0) {  // a retry starts the file again
+      const int err = errno;
+      curl_slist_free_all(headers);
       return Error(ErrorCode::kCheckpoint,
-                   fmt::format("{}: the download file cannot be truncated: {}", what, std::strerror(errno)));
+                   fmt::format("{}: the download file cannot be truncated: {}", what, std::strerror(err)));
     }
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+    if (body_fd >= 0) {
+      // A download into a file may be larger than any fixed time allows (a state file of many GiB): no total
+      // timeout, but one that is slower than 1 KiB/s for the request timeout has stalled.
+      curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 0L);
+      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                       std::max(1L, static_cast<long>(options_.request_timeout_ms / 1000)));
+    } else {
+      curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 0L);
+      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 0L);
+    }
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);

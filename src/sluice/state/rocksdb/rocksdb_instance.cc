@@ -530,8 +530,13 @@ void RocksDBInstance::remove_prefix(ColumnFamily* cf, std::string_view prefix) {
   if (keys.empty()) return;
   const bool own_batch = !impl_->batch;
   begin_batch();
-  for (const auto& k : keys)
-    remove(cf, k);
+  try {
+    for (const auto& k : keys)
+      remove(cf, k);
+  } catch (...) {
+    if (own_batch) impl_->batch.reset();  // no batch left open behind a failed write
+    throw;
+  }
   if (own_batch) commit_batch();
 }
 
