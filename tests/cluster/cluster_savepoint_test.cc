@@ -307,7 +307,10 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
     progress.push_back(800 + static_cast<int64_t>(rng() % 2000));
   std::cout << "seed " << seed << " (SLUICE_CHAOS_SEED to replay): stops after " << progress[0] << ", " << progress[1]
             << ", " << progress[2] << " more committed records\n";
-  constexpr int64_t kRecords = 16'000;
+  // The producer runs until the last run has started (each run must see new input, however long the runs before
+  // it took: with a fixed 16,000 records a slow machine consumed them all in runs 1 and 2 and run 3 waited for
+  // progress that could not come), at most kMaxRecords.
+  constexpr int64_t kMaxRecords = 400'000;
   constexpr int64_t kKeys = 53;
   const std::string in = tk::unique_topic("cluster-savepoint-in");
   const std::string out = tk::unique_topic("cluster-savepoint-out");
@@ -341,7 +344,7 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
     tk::Client p = tk::make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", servers}, {"linger.ms", "5"}});
     if (!p) return;
     std::map<int64_t, int64_t> revision;
-    for (int64_t n = 0; n < kRecords && !stop_producing.load(); ++n) {
+    for (int64_t n = 0; n < kMaxRecords && !stop_producing.load(); ++n) {
       const int64_t entity = n % kKeys;
       const std::string key = "ch_" + std::to_string(entity);
       const std::string value = change_event(entity, ++revision[entity], n);
@@ -430,7 +433,10 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
   std::cout << "run 3 (local, parallelism 3, 1 Kafka reader): savepoint after " << reader.records
             << " committed records (" << produced.load() << " produced)\n";
 
+  const int64_t after3 = reader.records;
+
   // 4. Parallelism 2 with 2 readers on 1 TaskManager, until every change is through; then stopped.
+  int64_t records = 0;  // all the producer wrote, known once it stopped
   {
     std::vector<std::string> options = kOptions;
     options.push_back("parallelism.default=2");
@@ -439,15 +445,18 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
     ASSERT_NE(jm, nullptr);
     c.start_taskmanager(2);
     ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 4 task\\(s\\) on 1 TaskManager\\(s\\)"), kStart)) << c.logs();
+    ASSERT_TRUE(await_progress(*jm, reader, after3, 500));  // new input through the last run's readers too
+    stop_producing.store(true);
     producer.join();
-    ASSERT_EQ(produced.load(), kRecords);
+    records = produced.load();
+    ASSERT_LT(records, kMaxRecords) << "the producer ran out of records before the last run started";
     ASSERT_TRUE(poll_until(
         [&] {
           reader.poll(100);
-          return reader.distinct() >= kRecords;
+          return reader.distinct() >= records;
         },
         90s))
-        << reader.distinct() << " of " << kRecords << "\n"
+        << reader.distinct() << " of " << records << "\n"
         << c.logs();
     const std::string last = stop_with_savepoint(c.rest_url(), c.job_id(), stop_output);
     EXPECT_FALSE(last.empty()) << stop_output << c.logs();
@@ -458,11 +467,11 @@ TEST(ClusterSavepointTest, KafkaSourceOffsetsMoveWithTheReadersWhenTheJobRescale
   const auto drain = Clock::now();
   while (Clock::now() - drain < 1s)
     reader.poll(100);
-  const int64_t missing = kRecords - reader.distinct();
-  std::cout << reader.records << " records read_committed of " << kRecords << " over 4 runs: " << missing
-            << " missing, " << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, "
-            << reader.malformed << " malformed; entity_version: " << reader.version_mismatch
-            << " not the entity's count so far, " << reader.without_version << " missing (seed " << seed << ")\n";
+  const int64_t missing = records - reader.distinct();
+  std::cout << reader.records << " records read_committed of " << records << " over 4 runs: " << missing << " missing, "
+            << reader.duplicated << " duplicated, " << reader.out_of_order << " out of order, " << reader.malformed
+            << " malformed; entity_version: " << reader.version_mismatch << " not the entity's count so far, "
+            << reader.without_version << " missing (seed " << seed << ")\n";
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(reader.duplicated, 0);
   EXPECT_EQ(reader.out_of_order, 0);
