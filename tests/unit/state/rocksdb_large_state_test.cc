@@ -19,12 +19,14 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -81,6 +83,14 @@ std::string key_of(int64_t i) {
   return buf;
 }
 
+/// Keys 0..keys-1 grouped by key group, each group's keys in increasing (= byte) order: the database's key order.
+std::vector<std::vector<int64_t>> keys_in_database_order(RocksDBKeyedStateBackend<std::string>& backend, int64_t keys) {
+  std::vector<std::vector<int64_t>> by_group(static_cast<size_t>(kDefaultMaxParallelism));
+  for (int64_t i = 0; i < keys; ++i)
+    by_group[static_cast<size_t>(backend.key_group_of(key_of(i)).value)].push_back(i);
+  return by_group;
+}
+
 TEST(RocksDBLargeStateTest, StateTenTimesTheBudgetKeepsRssWithinTheBudgetPlusOverhead) {
   const uint64_t state_bytes = env_mib("SLUICE_LARGE_STATE_MIB", 5120) << 20;
   const uint64_t budget = env_mib("SLUICE_LARGE_STATE_BUDGET_MIB", 512) << 20;
@@ -107,10 +117,7 @@ TEST(RocksDBLargeStateTest, StateTenTimesTheBudgetKeepsRssWithinTheBudgetPlusOve
   {
     RocksDBKeyedStateBackend<std::string> backend(range, kDefaultMaxParallelism, clock, dir, memory);
     auto& value = backend.get_state(ValueStateDescriptor<std::string>{"payload"});
-    // Keys grouped by key group, each group's keys in increasing (= byte) order: the database's key order.
-    std::vector<std::vector<int64_t>> by_group(static_cast<size_t>(kDefaultMaxParallelism));
-    for (int64_t i = 0; i < keys; ++i)
-      by_group[static_cast<size_t>(backend.key_group_of(key_of(i)).value)].push_back(i);
+    const std::vector<std::vector<int64_t>> by_group = keys_in_database_order(backend, keys);
     std::mt19937_64 rng(seed);
     std::string payload(kValueBytes, '\0');
     auto fill = [&](int64_t i) {
@@ -163,13 +170,18 @@ TEST(RocksDBLargeStateTest, StateTenTimesTheBudgetKeepsRssWithinTheBudgetPlusOve
   fs::remove_all(dir);
 }
 
-/// Polls RssAnon and RssFile every 5 ms on its own thread and keeps their peaks (a restore is one call).
+/// Polls RssAnon and RssFile every 5 ms on its own thread and keeps their peaks (a restore is one call). stop()
+/// wakes the thread at once (it waits on a condition between samples).
 class MemorySampler {
  public:
   MemorySampler() : thread_([this] { run(); }) {}
   ~MemorySampler() { stop(); }
   void stop() {
-    stop_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
   uint64_t peak_anon() const { return peak_anon_; }
@@ -177,13 +189,15 @@ class MemorySampler {
 
  private:
   void run() {
-    while (!stop_) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    do {
       peak_anon_ = std::max<uint64_t>(peak_anon_, status_bytes("RssAnon:"));
       peak_file_ = std::max<uint64_t>(peak_file_, status_bytes("RssFile:"));
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a sampling period, not a synchronisation
-    }
+    } while (!wake_.wait_for(lock, std::chrono::milliseconds(5), [this] { return stop_; }));
   }
-  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
   std::atomic<uint64_t> peak_anon_{0};
   std::atomic<uint64_t> peak_file_{0};
   std::thread thread_;
@@ -226,9 +240,7 @@ TEST(RocksDBLargeStateTest, ACanonicalStateFileFourTimesTheBudgetRestoresWithinT
   {
     RocksDBKeyedStateBackend<std::string> source(range, kDefaultMaxParallelism, clock, root / "source", memory);
     auto& value = source.get_state(ValueStateDescriptor<std::string>{"payload"});
-    std::vector<std::vector<int64_t>> by_group(static_cast<size_t>(kDefaultMaxParallelism));
-    for (int64_t i = 0; i < keys; ++i)
-      by_group[static_cast<size_t>(source.key_group_of(key_of(i)).value)].push_back(i);
+    const std::vector<std::vector<int64_t>> by_group = keys_in_database_order(source, keys);
     std::string payload;
     for (const std::vector<int64_t>& group : by_group) {
       for (int64_t i : group) {
