@@ -35,15 +35,21 @@ struct SharedStateFile {
 /// checkpoint; Flink's IncrementalRemoteKeyedStateHandle before the upload). The checkpoint writer uploads the
 /// immutable files (SST) that no earlier checkpoint of the same backend uploaded into the shared area and
 /// embeds the others (MANIFEST, CURRENT, OPTIONS) in the checkpoint's own state file.
-/// Thread-safety: immutable except record_upload(), which is thread-safe; used on writer threads.
+/// Thread-safety: complete() and record_upload() are thread-safe, the rest is immutable once complete() returned;
+/// used on writer threads.
 class NativeKeyedStateSnapshot {
  public:
   virtual ~NativeKeyedStateSnapshot() = default;
   /// The key groups the database holds.
   virtual KeyGroupRange key_group_range() const = 0;
+  /// The asynchronous part of the snapshot, on the writer thread before directory() and files(): waits for what
+  /// the capture started (the rocksdb backend: the flush of the barrier's memtables) and collects the files.
+  /// Returns false when the files cannot hold exactly the captured state (the writer then writes the capture
+  /// canonically, write_key_group()). Idempotent. Errors: kState.
+  [[nodiscard]] virtual Result<bool> complete() const = 0;
   /// The local directory holding the files; it lives as long as the snapshot.
   virtual const std::filesystem::path& directory() const = 0;
-  /// The file names in directory(), sorted.
+  /// The file names in directory(), sorted; after complete() returned true.
   virtual const std::vector<std::string>& files() const = 0;
   /// The copy of `file` in the shared area that an earlier checkpoint of the same backend uploaded, if any.
   virtual std::optional<SharedStateFile> uploaded_before(std::string_view file) const = 0;

@@ -1,17 +1,23 @@
 // Incremental checkpoints of the rocksdb state backend (Flink's RocksIncrementalSnapshotStrategy and
 // RocksDBIncrementalRestoreOperation): the native side of a RocksDBKeyedStateBackend's capture and restore.
 //
-// Snapshot: the synchronous part flushes the memtables and creates a RocksDB checkpoint (hard links of the SST
-// files, copies of MANIFEST, CURRENT and OPTIONS) in a sibling of the working directory; the checkpoint writer
-// thread then uploads the SST files that no earlier checkpoint of this backend uploaded into the job's shared
-// area and references the others (RocksDBUploadLedger remembers what went where). Restore: the old subtasks'
-// files are materialized locally; a database whose key groups cover the new range is opened in place and clipped
-// with range deletions, the others are opened beside it and their entries of the range copied in (rescaling).
+// Snapshot: the synchronous part switches the memtables and pins a RocksDB snapshot (no I/O); on the checkpoint
+// writer thread the asynchronous part waits for the memtables' flush and creates a RocksDB checkpoint (hard links
+// of the SST files, copies of MANIFEST, CURRENT and OPTIONS) in a sibling of the working directory, then uploads
+// the SST files that no earlier checkpoint of this backend uploaded into the job's shared area and references the
+// others (RocksDBUploadLedger remembers what went where). Flink flushes on the task thread (its synchronous part);
+// here the flush of a few MiB of memtable (20-60 ms measured) runs beside the task. When a later memtable was
+// flushed too before the checkpoint was linked, its files hold writes after the barrier: that checkpoint is
+// written canonically from the snapshot instead, and the backend's next capture flushes synchronously. Restore: the old
+// subtasks' files are materialized locally; a database whose key groups cover the new range is opened in place and
+// clipped with range deletions, the others are opened beside it and their entries of the range copied in (rescaling).
 //
-// Threading: RocksDBNativeSnapshot is used on writer threads (immutable but for the ledger, which is locked);
+// Threading: RocksDBNativeSnapshot is created on the task thread and completed and read on a writer thread;
 // restore_native_database() runs on the task thread. Errors: kState naming the directory or file.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -40,23 +46,37 @@ class RocksDBUploadLedger {
   /// Forgets files no longer in `live` (compacted away): they never come back.
   void retain_only(const std::vector<std::string>& live);
   size_t size() const;
+  /// Asks the backend's next capture to flush synchronously (a capture's asynchronous flush was overtaken by a
+  /// later one); take_synchronous_capture() returns the request once and clears it.
+  void request_synchronous_capture() { synchronous_capture_.store(true); }
+  bool take_synchronous_capture() { return synchronous_capture_.exchange(false); }
 
  private:
+  std::atomic<bool> synchronous_capture_{false};
   mutable std::mutex mu_;
   std::map<std::string, SharedStateFile, std::less<>> files_;
 };
 
-/// A RocksDB checkpoint directory of one capture; removes the directory when destroyed.
+/// The RocksDB checkpoint of one capture, in a directory removed when the snapshot is destroyed.
 class RocksDBNativeSnapshot final : public NativeKeyedStateSnapshot {
  public:
-  /// Creates the checkpoint of `db` in `dir` (must not exist) for the key groups `range`. Task thread.
-  RocksDBNativeSnapshot(RocksDBInstance& db, std::filesystem::path dir, KeyGroupRange range,
-                        std::shared_ptr<RocksDBUploadLedger> ledger);
+  /// How long complete() waits for the flush of the barrier's memtables (Flink's default checkpoint timeout).
+  static constexpr std::chrono::milliseconds kFlushTimeout{10 * 60 * 1000};
+
+  /// The synchronous part of the capture of `db` for the key groups `range`, whose checkpoint goes into `dir`
+  /// (must not exist): RocksDBInstance::begin_checkpoint(), or create_checkpoint() when `synchronous` (the capture
+  /// has no canonical form to fall back on) or the ledger asks for a synchronous capture. Task thread. Throws
+  /// kState.
+  RocksDBNativeSnapshot(std::shared_ptr<RocksDBInstance> db, std::filesystem::path dir, KeyGroupRange range,
+                        std::shared_ptr<RocksDBUploadLedger> ledger, bool synchronous = false);
   ~RocksDBNativeSnapshot() override;
   RocksDBNativeSnapshot(const RocksDBNativeSnapshot&) = delete;
   RocksDBNativeSnapshot& operator=(const RocksDBNativeSnapshot&) = delete;
 
   KeyGroupRange key_group_range() const override { return range_; }
+  /// Waits for the flush and links the checkpoint (RocksDBInstance::finish_checkpoint()); false when the files
+  /// would hold later writes (then the next capture of the backend flushes synchronously). Writer thread.
+  Result<bool> complete() const override;
   const std::filesystem::path& directory() const override { return dir_; }
   const std::vector<std::string>& files() const override { return files_; }
   std::optional<SharedStateFile> uploaded_before(std::string_view file) const override { return ledger_->find(file); }
@@ -65,10 +85,14 @@ class RocksDBNativeSnapshot final : public NativeKeyedStateSnapshot {
   }
 
  private:
+  std::shared_ptr<RocksDBInstance> db_;
   std::filesystem::path dir_;
   KeyGroupRange range_;
   std::shared_ptr<RocksDBUploadLedger> ledger_;
-  std::vector<std::string> files_;
+  mutable std::mutex mu_;                                                  // complete()
+  mutable std::shared_ptr<const RocksDBInstance::CheckpointStart> start_;  // until complete()
+  mutable std::optional<Result<bool>> completed_;
+  mutable std::vector<std::string> files_;
 };
 
 /// The smallest RocksDB key of key group `kg` and the first key after key group `last`: [begin, end) covers

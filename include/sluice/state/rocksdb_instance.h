@@ -10,15 +10,18 @@
 // through the local files, and the working directory is deleted when the instance is destroyed.
 //
 // Thread-safety: writes and column-family creation happen on the task thread only. Reads through a
-// Snapshot (scan) may run on any thread concurrently with the task's writes (RocksDB is thread-safe). An
-// instance lives as long as the longest of its backend and its snapshots (shared_ptr).
+// Snapshot (scan) and the asynchronous part of a checkpoint (finish_checkpoint) may run on any thread
+// concurrently with the task's writes (RocksDB is thread-safe). An instance lives as long as the longest of its
+// backend, its snapshots and its started checkpoints (shared_ptr).
 // Errors: RocksDB failures throw SluiceException (kState) naming the directory.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,9 +108,32 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   std::string state_meta(std::string_view name) const;
   void set_state_meta(std::string_view name, std::string_view bytes);
 
-  /// The synchronous part of an incremental checkpoint: flushes every memtable and creates a RocksDB
-  /// checkpoint in `target` (which must not exist; same file system as directory()): SST files as hard links,
-  /// MANIFEST, CURRENT and OPTIONS copied. Returns the file names in `target`. Throws kState.
+  /// An incremental checkpoint between its synchronous part (begin_checkpoint()) and its asynchronous part
+  /// (finish_checkpoint()): a snapshot pinning the sequence number of the barrier and the column families whose
+  /// memtables were switched. Keeps the instance alive.
+  struct CheckpointStart;
+
+  /// The synchronous part of an incremental checkpoint into `target` (which must not exist; same file system as
+  /// directory()), at the barrier: makes every non-empty memtable immutable and schedules its flush without
+  /// waiting for it (a flush of a few MiB took 20-60 ms of the task's time), and pins a snapshot of the current
+  /// sequence number. No I/O; later writes go into new memtables. When the flush lands, RocksDB's flush thread
+  /// links the checkpoint (SST files as hard links, MANIFEST, CURRENT and OPTIONS copied) before it flushes
+  /// anything later. Returns nullptr when RocksDB has stopped writes (it then refuses a flush it would not wait
+  /// for): use create_checkpoint(). Task thread. Throws kState.
+  std::shared_ptr<const CheckpointStart> begin_checkpoint(const std::filesystem::path& target);
+
+  /// The asynchronous part: waits until the checkpoint of `start` is linked (linking it on this thread when no
+  /// flush was needed) and returns the file names in its target, or nullopt (and the target removed) when the
+  /// database's files held writes after the barrier by then (a later memtable was flushed first), so no
+  /// checkpoint of them is the state as of `start`. Any thread, while the task writes. Throws kState, also when a
+  /// background error of RocksDB stops the flush or it has not finished after `timeout`.
+  std::optional<std::vector<std::string>> finish_checkpoint(const CheckpointStart& start,
+                                                            std::chrono::milliseconds timeout);
+
+  /// Both parts of an incremental checkpoint on the calling thread: flushes every memtable and waits for it, then
+  /// creates the checkpoint in `target` as finish_checkpoint() does. Returns the file names in `target`. Used after
+  /// a finish_checkpoint() returned nullopt, so one checkpoint of a busy database surely completes natively. Task
+  /// thread. Throws kState.
   std::vector<std::string> create_checkpoint(const std::filesystem::path& target);
 
   /// Copies every entry of every state and timer column family of `other` whose key lies in [begin, end) (bytewise)

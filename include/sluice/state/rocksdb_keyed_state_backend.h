@@ -1076,7 +1076,8 @@ class RocksDBKeyedStateBackend {
 
   /// A consistent capture of every key group as of now (a RocksDB snapshot: no data copied); its
   /// write_key_group() may run on another thread while the task goes on. With incremental checkpoints it also
-  /// holds a RocksDB checkpoint (the synchronous part: a flush and hard links). Task thread only.
+  /// starts a RocksDB checkpoint (the synchronous part: the memtables switched; the flush and the hard links
+  /// follow on the writer thread, RocksDBNativeSnapshot::complete()). Task thread only.
   std::unique_ptr<RocksDBKeyedStateSnapshot> capture() const {
     std::vector<RocksDBKeyedStateSnapshot::CapturedState> states;
     states.reserve(states_.size());
@@ -1085,8 +1086,11 @@ class RocksDBKeyedStateBackend {
     RocksDBKeyedStateSnapshot::CapturedPending pending(pending_.begin(), pending_.end());
     std::shared_ptr<const RocksDBNativeSnapshot> native;
     if (incremental_) {
+      // States restored from an incremental checkpoint and not registered yet have no canonical form, so this
+      // capture could not fall back on one: it flushes on the task thread.
       native = std::make_shared<const RocksDBNativeSnapshot>(
-          *db_, db_->directory().string() + ".chk-" + std::to_string(++captures_), range_, ledger_);
+          db_, db_->directory().string() + ".chk-" + std::to_string(++captures_), range_, ledger_,
+          /*synchronous=*/!native_unregistered_.empty());
     }
     return std::make_unique<RocksDBKeyedStateSnapshot>(
         range_, max_parallelism_, db_, std::move(states), std::move(pending), std::move(native),

@@ -352,7 +352,17 @@ Result<OperatorSubtaskStateHandle> FileCheckpointStorage::write_subtask_state(
     if (copy) copy->commit();
   };
   // Native (incremental) files only into checkpoints: savepoints stay canonical.
-  const bool native = keyed != nullptr && keyed->native() != nullptr && checkpoint_id_of(dir) >= 0;
+  bool native = keyed != nullptr && keyed->native() != nullptr && checkpoint_id_of(dir) >= 0;
+  if (native) {
+    // The asynchronous part of the native snapshot; when its files cannot be the captured state, the capture is
+    // written canonically (write_key_group()) into this checkpoint instead.
+    Result<bool> completed = keyed->native()->complete();
+    if (!completed.ok()) {
+      return completed.error().with_context(
+          fmt::format("writing the state of operator '{}' subtask {}: the native snapshot", uid, subtask));
+    }
+    native = *completed;
+  }
   const fs::path shared = !native      ? fs::path()
                           : is_s3(dir) ? fs::path(dir.parent_path().native() + "/shared")
                                        : dir.parent_path() / "shared";

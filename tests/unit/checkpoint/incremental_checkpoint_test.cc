@@ -89,10 +89,16 @@ class IncrementalCheckpointTest : public ::testing::Test {
   // when `finalize` is false: an aborted checkpoint).
   CheckpointMetadata write_checkpoint(KeyedStateStore<int64_t>& store, int64_t id, uint64_t& uploaded,
                                       bool finalize = true) {
+    auto keyed = store.capture<VoidNamespace>(nullptr);
+    return write_captured(*keyed, id, uploaded, finalize);
+  }
+
+  // write_checkpoint() of a capture taken before (the barrier), so the task can write between the two.
+  CheckpointMetadata write_captured(const KeyedStateSnapshot& keyed, int64_t id, uint64_t& uploaded,
+                                    bool finalize = true) {
     auto dir = storage_->init_checkpoint(id);
     EXPECT_TRUE(dir.ok());
-    auto keyed = store.capture<VoidNamespace>(nullptr);
-    auto handle = storage_->write_subtask_state(*dir, kUid, 0, "", keyed.get(), &uploaded);
+    auto handle = storage_->write_subtask_state(*dir, kUid, 0, "", &keyed, &uploaded);
     EXPECT_TRUE(handle.ok()) << handle.error().to_string();
     CheckpointMetadata m;
     m.checkpoint_id = id;
@@ -287,6 +293,98 @@ TEST_F(IncrementalCheckpointTest, AnAbortedCheckpointsUploadsStayAndTheNextCheck
   }
   EXPECT_GT(reused, 0);
   EXPECT_TRUE(restore_all(storage_->checkpoint_dir(2), 2) == expected_);
+}
+
+// The synchronous part only switches the memtables; their flush and the hard links come on the writer thread while
+// the task writes on. The checkpoint holds the state as of the capture, not the writes after it.
+TEST_F(IncrementalCheckpointTest, WritesAfterTheCaptureStayOutOfTheCheckpointWhoseFlushRunsBesideThem) {
+  auto state = make_store(1, 0);
+  for (int64_t k = 0; k < kKeys; ++k)
+    put(*state, k, "a" + std::to_string(k), 0);
+  uint64_t uploaded = 0;
+  write_checkpoint(*state, 1, uploaded);  // the first files, so the second checkpoint has a base
+  for (int64_t k = 0; k < kKeys; k += 3)
+    put(*state, k, "b" + std::to_string(k), 1);
+  const Contents at_barrier = expected_;
+  auto keyed = state->capture<VoidNamespace>(nullptr);
+  for (int64_t k = 0; k < kKeys; k += 2)
+    put(*state, k, "c" + std::to_string(k), 2);
+  state->set_current_key(1);
+  value(*state).clear();
+  expected_.erase(1);
+  CheckpointMetadata m = write_captured(*keyed, 2, uploaded);
+  ASSERT_TRUE(m.operators[0].subtasks[0].native.has_value()) << "the checkpoint was not written natively";
+  EXPECT_TRUE(restore_all(storage_->checkpoint_dir(2), 1) == at_barrier);
+  EXPECT_TRUE(restore_all(storage_->checkpoint_dir(2), 3) == at_barrier);
+  // The writes after the barrier are in the next checkpoint.
+  write_checkpoint(*state, 3, uploaded);
+  EXPECT_TRUE(restore_all(storage_->checkpoint_dir(3), 2) == expected_);
+}
+
+// A burst of writes right after the barrier fills and seals several memtables while the barrier's own flush runs
+// (a budget of 3 MiB: 512 KiB memtables). Their flushes queue behind it, and the barrier's files are linked when
+// its flush lands, before any of them: the checkpoint is native and holds the barrier's state.
+TEST_F(IncrementalCheckpointTest, ABurstOfWritesAfterTheCaptureThatFillsMemtablesLeavesANativeCheckpointOfTheBarrier) {
+  StateBackendOptions small = options();
+  small.memory.managed_bytes = 3 << 20;
+  auto state = std::make_unique<KeyedStateStore<int64_t>>(KeyGroupRange::for_operator_index(kMaxParallelism, 1, 0),
+                                                          kMaxParallelism, clock_, small, "counts", 0, 0);
+  const std::string pad(1'000, 'p');
+  for (int64_t k = 0; k < kKeys; ++k)
+    put(*state, k, "a" + std::to_string(k), 0);
+  uint64_t uploaded = 0;
+  write_checkpoint(*state, 1, uploaded);
+  int native = 0;
+  for (int round = 2; round <= 4; ++round) {
+    for (int64_t k = round; k < kKeys; k += 7)
+      put(*state, k, "b" + std::to_string(k * round), round);
+    const Contents at_barrier = expected_;
+    auto keyed = state->capture<VoidNamespace>(nullptr);
+    for (int64_t k = 0; k < kKeys; ++k)  // ~20 MiB: about 40 memtables
+      put(*state, k, pad + std::to_string(k * round), round);
+    CheckpointMetadata m = write_captured(*keyed, round, uploaded);
+    native += m.operators[0].subtasks[0].native.has_value() ? 1 : 0;
+    EXPECT_TRUE(restore_all(storage_->checkpoint_dir(round), 2) == at_barrier) << "checkpoint " << round;
+  }
+  EXPECT_EQ(native, 3) << "a burst after the barrier made a checkpoint fall back to its canonical form";
+}
+
+// When a memtable of writes after the barrier is flushed before the checkpoint's files are linked (here: the barrier
+// had nothing to flush, so no flush reports it and the writer links; a forced flush and compaction come first), no
+// set of the database's files is the captured state: that checkpoint is written canonically from the capture's
+// snapshot, and the next capture flushes synchronously.
+TEST_F(IncrementalCheckpointTest, AFlushOfLaterWritesBeforeTheLinkMakesThatCheckpointCanonical) {
+  auto state = make_store(1, 0);
+  for (int64_t k = 0; k < kKeys; ++k)
+    put(*state, k, "a" + std::to_string(k), 0);
+  uint64_t uploaded = 0;
+  write_checkpoint(*state, 1, uploaded);
+  for (int64_t k = 0; k < kKeys; k += 5)
+    put(*state, k, "b" + std::to_string(k), 1);
+  write_checkpoint(*state, 2, uploaded);  // flushes the memtables: the next capture has nothing to flush
+  std::map<int64_t, std::vector<int64_t>> lists_at_barrier = rounds_;
+  const Contents at_barrier = expected_;
+  auto keyed = state->capture<VoidNamespace>(nullptr);
+  for (int64_t k = 0; k < kKeys; k += 2)
+    put(*state, k, "c" + std::to_string(k), 2);
+  state->rocksdb()->instance().compact();  // flushes the writes after the barrier into the files
+  CheckpointMetadata m = write_captured(*keyed, 3, uploaded);
+  const OperatorSubtaskStateHandle& canonical = m.operators[0].subtasks[0];
+  EXPECT_FALSE(canonical.native.has_value());
+  EXPECT_FALSE(canonical.key_groups.empty());
+  std::map<int64_t, std::vector<int64_t>> lists;
+  EXPECT_TRUE(restore_all(storage_->checkpoint_dir(3), 2, &lists) == at_barrier);
+  EXPECT_TRUE(lists == lists_at_barrier);
+  // The next capture flushes on the task thread and is native again; the one after it is asynchronous again.
+  for (int rounds = 4; rounds <= 5; ++rounds) {
+    for (int64_t k = 1; k < kKeys; k += 7)
+      put(*state, k, "d" + std::to_string(k * rounds), rounds);
+    CheckpointMetadata next = write_checkpoint(*state, rounds, uploaded);
+    EXPECT_TRUE(next.operators[0].subtasks[0].native.has_value());
+    lists.clear();
+    EXPECT_TRUE(restore_all(storage_->checkpoint_dir(rounds), 1, &lists) == expected_);
+    EXPECT_TRUE(lists == rounds_);
+  }
 }
 
 TEST_F(IncrementalCheckpointTest, SavepointsStayCanonicalAndTheHeapRefusesIncrementalCheckpoints) {

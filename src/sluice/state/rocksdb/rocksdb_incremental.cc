@@ -37,16 +37,46 @@ size_t RocksDBUploadLedger::size() const {
   return files_.size();
 }
 
-RocksDBNativeSnapshot::RocksDBNativeSnapshot(RocksDBInstance& db, fs::path dir, KeyGroupRange range,
-                                             std::shared_ptr<RocksDBUploadLedger> ledger)
-    : dir_(std::move(dir)), range_(range), ledger_(std::move(ledger)) {
+RocksDBNativeSnapshot::RocksDBNativeSnapshot(std::shared_ptr<RocksDBInstance> db, fs::path dir, KeyGroupRange range,
+                                             std::shared_ptr<RocksDBUploadLedger> ledger, bool synchronous)
+    : db_(std::move(db)), dir_(std::move(dir)), range_(range), ledger_(std::move(ledger)) {
   std::error_code ec;
   fs::remove_all(dir_, ec);  // a leftover of an earlier capture that failed
-  files_ = db.create_checkpoint(dir_);
-  ledger_->retain_only(files_);
+  if (!ledger_->take_synchronous_capture() && !synchronous) start_ = db_->begin_checkpoint(dir_);
+  if (start_ == nullptr) {
+    files_ = db_->create_checkpoint(dir_);
+    ledger_->retain_only(files_);
+    completed_.emplace(true);
+  }
+}
+
+Result<bool> RocksDBNativeSnapshot::complete() const {
+  std::lock_guard lock(mu_);
+  if (completed_) return *completed_;
+  try {
+    std::optional<std::vector<std::string>> files = db_->finish_checkpoint(*start_, kFlushTimeout);
+    if (files) {
+      files_ = std::move(*files);
+      ledger_->retain_only(files_);
+      completed_.emplace(true);
+    } else {
+      ledger_->request_synchronous_capture();
+      spdlog::warn(
+          "rocksdb state backend {}: a memtable filled with writes after the barrier was flushed before the "
+          "checkpoint's files were linked; this checkpoint is written in full (canonically) instead, and the next "
+          "capture flushes synchronously",
+          db_->directory().string());
+      completed_.emplace(false);
+    }
+  } catch (const SluiceException& e) {
+    completed_.emplace(e.error());
+  }
+  start_.reset();  // releases the snapshot: compactions may drop what only it kept
+  return *completed_;
 }
 
 RocksDBNativeSnapshot::~RocksDBNativeSnapshot() {
+  start_.reset();  // waits for a link into dir_ on RocksDB's flush thread (a capture that was never completed)
   std::error_code ec;
   fs::remove_all(dir_, ec);
   if (ec)

@@ -3,7 +3,9 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/merge_operator.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/snapshot.h>
@@ -13,6 +15,8 @@
 #include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -106,6 +110,191 @@ std::string prefix_successor(std::string_view prefix) {
   return s;
 }
 
+// Links a RocksDB checkpoint into `target` without flushing and returns the file names there, sorted.
+std::vector<std::string> link_files(rocksdb::DB* db, const std::filesystem::path& dir,
+                                    const std::filesystem::path& target) {
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db, &raw);
+  if (!s.ok()) throw_rocksdb(dir, "starting a checkpoint", s);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush "max": no flush of its own (it would wait for the write stall, and take writes after the
+  // barrier into the files); the memtables of the checkpoint were flushed before, and the WAL is off.
+  s = checkpoint->CreateCheckpoint(target.string(), std::numeric_limits<uint64_t>::max());
+  if (!s.ok()) throw_rocksdb(dir, "creating the checkpoint " + target.string(), s);
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec))
+    files.push_back(it->path().filename().string());
+  if (ec) {
+    throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend: cannot list the checkpoint " +
+                                                       target.string() + ": " + ec.message()));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// An incremental checkpoint between its barrier (begin_checkpoint()) and the moment its files are linked.
+struct PendingCheckpoint {
+  enum class Stage : uint8_t { kFlushing, kLinking, kLinked };
+  // Every write up to here belongs to the checkpoint, none after.
+  uint64_t sequence = 0;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // valid while the instance lives (no drops after restore)
+  std::vector<std::string> names;                     // of handles
+  std::filesystem::path target;
+  Stage stage = Stage::kFlushing;
+  std::optional<std::vector<std::string>> files;  // kLinked: the files, or nullopt when not the barrier's state
+  std::string error;                              // kLinked: why linking failed
+};
+
+// Links the checkpoint of `p` and checks it is the barrier's state. The files are the version RocksDB holds when it
+// links them; a file whose newest entry is after the barrier (a later flush, or a compaction that took one in)
+// means that version is not the barrier's. Every file must be known, from just before or just after, with nothing
+// newer than the barrier; else `target` is removed and nullopt returned.
+std::optional<std::vector<std::string>> link_checked(rocksdb::DB* db, const std::filesystem::path& dir,
+                                                     const PendingCheckpoint& p) {
+  std::vector<rocksdb::LiveFileMetaData> before;
+  db->GetLiveFilesMetaData(&before);
+  std::vector<std::string> files = link_files(db, dir, p.target);
+  std::vector<rocksdb::LiveFileMetaData> after;
+  db->GetLiveFilesMetaData(&after);
+  std::map<std::string, uint64_t, std::less<>> newest;
+  for (const auto* list : {&before, &after})
+    for (const rocksdb::LiveFileMetaData& f : *list)
+      newest[f.relative_filename] = f.largest_seqno;
+  for (const std::string& file : files) {
+    if (!file.ends_with(".sst")) continue;
+    auto it = newest.find(file);
+    if (it == newest.end() || it->second > p.sequence) {
+      std::error_code ec;
+      std::filesystem::remove_all(p.target, ec);
+      return std::nullopt;
+    }
+  }
+  return files;
+}
+
+// Links each pending checkpoint the moment the flush of its barrier's memtables lands: on RocksDB's flush thread,
+// in OnFlushCompleted, before that thread can flush a memtable of later writes (one flush thread: RocksDB's
+// default for two background jobs). Were it linked later, on the writer thread, a burst of writes after the
+// barrier could fill and flush another memtable first, and no set of files would be the barrier's state
+// (link_checked() still checks; the writer links itself when no flush was needed or none was reported).
+//
+// Which memtables are unflushed is tracked from the callbacks alone, per column family: a sealed memtable is
+// queued with its first sequence number, and a completed flush removes every queued memtable up to the newest
+// sequence number it wrote (a column family's memtables hold ascending ranges and are flushed oldest first). The
+// barrier's writes are all flushed when no queued memtable starts at or before the barrier. No RocksDB call is
+// made under mu_: RocksDB may hold its own mutex while it calls OnMemTableSealed.
+class CheckpointListener final : public rocksdb::EventListener {
+ public:
+  explicit CheckpointListener(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  void OnMemTableSealed(const rocksdb::MemTableInfo& info) override {
+    std::lock_guard lock(mu_);
+    unflushed_[info.cf_name].push_back(info.first_seqno);
+  }
+  void OnFlushCompleted(rocksdb::DB* db, const rocksdb::FlushJobInfo& info) override {
+    {
+      std::lock_guard lock(mu_);
+      std::deque<uint64_t>& queue = unflushed_[info.cf_name];
+      while (!queue.empty() && queue.front() <= info.largest_seqno)
+        queue.pop_front();
+    }
+    link_ready(db, /*flushed_now=*/{});
+  }
+  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status*) override {
+    {
+      std::lock_guard lock(mu_);
+      ++errors_;
+    }
+    cv_.notify_all();
+  }
+
+  void add(std::shared_ptr<PendingCheckpoint> p) {
+    std::lock_guard lock(mu_);
+    pending_.push_back(std::move(p));
+  }
+  // Forgets `p`, after a link in progress on another thread has finished (it writes into p's target).
+  void remove(const PendingCheckpoint* p) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return p->stage != PendingCheckpoint::Stage::kLinking; });
+    std::erase_if(pending_, [&](const auto& q) { return q.get() == p; });
+  }
+
+  // Links on this thread every pending checkpoint whose barrier writes are flushed, and `also` (when not null and
+  // still waiting): its caller saw no immutable memtable left.
+  void link_ready(rocksdb::DB* db, const std::shared_ptr<PendingCheckpoint>& also) {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      std::shared_ptr<PendingCheckpoint> ready;
+      for (const auto& p : pending_) {
+        if (p->stage == PendingCheckpoint::Stage::kFlushing && (p == also || barrier_flushed(*p))) {
+          ready = p;
+          break;
+        }
+      }
+      if (!ready) return;
+      ready->stage = PendingCheckpoint::Stage::kLinking;
+      lock.unlock();
+      std::optional<std::vector<std::string>> files;
+      std::string error;
+      try {
+        files = link_checked(db, dir_, *ready);
+      } catch (const SluiceException& e) {
+        error = e.error().message();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      lock.lock();
+      ready->files = std::move(files);
+      ready->error = std::move(error);
+      ready->stage = PendingCheckpoint::Stage::kLinked;
+      cv_.notify_all();
+    }
+  }
+
+  // Waits until `p` is linked, linking it on this thread once no memtable is left to flush (a flush that wrote no
+  // file reports nothing); false at `deadline` or when a background error came after `errors_before`.
+  bool wait_linked(rocksdb::DB* db, const std::shared_ptr<PendingCheckpoint>& p, uint64_t errors_before,
+                   std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      link_ready(db, nothing_immutable(db, *p) ? p : nullptr);
+      std::unique_lock lock(mu_);
+      if (p->stage == PendingCheckpoint::Stage::kLinked) return true;
+      if (errors_ > errors_before || std::chrono::steady_clock::now() >= deadline) return false;
+      cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+    }
+  }
+  uint64_t background_errors() const {
+    std::lock_guard lock(mu_);
+    return errors_;
+  }
+
+ private:
+  bool barrier_flushed(const PendingCheckpoint& p) const {
+    for (const std::string& name : p.names) {
+      auto it = unflushed_.find(name);
+      if (it != unflushed_.end() && !it->second.empty() && it->second.front() <= p.sequence) return false;
+    }
+    return true;
+  }
+  // No immutable memtable in any column family of `p`: everything before now is in files. Not under mu_.
+  static bool nothing_immutable(rocksdb::DB* db, const PendingCheckpoint& p) {
+    for (rocksdb::ColumnFamilyHandle* handle : p.handles) {
+      uint64_t immutable = 0;
+      if (!db->GetIntProperty(handle, rocksdb::DB::Properties::kNumImmutableMemTable, &immutable) || immutable > 0)
+        return false;
+    }
+    return true;
+  }
+
+  std::filesystem::path dir_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<PendingCheckpoint>> pending_;
+  std::map<std::string, std::deque<uint64_t>, std::less<>> unflushed_;  // column family -> first sequence numbers
+  uint64_t errors_ = 0;
+};
+
 }  // namespace
 
 struct RocksDBInstance::ColumnFamily {
@@ -138,8 +327,9 @@ struct RocksDBInstance::Impl {
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> families;
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> timers;  // kTimerPrefix families
   std::unique_ptr<rocksdb::WriteBatch> batch;
-  std::shared_ptr<rocksdb::Cache> cache;  // with a memory budget: blocks, indexes, filters and memtables
-  std::unique_ptr<ColumnFamily> meta;     // kMetaFamily: per-state kind and flags
+  std::shared_ptr<rocksdb::Cache> cache;            // with a memory budget: blocks, indexes, filters and memtables
+  std::unique_ptr<ColumnFamily> meta;               // kMetaFamily: per-state kind and flags
+  std::shared_ptr<CheckpointListener> checkpoints;  // set by open_impl()
 
   // Writes the open batch once it holds kMaxBatchBytes and starts the next. A batch goes into the memtable
   // whole, past its write-buffer budget, and is held twice meanwhile (batch and memtable): a restore of a key
@@ -208,6 +398,12 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesyste
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   // The files are thrown away on close: nothing to persist first.
   options.avoid_flush_during_shutdown = true;
+  impl.checkpoints = std::make_shared<CheckpointListener>(dir);
+  options.listeners.push_back(impl.checkpoints);
+  // A flush job flushes only the memtables its request names (without atomic flush, RocksDB 7.8 flushes every
+  // immutable memtable of the column family, so a barrier's flush that starts late also takes later writes in),
+  // and the memtables of all column families switched at a barrier land as one flush.
+  options.atomic_flush = true;
   if (memory.managed_bytes > 0) {
     // Flink's split (RocksDBMemoryControllerUtils): memtables are charged to the block cache, so one
     // cache bounds both; index and filter blocks are cached (high priority) instead of held per file.
@@ -372,14 +568,89 @@ void RocksDBInstance::set_state_meta(std::string_view name, std::string_view byt
   if (!s.ok()) throw_rocksdb(dir_, "writing the metadata of state '" + std::string(name) + "'", s);
 }
 
-std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesystem::path& target) {
+struct RocksDBInstance::CheckpointStart {
+  // Pins the barrier's sequence number (and keeps the instance alive): compactions do not zero the sequence
+  // numbers of later writes, which would then look as old as the barrier's.
+  std::shared_ptr<const Snapshot> snapshot;
+  std::shared_ptr<CheckpointListener> listener;
+  std::shared_ptr<PendingCheckpoint> pending;
+  uint64_t background_errors = 0;
+
+  CheckpointStart() = default;
+  CheckpointStart(const CheckpointStart&) = delete;
+  CheckpointStart& operator=(const CheckpointStart&) = delete;
+  ~CheckpointStart() {
+    if (listener && pending) listener->remove(pending.get());
+  }
+};
+
+namespace {
+
+std::vector<rocksdb::ColumnFamilyHandle*> checkpoint_handles(rocksdb::DB* db, const auto& families, const auto& timers,
+                                                             const auto& meta) {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  for (const auto& [name, cf] : impl_->families)
+  for (const auto& [name, cf] : families)
     handles.push_back(cf->handle);
-  for (const auto& [name, cf] : impl_->timers)
+  for (const auto& [name, cf] : timers)
     handles.push_back(cf->handle);
-  if (impl_->meta) handles.push_back(impl_->meta->handle);
-  if (impl_->db->DefaultColumnFamily() != nullptr) handles.push_back(impl_->db->DefaultColumnFamily());
+  if (meta) handles.push_back(meta->handle);
+  if (db->DefaultColumnFamily() != nullptr) handles.push_back(db->DefaultColumnFamily());
+  return handles;
+}
+
+}  // namespace
+
+std::shared_ptr<const RocksDBInstance::CheckpointStart> RocksDBInstance::begin_checkpoint(
+    const std::filesystem::path& target) {
+  auto start = std::make_shared<CheckpointStart>();
+  start->snapshot = snapshot();
+  start->listener = impl_->checkpoints;
+  start->background_errors = start->listener->background_errors();
+  auto pending = std::make_shared<PendingCheckpoint>();
+  pending->sequence = start->snapshot->get()->GetSequenceNumber();
+  pending->target = target;
+  {
+    std::lock_guard lock(impl_->mutex);
+    pending->handles = checkpoint_handles(impl_->db, impl_->families, impl_->timers, impl_->meta);
+  }
+  for (rocksdb::ColumnFamilyHandle* handle : pending->handles)
+    pending->names.push_back(handle->GetName());
+  start->pending = pending;
+  start->listener->add(pending);  // before the switch, so no seal after the barrier goes unseen
+  rocksdb::FlushOptions flush;
+  // Switch the memtables and schedule their flush; the listener links the checkpoint when it lands. The
+  // write-ahead log is off, so the switch writes no log file: it costs a new memtable per column family.
+  flush.wait = false;
+  flush.allow_write_stall = true;  // the barrier does not wait for compaction either
+  rocksdb::Status s = impl_->db->Flush(flush, pending->handles);
+  if (s.ok()) return start;
+  start.reset();  // waits for a link the listener may have started meanwhile, then removes what it linked
+  std::error_code ec;
+  std::filesystem::remove_all(target, ec);
+  if (s.IsTryAgain()) return nullptr;  // writes are stopped: RocksDB refuses a flush it would not wait for
+  throw_rocksdb(dir_, "switching the memtables of a checkpoint", s);
+}
+
+std::optional<std::vector<std::string>> RocksDBInstance::finish_checkpoint(const CheckpointStart& start,
+                                                                           std::chrono::milliseconds timeout) {
+  const PendingCheckpoint& p = *start.pending;
+  if (!start.listener->wait_linked(impl_->db, start.pending, start.background_errors,
+                                   std::chrono::steady_clock::now() + timeout)) {
+    throw SluiceException(
+        Error(ErrorCode::kState, "RocksDB state backend in " + dir_.string() + ": the flush of a checkpoint " +
+                                     (start.listener->background_errors() > start.background_errors
+                                          ? std::string("was stopped by a background error of RocksDB")
+                                          : "has not finished after " + std::to_string(timeout.count()) + " ms")));
+  }
+  if (!p.error.empty()) {
+    throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend in " + dir_.string() + ": " + p.error));
+  }
+  return p.files;
+}
+
+std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesystem::path& target) {
+  const std::vector<rocksdb::ColumnFamilyHandle*> handles =
+      checkpoint_handles(impl_->db, impl_->families, impl_->timers, impl_->meta);
   rocksdb::FlushOptions flush;
   flush.wait = true;
   // RocksDB's default flush first waits until it would not stall writes, which with level 0 full means behind
@@ -388,24 +659,7 @@ std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesyste
   flush.allow_write_stall = true;
   rocksdb::Status s = impl_->db->Flush(flush, handles);
   if (!s.ok()) throw_rocksdb(dir_, "the flush of a checkpoint", s);
-  rocksdb::Checkpoint* raw = nullptr;
-  s = rocksdb::Checkpoint::Create(impl_->db, &raw);
-  if (!s.ok()) throw_rocksdb(dir_, "starting a checkpoint", s);
-  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  // log_size_for_flush "max": no second flush (it would wait for the write stall again); every column family was
-  // flushed above on this thread, nothing was written since, and the WAL is off.
-  s = checkpoint->CreateCheckpoint(target.string(), std::numeric_limits<uint64_t>::max());
-  if (!s.ok()) throw_rocksdb(dir_, "creating the checkpoint " + target.string(), s);
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec))
-    files.push_back(it->path().filename().string());
-  if (ec) {
-    throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend: cannot list the checkpoint " +
-                                                       target.string() + ": " + ec.message()));
-  }
-  std::sort(files.begin(), files.end());
-  return files;
+  return link_files(impl_->db, dir_, target);
 }
 
 void RocksDBInstance::copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) {
