@@ -46,10 +46,11 @@ class RocksDBUploadLedger {
   /// Forgets files no longer in `live` (compacted away): they never come back.
   void retain_only(const std::vector<std::string>& live);
   size_t size() const;
-  /// Asks the backend's next capture to flush synchronously (a capture's asynchronous flush was overtaken by a
-  /// later one); take_synchronous_capture() returns the request once and clears it.
+  /// Asks the backend's captures to flush synchronously (a capture's asynchronous checkpoint was overtaken by later
+  /// writes) until one of them completes (a savepoint's capture never does).
   void request_synchronous_capture() { synchronous_capture_.store(true); }
-  bool take_synchronous_capture() { return synchronous_capture_.exchange(false); }
+  bool synchronous_capture_requested() const { return synchronous_capture_.load(); }
+  void synchronous_capture_completed() { synchronous_capture_.store(false); }
 
  private:
   std::atomic<bool> synchronous_capture_{false};
@@ -92,6 +93,7 @@ class RocksDBNativeSnapshot final : public NativeKeyedStateSnapshot {
   mutable std::mutex mu_;                                                  // complete()
   mutable std::shared_ptr<const RocksDBInstance::CheckpointStart> start_;  // until complete()
   mutable std::optional<Result<bool>> completed_;
+  bool synchronous_ = false;  // flushed on the task thread
   mutable std::vector<std::string> files_;
 };
 

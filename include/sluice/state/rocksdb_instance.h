@@ -130,6 +130,10 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   std::optional<std::vector<std::string>> finish_checkpoint(const CheckpointStart& start,
                                                             std::chrono::milliseconds timeout);
 
+  /// Tests only: while `hold`, RocksDB's flush thread links no checkpoint, so finish_checkpoint() links late (once
+  /// no immutable memtable is left) and its check decides.
+  void hold_checkpoint_links_for_testing(bool hold);
+
   /// Both parts of an incremental checkpoint on the calling thread: flushes every memtable and waits for it, then
   /// creates the checkpoint in `target` as finish_checkpoint() does. Returns the file names in `target`. Used after
   /// a finish_checkpoint() returned nullopt, so one checkpoint of a busy database surely completes natively. Task

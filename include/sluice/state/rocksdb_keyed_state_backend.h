@@ -1115,9 +1115,22 @@ class RocksDBKeyedStateBackend {
     }
     db_ = std::move(*restored);
     ledger_ = std::make_shared<RocksDBUploadLedger>();
-    for (std::string& name : db_->state_names())
+    for (std::string& name : db_->state_names()) {
+      // A state registered after the checkpoint's barrier has its (empty) column family in the checkpoint but not
+      // its metadata: nothing of it to restore.
+      if (db_->state_meta(name).empty() && !has_entries(name)) continue;
       native_unregistered_.insert(std::move(name));
+    }
     return ok_status();
+  }
+
+  bool has_entries(std::string_view name) {
+    bool any = false;
+    db_->scan(db_->column_family(name), "", nullptr, [&](std::string_view, std::string_view) {
+      any = true;
+      return false;
+    });
+    return any;
   }
 
   /// Appends the key-group blob of `kg` (as snapshot_key_group of the heap backend). Throws kState when

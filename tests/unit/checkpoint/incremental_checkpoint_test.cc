@@ -349,10 +349,27 @@ TEST_F(IncrementalCheckpointTest, ABurstOfWritesAfterTheCaptureThatFillsMemtable
   EXPECT_EQ(native, 3) << "a burst after the barrier made a checkpoint fall back to its canonical form";
 }
 
-// When a memtable of writes after the barrier is flushed before the checkpoint's files are linked (here: the barrier
-// had nothing to flush, so no flush reports it and the writer links; a forced flush and compaction come first), no
-// set of the database's files is the captured state: that checkpoint is written canonically from the capture's
-// snapshot, and the next capture flushes synchronously.
+// A capture with nothing to flush (the previous checkpoint flushed everything) is linked when the next flush
+// begins, before it writes the later writes into a file: still native.
+TEST_F(IncrementalCheckpointTest, ACaptureWithNothingToFlushIsLinkedBeforeTheNextFlushWrites) {
+  auto state = make_store(1, 0);
+  for (int64_t k = 0; k < kKeys; ++k)
+    put(*state, k, "a" + std::to_string(k), 0);
+  uint64_t uploaded = 0;
+  write_checkpoint(*state, 1, uploaded);
+  const Contents at_barrier = expected_;
+  auto keyed = state->capture<VoidNamespace>(nullptr);
+  for (int64_t k = 0; k < kKeys; k += 2)
+    put(*state, k, "c" + std::to_string(k), 2);
+  state->rocksdb()->instance().compact();
+  CheckpointMetadata m = write_captured(*keyed, 2, uploaded);
+  EXPECT_TRUE(m.operators[0].subtasks[0].native.has_value());
+  EXPECT_TRUE(restore_all(storage_->checkpoint_dir(2), 2) == at_barrier);
+}
+
+// When a memtable of writes after the barrier is flushed before the checkpoint's files are linked (the listener
+// held back here; a forced flush and compaction come first), no set of the database's files is the captured state:
+// that checkpoint is written canonically from the capture's snapshot, and the next capture flushes synchronously.
 TEST_F(IncrementalCheckpointTest, AFlushOfLaterWritesBeforeTheLinkMakesThatCheckpointCanonical) {
   auto state = make_store(1, 0);
   for (int64_t k = 0; k < kKeys; ++k)
@@ -361,20 +378,24 @@ TEST_F(IncrementalCheckpointTest, AFlushOfLaterWritesBeforeTheLinkMakesThatCheck
   write_checkpoint(*state, 1, uploaded);
   for (int64_t k = 0; k < kKeys; k += 5)
     put(*state, k, "b" + std::to_string(k), 1);
-  write_checkpoint(*state, 2, uploaded);  // flushes the memtables: the next capture has nothing to flush
+  write_checkpoint(*state, 2, uploaded);
   std::map<int64_t, std::vector<int64_t>> lists_at_barrier = rounds_;
   const Contents at_barrier = expected_;
+  state->rocksdb()->instance().hold_checkpoint_links_for_testing(true);
   auto keyed = state->capture<VoidNamespace>(nullptr);
   for (int64_t k = 0; k < kKeys; k += 2)
     put(*state, k, "c" + std::to_string(k), 2);
   state->rocksdb()->instance().compact();  // flushes the writes after the barrier into the files
   CheckpointMetadata m = write_captured(*keyed, 3, uploaded);
+  state->rocksdb()->instance().hold_checkpoint_links_for_testing(false);
   const OperatorSubtaskStateHandle& canonical = m.operators[0].subtasks[0];
   EXPECT_FALSE(canonical.native.has_value());
   EXPECT_FALSE(canonical.key_groups.empty());
   std::map<int64_t, std::vector<int64_t>> lists;
   EXPECT_TRUE(restore_all(storage_->checkpoint_dir(3), 2, &lists) == at_barrier);
   EXPECT_TRUE(lists == lists_at_barrier);
+  // A savepoint's capture (never completed) leaves the request for a synchronous capture in place.
+  state->capture<VoidNamespace>(nullptr).reset();
   // The next capture flushes on the task thread and is native again; the one after it is asynchronous again.
   for (int rounds = 4; rounds <= 5; ++rounds) {
     for (int64_t k = 1; k < kKeys; k += 7)

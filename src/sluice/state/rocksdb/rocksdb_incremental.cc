@@ -42,17 +42,22 @@ RocksDBNativeSnapshot::RocksDBNativeSnapshot(std::shared_ptr<RocksDBInstance> db
     : db_(std::move(db)), dir_(std::move(dir)), range_(range), ledger_(std::move(ledger)) {
   std::error_code ec;
   fs::remove_all(dir_, ec);  // a leftover of an earlier capture that failed
-  if (!ledger_->take_synchronous_capture() && !synchronous) start_ = db_->begin_checkpoint(dir_);
+  if (!ledger_->synchronous_capture_requested() && !synchronous) start_ = db_->begin_checkpoint(dir_);
   if (start_ == nullptr) {
     files_ = db_->create_checkpoint(dir_);
-    ledger_->retain_only(files_);
-    completed_.emplace(true);
+    synchronous_ = true;
   }
 }
 
 Result<bool> RocksDBNativeSnapshot::complete() const {
   std::lock_guard lock(mu_);
   if (completed_) return *completed_;
+  if (synchronous_) {
+    ledger_->retain_only(files_);
+    ledger_->synchronous_capture_completed();
+    completed_.emplace(true);
+    return *completed_;
+  }
   try {
     std::optional<std::vector<std::string>> files = db_->finish_checkpoint(*start_, kFlushTimeout);
     if (files) {

@@ -141,6 +141,9 @@ struct PendingCheckpoint {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;  // valid while the instance lives (no drops after restore)
   std::vector<std::string> names;                     // of handles
   std::filesystem::path target;
+  // Set once the barrier's memtables are sealed (Flush() returned): before, they are not in the listener's queues
+  // and an unrelated flush would find the checkpoint "flushed" without them.
+  bool armed = false;
   Stage stage = Stage::kFlushing;
   std::optional<std::vector<std::string>> files;  // kLinked: the files, or nullopt when not the barrier's state
   std::string error;                              // kLinked: why linking failed
@@ -174,16 +177,18 @@ std::optional<std::vector<std::string>> link_checked(rocksdb::DB* db, const std:
 }
 
 // Links each pending checkpoint the moment the flush of its barrier's memtables lands: on RocksDB's flush thread,
-// in OnFlushCompleted, before that thread can flush a memtable of later writes (one flush thread: RocksDB's
-// default for two background jobs). Were it linked later, on the writer thread, a burst of writes after the
-// barrier could fill and flush another memtable first, and no set of files would be the barrier's state
-// (link_checked() still checks; the writer links itself when no flush was needed or none was reported).
+// in OnFlushCompleted, or at the latest in OnFlushBegin of the next flush, before it writes anything (a database
+// runs one flush at a time: RocksDB's default for two background jobs, and atomic flush). Were it linked later, on
+// the writer thread, a burst of writes after the barrier could fill and flush another memtable first, and no set of
+// files would be the barrier's state (link_checked() still checks; the writer links itself once no immutable
+// memtable is left). The flush thread pool is shared by the process's databases: a link (hard links, a MANIFEST
+// copy; a few ms) delays the other subtasks' flushes by that much.
 //
 // Which memtables are unflushed is tracked from the callbacks alone, per column family: a sealed memtable is
 // queued with its first sequence number, and a completed flush removes every queued memtable up to the newest
-// sequence number it wrote (a column family's memtables hold ascending ranges and are flushed oldest first). The
-// barrier's writes are all flushed when no queued memtable starts at or before the barrier. No RocksDB call is
-// made under mu_: RocksDB may hold its own mutex while it calls OnMemTableSealed.
+// sequence number it wrote (a column family's memtables hold ascending ranges and are flushed oldest first; a
+// non-empty memtable always flushes into a file holding its newest entry). The barrier's writes are all flushed
+// when no queued memtable starts at or before the barrier. No RocksDB call is made under mu_.
 class CheckpointListener final : public rocksdb::EventListener {
  public:
   explicit CheckpointListener(std::filesystem::path dir) : dir_(std::move(dir)) {}
@@ -199,8 +204,9 @@ class CheckpointListener final : public rocksdb::EventListener {
       while (!queue.empty() && queue.front() <= info.largest_seqno)
         queue.pop_front();
     }
-    link_ready(db, /*flushed_now=*/{});
+    link_ready(db, /*also=*/{});
   }
+  void OnFlushBegin(rocksdb::DB* db, const rocksdb::FlushJobInfo&) override { link_ready(db, /*also=*/{}); }
   void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status*) override {
     {
       std::lock_guard lock(mu_);
@@ -212,6 +218,15 @@ class CheckpointListener final : public rocksdb::EventListener {
   void add(std::shared_ptr<PendingCheckpoint> p) {
     std::lock_guard lock(mu_);
     pending_.push_back(std::move(p));
+  }
+  void arm(PendingCheckpoint& p) {
+    std::lock_guard lock(mu_);
+    p.armed = true;
+  }
+  // Tests: the listener links nothing, so only the writer's later link (and its check) remains.
+  void hold_links(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_ = hold;
   }
   // Forgets `p`, after a link in progress on another thread has finished (it writes into p's target).
   void remove(const PendingCheckpoint* p) {
@@ -227,7 +242,8 @@ class CheckpointListener final : public rocksdb::EventListener {
     for (;;) {
       std::shared_ptr<PendingCheckpoint> ready;
       for (const auto& p : pending_) {
-        if (p->stage == PendingCheckpoint::Stage::kFlushing && (p == also || barrier_flushed(*p))) {
+        if (p->stage == PendingCheckpoint::Stage::kFlushing && p->armed &&
+            (p == also || (!hold_ && barrier_flushed(*p)))) {
           ready = p;
           break;
         }
@@ -252,8 +268,8 @@ class CheckpointListener final : public rocksdb::EventListener {
     }
   }
 
-  // Waits until `p` is linked, linking it on this thread once no memtable is left to flush (a flush that wrote no
-  // file reports nothing); false at `deadline` or when a background error came after `errors_before`.
+  // Waits until `p` is linked, linking it on this thread once no memtable is left to flush; false at `deadline` or
+  // when a background error came after `errors_before`.
   bool wait_linked(rocksdb::DB* db, const std::shared_ptr<PendingCheckpoint>& p, uint64_t errors_before,
                    std::chrono::steady_clock::time_point deadline) {
     for (;;) {
@@ -293,6 +309,7 @@ class CheckpointListener final : public rocksdb::EventListener {
   std::vector<std::shared_ptr<PendingCheckpoint>> pending_;
   std::map<std::string, std::deque<uint64_t>, std::less<>> unflushed_;  // column family -> first sequence numbers
   uint64_t errors_ = 0;
+  bool hold_ = false;
 };
 
 }  // namespace
@@ -623,7 +640,10 @@ std::shared_ptr<const RocksDBInstance::CheckpointStart> RocksDBInstance::begin_c
   flush.wait = false;
   flush.allow_write_stall = true;  // the barrier does not wait for compaction either
   rocksdb::Status s = impl_->db->Flush(flush, pending->handles);
-  if (s.ok()) return start;
+  if (s.ok()) {
+    start->listener->arm(*pending);
+    return start;
+  }
   start.reset();  // waits for a link the listener may have started meanwhile, then removes what it linked
   std::error_code ec;
   std::filesystem::remove_all(target, ec);
@@ -646,6 +666,10 @@ std::optional<std::vector<std::string>> RocksDBInstance::finish_checkpoint(const
     throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend in " + dir_.string() + ": " + p.error));
   }
   return p.files;
+}
+
+void RocksDBInstance::hold_checkpoint_links_for_testing(bool hold) {
+  impl_->checkpoints->hold_links(hold);
 }
 
 std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesystem::path& target) {
