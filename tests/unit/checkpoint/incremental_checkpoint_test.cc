@@ -93,6 +93,15 @@ class IncrementalCheckpointTest : public ::testing::Test {
     return write_captured(*keyed, id, uploaded, finalize);
   }
 
+  // A store of parallelism 1 with every key written once, and checkpoint 1 of it (the base of the next ones).
+  std::unique_ptr<KeyedStateStore<int64_t>> filled_and_checkpointed(uint64_t& uploaded) {
+    auto state = make_store(1, 0);
+    for (int64_t k = 0; k < kKeys; ++k)
+      put(*state, k, "a" + std::to_string(k), 0);
+    write_checkpoint(*state, 1, uploaded);
+    return state;
+  }
+
   // write_checkpoint() of a capture taken before (the barrier), so the task can write between the two.
   CheckpointMetadata write_captured(const KeyedStateSnapshot& keyed, int64_t id, uint64_t& uploaded,
                                     bool finalize = true) {
@@ -298,11 +307,8 @@ TEST_F(IncrementalCheckpointTest, AnAbortedCheckpointsUploadsStayAndTheNextCheck
 // The synchronous part only switches the memtables; their flush and the hard links come on the writer thread while
 // the task writes on. The checkpoint holds the state as of the capture, not the writes after it.
 TEST_F(IncrementalCheckpointTest, WritesAfterTheCaptureStayOutOfTheCheckpointWhoseFlushRunsBesideThem) {
-  auto state = make_store(1, 0);
-  for (int64_t k = 0; k < kKeys; ++k)
-    put(*state, k, "a" + std::to_string(k), 0);
   uint64_t uploaded = 0;
-  write_checkpoint(*state, 1, uploaded);  // the first files, so the second checkpoint has a base
+  auto state = filled_and_checkpointed(uploaded);
   for (int64_t k = 0; k < kKeys; k += 3)
     put(*state, k, "b" + std::to_string(k), 1);
   const Contents at_barrier = expected_;
@@ -352,11 +358,8 @@ TEST_F(IncrementalCheckpointTest, ABurstOfWritesAfterTheCaptureThatFillsMemtable
 // A capture with nothing to flush (the previous checkpoint flushed everything) is linked when the next flush
 // begins, before it writes the later writes into a file: still native.
 TEST_F(IncrementalCheckpointTest, ACaptureWithNothingToFlushIsLinkedBeforeTheNextFlushWrites) {
-  auto state = make_store(1, 0);
-  for (int64_t k = 0; k < kKeys; ++k)
-    put(*state, k, "a" + std::to_string(k), 0);
   uint64_t uploaded = 0;
-  write_checkpoint(*state, 1, uploaded);
+  auto state = filled_and_checkpointed(uploaded);
   const Contents at_barrier = expected_;
   auto keyed = state->capture<VoidNamespace>(nullptr);
   for (int64_t k = 0; k < kKeys; k += 2)
@@ -371,11 +374,8 @@ TEST_F(IncrementalCheckpointTest, ACaptureWithNothingToFlushIsLinkedBeforeTheNex
 // held back here; a forced flush and compaction come first), no set of the database's files is the captured state:
 // that checkpoint is written canonically from the capture's snapshot, and the next capture flushes synchronously.
 TEST_F(IncrementalCheckpointTest, AFlushOfLaterWritesBeforeTheLinkMakesThatCheckpointCanonical) {
-  auto state = make_store(1, 0);
-  for (int64_t k = 0; k < kKeys; ++k)
-    put(*state, k, "a" + std::to_string(k), 0);
   uint64_t uploaded = 0;
-  write_checkpoint(*state, 1, uploaded);
+  auto state = filled_and_checkpointed(uploaded);
   for (int64_t k = 0; k < kKeys; k += 5)
     put(*state, k, "b" + std::to_string(k), 1);
   write_checkpoint(*state, 2, uploaded);
