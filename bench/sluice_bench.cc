@@ -373,6 +373,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   checkpoint->add_option("--rounds", ck.rounds, "Rounds (throughput, storage)")->capture_default_str();
   checkpoint->add_option("-p,--parallelism", ck.parallelism, "Parallelism")->capture_default_str();
+  checkpoint->add_option("--restore-parallelism", ck.restore_parallelism,
+                         "recovery: cancel the job and restore a new one from its last checkpoint at this "
+                         "parallelism (rescaling)");
   checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
   checkpoint->add_option("--backend", ck.backend, "State backend (state.backend.type)")
       ->capture_default_str()
