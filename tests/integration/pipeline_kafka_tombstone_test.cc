@@ -114,8 +114,7 @@ class PipelineKafkaTombstoneTest : public ::testing::Test {
       runner_.reset();
     }
     for (const std::string& t : tables_) {
-      pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + t + "'");
-      pg_->exec("DROP PUBLICATION IF EXISTS " + t);
+      sluice::testing::drop_slot_and_publication(*pg_, t);
       pg_->exec("DROP TABLE IF EXISTS public." + t);
     }
     if (!HasFailure()) fs::remove_all(dir_);

@@ -599,11 +599,7 @@ TEST_F(PostgresCdcTest, IdleSlotAdvancesWithHeartbeatsOnly) {
     EXPECT_EQ(out->size(), 0u);
     job.cancel();
     job.wait();
-    ASSERT_TRUE(eventually([&] {
-      return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + slot() + "'") ==
-             "0";
-    }));
-    pg_->exec("SELECT pg_drop_replication_slot('" + slot() + "')");
+    sluice::testing::drop_slot(*pg_, slot(), kDeadline);
   }
 }
 
@@ -807,7 +803,7 @@ TEST_F(PostgresCdcTest, RestoringAPositionTheSlotNoLongerHasFailsNamingSlotLsnAn
   EXPECT_EQ(confirmed_flush(), confirmed);
 
   // The slot dropped (by an operator, or by max_slot_wal_keep_size): restoring even the latest savepoint fails.
-  pg_->exec("SELECT pg_drop_replication_slot('" + slot() + "')");
+  sluice::testing::drop_slot(*pg_, slot(), kDeadline);
   err = fails_with(sp2);
   EXPECT_NE(err.find("slot " + slot() + " at LSN"), std::string::npos) << err;
   EXPECT_NE(err.find("no longer exists"), std::string::npos) << err;

@@ -524,14 +524,7 @@ TEST_F(PostgresTypesTest, TextFromNonUtf8DatabasesIsConvertedOrFailsTheJob) {
         << src->metrics().bad_records;
     job.cancel();
     job.wait();
-    sluice::testing::poll_until(
-        [&] {
-          return pg_->scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + db.name +
-                             "'") == "0";
-        },
-        kDeadline);
-    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + db.name +
-              "'");
+    sluice::testing::drop_slot(*pg_, db.name, kDeadline);
     return out->all();
   };
 
@@ -565,8 +558,7 @@ TEST_F(PostgresTypesTest, TextFromNonUtf8DatabasesIsConvertedOrFailsTheJob) {
     EXPECT_NE(r.error->message().find("public." + table()), std::string::npos) << r.error->message();
     for (const ChangeEvent& e : out->all())
       EXPECT_NE(e.after.find("id")->as_int64(), 2) << e.after.to_json();
-    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + dbs[1].name +
-              "'");
+    sluice::testing::drop_slot(*pg_, dbs[1].name, kDeadline);
   }
   // The same bytes in the stream (after a clean snapshot): the job fails with Postgres's error (or the decoder's,
   // naming the byte), never an event with an altered string. No restart can pass the same WAL record, so the
@@ -620,8 +612,7 @@ TEST_F(PostgresTypesTest, TextFromNonUtf8DatabasesIsConvertedOrFailsTheJob) {
       saw_two = saw_two || e.after.find("id")->as_int64() == 2;
     }
     EXPECT_TRUE(saw_two) << "the valid change before it was delivered";
-    pg_->exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + dbs[1].name +
-              "_st'");
+    sluice::testing::drop_slot(*pg_, dbs[1].name + "_st", kDeadline);
   }
   for (const Db& db : dbs)
     pg_->exec("DROP DATABASE IF EXISTS " + db.name + " WITH (FORCE)");

@@ -88,17 +88,25 @@ inline std::string test_object_name(const std::string& prefix, size_t max_chars)
   return prefix + std::to_string(::getpid()) + "_" + std::to_string(++run) + "_" + n.substr(0, max_chars);
 }
 
-/// Drops the replication slot and the publication named `name` once no walsender holds the slot any more (a
-/// job's connections close when it ends, and the server may need a moment to release the slot).
-inline void drop_slot_and_publication(PgClient& pg, const std::string& name,
-                                      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
-  poll_until(
+/// Drops the replication slot `name` (if it exists) once no walsender holds it any more: a job's connections close
+/// when it ends, but the server's walsender releases the slot a moment later, so dropping at once can fail with
+/// "replication slot ... is active for PID ...".
+inline void drop_slot(PgClient& pg, const std::string& name,
+                      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  const bool released = poll_until(
       [&] {
         return pg.scalar("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '" + name + "'") ==
                "0";
       },
       deadline);
+  EXPECT_TRUE(released) << "replication slot " << name << " still active after " << deadline.count() << " ms";
   pg.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + name + "'");
+}
+
+/// Drops the replication slot (drop_slot) and the publication named `name`.
+inline void drop_slot_and_publication(PgClient& pg, const std::string& name,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(60)) {
+  drop_slot(pg, name, deadline);
   pg.exec("DROP PUBLICATION IF EXISTS " + name);
 }
 
