@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -45,14 +46,22 @@ std::atomic<int64_t> g_resumed_at_ns{0};
 std::atomic<bool> g_restoring_job{false};
 std::atomic<int> g_restored_subtasks{0};
 std::atomic<int64_t> g_last_restored_at_ns{0};
+// recovery --verify-keys: records whose key had no value yet (a key written for the first time, or after a restore
+// a key whose state is missing), and after the restore which keys the restored job has visited (a flag per key).
+std::atomic<int64_t> g_new_keys{0};
+std::unique_ptr<std::atomic<bool>[]> g_visited;
+std::atomic<int64_t> g_visited_keys{0};
 
 /// Keeps one value of `bytes` bytes per key and rewrites it on every record.
 class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
  public:
-  explicit FillState(int64_t bytes, bool random = false) : bytes_(bytes), random_(random) {}
+  /// `count_new_keys` reads each key's state before it writes it and counts the keys that had none (g_new_keys).
+  explicit FillState(int64_t bytes, bool random = false, bool count_new_keys = false)
+      : bytes_(bytes), random_(random), count_new_keys_(count_new_keys) {}
   void open(RuntimeContext& ctx) override {
     value_ = &keyed_state().get_state(ValueStateDescriptor<std::string>{"value", {}});
     restored_ = ctx.attempt_number() > 0 || g_restoring_job.load();
+    mark_visits_ = count_new_keys_ && restored_;
   }
   void process_element(const int64_t& v, Context&, Collector<int64_t>&) override {
     if (restored_) {
@@ -65,6 +74,9 @@ class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
       g_restored_subtasks.fetch_add(1);
       restored_ = false;
     }
+    if (count_new_keys_ && !value_->has_value()) g_new_keys.fetch_add(1, std::memory_order_relaxed);
+    if (mark_visits_ && !g_visited[static_cast<size_t>(v)].exchange(true, std::memory_order_relaxed))
+      g_visited_keys.fetch_add(1, std::memory_order_relaxed);
     std::string s(static_cast<size_t>(bytes_), static_cast<char>('a' + v % 26));
     if (random_) {
       // Incompressible: SplitMix64 of (record, update count), new bytes on every update of the key.
@@ -85,6 +97,8 @@ class FillState final : public KeyedProcessFunction<int64_t, int64_t, int64_t> {
  private:
   int64_t bytes_;
   bool random_ = false;
+  bool count_new_keys_ = false;
+  bool mark_visits_ = false;  // a restored job's subtask under --verify-keys
   int64_t updates_ = 0;
   bool restored_ = false;
   ValueState<std::string>* value_ = nullptr;
@@ -168,7 +182,7 @@ JobClient start_fill_job(const CheckpointBenchOptions& o, Configuration config, 
       })
       .uid("fail")
       .key_by([](const int64_t& v) { return v; })
-      .process(FillState(o.value_bytes, o.values == "random"))
+      .process(FillState(o.value_bytes, o.values == "random", o.verify_keys))
       .uid("state")
       .sink_to(std::make_shared<Discard>())
       .uid("discard");
@@ -421,6 +435,27 @@ int run_throughput(const CheckpointBenchOptions& o) {
   return 0;
 }
 
+/// recovery --verify-keys: clears the per-key visit flags before a restored job starts.
+void reset_visits(int64_t keys) {
+  g_visited = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(keys));
+  g_visited_keys = 0;
+  g_new_keys = 0;
+}
+
+/// recovery --verify-keys, after a restore: waits until the restored job has processed a record of every key, then
+/// prints how many keys had no value when it did: state the restore lost.
+int verify_restored_keys(int64_t keys) {
+  if (!wait_for([&] { return g_visited_keys.load() >= keys; }, std::chrono::minutes(30))) {
+    fmt::print(stderr, "error: the restored job visited {} of {} keys within 30 minutes\n", g_visited_keys.load(),
+               keys);
+    return 1;
+  }
+  const int64_t missing = g_new_keys.load();
+  fmt::print("checkpoint recovery: restored keys checked: {} of {} keys had no value after the restore\n", missing,
+             keys);
+  return missing == 0 ? 0 : 1;
+}
+
 // recovery --restore-parallelism: cancels the fill job and starts a new one from its last checkpoint at the new
 // parallelism; measures from the start to the first record of the last restored subtask.
 int restore_rescaled(const CheckpointBenchOptions& o, JobClient& client, const fs::path& dir, uint64_t state_bytes) {
@@ -437,6 +472,7 @@ int restore_rescaled(const CheckpointBenchOptions& o, JobClient& client, const f
   g_restoring_job = true;
   g_restored_subtasks = 0;
   g_last_restored_at_ns = 0;
+  if (o.verify_keys) reset_visits(keys_for(o));
   const int64_t started = now_ns();
   JobClient restored = start_fill_job(rescaled, c, keys_for(o));
   if (!wait_for([&] { return g_restored_subtasks.load() >= o.restore_parallelism; }, std::chrono::minutes(10))) {
@@ -444,6 +480,7 @@ int restore_rescaled(const CheckpointBenchOptions& o, JobClient& client, const f
     return 1;
   }
   const double ms = static_cast<double>(g_last_restored_at_ns.load() - started) / 1e6;
+  const int verified = o.verify_keys ? verify_restored_keys(keys_for(o)) : 0;
   restored.cancel();
   restored.wait();
   fmt::print(
@@ -452,7 +489,7 @@ int restore_rescaled(const CheckpointBenchOptions& o, JobClient& client, const f
       o.state_mb, keys_for(o), o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism,
       o.restore_parallelism, o.backend, o.incremental ? " (incremental)" : "", ms);
   if (!is_s3_uri(dir.native())) fs::remove_all(dir);
-  return 0;
+  return verified;
 }
 
 int run_recovery(const CheckpointBenchOptions& o) {
@@ -464,8 +501,15 @@ int run_recovery(const CheckpointBenchOptions& o) {
   c.set_string(std::string(options::kFixedDelayDelay.key), "0ms");
   g_processed = 0;
   g_resumed_at_ns = 0;
+  g_new_keys = 0;
   JobClient client = start_fill_job(o, c, keys);
-  if (!wait_for([&] { return g_processed.load() >= keys; }, std::chrono::minutes(10))) return 1;
+  // Filled: `keys` records in all, or with --verify-keys every key written (at -p > 1 the source subtasks'
+  // sequences overlap, so `keys` records do not write every key).
+  if (!wait_for([&] { return (o.verify_keys ? g_new_keys.load() : g_processed.load()) >= keys; },
+                std::chrono::minutes(10))) {
+    fmt::print(stderr, "error: the state was not filled within 10 minutes\n");
+    return 1;
+  }
   const int64_t filled_ms = SystemClock::instance().now_ms();
   if (!wait_for(
           [&] {
@@ -482,12 +526,14 @@ int run_recovery(const CheckpointBenchOptions& o) {
     if (s.completed) state_bytes = s.state_bytes;
   }
   if (o.restore_parallelism > 0) return restore_rescaled(o, client, dir, state_bytes);
+  if (o.verify_keys) reset_visits(keys);
   g_fail_now = true;
   if (!wait_for([&] { return g_resumed_at_ns.load() != 0; }, std::chrono::minutes(10))) {
     fmt::print(stderr, "error: processing did not resume within 10 minutes\n");
     return 1;
   }
   const double ms = static_cast<double>(g_resumed_at_ns.load() - g_failed_at_ns.load()) / 1e6;
+  const int verified = o.verify_keys ? verify_restored_keys(keys) : 0;
   client.cancel();
   client.wait();
   fmt::print(
@@ -496,7 +542,7 @@ int run_recovery(const CheckpointBenchOptions& o) {
       o.state_mb, keys, o.value_bytes, static_cast<double>(state_bytes) / (1 << 20), o.parallelism, o.backend,
       o.incremental ? " (incremental)" : "", ms);
   if (!is_s3_uri(dir.native())) fs::remove_all(dir);
-  return 0;
+  return verified;
 }
 
 // The fill job of `state` once per storage and round, storages alternating: what checkpointing the state to each

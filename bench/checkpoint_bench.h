@@ -8,7 +8,8 @@
 //   recovery   --state-mb MiB of state, one injected failure: time from the failure to the first record
 //              processed by the restored keyed operator; with --restore-parallelism N the job is cancelled
 //              instead and a new one restored from its last checkpoint at parallelism N (rescaling): time from
-//              its start until every restored subtask has processed a record
+//              its start until every restored subtask has processed a record; --verify-keys fills until every
+//              key is written and, after the restore, counts the keys found without a value (state the restore lost)
 //   storage    --state-mb MiB of state rewritten at full speed, once per storage of --storages (none, local,
 //              s3://bucket/prefix) and round, alternately in one process: records/s and records per CPU-s over
 //              --window-s after the fill with checkpoints every --interval, and the checkpoints' duration, size
@@ -29,6 +30,7 @@ struct CheckpointBenchOptions {
   int rounds = 3;
   int parallelism = 1;
   int restore_parallelism = 0;      ///< recovery: > 0 restores a new job at this parallelism (rescale)
+  bool verify_keys = false;         ///< recovery: count the keys without a value after the restore (lost state)
   std::string dir;                  ///< checkpoint directory; default: a fresh one under the temp dir
   std::string backend = "hashmap";  ///< state.backend.type: hashmap or rocksdb
   std::string rocksdb_memory;       ///< state.backend.rocksdb.memory.fixed-per-slot (empty: the default)

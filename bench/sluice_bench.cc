@@ -376,6 +376,9 @@ int main(int argc, char** argv) {
   checkpoint->add_option("--restore-parallelism", ck.restore_parallelism,
                          "recovery: cancel the job and restore a new one from its last checkpoint at this "
                          "parallelism (rescaling)");
+  checkpoint->add_flag("--verify-keys", ck.verify_keys,
+                       "recovery: fill until every key is written; after the restore, count the keys without a value "
+                       "(exit code 1 when any)");
   checkpoint->add_option("--dir", ck.dir, "Checkpoint directory (default: under the temp dir)");
   checkpoint->add_option("--backend", ck.backend, "State backend (state.backend.type)")
       ->capture_default_str()

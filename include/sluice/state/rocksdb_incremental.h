@@ -9,8 +9,9 @@
 // here the flush of a few MiB of memtable (20-60 ms measured) runs beside the task. When a later memtable was
 // flushed too before the checkpoint was linked, its files hold writes after the barrier: that checkpoint is
 // written canonically from the snapshot instead, and the backend's next capture flushes synchronously. Restore: the old
-// subtasks' files are materialized locally; a database whose key groups cover the new range is opened in place and
-// clipped with range deletions, the others are opened beside it and their entries of the range copied in (rescaling).
+// subtasks' files are materialized locally; the database sharing the most key groups with the new range is opened
+// in place and clipped with range deletions, the others are opened beside it and their entries of the range written
+// into SST files that the new database ingests (rescaling).
 //
 // Threading: RocksDBNativeSnapshot is created on the task thread and completed and read on a writer thread;
 // restore_native_database() runs on the task thread. Errors: kState naming the directory or file.
@@ -102,10 +103,11 @@ class RocksDBNativeSnapshot final : public NativeKeyedStateSnapshot {
 std::string rocksdb_key_group_begin(int32_t kg);
 
 /// Builds the database of a subtask owning `range` in `working_dir` (which must not exist) from `sources` (the
-/// old subtasks' databases of an incremental checkpoint): the first source whose key groups cover `range` is
+/// old subtasks' databases of an incremental checkpoint): the source sharing the most key groups with `range` is
 /// materialized into `working_dir`, opened and clipped; every other source intersecting `range` is
-/// materialized beside it, opened, and its entries of `range` copied in. Without a covering source the database
-/// starts empty. Task thread. Errors: the sources' materialize() errors, kState for RocksDB failures.
+/// materialized beside it, opened, and its entries of `range` copied in (copy_range_from()). Without an
+/// intersecting source the database starts empty. Task thread. Errors: the sources' materialize() errors, kState for
+/// RocksDB failures.
 [[nodiscard]] Result<std::shared_ptr<RocksDBInstance>> restore_native_database(
     const std::filesystem::path& working_dir, KeyGroupRange range, const std::vector<NativeKeyedStateRestore>& sources,
     const RocksDBMemoryOptions& memory);

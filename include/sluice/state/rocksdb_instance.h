@@ -142,7 +142,9 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
 
   /// Copies every entry of every state and timer column family of `other` whose key lies in [begin, end) (bytewise)
   /// into the column family of the same name here (created when missing), with its state metadata; the
-  /// restore of a rescaled incremental checkpoint. Task thread.
+  /// restore of a rescaled incremental checkpoint. The entries are written into SST files of about 64 MiB under
+  /// `<dir>/restore-ingest` and ingested (moved into the database), not written through the memtables. Task
+  /// thread. Throws kState.
   void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end);
 
   /// Deletes every key outside [begin, end) in every state and timer column family (RocksDB range deletions;

@@ -127,6 +127,48 @@ class IncrementalCheckpointTest : public ::testing::Test {
     return m;
   }
 
+  // The subtasks of parallelism `parallelism` restored from checkpoint `dir`, with their states registered.
+  std::vector<std::unique_ptr<KeyedStateStore<int64_t>>> restored_stores(const fs::path& dir, int parallelism) {
+    std::vector<std::unique_ptr<KeyedStateStore<int64_t>>> out;
+    auto metadata = FileCheckpointStorage::load_metadata(dir);
+    EXPECT_TRUE(metadata.ok());
+    if (!metadata.ok()) return out;
+    auto restores = assign_subtask_states(*metadata, dir, VertexToRestore{{kUid}, parallelism, {kMaxParallelism}});
+    EXPECT_TRUE(restores.ok()) << restores.error().to_string();
+    if (!restores.ok()) return out;
+    for (int i = 0; i < parallelism; ++i) {
+      out.push_back(make_store(parallelism, i));
+      Status st = out.back()->restore<VoidNamespace>(nullptr, *(*restores)[i]->operators.at(kUid).keyed);
+      EXPECT_TRUE(st.ok()) << st.error().to_string();
+      value(*out.back());
+      history(*out.back());
+    }
+    return out;
+  }
+
+  // Writes checkpoint `id` of `subtasks` (subtask i of parallelism subtasks.size()), asserting each is native
+  // (incremental), and returns its directory.
+  fs::path write_native_checkpoint(const std::vector<std::unique_ptr<KeyedStateStore<int64_t>>>& subtasks, int64_t id) {
+    auto dir = storage_->init_checkpoint(id);
+    EXPECT_TRUE(dir.ok());
+    CheckpointMetadata m;
+    m.checkpoint_id = id;
+    m.job_id = "job-a";
+    OperatorStateEntry e{kUid, static_cast<int>(subtasks.size()), kMaxParallelism, {}};
+    for (size_t i = 0; i < subtasks.size(); ++i) {
+      auto keyed = subtasks[i]->capture<VoidNamespace>(nullptr);
+      auto h = storage_->write_subtask_state(*dir, kUid, static_cast<int>(i), "", keyed.get());
+      EXPECT_TRUE(h.ok()) << h.error().to_string();
+      if (!h.ok()) return *dir;
+      EXPECT_TRUE(h->native.has_value()) << "subtask " << i;
+      e.subtasks.push_back(*h);
+    }
+    m.operators.push_back(e);
+    Status st = storage_->finalize_checkpoint(*dir, m);
+    EXPECT_TRUE(st.ok()) << st.error().to_string();
+    return *dir;
+  }
+
   std::set<std::string> files_in_shared() const {
     std::set<std::string> names;
     for (const auto& e : fs::directory_iterator(storage_->shared_dir()))
@@ -244,32 +286,60 @@ TEST_F(IncrementalCheckpointTest, ChainOfTenRestoresEveryRetainedCheckpointAndDe
   EXPECT_TRUE(lists == rounds_) << "list state differs after rescaling to 3";
   // 3 -> 1: a checkpoint taken by the three rescaled subtasks restores into one.
   {
-    auto metadata = FileCheckpointStorage::load_metadata(storage_->checkpoint_dir(10));
-    auto restores = assign_subtask_states(*metadata, storage_->checkpoint_dir(10), VertexToRestore{{kUid}, 3, {128}});
-    ASSERT_TRUE(restores.ok());
-    auto dir = storage_->init_checkpoint(11);
-    ASSERT_TRUE(dir.ok());
-    CheckpointMetadata m;
-    m.checkpoint_id = 11;
-    m.job_id = "job-a";
-    OperatorStateEntry e{kUid, 3, kMaxParallelism, {}};
-    for (int i = 0; i < 3; ++i) {
-      auto sub = make_store(3, i);
-      ASSERT_TRUE(sub->restore<VoidNamespace>(nullptr, *(*restores)[i]->operators.at(kUid).keyed).ok());
-      value(*sub);
-      history(*sub);
-      auto keyed = sub->capture<VoidNamespace>(nullptr);
-      auto h = storage_->write_subtask_state(*dir, kUid, i, "", keyed.get());
-      ASSERT_TRUE(h.ok()) << h.error().to_string();
-      ASSERT_TRUE(h->native.has_value());
-      e.subtasks.push_back(*h);
-    }
-    m.operators.push_back(e);
-    ASSERT_TRUE(storage_->finalize_checkpoint(*dir, m).ok());
+    auto subs = restored_stores(storage_->checkpoint_dir(10), 3);
+    if (HasFailure()) return;
+    const fs::path dir = write_native_checkpoint(subs, 11);
+    if (HasFatalFailure()) return;
     lists.clear();
-    EXPECT_TRUE(restore_all(*dir, 1, &lists) == at[10]);
+    EXPECT_TRUE(restore_all(dir, 1, &lists) == at[10]);
     EXPECT_TRUE(lists == rounds_);
   }
+}
+
+// 2 -> 1 -> 2 -> 1: a new subtask opens the old database sharing most of its key groups in place (clipped) and
+// ingests the other's entries as SST files. From fresh databases the ingested file lies below everything (sequence
+// number 0); after 1 -> 2 the base keeps the clipped half under range deletions, so in 2 -> 1 the file overlaps them
+// and RocksDB gives it a newer sequence number. Each restored database takes native checkpoints (the seqno check
+// passes with ingested files) that restore every value and list element, at 3 too, with nothing left to ingest.
+TEST_F(IncrementalCheckpointTest, ARescaledRestoreIngestsTheOtherDatabasesEntriesAndItsCheckpointsRestoreAgain) {
+  std::vector<std::unique_ptr<KeyedStateStore<int64_t>>> subtasks;
+  for (int i = 0; i < 2; ++i)
+    subtasks.push_back(make_store(2, i));
+  for (int64_t k = 0; k < kKeys; ++k) {
+    for (auto& sub : subtasks) {
+      if (sub->key_group_range().contains(key_group_for_hash(key_hash_of(k), kMaxParallelism)))
+        put(*sub, k, "two-" + std::to_string(k), 0);
+    }
+  }
+  fs::path dir = write_native_checkpoint(subtasks, 1);
+  if (HasFatalFailure()) return;
+  int64_t id = 1;
+  for (int parallelism : {1, 2, 1}) {
+    SCOPED_TRACE("restored at parallelism " + std::to_string(parallelism));
+    subtasks = restored_stores(dir, parallelism);
+    if (HasFatalFailure()) return;
+    size_t entries = 0;
+    for (auto& sub : subtasks) {
+      entries += sub->num_entries("value");
+      EXPECT_FALSE(fs::exists(sub->rocksdb()->instance().directory() / "restore-ingest"));
+    }
+    if (parallelism == 1) {
+      EXPECT_EQ(entries, static_cast<size_t>(kKeys));
+    }
+    for (auto& sub : subtasks) {  // later writes land over restored and ingested entries
+      for (int64_t k = id; k < kKeys; k += 7) {
+        if (sub->key_group_range().contains(key_group_for_hash(key_hash_of(k), kMaxParallelism)))
+          put(*sub, k, "p" + std::to_string(parallelism) + "-" + std::to_string(k), id);
+      }
+    }
+    dir = write_native_checkpoint(subtasks, ++id);
+    if (HasFatalFailure()) return;
+    subtasks.clear();
+    std::map<int64_t, std::vector<int64_t>> lists;
+    EXPECT_TRUE(restore_all(dir, 3, &lists) == expected_);
+    EXPECT_TRUE(lists == rounds_);
+  }
+  EXPECT_TRUE(restore_all(dir, 1) == expected_);
 }
 
 TEST_F(IncrementalCheckpointTest, AnAbortedCheckpointsUploadsStayAndTheNextCheckpointReferencesThem) {

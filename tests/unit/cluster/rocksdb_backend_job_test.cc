@@ -295,7 +295,7 @@ void run_or_cancel_after_checkpoints(StreamEnvironment& env, const std::string& 
 }
 
 // Incremental checkpoints restore at another parallelism (2 -> 3 -> 1): each new subtask opens the old database
-// covering its key groups and clips it, or copies the key groups of several; the heap refuses such a checkpoint
+// sharing most of its key groups and clips it, and ingests the others' key groups; the heap refuses such a checkpoint
 // with the way out (a savepoint).
 TEST(RocksDBBackendJobTest, IncrementalCheckpointsRescaleTwoThreeOne) {
   const int64_t records = 60'000;

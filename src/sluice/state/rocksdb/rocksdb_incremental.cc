@@ -97,10 +97,6 @@ std::string rocksdb_key_group_begin(int32_t kg) {
 
 namespace {
 
-bool covers(const KeyGroupRange& outer, const KeyGroupRange& inner) {
-  return outer.start() <= inner.start() && outer.end() >= inner.end();
-}
-
 Status fresh_dir(const fs::path& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -120,11 +116,19 @@ Result<std::shared_ptr<RocksDBInstance>> restore_native_database(const fs::path&
   try {
     const std::string begin = rocksdb_key_group_begin(range.start());
     const std::string end = rocksdb_key_group_begin(range.end() + 1);
+    // The base is the database sharing the most key groups with `range` (as Flink's RocksDB rescaling picks its
+    // initial database), of two alike the smaller (less to clip): it is opened in place and clipped, the others'
+    // entries in `range` are ingested. Taking a base only when it covered all of `range` copied everything for
+    // 2 -> 1 and the middle subtask of 2 -> 3.
     const NativeKeyedStateRestore* base = nullptr;
+    int32_t base_overlap = 0;
     for (const auto& s : sources) {
-      if (covers(s.key_groups, range)) {
+      const int32_t overlap =
+          std::min(s.key_groups.end(), range.end()) - std::max(s.key_groups.start(), range.start()) + 1;
+      if (overlap > base_overlap ||
+          (overlap > 0 && overlap == base_overlap && s.key_groups.size() < base->key_groups.size())) {
         base = &s;
-        break;
+        base_overlap = overlap;
       }
     }
     std::shared_ptr<RocksDBInstance> db;
