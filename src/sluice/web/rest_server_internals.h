@@ -162,6 +162,23 @@ class RestServer::Impl {
 
   void add_operation(JobEntry& job, const std::string& rid, std::shared_future<Result<std::string>> f);
 
+  /// The body of POST /jobs/:id/savepoints or /jobs/:id/stop: the job, the target directory (empty: the
+  /// default) and the request's flag (cancel-job, drain).
+  struct SavepointRequest {
+    std::shared_ptr<JobEntry> job;
+    std::string target;
+    bool flag = false;
+  };
+  /// Looks up the job of `req` and reads the string field `target_key` and the bool field `flag_key` of the JSON
+  /// body `text`; answers 404 or 400 and returns nullopt when that fails.
+  std::optional<SavepointRequest> savepoint_request(const httplib::Request& req, const std::string& text,
+                                                    httplib::Response& res, std::string_view target_key,
+                                                    std::string_view flag_key);
+  /// Registers `f` as a new operation of `job` (GET .../savepoints/:request-id), logs it as `what` ("savepoint",
+  /// "stop-with-savepoint") into `target`, and answers 202 with the request id.
+  void accept_savepoint_operation(JobEntry& job, std::shared_future<Result<std::string>> f, std::string_view what,
+                                  const std::string& target, httplib::Response& res);
+
   using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
 
   /// Reads the request body first, and only when the request announces one (Content-Length or chunked):

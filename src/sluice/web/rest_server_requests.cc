@@ -1,6 +1,7 @@
 // RestServer::Impl's request helpers: job and vertex lookup (404), JSON bodies and fields (400), request ids,
 // savepoint operations and bodies read only when announced.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "rest_server_internals.h"
 
@@ -83,6 +84,30 @@ bool RestServer::Impl::running_or_409(JobEntry& job, const char* action, httplib
 void RestServer::Impl::add_operation(JobEntry& job, const std::string& rid, std::shared_future<Result<std::string>> f) {
   std::lock_guard lock(mu_);
   job.operations[rid] = Operation{std::move(f), false};
+}
+
+std::optional<RestServer::Impl::SavepointRequest> RestServer::Impl::savepoint_request(const httplib::Request& req,
+                                                                                      const std::string& text,
+                                                                                      httplib::Response& res,
+                                                                                      std::string_view target_key,
+                                                                                      std::string_view flag_key) {
+  SavepointRequest r;
+  r.job = job_or_404(req, res);
+  if (!r.job) return std::nullopt;
+  auto body = body_or_400(text, res);
+  if (!body) return std::nullopt;
+  if (!string_field(*body, target_key, r.target, res) || !bool_field(*body, flag_key, r.flag, res)) return std::nullopt;
+  return r;
+}
+
+void RestServer::Impl::accept_savepoint_operation(JobEntry& job, std::shared_future<Result<std::string>> f,
+                                                  std::string_view what, const std::string& target,
+                                                  httplib::Response& res) {
+  const std::string rid = new_request_id();
+  add_operation(job, rid, std::move(f));
+  spdlog::info("REST: {} {} of job {} requested into {}", what, rid, job.client.job_id(),
+               target.empty() ? std::string("the default savepoint directory") : "'" + target + "'");
+  reply(res, 202, Value::object({{"request-id", rid}}));
 }
 
 httplib::Server::HandlerWithContentReader RestServer::Impl::with_body(BodyHandler handler) {

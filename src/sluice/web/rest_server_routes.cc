@@ -25,11 +25,6 @@ See docs/operations.md, "Web UI".</p>
 </body></html>
 )";
 
-/// A savepoint request's target for the log: the directory, or the job's default one when none was given.
-std::string savepoint_target(const std::string& target) {
-  return target.empty() ? std::string("the default savepoint directory") : "'" + target + "'";
-}
-
 }  // namespace
 
 void RestServer::Impl::route() {
@@ -160,22 +155,12 @@ void RestServer::Impl::route() {
 
   server_->Post(R"(/jobs/([^/]+)/savepoints)",
                 with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
-                  auto job = job_or_404(req, res);
-                  if (!job) return;
-                  auto body = body_or_400(text, res);
-                  if (!body) return;
-                  std::string target;
-                  bool cancel_job = false;
-                  if (!string_field(*body, "target-directory", target, res) ||
-                      !bool_field(*body, "cancel-job", cancel_job, res)) {
-                    return;
-                  }
-                  if (!running_or_409(*job, "take a savepoint of", res)) return;
-                  const std::string rid = new_request_id();
-                  std::shared_future<Result<std::string>> f = job->client.trigger_savepoint(target).share();
-                  if (cancel_job) {
+                  auto r = savepoint_request(req, text, res, "target-directory", "cancel-job");
+                  if (!r || !running_or_409(*r->job, "take a savepoint of", res)) return;
+                  std::shared_future<Result<std::string>> f = r->job->client.trigger_savepoint(r->target).share();
+                  if (r->flag) {
                     // Flink's cancel-with-savepoint: the job is cancelled once the savepoint has completed.
-                    JobClient client = job->client;
+                    JobClient client = r->job->client;
                     std::lock_guard lock(mu_);
                     cancellers_.emplace_back([this, f, client]() mutable {
                       // Waits in slices: a job that ended resolves its savepoint only when destroyed, which this
@@ -186,10 +171,7 @@ void RestServer::Impl::route() {
                       if (await(f).ok()) client.cancel();
                     });
                   }
-                  add_operation(*job, rid, f);
-                  spdlog::info("REST: savepoint {} of job {} requested into {}", rid, job->client.job_id(),
-                               savepoint_target(target));
-                  reply(res, 202, Value::object({{"request-id", rid}}));
+                  accept_savepoint_operation(*r->job, f, "savepoint", r->target, res);
                 }));
 
   server_->Get(R"(/jobs/([^/]+)/savepoints/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -224,15 +206,9 @@ void RestServer::Impl::route() {
 
   server_->Post(R"(/jobs/([^/]+)/stop)",
                 with_body([this](const httplib::Request& req, const std::string& text, httplib::Response& res) {
-                  auto job = job_or_404(req, res);
-                  if (!job) return;
-                  auto body = body_or_400(text, res);
-                  if (!body) return;
-                  std::string target;
-                  bool drain = false;
-                  if (!string_field(*body, "targetDirectory", target, res) || !bool_field(*body, "drain", drain, res))
-                    return;
-                  if (drain) {
+                  auto r = savepoint_request(req, text, res, "targetDirectory", "drain");
+                  if (!r) return;
+                  if (r->flag) {
                     reply_error(
                         res, 400,
                         "drain=true (stop with a final MAX_WATERMARK that fires every timer and window) is not "
@@ -240,12 +216,9 @@ void RestServer::Impl::route() {
                         "from it with its timers and windows intact");
                     return;
                   }
-                  if (!running_or_409(*job, "stop", res)) return;
-                  const std::string rid = new_request_id();
-                  add_operation(*job, rid, job->client.stop_with_savepoint(target).share());
-                  spdlog::info("REST: stop-with-savepoint {} of job {} requested into {}", rid, job->client.job_id(),
-                               savepoint_target(target));
-                  reply(res, 202, Value::object({{"request-id", rid}}));
+                  if (!running_or_409(*r->job, "stop", res)) return;
+                  accept_savepoint_operation(*r->job, r->job->client.stop_with_savepoint(r->target).share(),
+                                             "stop-with-savepoint", r->target, res);
                 }));
 }
 
