@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -131,12 +132,23 @@ Result<std::shared_ptr<RocksDBInstance>> restore_native_database(const fs::path&
         base_overlap = overlap;
       }
     }
+    using Clock = std::chrono::steady_clock;
+    const auto ms_since = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+    };
+    const auto started = Clock::now();
+    std::string phases;  // for the debug log: where a slow restore spent its time
     std::shared_ptr<RocksDBInstance> db;
     if (base != nullptr) {
       SLUICE_RETURN_IF_ERROR(fresh_dir(working_dir));
       SLUICE_RETURN_IF_ERROR(base->materialize(working_dir));
+      phases += fmt::format("base {} materialized {} ms", base->key_groups.to_string(), ms_since(started));
+      auto t = Clock::now();
       db = RocksDBInstance::open_existing(working_dir, memory);
+      phases += fmt::format(", opened {} ms", ms_since(t));
+      t = Clock::now();
       if (!(base->key_groups == range)) db->clip_to_range(begin, end);
+      phases += fmt::format(", clipped {} ms", ms_since(t));
     } else {
       db = RocksDBInstance::open(working_dir, memory);
     }
@@ -147,6 +159,7 @@ Result<std::shared_ptr<RocksDBInstance>> restore_native_database(const fs::path&
       const int32_t last = std::min(s.key_groups.end(), range.end());
       if (first > last) continue;
       const fs::path tmp = working_dir.string() + fmt::format(".restore-{}", n++);
+      auto t = Clock::now();
       SLUICE_RETURN_IF_ERROR(fresh_dir(tmp));
       Status st = s.materialize(tmp);
       if (!st.ok()) {
@@ -155,9 +168,19 @@ Result<std::shared_ptr<RocksDBInstance>> restore_native_database(const fs::path&
         return st.error();
       }
       // The instance removes `tmp` when it goes.
+      phases += fmt::format("; {} materialized {} ms", s.key_groups.to_string(), ms_since(t));
+      t = Clock::now();
       std::shared_ptr<RocksDBInstance> other = RocksDBInstance::open_existing(tmp, memory);
+      phases += fmt::format(", opened {} ms", ms_since(t));
+      t = Clock::now();
       db->copy_range_from(*other, rocksdb_key_group_begin(first), rocksdb_key_group_begin(last + 1));
+      phases += fmt::format(", key groups {}-{} ingested {} ms", first, last, ms_since(t));
+      t = Clock::now();
+      other.reset();
+      phases += fmt::format(", closed {} ms", ms_since(t));
     }
+    spdlog::debug("rocksdb state backend: key groups {} restored in {} ms ({})", range.to_string(), ms_since(started),
+                  phases);
     return db;
   } catch (const SluiceException& e) {
     return e.error().with_context("restoring the rocksdb state of key groups " + range.to_string() +
