@@ -1124,15 +1124,6 @@ class RocksDBKeyedStateBackend {
     return ok_status();
   }
 
-  bool has_entries(std::string_view name) {
-    bool any = false;
-    db_->scan(db_->column_family(name), "", nullptr, [&](std::string_view, std::string_view) {
-      any = true;
-      return false;
-    });
-    return any;
-  }
-
   /// Appends the key-group blob of `kg` (as snapshot_key_group of the heap backend). Throws kState when
   /// `kg` is outside the range.
   void snapshot_key_group(KeyGroup kg, DataOutput& out) const { capture()->write_key_group(kg, out); }
@@ -1157,6 +1148,16 @@ class RocksDBKeyedStateBackend {
   }
 
  private:
+  // Whether the column family of state `name` holds any entry (registered or not).
+  bool has_entries(std::string_view name) {
+    bool any = false;
+    db_->scan(db_->column_family(name), "", nullptr, [&](std::string_view, std::string_view) {
+      any = true;
+      return false;
+    });
+    return any;
+  }
+
   void check(std::string_view name, const StateTtlConfig& ttl, bool has_function) {
     detail::check_descriptor(name, ttl, has_function);
     if (ttl.enabled() && ttl.visibility == StateTtlConfig::Visibility::kReturnExpiredIfNotCleanedUp) {
