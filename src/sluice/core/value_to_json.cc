@@ -55,6 +55,14 @@ void append_escaped_ascii(unsigned char c, std::string& out) {
   }
 }
 
+// Writes the `width` low decimal digits of `v` at p, zero-padded.
+void put_fixed_digits(char* p, uint64_t v, int width) {
+  for (int i = width - 1; i >= 0; --i) {
+    p[i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  }
+}
+
 // Byte classes for the JSON string writer: copied as is, escaped, or the lead of a multi-byte sequence.
 enum class ByteClass : uint8_t { kPlain, kEscape, kNonAscii };
 
@@ -256,21 +264,32 @@ void append_iso8601_micros(int64_t micros, std::string& out) {
   const int64_t month = mp < 10 ? mp + 3 : mp - 9;
   const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
 
-  const int64_t secs = rem / 1'000'000;
-  auto it = std::back_inserter(out);
-  if (year < 0) {
-    fmt::format_to(it, "-{:04}", -year);
-  } else if (year > 9999) {
-    fmt::format_to(it, "+{}", year);
+  // Written digit by digit: fmt's run-time format strings cost about 2,500 instructions per timestamp
+  // (callgrind of a CDC pipeline, several timestamps per event); this is under 200.
+  if (year >= 0 && year <= 9999) {
+    char y[4];
+    put_fixed_digits(y, static_cast<uint64_t>(year), 4);
+    out.append(y, sizeof(y));
+  } else if (year < 0) {
+    fmt::format_to(std::back_inserter(out), "-{:04}", -year);
   } else {
-    fmt::format_to(it, "{:04}", year);
+    fmt::format_to(std::back_inserter(out), "+{}", year);
   }
-  fmt::format_to(it, "-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", month, day, secs / 3600, secs / 60 % 60, secs % 60,
-                 rem % 1'000'000);
+  const int64_t secs = rem / 1'000'000;
+  char rest[] = "-MM-DDTHH:MM:SS.ffffffZ";
+  put_fixed_digits(rest + 1, static_cast<uint64_t>(month), 2);
+  put_fixed_digits(rest + 4, static_cast<uint64_t>(day), 2);
+  put_fixed_digits(rest + 7, static_cast<uint64_t>(secs / 3600), 2);
+  put_fixed_digits(rest + 10, static_cast<uint64_t>(secs / 60 % 60), 2);
+  put_fixed_digits(rest + 13, static_cast<uint64_t>(secs % 60), 2);
+  put_fixed_digits(rest + 16, static_cast<uint64_t>(rem % 1'000'000), 6);
+  out.append(rest, sizeof(rest) - 1);
 }
 
 std::string Value::to_json() const {
   std::string out;
+  // Most records' JSON is a few hundred bytes: one allocation instead of the string's growth steps.
+  if (is_object() || is_array()) out.reserve(256);
   write_json_value(*this, out, NonFiniteFloats::kString);
   return out;
 }

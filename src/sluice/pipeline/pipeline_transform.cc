@@ -223,9 +223,9 @@ class TransformLogic {
       payload = std::move(*p);
     } else if (result != nullptr) {
       payload = *result;
-    } else if (const Value* row = input.find(is_delete ? "before" : "after"); row != nullptr) {
-      payload = *row;
     }
+    // The row image becomes the payload by a move, after the last expression that could read it.
+    const bool payload_is_row = (t == nullptr || !t->event.payload) && result == nullptr;
     int64_t occurred_us = change.source.ts_ms * 1000;
     if (t != nullptr && t->event.occurred_at) {
       Result<Value> o = eval(*t->event.occurred_at, input, "event.occurred-at");
@@ -238,6 +238,9 @@ class TransformLogic {
         return Error(ErrorCode::kRuntime, fmt::format("event.occurred-at '{}' gave {}, not a timestamp or ms",
                                                       t->event.occurred_at->text(), o->to_json()));
       }
+    }
+    if (payload_is_row) {
+      if (Value* row = input.find(is_delete ? "before" : "after"); row != nullptr) payload = std::move(*row);
     }
     RoutedEvent r;
     r.entity_key = entity.is_string() ? std::string(entity.as_string()) : entity.to_json();

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -364,6 +365,38 @@ TEST(TimestampTest, Iso8601Output) {
   EXPECT_TRUE(is_infinite_timestamp(kTimestampMinusInfinity));
   EXPECT_FALSE(is_infinite_timestamp(kTimestampInfinity - 1));
   EXPECT_FALSE(is_infinite_timestamp(0));
+}
+
+// The digit-by-digit writer against the civil calendar computed independently (std::chrono for the years it
+// covers) over random instants of the whole range in which std::chrono::year_month_day is exact.
+TEST(TimestampTest, Iso8601OutputMatchesChronoOverRandomInstants) {
+  const uint64_t seed = 20261205;
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937_64 rng(seed);
+  // std::chrono::year holds -32767..32767.
+  constexpr int64_t kLow = -1'096'193'865'600'000'000;  // -32767-01-01T00:00:00
+  constexpr int64_t kHigh = 971'890'963'199'999'999;    // 32767-12-31T23:59:59.999999
+  std::uniform_int_distribution<int64_t> instant(kLow, kHigh);
+  std::uniform_int_distribution<int64_t> near_epoch(-4'000'000'000'000'000, 4'000'000'000'000'000);
+  for (int i = 0; i < 200'000; ++i) {
+    const int64_t micros = i % 2 == 0 ? instant(rng) : near_epoch(rng);
+    using namespace std::chrono;
+    const sys_time<microseconds> t{microseconds(micros)};
+    const sys_days day = floor<days>(t);
+    const year_month_day ymd{day};
+    const hh_mm_ss<microseconds> tod{t - day};
+    const int y = static_cast<int>(ymd.year());
+    const std::string year_text = y < 0      ? fmt::format("-{:04}", -y)
+                                  : y > 9999 ? fmt::format("+{}", y)
+                                             : fmt::format("{:04}", y);
+    const std::string expected =
+        fmt::format("{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", year_text, static_cast<unsigned>(ymd.month()),
+                    static_cast<unsigned>(ymd.day()), tod.hours().count(), tod.minutes().count(), tod.seconds().count(),
+                    tod.subseconds().count());
+    std::string got = "prefix:";
+    append_iso8601_micros(micros, got);
+    ASSERT_EQ(got, "prefix:" + expected) << "micros " << micros;
+  }
 }
 
 // JSON ----------------------------------------------------------------------------------------------------

@@ -32,16 +32,27 @@ const Value& ChangeEvent::entity_id() const {
 }
 
 Value ChangeEvent::to_value() const {
-  Value src = Value::object({{"connector", Value(source.connector)},
-                             {"db", Value(source.database)},
-                             {"collection", Value(source.collection)},
-                             {"position", Value(source.position)},
-                             {"ts_ms", Value(source.ts_ms)},
-                             {"snapshot", Value(source.snapshot)}});
-  if (source.txn_id >= 0) src.set("txn_id", Value(source.txn_id));
-  if (source.sequence != 0) src.set("sequence", Value(source.sequence));
-  return Value::object(
-      {{"op", Value(to_string(op))}, {"key", key}, {"before", before}, {"after", after}, {"source", std::move(src)}});
+  // Field by field: Value::object's initializer list holds const values and would copy the row images twice.
+  Value src = Value::object();
+  Value::Object& s = src.as_object();
+  s.reserve(8);
+  s.set("connector", Value(source.connector));
+  s.set("db", Value(source.database));
+  s.set("collection", Value(source.collection));
+  s.set("position", Value(source.position));
+  s.set("ts_ms", Value(source.ts_ms));
+  s.set("snapshot", Value(source.snapshot));
+  if (source.txn_id >= 0) s.set("txn_id", Value(source.txn_id));
+  if (source.sequence != 0) s.set("sequence", Value(source.sequence));
+  Value event = Value::object();
+  Value::Object& e = event.as_object();
+  e.reserve(5);
+  e.set("op", Value(to_string(op)));
+  e.set("key", key);
+  e.set("before", before);
+  e.set("after", after);
+  e.set("source", std::move(src));
+  return event;
 }
 
 namespace {
