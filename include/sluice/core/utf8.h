@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace sluice {
@@ -38,6 +40,19 @@ inline size_t first_invalid_utf8(std::string_view s) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   size_t i = 0;
   while (i < s.size()) {
+    // ASCII eight bytes at a time: most text columns and JSON strings are ASCII, and one call per byte was
+    // a visible part of decoding a Postgres row (callgrind).
+    while (i + 8 <= s.size()) {
+      uint64_t word;
+      std::memcpy(&word, p + i, sizeof(word));
+      if ((word & 0x8080808080808080ULL) != 0) break;
+      i += 8;
+    }
+    if (i == s.size()) break;
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
     const size_t n = utf8_sequence_length(p + i, s.size() - i);
     if (n == 0) return i;
     i += n;

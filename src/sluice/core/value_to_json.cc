@@ -196,6 +196,19 @@ void append_json_string(std::string_view s, std::string& out) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   size_t i = 0;
+  // Eight bytes at a time while none is a control character, '"', '\\' or non-ASCII (the classic
+  // "has a byte less than / equal to" word tricks; a hit is re-checked byte by byte below).
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHighs = 0x8080808080808080ULL;
+  while (i + 8 <= n) {
+    uint64_t w;
+    std::memcpy(&w, p + i, sizeof(w));
+    const uint64_t quote = w ^ (kOnes * '"');
+    const uint64_t backslash = w ^ (kOnes * '\\');
+    const uint64_t special = ((w - kOnes * 0x20) | (quote - kOnes) | (backslash - kOnes) | w) & kHighs;
+    if (special != 0) break;
+    i += 8;
+  }
   while (i < n && kByteClasses[p[i]] == ByteClass::kPlain)
     ++i;
   if (i == n) {  // nothing to escape or check (most keys and values): one copy, quotes included

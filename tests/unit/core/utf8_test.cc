@@ -104,5 +104,23 @@ TEST(Utf8Test, AgreesWithADecodingReferenceOnEveryShortInput) {
   EXPECT_EQ(checked, 65536u + 16u * 65536u);
 }
 
+// The ASCII fast path reads eight bytes at a time: a bad byte or a multi-byte sequence at every offset of
+// ASCII runs of every length around the word size.
+TEST(Utf8Test, TheFirstBadByteIsFoundAtEveryOffsetOfAnAsciiRun) {
+  for (size_t len = 1; len <= 40; ++len) {
+    for (size_t at = 0; at < len; ++at) {
+      std::string s(len, 'a');
+      s[at] = '\xFF';
+      ASSERT_EQ(first_invalid_utf8(s), at) << len << " " << at;
+      s[at] = '\x7F';
+      ASSERT_EQ(first_invalid_utf8(s), kValid) << len << " " << at;
+      s.replace(at, 1, "\xC3\xA9");  // é
+      ASSERT_EQ(first_invalid_utf8(s), kValid) << len << " " << at;
+      s.push_back('\x80');  // a lone continuation byte after the run
+      ASSERT_EQ(first_invalid_utf8(s), s.size() - 1) << len << " " << at;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice

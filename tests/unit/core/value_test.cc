@@ -401,6 +401,40 @@ TEST(TimestampTest, Iso8601OutputMatchesChronoOverRandomInstants) {
 
 // JSON ----------------------------------------------------------------------------------------------------
 
+// append_json_string scans eight bytes at a time: every byte that needs care, at every offset of runs of
+// every length around the word size, comes out as a byte-by-byte writer would write it.
+TEST(JsonStringTest, EveryKindOfByteAtEveryOffsetIsWritten) {
+  struct Case {
+    std::string in;
+    std::string out;
+  };
+  const std::vector<Case> cases = {{"\"", "\\\""},
+                                   {"\\", "\\\\"},
+                                   {"\n", "\\n"},
+                                   {std::string(1, '\0'), "\\u0000"},
+                                   {"\x1f", "\\u001f"},
+                                   {" ", " "},
+                                   {"\x7f", "\x7f"},
+                                   {"\xC3\xA9", "\xC3\xA9"},
+                                   {"\xFF", "\xEF\xBF\xBD"},
+                                   {"!", "!"},
+                                   {"#", "#"},
+                                   {"[", "["},
+                                   {"]", "]"}};
+  for (size_t len = 1; len <= 24; ++len) {
+    for (size_t at = 0; at < len; ++at) {
+      for (const Case& c : cases) {
+        std::string in(len, 'x');
+        in.replace(at, 1, c.in);
+        std::string expected = "\"" + std::string(at, 'x') + c.out + std::string(len - at - 1, 'x') + "\"";
+        std::string out = "prefix";
+        append_json_string(in, out);
+        ASSERT_EQ(out, "prefix" + expected) << "length " << len << ", offset " << at << ", byte " << int(c.in[0]);
+      }
+    }
+  }
+}
+
 TEST(JsonTest, RoundTripNestedDocument) {
   const std::string json =
       R"({"before":null,"after":{"id":1004,"name":"Anne","score":12.5,"active":true,"tags":["a","b"],)"
