@@ -137,8 +137,16 @@ class TransformLogic {
 
   Result<std::optional<Value>> prepare(const cdc::ChangeEvent& change, const CollectionPlan& plan) {
     const TransformSpec* t = plan.transform;
+    if (t == nullptr) {
+      // The default mapping evaluates no expression: finish() reads only the row image that becomes the
+      // payload, so the input holds just that one (the whole change as a Value was most of the transform's cost).
+      const bool is_delete = change.op == cdc::ChangeOp::kDelete;
+      Value input = Value::object();
+      input.set(is_delete ? "before" : "after", is_delete ? change.before : change.after);
+      return std::optional<Value>(std::move(input));
+    }
     Value input = change.to_value();
-    if (t != nullptr && t->filter) {
+    if (t->filter) {
       Result<Value> keep = eval(*t->filter, input, "filter");
       if (!keep.ok()) return keep.error();
       if (FilterStats* fs = counters_->filter(plan.index)) {
@@ -160,7 +168,7 @@ class TransformLogic {
         return std::optional<Value>();
       }
     }
-    if (t != nullptr && t->projection) {
+    if (t->projection) {
       // The projection reshapes the row images: `after`, and `before` when the source knows it.
       Result<Value> after = t->projection->evaluate(input);
       if (!after.ok()) return after.error().with_context("projection");
@@ -179,6 +187,7 @@ class TransformLogic {
     return std::optional<Value>(std::move(input));
   }
 
+  // `input`: what prepare() gave (without a transform, only the row image of the payload).
   // `result`: the function's result for this change (one object of what it returned, the `index`th), or nullptr.
   Result<std::optional<RoutedEvent>> finish(const cdc::ChangeEvent& change, const CollectionPlan& plan, Value input,
                                             const Value* result, size_t index) {
