@@ -155,8 +155,10 @@ Result<DataStream<RoutedEvent>> add_transform(DataStream<cdc::ChangeEvent>& chan
                                               std::shared_ptr<PipelineCounters> counters,
                                               std::optional<DataStream<Value>>* dead_letters);
 
-/// Adds sink `index` of spec.sinks, fed by the events whose mask has bit `index`. Errors: kConfiguration.
-Status add_sink(KeyedStream<std::string, RoutedEvent>& events, const PipelineSpec& spec, size_t index,
+/// Adds sink `index` of spec.sinks, fed by the events whose mask has bit `index`: `events` keyed by entity, or,
+/// where one subtask feeds one (see PipelineRunner::create), the transform's output itself, chained to the sink.
+/// `entity-version` needs the keyed stream. Errors: kConfiguration.
+Status add_sink(DataStream<RoutedEvent>& events, bool keyed, const PipelineSpec& spec, size_t index,
                 const std::string& dead_letter_dir, std::shared_ptr<PipelineCounters> counters);
 
 /// Adds the dead-letter sink for the transform's bad records.

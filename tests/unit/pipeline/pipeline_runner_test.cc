@@ -20,6 +20,7 @@
 
 #include "integration/test_util/polling.h"
 #include "sluice/core/logging.h"
+#include "sluice/graph/job_graph.h"
 #include "sluice/web/metrics_server.h"
 
 namespace sluice::pipeline {
@@ -150,6 +151,58 @@ TEST_F(PipelineRunnerTest, ChangesBecomeDomainEventsWithStableIdsInEntityOrder) 
   EXPECT_EQ(types["charge.created"], 50);
   EXPECT_EQ(types["charge.paid"], 50);
   EXPECT_EQ(types["charge.deleted"], 10);
+}
+
+// Where one transform subtask feeds one subtask of each sink, the sinks are chained to the transform (one vertex,
+// no exchange) and give the same events, in entity order, as at parallelism 2, where the events are keyed by
+// entity first; entity-version keeps the key_by at parallelism 1 (its counts are keyed state).
+TEST_F(PipelineRunnerTest, AtParallelismOneTheSinksAreChainedToTheTransformAndGiveTheSameEvents) {
+  std::vector<std::string> lines;
+  int lsn = 100;
+  for (int e = 0; e < 20; ++e) {
+    const std::string id = fmt::format("ch_{}", e);
+    lines.push_back(change("c", id, "created", lsn++, e * 10));
+    lines.push_back(change("u", id, "paid", lsn++, e * 10 + 1));
+    if (e % 4 == 0) lines.push_back(change("d", id, "", lsn++, e * 10 + 2));
+  }
+  write_input(lines);
+  struct Case {
+    int parallelism;
+    std::string extra;
+    bool keyed;
+  };
+  const std::vector<Case> cases = {{1, "", false}, {2, "", true}, {1, "  entity-version: true", true}};
+  std::vector<std::map<std::string, Value>> by_id(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(fmt::format("parallelism {}{}", cases[c].parallelism, cases[c].extra));
+    std::string yaml = pipeline(cases[c].extra, "", fmt::format("out{}", c));
+    yaml.replace(yaml.find("parallelism: 2"), 14, fmt::format("parallelism: {}", cases[c].parallelism));
+    auto runner = runner_for(yaml);
+    StreamGraph graph = runner->stream_graph();
+    Result<JobGraph> job = build_job_graph(graph, false);
+    ASSERT_TRUE(job.ok()) << job.error().message();
+    const bool keyed = std::any_of(job->edges.begin(), job->edges.end(),
+                                   [](const JobEdge& e) { return e.partitioner == PartitionerKind::kKeyGroup; });
+    EXPECT_EQ(keyed, cases[c].keyed);
+    if (!cases[c].keyed) {
+      EXPECT_EQ(job->vertices.size(), 1u) << "source, transform and sink in one chain";
+    }
+    ASSERT_TRUE(runner->start().ok());
+    JobResult r = runner->wait();
+    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+    const std::vector<Value> events = read_events(dir_ / fmt::format("out{}", c));
+    ASSERT_EQ(events.size(), lines.size());
+    std::map<std::string, int64_t> last_seq;
+    for (const Value& v : events) {
+      const std::string entity(v.find("entity")->as_string());
+      const int64_t seq = v.find("source")->find("sequence")->as_int64();
+      EXPECT_GT(seq, last_seq.count(entity) ? last_seq[entity] : -1) << v.to_json();
+      last_seq[entity] = seq;
+      by_id[c][std::string(v.find("id")->as_string())] = v;
+    }
+  }
+  EXPECT_EQ(by_id[0], by_id[1]) << "chained at parallelism 1 and keyed at 2: the same events";
+  EXPECT_EQ(by_id[0].size(), by_id[2].size());
 }
 
 TEST_F(PipelineRunnerTest, BadLinesAndTransformFailuresGoToTheDeadLetterSinkAndTheRestGoesOn) {

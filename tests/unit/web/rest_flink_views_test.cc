@@ -498,6 +498,8 @@ sink:
 // A chain whose tail is a dead-letter sink (source -> transform, and the transform's dead letters to a chained
 // sink; the events go on over the network to the route vertices): the task's write-records and numRecordsOut are
 // the transform's records out, not the dead-letter sink's 0.
+// entity-version keys the events before the sinks (keyed state), so the pipeline has two vertices at parallelism
+// 1; without it the sinks would be chained to the transform (PipelineRunner::create).
 TEST(RestFlinkViewsTest, AChainEndingInADeadLetterSinkCountsTheRecordsItSends) {
   char tmpl[] = "/tmp/sluice-rest-views-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -506,6 +508,7 @@ TEST(RestFlinkViewsTest, AChainEndingInADeadLetterSinkCountsTheRecordsItSends) {
   const std::string yaml = fmt::format(R"(pipeline:
   name: dead-letter-tail
   parallelism: 1
+  entity-version: true
   checkpoint: {{ interval: 100ms, storage: "{0}/checkpoints" }}
   dead-letter: {{ type: files, path: "{0}/dead" }}
 source: {{ type: datagen, count: {1}, entities: 50 }}
@@ -555,6 +558,7 @@ sink:
 // A pipeline that ended with dead letters at its source (a line that is not JSON) and in its transform (a NULL
 // key): right after it ended, its job metrics, task metrics and /metrics (as `sluice run` serves them) count
 // them and its records as /jobs/:id does.
+// entity-version: two vertices, as above.
 TEST(RestFlinkViewsTest, AnEndedPipelinesViewsCountItsRecordsAndDeadLetters) {
   char tmpl[] = "/tmp/sluice-rest-views-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -579,6 +583,7 @@ TEST(RestFlinkViewsTest, AnEndedPipelinesViewsCountItsRecordsAndDeadLetters) {
   const std::string yaml = fmt::format(R"(pipeline:
   name: dead-letters
   parallelism: 1
+  entity-version: true
   checkpoint: {{ interval: 100ms, storage: "{0}/checkpoints" }}
   dead-letter: {{ type: files, path: "{0}/dead" }}
 source: {{ type: files, path: "{0}/in" }}
