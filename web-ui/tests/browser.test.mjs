@@ -124,6 +124,9 @@ export function maybeFail(change) {
     `pipeline:
   name: ${name}
   parallelism: 1
+  # Keeps the key_by in front of the sink (its counts are keyed state): at parallelism 1 without it the sink is
+  # chained to the transform, one vertex, and there is no vertex in front of the sink to show backpressure.
+  entity-version: true
   checkpoint: { interval: 1s, storage: "${dir}/checkpoints" }
   delivery: at-least-once
   restart: { strategy: fixed-delay, attempts: 3, delay: 500ms }
