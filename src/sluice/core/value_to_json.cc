@@ -301,8 +301,6 @@ void append_iso8601_micros(int64_t micros, std::string& out) {
 
 std::string Value::to_json() const {
   std::string out;
-  // Most records' JSON is a few hundred bytes: one allocation instead of the string's growth steps.
-  if (is_object() || is_array()) out.reserve(256);
   write_json_value(*this, out, NonFiniteFloats::kString);
   return out;
 }
