@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include "integration/test_util/child_process.h"
 #include "integration/test_util/kafka.h"
+#include "integration/test_util/polling.h"
 #include "integration/test_util/services.h"
 
 namespace sluice {
@@ -174,6 +176,33 @@ void produce_transaction(const std::string& bootstrap, const std::string& topic,
   }
 }
 
+// Waits until every partition's last stable offset has reached its high watermark: commit_transaction returns
+// once the coordinator has logged the commit, the markers on the partitions follow, and a read_committed reader
+// (sluice verify reads to the last stable offset) that starts before them stops short of the transaction.
+void wait_until_stable(const std::string& bootstrap, const std::string& topic, int partitions) {
+  using namespace testing::kafka;
+  Client committed = make_client(
+      RD_KAFKA_CONSUMER,
+      {{"bootstrap.servers", bootstrap}, {"group.id", topic + "-stable"}, {"isolation.level", "read_committed"}});
+  Client uncommitted = make_client(
+      RD_KAFKA_CONSUMER,
+      {{"bootstrap.servers", bootstrap}, {"group.id", topic + "-stable"}, {"isolation.level", "read_uncommitted"}});
+  ASSERT_TRUE(committed && uncommitted);
+  for (int p = 0; p < partitions; ++p) {
+    int64_t lo = 0, stable = -1, high = -2;
+    const bool stable_now = testing::poll_until(
+        [&] {
+          return rd_kafka_query_watermark_offsets(committed.get(), topic.c_str(), p, &lo, &stable, 10'000) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR &&
+                 rd_kafka_query_watermark_offsets(uncommitted.get(), topic.c_str(), p, &lo, &high, 10'000) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR &&
+                 stable == high;
+        },
+        std::chrono::seconds(30));
+    ASSERT_TRUE(stable_now) << topic << "/" << p << ": last stable offset " << stable << ", high watermark " << high;
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> workload(int keys, int seqs, int skip_seq = -1) {
   std::vector<std::pair<std::string, std::string>> out;
   for (int s = 1; s <= seqs; ++s) {
@@ -197,6 +226,7 @@ TEST(CliVerifyTest, AKafkaTopicIsReadCommittedAndAGapIsCaught) {
   ASSERT_TRUE(testing::kafka::create_topic(bootstrap, clean_topic, 3));
   produce_transaction(bootstrap, clean_topic, clean_topic + "-txn", workload(5, 40), true);
   produce_transaction(bootstrap, clean_topic, clean_topic + "-txn", workload(5, 10), false);
+  wait_until_stable(bootstrap, clean_topic, 3);
   std::vector<std::string> args = {"verify", "--bootstrap-servers", bootstrap, "--topic", clean_topic};
   args.insert(args.end(), fields.begin(), fields.end());
   auto clean = run_to_end(SLUICE_BINARY, args);
@@ -214,6 +244,7 @@ TEST(CliVerifyTest, AKafkaTopicIsReadCommittedAndAGapIsCaught) {
   const std::string empty_topic = testing::kafka::unique_topic("verify-empty");
   ASSERT_TRUE(testing::kafka::create_topic(bootstrap, empty_topic, 3));
   produce_transaction(bootstrap, empty_topic, empty_topic + "-txn", workload(5, 10), false);
+  wait_until_stable(bootstrap, empty_topic, 3);
   args[4] = empty_topic;
   auto nothing = run_to_end(SLUICE_BINARY, args);
   EXPECT_EQ(nothing.code, 1) << nothing.out << nothing.err;
@@ -226,6 +257,7 @@ TEST(CliVerifyTest, AKafkaTopicIsReadCommittedAndAGapIsCaught) {
   const std::string gap_topic = testing::kafka::unique_topic("verify-gap");
   ASSERT_TRUE(testing::kafka::create_topic(bootstrap, gap_topic, 3));
   produce_transaction(bootstrap, gap_topic, gap_topic + "-txn", workload(5, 40, 17), true);
+  wait_until_stable(bootstrap, gap_topic, 3);
   args[4] = gap_topic;
   auto gap = run_to_end(SLUICE_BINARY, args);
   EXPECT_EQ(gap.code, 1) << gap.out << gap.err;
