@@ -74,9 +74,10 @@ void keep_or_remove(const fs::path& dir, bool failed) {
 }
 
 std::string pipeline_section(const std::string& name, const fs::path& checkpoints, const std::string& interval,
-                             const std::string& delivery, const std::string& extra) {
-  return "pipeline:\n  name: " + name + "\n  parallelism: 2\n  checkpoint: { interval: " + interval + ", storage: \"" +
-         checkpoints.string() + "\" }\n  delivery: " + delivery + "\n" + extra + "  http: { port: 0 }\n";
+                             const std::string& delivery, const std::string& extra, int parallelism) {
+  return "pipeline:\n  name: " + name + "\n  parallelism: " + std::to_string(parallelism) +
+         "\n  checkpoint: { interval: " + interval + ", storage: \"" + checkpoints.string() +
+         "\" }\n  delivery: " + delivery + "\n" + extra + "  http: { port: 0 }\n";
 }
 
 std::string kafka_events_sink(const std::string& bootstrap, const std::string& topic) {

@@ -48,11 +48,12 @@ fs::path make_test_dir(const std::string& prefix);
 /// Removes `dir` when the test passed; keeps it and says so when it failed (`failed`).
 void keep_or_remove(const fs::path& dir, bool failed);
 
-/// The `pipeline:` section of a chaos test's pipeline file: `name`, parallelism 2, a checkpoint every `interval`
-/// stored under `checkpoints`, `delivery` (exactly-once, at-least-once), the HTTP endpoint on a free port, then
-/// `extra` (whole lines, indented by two spaces).
+/// The `pipeline:` section of a chaos test's pipeline file: `name`, `parallelism` (2 by default: the sinks behind
+/// the key_by; 1 chains them to the transform), a checkpoint every `interval` stored under `checkpoints`,
+/// `delivery` (exactly-once, at-least-once), the HTTP endpoint on a free port, then `extra` (whole lines, indented
+/// by two spaces).
 std::string pipeline_section(const std::string& name, const fs::path& checkpoints, const std::string& interval,
-                             const std::string& delivery, const std::string& extra = "");
+                             const std::string& delivery, const std::string& extra = "", int parallelism = 2);
 /// The sink entry `events` (a line under `sink:`): the domain events into `topic`, keyed by entity.
 std::string kafka_events_sink(const std::string& bootstrap, const std::string& topic);
 

@@ -84,12 +84,12 @@ class EntityVersionRoute final : public KeyedProcessFunction<std::string, Routed
   ValueState<int64_t>* version_ = nullptr;
 };
 
-DataStream<RoutedEvent> routed_to(DataStream<RoutedEvent>& events, bool keyed, const PipelineSpec& spec,
-                                  const SinkSpec& s, size_t index) {
+DataStream<RoutedEvent> routed_to(DataStream<RoutedEvent>& events, const PipelineSpec& spec, const SinkSpec& s,
+                                  size_t index) {
   const uint64_t bit = uint64_t{1} << index;
-  // entity-version's counts are keyed state: the runner keys the events whenever it is on.
+  // entity-version's counts are keyed state: the runner keys the events whenever it is on (add_sink checks).
   DataStream<RoutedEvent> out =
-      spec.pipeline.entity_version && keyed
+      spec.pipeline.entity_version
           ? static_cast<KeyedStream<std::string, RoutedEvent>&>(events).process(EntityVersionRoute(bit))
           : events.filter([bit](const RoutedEvent& r) { return (r.sinks & bit) != 0; });
   out.name("Route: " + s.name).uid("route-" + s.name);
@@ -378,7 +378,7 @@ Status add_sink(DataStream<RoutedEvent>& events, bool keyed, const PipelineSpec&
   if (spec.pipeline.entity_version && !keyed) {
     return sink_error(spec, s, "entity-version", "needs the events keyed by entity (internal error)");
   }
-  DataStream<RoutedEvent> in = routed_to(events, keyed, spec, s, index);
+  DataStream<RoutedEvent> in = routed_to(events, spec, s, index);
   const std::string& type = s.options.type;
   if (type == "kafka") return add_kafka_sink(in, spec, s, dead_letter_dir, std::move(counters));
   if (type == "opensearch" || type == "elasticsearch")

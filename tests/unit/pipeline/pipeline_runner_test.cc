@@ -48,6 +48,20 @@ class PipelineRunnerTest : public ::testing::Test {
         op, id, op == "d" ? fmt::format(R"({{"id":"{}"}})", id) : "null", op == "d" ? "null" : row, lsn, lsn, seq);
   }
 
+  // Per entity ch_0 .. ch_<entities-1>: created, then paid, then deleted for every `delete_every`th; in
+  // source order (growing LSN), the sequence e * 10 + step.
+  static std::vector<std::string> entity_lifecycles(int entities, int delete_every) {
+    std::vector<std::string> lines;
+    int lsn = 100;
+    for (int e = 0; e < entities; ++e) {
+      const std::string id = fmt::format("ch_{}", e);
+      lines.push_back(change("c", id, "created", lsn++, e * 10));
+      lines.push_back(change("u", id, "paid", lsn++, e * 10 + 1));
+      if (e % delete_every == 0) lines.push_back(change("d", id, "", lsn++, e * 10 + 2));
+    }
+    return lines;
+  }
+
   void write_input(const std::vector<std::string>& lines, const std::string& name = "changes.jsonl") {
     std::ofstream out(dir_ / "in" / name);
     for (const auto& l : lines)
@@ -107,14 +121,7 @@ sink:
 };
 
 TEST_F(PipelineRunnerTest, ChangesBecomeDomainEventsWithStableIdsInEntityOrder) {
-  std::vector<std::string> lines;
-  int lsn = 100;
-  for (int e = 0; e < 50; ++e) {
-    const std::string id = fmt::format("ch_{}", e);
-    lines.push_back(change("c", id, "created", lsn++, e * 10));
-    lines.push_back(change("u", id, "paid", lsn++, e * 10 + 1));
-    if (e % 5 == 0) lines.push_back(change("d", id, "", lsn++, e * 10 + 2));
-  }
+  const std::vector<std::string> lines = entity_lifecycles(50, 5);
   write_input(lines);
   std::vector<Value> runs[2];
   for (int run = 0; run < 2; ++run) {
@@ -157,14 +164,7 @@ TEST_F(PipelineRunnerTest, ChangesBecomeDomainEventsWithStableIdsInEntityOrder) 
 // no exchange) and give the same events, in entity order, as at parallelism 2, where the events are keyed by
 // entity first; entity-version keeps the key_by at parallelism 1 (its counts are keyed state).
 TEST_F(PipelineRunnerTest, AtParallelismOneTheSinksAreChainedToTheTransformAndGiveTheSameEvents) {
-  std::vector<std::string> lines;
-  int lsn = 100;
-  for (int e = 0; e < 20; ++e) {
-    const std::string id = fmt::format("ch_{}", e);
-    lines.push_back(change("c", id, "created", lsn++, e * 10));
-    lines.push_back(change("u", id, "paid", lsn++, e * 10 + 1));
-    if (e % 4 == 0) lines.push_back(change("d", id, "", lsn++, e * 10 + 2));
-  }
+  const std::vector<std::string> lines = entity_lifecycles(20, 4);
   write_input(lines);
   struct Case {
     int parallelism;
