@@ -6,6 +6,16 @@
 //   pg-kafka-raw offsets --bootstrap HOST:PORT --topic T      # prints the sum of the topic's high watermarks
 //   pg-kafka-raw count --bootstrap HOST:PORT --topic T        # records a read_committed consumer sees (1 partition)
 //   pg-kafka-raw create-topic --bootstrap HOST:PORT --topic T # one partition (the bench's broker auto-creates none)
+//   pg-kafka-raw write --conninfo URL --insert-sql SQL --first-id A --count N --txn-rows R --rate C --out FILE
+//   pg-kafka-raw visible --bootstrap HOST:PORT --topic T --count N --out FILE [--timeout S]
+//
+// `write` and `visible` are the steady-rate variant's load and clock (bench/compare/cdc --rate): `write` runs SQL
+// (an INSERT with $1 and $2, the first and last id of a transaction) once per transaction of R rows, open loop on a
+// schedule of C rows per second from its start, and writes `first_id last_id commit_us` per transaction to FILE,
+// commit_us being the wall clock (CLOCK_REALTIME, microseconds) when the COMMIT returned. `visible` reads T from the
+// beginning with a read_committed consumer and writes `id receive_us` per record to FILE, the id being the first
+// integer-valued "id" field of the record's JSON value; both run on the machine of the tool under test, so their
+// wall clocks are one clock.
 //
 // `stream` runs START_REPLICATION SLOT S LOGICAL 0/0 (proto_version '1', publication_names 'P') on a replication
 // connection, decodes Relation/Insert/Update/Delete messages itself (a few dozen lines: Sluice's decoder builds
@@ -20,6 +30,7 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +38,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -156,8 +168,12 @@ void decode_tuple(Reader& r, const Relation& rel, std::string& value, std::strin
 }
 
 struct Flags {
-  std::string conninfo, slot, publication, bootstrap, topic;
+  std::string conninfo, slot, publication, bootstrap, topic, insert_sql, out;
   int64_t count = 0;
+  int64_t first_id = 1;
+  int64_t txn_rows = 100;
+  double rate = 2000;      // rows per second
+  double timeout_s = 300;  // visible: give up after this long without the last record
 };
 
 std::string arg(int& i, int argc, char** argv) {
@@ -181,6 +197,18 @@ Flags parse(int argc, char** argv) {
       f.topic = arg(i, argc, argv);
     else if (a == "--count")
       f.count = std::stoll(arg(i, argc, argv));
+    else if (a == "--insert-sql")
+      f.insert_sql = arg(i, argc, argv);
+    else if (a == "--out")
+      f.out = arg(i, argc, argv);
+    else if (a == "--first-id")
+      f.first_id = std::stoll(arg(i, argc, argv));
+    else if (a == "--txn-rows")
+      f.txn_rows = std::stoll(arg(i, argc, argv));
+    else if (a == "--rate")
+      f.rate = std::stod(arg(i, argc, argv));
+    else if (a == "--timeout")
+      f.timeout_s = std::stod(arg(i, argc, argv));
     else
       die("unknown option " + a);
   }
@@ -286,6 +314,118 @@ int count(const Flags& f) {
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   std::printf("%lld\n", static_cast<long long>(n));
+  return 0;
+}
+
+int64_t wall_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+FILE* open_out(const std::string& path) {
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) die("cannot write " + path);
+  return out;
+}
+
+int write(const Flags& f) {
+  PGconn* c = PQconnectdb(f.conninfo.c_str());
+  if (PQstatus(c) != CONNECTION_OK) die(PQerrorMessage(c));
+  // A walsender sends only WAL that is flushed. With synchronous_commit off (scripts/services/postgres sets it for
+  // speed) a COMMIT returns before its flush and the WAL writer flushes up to wal_writer_delay (200 ms) later: that
+  // wait, not the tool, would be the latency measured. Production commits are synchronous.
+  PGresult* set = PQexec(c, "SET synchronous_commit = on");
+  if (PQresultStatus(set) != PGRES_COMMAND_OK) die(PQerrorMessage(c));
+  PQclear(set);
+  FILE* out = open_out(f.out);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto per_txn = std::chrono::duration<double>(static_cast<double>(f.txn_rows) / f.rate);
+  double max_behind_ms = 0;
+  int64_t txn = 0;
+  for (int64_t first = f.first_id; first < f.first_id + f.count; first += f.txn_rows, ++txn) {
+    // Open loop: transaction k starts at t0 + k * R / C whatever the previous ones took, so a slow database shows
+    // as lateness (reported) instead of a lower rate.
+    const auto due = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_txn * txn);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < due)
+      std::this_thread::sleep_until(due);
+    else
+      max_behind_ms = std::max(max_behind_ms, std::chrono::duration<double, std::milli>(now - due).count());
+    const int64_t last = std::min(first + f.txn_rows, f.first_id + f.count) - 1;
+    const std::string a = std::to_string(first), b = std::to_string(last);
+    const char* params[] = {a.c_str(), b.c_str()};
+    PGresult* r = PQexecParams(c, f.insert_sql.c_str(), 2, nullptr, params, nullptr, nullptr, 0);
+    const int64_t committed = wall_us();
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) die(f.insert_sql + ": " + PQerrorMessage(c));
+    PQclear(r);
+    std::fprintf(out, "%lld %lld %lld\n", static_cast<long long>(first), static_cast<long long>(last),
+                 static_cast<long long>(committed));
+  }
+  std::fclose(out);
+  PQfinish(c);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("{\"rows\": %lld, \"seconds\": %.3f, \"max_behind_schedule_ms\": %.1f}\n",
+              static_cast<long long>(f.count), secs, max_behind_ms);
+  return 0;
+}
+
+/// The first integer value of a field named exactly "id" in a JSON text; -1 when there is none. Not a JSON parser:
+/// the three tools' values are flat enough (Sluice: a string "id" first, the row's numeric one in "payload";
+/// Debezium: "after"; raw: the row).
+int64_t first_numeric_id(std::string_view v) {
+  for (size_t at = v.find("\"id\":"); at != std::string_view::npos; at = v.find("\"id\":", at + 5)) {
+    size_t i = at + 5;
+    while (i < v.size() && v[i] == ' ')
+      ++i;
+    if (i < v.size() && v[i] >= '0' && v[i] <= '9') {
+      int64_t id = 0;
+      for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i)
+        id = id * 10 + (v[i] - '0');
+      return id;
+    }
+  }
+  return -1;
+}
+
+int visible(const Flags& f) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  const std::pair<const char*, std::string> props[] = {{"bootstrap.servers", f.bootstrap},
+                                                       {"group.id", "pg-kafka-raw-visible"},
+                                                       {"enable.auto.commit", "false"},
+                                                       {"isolation.level", "read_committed"},
+                                                       {"fetch.wait.max.ms", "100"}};
+  for (const auto& [k, v] : props)
+    if (rd_kafka_conf_set(conf, k, v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) die(err);
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  if (rk == nullptr) die(err);
+  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(parts, f.topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) die("assign");
+  rd_kafka_topic_partition_list_destroy(parts);
+  FILE* out = open_out(f.out);
+  int64_t n = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(f.timeout_s);
+  while (n < f.count) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fclose(out);
+      die("visible: " + std::to_string(n) + " of " + std::to_string(f.count) + " records within the timeout");
+    }
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+    if (m == nullptr) continue;
+    const int64_t received = wall_us();
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      const int64_t id = first_numeric_id(std::string_view(static_cast<const char*>(m->payload), m->len));
+      std::fprintf(out, "%lld %lld\n", static_cast<long long>(id), static_cast<long long>(received));
+      ++n;
+    } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      die(std::string("consume: ") + rd_kafka_err2str(m->err));
+    }
+    rd_kafka_message_destroy(m);
+  }
+  std::fclose(out);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
   return 0;
 }
 
@@ -406,13 +546,24 @@ int stream(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: pg-kafka-raw stream|offsets [options] (see the header of bench/pg_kafka_raw.cc)");
+  if (argc < 2)
+    die("usage: pg-kafka-raw stream|offsets|count|create-topic|write|visible [options] (see the header of "
+        "bench/pg_kafka_raw.cc)");
   const std::string mode = argv[1];
   const Flags f = parse(argc, argv);
+  if (mode == "write") {
+    if (f.conninfo.empty() || f.insert_sql.empty() || f.out.empty() || f.count <= 0 || f.txn_rows <= 0 || f.rate <= 0)
+      die("write needs --conninfo, --insert-sql, --out, --count > 0, --txn-rows > 0 and --rate > 0");
+    return write(f);
+  }
   if (f.bootstrap.empty() || f.topic.empty()) die("--bootstrap and --topic are required");
   if (mode == "offsets") return offsets(f);
   if (mode == "create-topic") return create_topic(f);
   if (mode == "count") return count(f);
+  if (mode == "visible") {
+    if (f.out.empty() || f.count <= 0) die("visible needs --out and --count > 0");
+    return visible(f);
+  }
   if (mode != "stream") die("unknown mode " + mode);
   if (f.conninfo.empty() || f.slot.empty() || f.publication.empty() || f.count <= 0)
     die("stream needs --conninfo, --slot, --publication and --count > 0");

@@ -1300,5 +1300,38 @@ TEST_F(PostgresCdcTest, LagOfAnIdleSourceStaysZero) {
   EXPECT_NE(r.status, JobStatus::kFailed) << error_of(r);
 }
 
+// A steady trickle of changes (a transaction every 20 ms, closer together than the reader's ping interval) must
+// let the reader sleep between them. It once woke at a ping time left in the past while messages kept arriving and
+// polled its socket with a zero timeout: a core burnt at 2,000 rows/s, invisible when idle or draining a backlog.
+TEST_F(PostgresCdcTest, ATrickleOfChangesLetsTheReaderSleepBetweenThem) {
+  const std::string t = table("trickle");
+  pg_->exec("CREATE TABLE " + t + " (id int PRIMARY KEY)");
+  auto out = std::make_shared<Received>();
+  auto src = source({t}).start_mode(PostgresStartMode::kLatest).build();
+  StreamEnvironment env(config("3600s"));
+  env.from_source(src, "pg").uid("pg").sink_to(receiving_sink(out));
+  JobClient job = env.execute_async("trickle");
+  ASSERT_TRUE(slot_active());
+  constexpr int kTransactions = 150;
+  const int64_t before = src->metrics().stream_wakeups;
+  auto due = std::chrono::steady_clock::now();
+  for (int i = 0; i < kTransactions; ++i) {
+    pg_->exec("INSERT INTO " + t + " SELECT g FROM generate_series(" + std::to_string(i * 10 + 1) + ", " +
+              std::to_string(i * 10 + 10) + ") g");
+    due += 20ms;
+    std::this_thread::sleep_until(due);  // the writer's pace (the load), not a synchronisation
+  }
+  ASSERT_TRUE(out->wait_for(kTransactions * 10));
+  const int64_t wakeups = src->metrics().stream_wakeups - before;
+  // A few passes per transaction (its messages may arrive in more than one read) and per status update or
+  // checkpoint confirmation; the busy loop made hundreds of thousands over these 3 s.
+  EXPECT_LT(wakeups, 20 * kTransactions) << wakeups << " passes of the streaming loop for " << kTransactions
+                                         << " transactions";
+  EXPECT_GT(wakeups, 0);
+  job.cancel();
+  JobResult r = job.wait();
+  EXPECT_NE(r.status, JobStatus::kFailed) << error_of(r);
+}
+
 }  // namespace
 }  // namespace sluice

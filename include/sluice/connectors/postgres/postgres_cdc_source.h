@@ -175,7 +175,10 @@ struct PostgresCdcMetrics {
   int64_t heartbeats = 0;         ///< heartbeat messages seen in the stream
   int64_t truncates_skipped = 0;  ///< Truncate messages skipped under kSkip
   int64_t bad_records = 0;        ///< changes sent to the dead-letter file
-  double events_per_second = 0;   ///< over the last completed second of reading
+  /// Times the streaming loop woke up to read the replication connection: about once per batch of messages
+  /// that arrive together, per status update and per ping of a quiet stream (a loop that never waits shows here).
+  int64_t stream_wakeups = 0;
+  double events_per_second = 0;  ///< over the last completed second of reading
   /// How far the reader is behind the server (ms): 0 while the server confirms, with a keepalive at least
   /// every ping interval, that it has sent everything it has and every event received was emitted (an idle
   /// source); otherwise the smaller of now − the commit time of the last emitted event and now − the last

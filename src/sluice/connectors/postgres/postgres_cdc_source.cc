@@ -91,6 +91,7 @@ PostgresCdcMetrics PostgresCdcSource::metrics() const {
   m.heartbeats = st.heartbeats.load();
   m.truncates_skipped = st.truncates_skipped.load();
   m.bad_records = st.bad->bad_records.load();
+  m.stream_wakeups = st.stream_wakeups.load();
   m.events_per_second = st.events_per_second.load();
   // Behind the server's position, not the age of the last change: an idle source that the server keeps
   // confirming (keepalives with nothing pending) is at 0; a source with a backlog is as far behind as the

@@ -19,6 +19,8 @@ namespace detail {
 /// Counters shared by the readers of one source (atomics: written by readers, read by metrics()).
 struct PostgresCdcStats {
   std::atomic<int64_t> events{0}, snapshot_events{0}, transactions{0}, heartbeats{0}, truncates_skipped{0};
+  /// Passes of the streaming loop (each ends in a wait on the socket, the wake-up fd or a timer).
+  std::atomic<int64_t> stream_wakeups{0};
   std::atomic<double> events_per_second{0};
   /// The commit time of the last emitted streamed event (ms since the epoch); -1 = none yet.
   std::atomic<int64_t> last_commit_ts_ms{-1};

@@ -91,6 +91,7 @@ void Fetcher::stream(Lsn start_lsn) {
   std::vector<Item>& batch = pending_;
   for (;;) {
     if (stop_.load()) return;
+    stats_->stream_wakeups.fetch_add(1, std::memory_order_relaxed);
     maintenance();
     if (PQconsumeInput(rc) == 0) {
       lost(fmt::format("the replication connection failed: {}", conn_error(rc)));
@@ -145,9 +146,14 @@ void Fetcher::stream(Lsn start_lsn) {
       next_ping_ = now + std::chrono::milliseconds(ping_interval_ms_);
     }
     now = std::chrono::steady_clock::now();
-    auto until = std::min({next_status_, next_ping_, last_rx_ + std::chrono::milliseconds(liveness_ms_ + 1)});
+    // A ping is due once the stream has been silent for the ping interval, not merely at next_ping_: while
+    // messages keep arriving closer together than that, next_ping_ stays in the past, and waking at it meant a
+    // zero wait, a busy loop burning a core at a steady trickle of changes.
+    const auto ping_due = std::max(next_ping_, last_rx_ + std::chrono::milliseconds(ping_interval_ms_));
+    auto until = std::min({next_status_, ping_due, last_rx_ + std::chrono::milliseconds(liveness_ms_ + 1)});
     if (s_.heartbeat_interval_ms > 0) until = std::min(until, next_heartbeat_);
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+    // Rounded up: a timer due in under a millisecond would otherwise be polled for with 0 ms until it is due.
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
     wait_for_wake(std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000)), sock);
   }
 }
