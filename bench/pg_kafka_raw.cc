@@ -13,9 +13,10 @@
 // (an INSERT with $1 and $2, the first and last id of a transaction) once per transaction of R rows, open loop on a
 // schedule of C rows per second from its start, and writes `first_id last_id commit_us` per transaction to FILE,
 // commit_us being the wall clock (CLOCK_REALTIME, microseconds) when the COMMIT returned. `visible` reads T from the
-// beginning with a read_committed consumer and writes `id receive_us` per record to FILE, the id being the first
-// integer-valued "id" field of the record's JSON value; both run on the machine of the tool under test, so their
-// wall clocks are one clock.
+// beginning with a read_committed consumer and writes `id receive_us create_ms` per record to FILE, the id being the
+// first integer-valued "id" field of the record's JSON value and create_ms the record's CreateTime (the producer's
+// wall clock when it was produced; -1 when the topic keeps LogAppendTime); both run on the machine of the tool
+// under test, so their wall clocks are one clock.
 //
 // `stream` runs START_REPLICATION SLOT S LOGICAL 0/0 (proto_version '1', publication_names 'P') on a replication
 // connection, decodes Relation/Insert/Update/Delete messages itself (a few dozen lines: Sluice's decoder builds
@@ -416,7 +417,10 @@ int visible(const Flags& f) {
     const int64_t received = wall_us();
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       const int64_t id = first_numeric_id(std::string_view(static_cast<const char*>(m->payload), m->len));
-      std::fprintf(out, "%lld %lld\n", static_cast<long long>(id), static_cast<long long>(received));
+      rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+      const int64_t created_ms = rd_kafka_message_timestamp(m, &type);
+      std::fprintf(out, "%lld %lld %lld\n", static_cast<long long>(id), static_cast<long long>(received),
+                   static_cast<long long>(type == RD_KAFKA_TIMESTAMP_CREATE_TIME ? created_ms : -1));
       ++n;
     } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
       die(std::string("consume: ") + rd_kafka_err2str(m->err));

@@ -660,5 +660,22 @@ TEST(MongoEnumeratorTest, CheckpointCompletesWhileCollectionDiscoveryBlocks) {
   coordinator.close();
 }
 
+// poll_interval 0 asked an idle reader to be polled again at once: a core busy for a quiet collection.
+TEST(MongoCdcSourceBuilderTest, APollIntervalUnderOneMillisecondIsRejected) {
+  auto r = MongoCdcSource::builder()
+               .database("shop")
+               .collection("orders")
+               .poll_interval(std::chrono::milliseconds(0))
+               .try_build();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("poll_interval must be at least 1 ms"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(MongoCdcSource::builder()
+                  .database("shop")
+                  .collection("orders")
+                  .poll_interval(std::chrono::milliseconds(1))
+                  .try_build()
+                  .ok());
+}
+
 }  // namespace
 }  // namespace sluice

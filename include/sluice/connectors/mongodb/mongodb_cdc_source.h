@@ -409,7 +409,7 @@ class MongoCdcSourceBuilder {
   /// libmongoc's socketTimeoutMS (default 30 s; a socketTimeoutMS in the URI wins): how long a read waits for
   /// a server that does not answer before the source fails. Must exceed max_await().
   MongoCdcSourceBuilder& socket_timeout(std::chrono::milliseconds timeout);
-  /// How soon an idle reader polls again (default 20 ms).
+  /// How soon an idle reader polls again (default 20 ms; at least 1 ms).
   MongoCdcSourceBuilder& poll_interval(std::chrono::milliseconds interval);
   /// Records per poll and the cursors' batch size (default 1024).
   MongoCdcSourceBuilder& batch_size(int32_t n);

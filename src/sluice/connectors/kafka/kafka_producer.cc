@@ -27,6 +27,15 @@ constexpr int kWaitSliceMs = 200;
 constexpr int kMarkerSliceMs = 1000;
 // The bound of the metadata and ListOffsets requests that describe a transaction still pending (for its error).
 constexpr int kProbeMetadataTimeoutMs = 5000;
+// The shortest pass of a retry loop: an error that librdkafka returns at once (no broker connection yet, a
+// coordinator loading) is asked again after this, not in a loop that burns a core until the deadline.
+constexpr auto kRetryPace = std::chrono::milliseconds(100);
+
+// Waits until kRetryPace after `pass_start`, or until `deadline` if that comes first. A pass that already took
+// that long (a call that used its timeout slice) goes on at once.
+void pace_retry(Clock::time_point pass_start, Clock::time_point deadline) {
+  std::this_thread::sleep_until(std::min(pass_start + kRetryPace, deadline));
+}
 
 // True when the fault point "kafka.lose-commit" fires (see Producer::commit_transaction).
 bool commit_lost_by_fault_point() {
@@ -263,12 +272,16 @@ void Producer::check_interrupts() {
 void Producer::init_transactions() {
   const Clock::time_point deadline = deadline_after(timeout_ms_);
   while (true) {
+    const Clock::time_point pass_start = Clock::now();
     KafkaErrorPtr err(rd_kafka_init_transactions(rk_.get(), std::clamp(remaining_ms(deadline), 1, kWaitSliceMs)));
     if (!err) return;
     rd_kafka_poll(rk_.get(), 0);  // serves error_cb: an authentication failure explains a timeout
     check_interrupts();
-    if (rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT && Clock::now() < deadline) continue;
-    if (rd_kafka_error_is_retriable(err.get()) && Clock::now() < deadline) continue;
+    if ((rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT || rd_kafka_error_is_retriable(err.get())) &&
+        Clock::now() < deadline) {
+      pace_retry(pass_start, deadline);
+      continue;
+    }
     fail(who_ + ": init_transactions" + txid_suffix() + " failed: " + kafka::kafka_error_text(err.get()) +
          (rd_kafka_error_code(err.get()) == RD_KAFKA_RESP_ERR__TIMED_OUT
               ? " (no answer within the operation timeout of " + std::to_string(timeout_ms_) +
@@ -282,6 +295,7 @@ void Producer::check_topic(const std::string& topic, int64_t bound_ms) {
   const Clock::time_point deadline = deadline_after(bound_ms);
   int unknown_answers = 0;
   while (true) {
+    const Clock::time_point pass_start = Clock::now();
     const rd_kafka_metadata_t* md = nullptr;
     const rd_kafka_resp_err_t err =
         rd_kafka_metadata(rk_.get(), 0, rkt, &md, std::clamp(remaining_ms(deadline), 1, 500));
@@ -315,7 +329,8 @@ void Producer::check_topic(const std::string& topic, int64_t bound_ms) {
                    bound_ms, rd_kafka_err2str(err));
       return;
     }
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Also after an error: without a broker connection the metadata request fails at once.
+    pace_retry(pass_start, deadline);
   }
 }
 
@@ -512,9 +527,13 @@ template <class Op>
 void Producer::retry(const char* what, Op&& op) {
   const Clock::time_point deadline = deadline_after(timeout_ms_);
   while (true) {
+    const Clock::time_point pass_start = Clock::now();
     KafkaErrorPtr err(op(std::max(remaining_ms(deadline), 1)));
     if (!err) return;
-    if (rd_kafka_error_is_retriable(err.get()) && Clock::now() < deadline) continue;
+    if (rd_kafka_error_is_retriable(err.get()) && Clock::now() < deadline) {
+      pace_retry(pass_start, deadline);
+      continue;
+    }
     std::string text = kafka::kafka_error_text(err.get());
     if (rd_kafka_error_txn_requires_abort(err.get())) {
       KafkaErrorPtr abort_err(rd_kafka_abort_transaction(rk_.get(), static_cast<int>(timeout_ms_)));

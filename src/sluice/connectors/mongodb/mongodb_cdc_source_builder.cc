@@ -133,6 +133,9 @@ Result<std::shared_ptr<MongoCdcSource>> MongoCdcSourceBuilder::try_build() const
   if (s.max_await_ms < 0 || s.poll_interval_ms < 0 || s.discovery_interval_ms < 0) {
     return bad("max_await, poll_interval and discovery_interval must not be negative");
   }
+  // An idle reader asks to be polled again after poll_interval: 0 would poll without a pause, a core busy for
+  // a quiet collection (with max_await 0, or a server that answers an empty getMore at once).
+  if (s.poll_interval_ms < 1) return bad("poll_interval must be at least 1 ms");
   if (s.socket_timeout_ms <= s.max_await_ms) {
     return bad(
         fmt::format("socket_timeout ({} ms) must exceed max_await ({} ms): an idle getMore waits max_await "
