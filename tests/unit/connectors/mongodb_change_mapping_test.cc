@@ -663,15 +663,17 @@ TEST(MongoEnumeratorTest, CheckpointCompletesWhileCollectionDiscoveryBlocks) {
 // poll_interval 0 asked an idle reader to be polled again at once: a core busy for a quiet collection.
 TEST(MongoCdcSourceBuilderTest, APollIntervalUnderOneMillisecondIsRejected) {
   auto r = MongoCdcSource::builder()
+               .uri("mongodb://127.0.0.1:1")
                .database("shop")
-               .collection("orders")
+               .collections({"orders"})
                .poll_interval(std::chrono::milliseconds(0))
                .try_build();
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("poll_interval must be at least 1 ms"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message().find("poll_interval must be at least 1 ms"), std::string::npos) << r.error().message();
   EXPECT_TRUE(MongoCdcSource::builder()
+                  .uri("mongodb://127.0.0.1:1")
                   .database("shop")
-                  .collection("orders")
+                  .collections({"orders"})
                   .poll_interval(std::chrono::milliseconds(1))
                   .try_build()
                   .ok());
