@@ -7,13 +7,14 @@
 //   pg-kafka-raw count --bootstrap HOST:PORT --topic T        # records a read_committed consumer sees (1 partition)
 //   pg-kafka-raw create-topic --bootstrap HOST:PORT --topic T # one partition (the bench's broker auto-creates none)
 //   pg-kafka-raw write --conninfo URL --insert-sql SQL --first-id A --count N --txn-rows R --rate C --out FILE
-//   pg-kafka-raw visible --bootstrap HOST:PORT --topic T --count N --out FILE [--timeout S]
+//   pg-kafka-raw visible --bootstrap HOST:PORT --topic T --first-id A --count N --out FILE [--timeout S]
 //
 // `write` and `visible` are the steady-rate variant's load and clock (bench/compare/cdc --rate): `write` runs SQL
 // (an INSERT with $1 and $2, the first and last id of a transaction) once per transaction of R rows, open loop on a
 // schedule of C rows per second from its start, and writes `first_id last_id commit_us` per transaction to FILE,
 // commit_us being the wall clock (CLOCK_REALTIME, microseconds) when the COMMIT returned. `visible` reads T from the
-// beginning with a read_committed consumer and writes `id receive_us create_ms` per record to FILE, the id being the
+// beginning with a read_committed consumer until every id of A .. A+N-1 has arrived, and writes
+// `id receive_us create_ms` per record (duplicates included) to FILE, the id being the
 // first integer-valued "id" field of the record's JSON value and create_ms the record's CreateTime (the producer's
 // wall clock when it was produced; -1 when the topic keeps LogAppendTime); both run on the machine of the tool
 // under test, so their wall clocks are one clock.
@@ -405,12 +406,15 @@ int visible(const Flags& f) {
   if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) die("assign");
   rd_kafka_topic_partition_list_destroy(parts);
   FILE* out = open_out(f.out);
+  // Done when every id of [first_id, first_id + count) has arrived: a duplicate (at-least-once) is written to
+  // FILE too, but does not stand in for a missing row.
+  std::vector<bool> seen(static_cast<size_t>(f.count), false);
   int64_t n = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(f.timeout_s);
   while (n < f.count) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::fclose(out);
-      die("visible: " + std::to_string(n) + " of " + std::to_string(f.count) + " records within the timeout");
+      die("visible: " + std::to_string(n) + " of " + std::to_string(f.count) + " rows arrived within the timeout");
     }
     rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
     if (m == nullptr) continue;
@@ -421,7 +425,10 @@ int visible(const Flags& f) {
       const int64_t created_ms = rd_kafka_message_timestamp(m, &type);
       std::fprintf(out, "%lld %lld %lld\n", static_cast<long long>(id), static_cast<long long>(received),
                    static_cast<long long>(type == RD_KAFKA_TIMESTAMP_CREATE_TIME ? created_ms : -1));
-      ++n;
+      if (id >= f.first_id && id < f.first_id + f.count && !seen[static_cast<size_t>(id - f.first_id)]) {
+        seen[static_cast<size_t>(id - f.first_id)] = true;
+        ++n;
+      }
     } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
       die(std::string("consume: ") + rd_kafka_err2str(m->err));
     }
