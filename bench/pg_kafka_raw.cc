@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -285,22 +286,30 @@ int create_topic(const Flags& f) {
   return 0;
 }
 
-int count(const Flags& f) {
+/// A read_committed consumer of the topic's partition 0 from its beginning, with `extra` set on it.
+rd_kafka_t* read_committed_consumer(const Flags& f, const char* group,
+                                    std::initializer_list<std::pair<const char*, const char*>> extra) {
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   const std::pair<const char*, std::string> props[] = {{"bootstrap.servers", f.bootstrap},
-                                                       {"group.id", "pg-kafka-raw-count"},
+                                                       {"group.id", group},
                                                        {"enable.auto.commit", "false"},
-                                                       {"isolation.level", "read_committed"},
-                                                       {"enable.partition.eof", "true"}};
+                                                       {"isolation.level", "read_committed"}};
   for (const auto& [k, v] : props)
     if (rd_kafka_conf_set(conf, k, v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) die(err);
+  for (const auto& [k, v] : extra)
+    if (rd_kafka_conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) die(err);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
   if (rk == nullptr) die(err);
   rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(parts, f.topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
   if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) die("assign");
   rd_kafka_topic_partition_list_destroy(parts);
+  return rk;
+}
+
+int count(const Flags& f) {
+  rd_kafka_t* rk = read_committed_consumer(f, "pg-kafka-raw-count", {{"enable.partition.eof", "true"}});
   int64_t n = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   for (;;) {
@@ -390,21 +399,7 @@ int64_t first_numeric_id(std::string_view v) {
 }
 
 int visible(const Flags& f) {
-  char err[512];
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  const std::pair<const char*, std::string> props[] = {{"bootstrap.servers", f.bootstrap},
-                                                       {"group.id", "pg-kafka-raw-visible"},
-                                                       {"enable.auto.commit", "false"},
-                                                       {"isolation.level", "read_committed"},
-                                                       {"fetch.wait.max.ms", "100"}};
-  for (const auto& [k, v] : props)
-    if (rd_kafka_conf_set(conf, k, v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) die(err);
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-  if (rk == nullptr) die(err);
-  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(parts, f.topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-  if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) die("assign");
-  rd_kafka_topic_partition_list_destroy(parts);
+  rd_kafka_t* rk = read_committed_consumer(f, "pg-kafka-raw-visible", {{"fetch.wait.max.ms", "100"}});
   FILE* out = open_out(f.out);
   // Done when every id of [first_id, first_id + count) has arrived: a duplicate (at-least-once) is written to
   // FILE too, but does not stand in for a missing row.
