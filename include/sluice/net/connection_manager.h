@@ -74,6 +74,10 @@ class ConnectionManager {
     int64_t connections_opened = 0;  ///< handshakes completed (dialed + accepted)
     int64_t connections_failed = 0;
     int64_t open_connections = 0;
+    /// accept() calls that failed for want of a descriptor or memory (the listener then rests 200 ms).
+    int64_t accept_failures = 0;
+    /// Passes of the I/O thread's loop: one per batch of socket events, and one per 50 ms when idle.
+    int64_t io_loop_passes = 0;
   };
   /// Thread-safe.
   Stats stats() const;

@@ -28,6 +28,9 @@ std::string Endpoint::to_string() const {
 namespace {
 
 constexpr int kEpollTimeoutMs = 50;  // deadlines (connect timeout) are checked at least this often
+// How long the listening socket is left unwatched after accept() failed for want of a descriptor or memory.
+constexpr int64_t kAcceptPauseNs = 200'000'000;
+constexpr int64_t kAcceptWarningEveryNs = 10'000'000'000;  // while accepts keep failing, one warning per 10 s
 
 std::string address_of(const sockaddr_in& a) {
   char buf[INET_ADDRSTRLEN] = {};
@@ -115,6 +118,7 @@ class ConnectionManager::Impl {
     epoll_event events[64];
     while (!stopping_.load()) {
       int n = ::epoll_wait(epoll_fd_, events, 64, kEpollTimeoutMs);
+      loop_passes_.fetch_add(1, std::memory_order_relaxed);
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == listen_fd_) {
@@ -132,6 +136,7 @@ class ConnectionManager::Impl {
       }
       take_new_connections();
       const int64_t now = opts_.clock->monotonic_ns();
+      if (accept_paused_until_ns_ != 0 && now >= accept_paused_until_ns_) watch_listener(true);
       for (auto& c : live_) {
         c->pump();
         c->check_deadline(now);
@@ -205,13 +210,40 @@ class ConnectionManager::Impl {
       sockaddr_in a{};
       socklen_t len = sizeof a;
       int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection stays in the backlog and
+        // the level-triggered listener stays ready, so watching it would wake this thread at once, again and
+        // again. It is left unwatched for a while, and the peer's dial waits (up to its connect timeout).
+        const int err = errno;
+        const int64_t failures = accept_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+        const int64_t now = opts_.clock->monotonic_ns();
+        if (last_accept_warning_ns_ == 0 || now - last_accept_warning_ns_ >= kAcceptWarningEveryNs) {
+          last_accept_warning_ns_ = now;
+          spdlog::warn(
+              "data plane of TaskManager '{}': cannot accept a connection: {}; retrying every {} ms ({} "
+              "failed accepts so far)",
+              opts_.id, strerror(err), kAcceptPauseNs / 1'000'000, failures);
+        }
+        watch_listener(false);
+        return;
+      }
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.fd = fd;
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
       accepting_[fd] = Accepting{{}, address_of(a), opts_.clock->monotonic_ns() + opts_.connect_timeout_ms * 1'000'000};
     }
+  }
+
+  // Watches the listening socket again, or stops watching it for kAcceptPauseNs.
+  void watch_listener(bool on) {
+    epoll_event ev{};
+    ev.events = on ? static_cast<uint32_t>(EPOLLIN) : 0U;
+    ev.data.fd = listen_fd_;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    accept_paused_until_ns_ = on ? 0 : opts_.clock->monotonic_ns() + kAcceptPauseNs;
   }
 
   // Reads exactly the dialer's hello: the dialer sends nothing else before this side's answer.
@@ -308,6 +340,8 @@ class ConnectionManager::Impl {
   std::atomic<int64_t> opened_count_{0};
   std::atomic<int64_t> failed_count_{0};
   std::atomic<int64_t> open_count_{0};
+  std::atomic<int64_t> accept_failures_{0};
+  std::atomic<int64_t> loop_passes_{0};
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Connection>> conns_;  // guarded by mu_
@@ -319,6 +353,8 @@ class ConnectionManager::Impl {
   std::vector<std::shared_ptr<Connection>> stale_;
   std::unordered_map<int, std::shared_ptr<Connection>> by_fd_;
   std::unordered_map<int, Accepting> accepting_;
+  int64_t accept_paused_until_ns_ = 0;  // while the listener is unwatched after a failed accept(); 0 = watched
+  int64_t last_accept_warning_ns_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -376,6 +412,8 @@ ConnectionManager::Stats ConnectionManager::stats() const {
   s.connections_opened = impl_->opened_count_.load();
   s.connections_failed = impl_->failed_count_.load();
   s.open_connections = impl_->open_count_.load();
+  s.accept_failures = impl_->accept_failures_.load();
+  s.io_loop_passes = impl_->loop_passes_.load();
   return s;
 }
 

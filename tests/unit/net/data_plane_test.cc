@@ -2,8 +2,10 @@
 // flow control, barriers in order, connection loss, the wire format's refusals. Two ConnectionManagers in
 // one process talk over real loopback sockets (127.0.0.1, port 0).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -589,6 +591,57 @@ TEST(DataPlaneTest, ReleasedSenderDrainsAndReleasedReceiverFailsSender) {
   EXPECT_NE(producer_error.find("released"), std::string::npos) << producer_error;
   EXPECT_NE(producer_error.find("tm-b"), std::string::npos) << producer_error;
   out2->set_sender_wakeup(nullptr);
+}
+
+// A TaskManager out of file descriptors cannot accept a peer's connection. The connection waits in the listen
+// backlog and the listener stays readable: watching it, the I/O thread woke at once on every pass, a core burnt
+// until a descriptor was freed. Now it rests the listener and accepts the connection once descriptors are back.
+TEST(DataPlaneTest, AcceptingWithoutFreeDescriptorsRestsTheListenerAndRecovers) {
+  TaskManagerPair tms(4096);
+  // Every descriptor of this process in use (a soft limit of at most 512), released however the test ends.
+  struct Exhausted {
+    rlimit saved{};
+    std::vector<int> fillers;
+    Exhausted() {
+      ::getrlimit(RLIMIT_NOFILE, &saved);
+      rlimit low = saved;
+      low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 512);
+      ::setrlimit(RLIMIT_NOFILE, &low);
+      for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+        fillers.push_back(fd);
+    }
+    void release() {
+      for (int fd : fillers)
+        ::close(fd);
+      fillers.clear();
+      ::setrlimit(RLIMIT_NOFILE, &saved);
+    }
+    ~Exhausted() { release(); }
+  } exhausted;
+  ASSERT_FALSE(exhausted.fillers.empty());
+  ::close(exhausted.fillers.back());  // one descriptor for tm-a's dialing socket, none left for tm-b's accept()
+  exhausted.fillers.pop_back();
+
+  ChannelId id{11, 0, 0, 0};
+  auto in = tms.b->create_input_channel(tms.loc_a(), id, tms.pool_b, 1, nullptr);
+  auto out = tms.a->create_output_channel(tms.loc_b(), id, tms.pool_a, 2);
+  ASSERT_TRUE(in.ok() && out.ok());
+  const bool failed = wait_for([&] { return tms.b->stats().accept_failures >= 1; });
+  const auto before = tms.b->stats();
+  // The I/O loop's next 20 passes (a second when it waits, microseconds when it spins).
+  const bool passed = wait_for([&] { return tms.b->stats().io_loop_passes >= before.io_loop_passes + 20; });
+  const auto after = tms.b->stats();
+  exhausted.release();
+  ASSERT_TRUE(failed) << "tm-b never failed to accept";
+  ASSERT_TRUE(passed);
+  const int64_t failures = after.accept_failures - before.accept_failures;
+  const int64_t passes = after.io_loop_passes - before.io_loop_passes;
+  // Resting 200 ms between attempts against passes every 50 ms: about one failure per 4 passes; a spin fails on
+  // every pass.
+  EXPECT_LT(failures * 2, passes) << failures << " failed accepts in " << passes << " passes of the I/O loop";
+  // Descriptors back: the waiting connection is accepted and completes its handshake.
+  EXPECT_TRUE(wait_for([&] { return tms.b->stats().open_connections == 1 && tms.a->stats().open_connections == 1; }))
+      << "open connections: tm-a " << tms.a->stats().open_connections << ", tm-b " << tms.b->stats().open_connections;
 }
 
 // A peer TaskManager process killed with SIGKILL: the kernel closes its socket, and the producer blocked on
