@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -136,7 +137,7 @@ class ConnectionManager::Impl {
       }
       take_new_connections();
       const int64_t now = opts_.clock->monotonic_ns();
-      if (accept_paused_until_ns_ != 0 && now >= accept_paused_until_ns_) watch_listener(true);
+      if (accept_paused_until_ns_ != 0 && os_now_ns() >= accept_paused_until_ns_) watch_listener(true);
       for (auto& c : live_) {
         c->pump();
         c->check_deadline(now);
@@ -211,14 +212,18 @@ class ConnectionManager::Impl {
       socklen_t len = sizeof a;
       int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection stays in the backlog and
-        // the level-triggered listener stays ready, so watching it would wake this thread at once, again and
-        // again. It is left unwatched for a while, and the peer's dial waits (up to its connect timeout).
         const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK) return;
+        // Out of descriptors or memory: the connection stays in the backlog and the level-triggered listener
+        // stays ready, so watching it would wake this thread at once, again and again. It is left unwatched for a
+        // while, and the peer's dial waits (up to its connect timeout).
+        if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
+          // EINTR, or a connection that failed on its way in (ECONNABORTED, EPROTO, network errors: accept(2)
+          // says to retry): it has left the backlog, the next one may be fine.
+          continue;
+        }
         const int64_t failures = accept_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
-        const int64_t now = opts_.clock->monotonic_ns();
+        const int64_t now = os_now_ns();
         if (last_accept_warning_ns_ == 0 || now - last_accept_warning_ns_ >= kAcceptWarningEveryNs) {
           last_accept_warning_ns_ = now;
           spdlog::warn(
@@ -243,7 +248,14 @@ class ConnectionManager::Impl {
     ev.events = on ? static_cast<uint32_t>(EPOLLIN) : 0U;
     ev.data.fd = listen_fd_;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
-    accept_paused_until_ns_ = on ? 0 : opts_.clock->monotonic_ns() + kAcceptPauseNs;
+    accept_paused_until_ns_ = on ? 0 : os_now_ns() + kAcceptPauseNs;
+  }
+
+  // The accept() back-off waits for the operating system (descriptors freed), not for anything a test's injected
+  // clock stands for: a ManualClock that is never advanced would leave the listener unwatched for good.
+  static int64_t os_now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
 
   // Reads exactly the dialer's hello: the dialer sends nothing else before this side's answer.

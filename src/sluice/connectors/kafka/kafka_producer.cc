@@ -329,8 +329,12 @@ void Producer::check_topic(const std::string& topic, int64_t bound_ms) {
                    bound_ms, rd_kafka_err2str(err));
       return;
     }
-    // Also after an error: without a broker connection the metadata request fails at once.
-    pace_retry(pass_start, deadline);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // An answer: give a topic that it just auto-created time to appear before the second request.
+      std::this_thread::sleep_for(std::min<Clock::duration>(kRetryPace, deadline - Clock::now()));
+    } else {
+      pace_retry(pass_start, deadline);  // without a broker connection the request fails at once
+    }
   }
 }
 

@@ -98,11 +98,15 @@ void Fetcher::stream(Lsn start_lsn) {
       fail(fmt::format("{} (slot {}): the replication connection failed after {}: {}", kRole, s_.slot_name,
                        format_lsn(received_), conn_error(rc)));
     }
+    bool received = false;
     for (;;) {
       char* buf = nullptr;
       const int n = PQgetCopyData(rc, &buf, 1);
       if (n == 0) break;
-      if (n > 0) last_rx_ = std::chrono::steady_clock::now();
+      if (n > 0) {
+        last_rx_ = std::chrono::steady_clock::now();
+        received = true;
+      }
       if (n == -1) {
         PgResult r(PQgetResult(rc));
         const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
@@ -154,7 +158,11 @@ void Fetcher::stream(Lsn start_lsn) {
     if (s_.heartbeat_interval_ms > 0) until = std::min(until, next_heartbeat_);
     // Rounded up: a timer due in under a millisecond would otherwise be polled for with 0 ms until it is due.
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
-    wait_for_wake(std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000)), sock);
+    // After a pass that brought messages, look again before sleeping: over TLS the rest of a record can sit
+    // decrypted inside OpenSSL, where a poll of the socket does not see it (libpq reads at most its buffer's room).
+    wait_for_wake(received ? std::chrono::milliseconds(0)
+                           : std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000)),
+                  sock);
   }
 }
 
