@@ -597,6 +597,12 @@ TEST(DataPlaneTest, ReleasedSenderDrainsAndReleasedReceiverFailsSender) {
 // backlog and the listener stays readable: watching it, the I/O thread woke at once on every pass, a core burnt
 // until a descriptor was freed. Now it rests the listener and accepts the connection once descriptors are back.
 TEST(DataPlaneTest, AcceptingWithoutFreeDescriptorsRestsTheListenerAndRecovers) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The asan preset's UBSan checks a virtual call's object by probing memory through a pipe (sanitizer_common's
+  // IsAccessibleMemoryRange); with every descriptor taken on purpose the probe fails and reports an invalid vptr
+  // (seen in spdlog's warning). Release and TSan run this test.
+  GTEST_SKIP() << "needs file descriptors that the sanitizer's own checks would take";
+#endif
   TaskManagerPair tms(4096);
   // Every descriptor of this process in use (a soft limit of at most 512), released however the test ends.
   struct Exhausted {
