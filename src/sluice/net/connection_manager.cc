@@ -217,11 +217,14 @@ class ConnectionManager::Impl {
         // Out of descriptors or memory: the connection stays in the backlog and the level-triggered listener
         // stays ready, so watching it would wake this thread at once, again and again. It is left unwatched for a
         // while, and the peer's dial waits (up to its connect timeout).
-        if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
-          // EINTR, or a connection that failed on its way in (ECONNABORTED, EPROTO, network errors: accept(2)
-          // says to retry): it has left the backlog, the next one may be fine.
+        if (err == EINTR || err == ECONNABORTED || err == EPROTO || err == ENETDOWN || err == ENOPROTOOPT ||
+            err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH || err == EOPNOTSUPP || err == ENETUNREACH ||
+            err == EPERM) {
+          // A connection that failed on its way in (accept(2) says to retry these): it has left the backlog, the
+          // next one may be fine.
           continue;
         }
+        if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) return;  // not expected here
         const int64_t failures = accept_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
         const int64_t now = os_now_ns();
         if (last_accept_warning_ns_ == 0 || now - last_accept_warning_ns_ >= kAcceptWarningEveryNs) {
