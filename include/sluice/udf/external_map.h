@@ -28,11 +28,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -111,8 +113,13 @@ class ExternalCall {
   /// Fails (throws) when the oldest batch is past its timeout.
   void check_timeout(std::deque<RecordResult>& out);
   const PreparedExternalFunction& function() const { return fn_; }
-  /// The id of the batch being filled (the delay timer checks it is still the same batch).
+  /// The id of the batch being filled.
   int64_t open_id() const { return frame_.id(); }
+  /// When the oldest unanswered batch times out (steady clock); nullopt when none is in flight.
+  std::optional<std::chrono::steady_clock::time_point> oldest_deadline() const;
+  /// Logs the figures that show the batching at work (records, batches, and the operator's `timers`
+  /// registered), at close; tests read them.
+  void log_figures(uint64_t timers) const;
 
  private:
   struct InFlight {
@@ -129,6 +136,8 @@ class ExternalCall {
   BatchFrame frame_;
   int64_t next_id_ = 1;
   std::deque<InFlight> in_flight_;
+  uint64_t batches_sent_ = 0;
+  uint64_t records_sent_ = 0;
 };
 
 /// The operator behind map_external. One per subtask; task thread only.
@@ -172,15 +181,20 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
   void process_element(T&& record, TimestampMs ts) override {
     call_user_function(this->name(), [&] {
       Value v = to_value_(record);
-      if (call_->open_count() == 0) arm_delay_timer();
+      if (call_->open_count() == 0) opened_ms_ = this->services_->processing_clock().now_ms();
       if (Status s = call_->append(v); !s.ok()) throw SluiceException(s.error());
       Entry e{ts, false};
       // Kept only for what a failure names (bounded: max_in_flight batches of batch_size records).
       if (position_) e.position = position_(record);
       if (dead_letters_ != nullptr) e.record = std::move(v);
       pending_.push_back(std::move(e));
-      if (call_->should_send()) call_->send(results_);
+      if (call_->should_send()) {
+        call_->send(results_);
+      } else if (!delay_armed_) {
+        arm_delay_timer(opened_ms_ + fn_.spec.batch_max_delay_ms);
+      }
       drain();
+      arm_timeout_timer();
     });
   }
   void process_watermark(TimestampMs watermark) override {
@@ -195,6 +209,7 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
   void finish() override { flush(); }
   void close() override {
     if (alive_) alive_->store(false);
+    if (call_) call_->log_figures(timers_);
     call_.reset();  // kills the worker and joins its threads
   }
 
@@ -216,17 +231,51 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
     call_->poll(results_);
     if (call_->idle() && call_->open_count() > 0) call_->send(results_);
     drain();
+    arm_timeout_timer();
   }
-  void arm_delay_timer() {
+  // At most one batch-max-delay timer, and only for a batch that stays open: at a low rate most batches go to an
+  // idle worker at once and need none (a timer per batch kept tens of thousands pending).
+  void arm_delay_timer(TimestampMs at) {
+    delay_armed_ = true;
+    ++timers_;
     auto alive = alive_;
-    const int64_t id = call_->open_id();
+    this->services_->register_processing_timer(at, [this, alive](TimestampMs) {
+      if (!alive->load()) return;
+      delay_armed_ = false;
+      if (call_->open_count() == 0) return;
+      const TimestampMs due = opened_ms_ + fn_.spec.batch_max_delay_ms;
+      if (this->services_->processing_clock().now_ms() < due) {
+        arm_delay_timer(due);  // the batch it was armed for went out; the open one is younger
+        return;
+      }
+      call_user_function(this->name(), [&] {
+        call_->send(results_);
+        drain();
+        arm_timeout_timer();
+      });
+    });
+  }
+  // At most one timeout timer, armed for the oldest unanswered batch: a batch still unanswered after `timeout`
+  // fails the task even when no record arrives to notice it. Later batches' deadlines are not earlier, so when it
+  // fires it fails the task or re-arms for the batch that is then the oldest.
+  void arm_timeout_timer() {
+    if (timeout_armed_) return;
+    const std::optional<std::chrono::steady_clock::time_point> deadline = call_->oldest_deadline();
+    if (!deadline) return;
+    const int64_t left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now()).count();
+    timeout_armed_ = true;
+    ++timers_;
+    auto alive = alive_;
     this->services_->register_processing_timer(
-        this->services_->processing_clock().now_ms() + fn_.spec.batch_max_delay_ms, [this, alive, id](TimestampMs) {
+        this->services_->processing_clock().now_ms() + std::max<int64_t>(0, left) + 1, [this, alive](TimestampMs) {
           if (!alive->load()) return;
+          timeout_armed_ = false;
           call_user_function(this->name(), [&] {
-            call_->check_timeout(results_);
-            if (call_->open_id() == id && call_->open_count() > 0) call_->send(results_);
+            call_->check_timeout(results_);  // past its deadline: fails now
+            if (call_->idle() && call_->open_count() > 0) call_->send(results_);
             drain();
+            arm_timeout_timer();
           });
         });
   }
@@ -279,6 +328,10 @@ class ExternalMapOperator final : public OneInputOperator<T>, OutputOf<R> {
   std::deque<RecordResult> results_;
   std::shared_ptr<std::atomic<bool>> alive_;
   std::shared_ptr<std::atomic<bool>> posted_ = std::make_shared<std::atomic<bool>>(false);
+  TimestampMs opened_ms_ = 0;   // processing time the open batch got its first record
+  bool delay_armed_ = false;    // a batch-max-delay timer is pending
+  bool timeout_armed_ = false;  // a timeout timer is pending
+  uint64_t timers_ = 0;         // timers registered, for the figures at close
 };
 
 namespace detail {

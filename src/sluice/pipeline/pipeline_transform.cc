@@ -466,6 +466,8 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
       // delay); a busy one lets the batch grow until it is full, the worker is idle again or the delay runs out.
       if (st.open_count >= static_cast<size_t>(functions_[fn->second].spec.batch_size) || st.in_flight.empty()) {
         send_batch(fn->second);
+      } else if (!st.delay_armed) {
+        arm_delay_timer(fn->second, st.opened_ms + functions_[fn->second].spec.batch_max_delay_ms);
       }
     }
     max_pending_seen_ = std::max(max_pending_seen_, pending_.size());
@@ -495,10 +497,10 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
       // The figures that show the bounds held (tests read them; operators see the batching at work).
       spdlog::info(
           "pipeline '{}': function {} subtask {}: {} records in {} batches, at most {} batches in flight (bound {}), "
-          "at most {} changes queued (bound {})",
+          "at most {} changes queued (bound {}), {} timers",
           logic_.spec().pipeline.name, functions_[i].display, ctx_->subtask_index(), states_[i].records_sent,
           states_[i].batches_sent, states_[i].max_in_flight_seen, functions_[i].spec.max_in_flight, max_pending_seen_,
-          max_pending_ + 1);
+          max_pending_ + 1, states_[i].timers);
     }
     states_.clear();  // kills the workers and joins their threads
     logic_.close();
@@ -530,6 +532,10 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     uint64_t batches_sent = 0;
     uint64_t records_sent = 0;
     size_t max_in_flight_seen = 0;
+    TimestampMs opened_ms = 0;   // processing time the open batch got its first record
+    bool delay_armed = false;    // a batch-max-delay timer is pending
+    bool timeout_armed = false;  // a timeout timer is pending
+    uint64_t timers = 0;         // timers registered, for the figures at close
   };
 
   bool any_in_flight() const {
@@ -541,17 +547,57 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
   void open_batch(size_t f) {
     FunctionState& st = states_[f];
     st.batch.open(st.next_id);
-    const int64_t id = st.next_id;
-    const int64_t delay = functions_[f].spec.batch_max_delay_ms;
+    st.opened_ms = services_->processing_clock().now_ms();
+  }
+
+  // At most one batch-max-delay timer per function, and only for a batch that stays open: most batches at a low
+  // rate go to an idle worker at once and need none (a timer per batch kept tens of thousands pending).
+  void arm_delay_timer(size_t f, TimestampMs at) {
+    FunctionState& st = states_[f];
+    st.delay_armed = true;
+    ++st.timers;
     auto alive = alive_;
-    services_->register_processing_timer(services_->processing_clock().now_ms() + delay,
-                                         [this, alive, f, id](TimestampMs) {
-                                           if (!alive->load()) return;
-                                           FunctionState& s = states_[f];
-                                           if (s.next_id == id && s.open_count > 0) {
-                                             call_user_function(this->name(), [&] { send_batch(f); });
-                                           }
-                                         });
+    services_->register_processing_timer(at, [this, alive, f](TimestampMs) {
+      if (!alive->load()) return;
+      FunctionState& s = states_[f];
+      s.delay_armed = false;
+      if (s.open_count == 0) return;
+      const TimestampMs due = s.opened_ms + functions_[f].spec.batch_max_delay_ms;
+      if (services_->processing_clock().now_ms() >= due) {
+        call_user_function(this->name(), [&] { send_batch(f); });
+      } else {
+        arm_delay_timer(f, due);  // the batch this timer was armed for went out; the open one is younger
+      }
+    });
+  }
+
+  // At most one timeout timer per function, armed for the oldest unanswered batch: a batch still unanswered
+  // after `timeout` fails the task even when no record arrives to notice it. Later batches' deadlines are not
+  // earlier, so when it fires it fails the task or re-arms for the batch that is then the oldest.
+  void arm_timeout_timer(size_t f) {
+    FunctionState& st = states_[f];
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        st.in_flight.front().sent + std::chrono::milliseconds(functions_[f].spec.timeout_ms) -
+        std::chrono::steady_clock::now());
+    st.timeout_armed = true;
+    ++st.timers;
+    auto alive = alive_;
+    services_->register_processing_timer(
+        services_->processing_clock().now_ms() + std::max<int64_t>(0, left.count()) + 1, [this, alive, f](TimestampMs) {
+          if (!alive->load()) return;
+          states_[f].timeout_armed = false;
+          call_user_function(this->name(), [&] {
+            poll_all();
+            FunctionState& s = states_[f];
+            if (s.in_flight.empty() || s.timeout_armed) return;
+            if (std::chrono::steady_clock::now() >=
+                s.in_flight.front().sent + std::chrono::milliseconds(functions_[f].spec.timeout_ms)) {
+              await_reply(f);  // past its deadline already: fails now
+            } else {
+              arm_timeout_timer(f);
+            }
+          });
+        });
   }
 
   // Sends the open batch of function `f`, first waiting while `max-in-flight` batches are unanswered.
@@ -567,22 +613,9 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
     ++st.batches_sent;
     st.records_sent += st.open_count;
     st.max_in_flight_seen = std::max(st.max_in_flight_seen, st.in_flight.size());
-    const int64_t id = st.next_id;
     ++st.next_id;
     st.open_count = 0;
-    // A batch still unanswered after `timeout` fails the task even when no record arrives to notice it.
-    auto alive = alive_;
-    services_->register_processing_timer(services_->processing_clock().now_ms() + spec.timeout_ms + 1,
-                                         [this, alive, f, id](TimestampMs) {
-                                           if (!alive->load()) return;
-                                           call_user_function(this->name(), [&] {
-                                             poll_all();
-                                             FunctionState& s = states_[f];
-                                             if (!s.in_flight.empty() && s.in_flight.front().id <= id) {
-                                               await_reply(f);  // past its deadline already: fails now
-                                             }
-                                           });
-                                         });
+    if (!st.timeout_armed) arm_timeout_timer(f);
   }
 
   // Blocks until function `f`'s oldest batch is answered; fails the task at its deadline.

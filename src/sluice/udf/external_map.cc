@@ -1,6 +1,7 @@
 #include "sluice/udf/external_map.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 
@@ -78,6 +79,8 @@ void ExternalCall::send(std::deque<RecordResult>& out) {
   Status s = worker_->send(frame_.close(), now + std::chrono::milliseconds(fn_.spec.timeout_ms));
   if (!s.ok()) throw SluiceException(s.error());
   in_flight_.push_back(InFlight{frame_.id(), frame_.count(), now});
+  ++batches_sent_;
+  records_sent_ += frame_.count();
   frame_.open(++next_id_);
 }
 
@@ -94,6 +97,15 @@ void ExternalCall::flush(std::deque<RecordResult>& out) {
   send(out);
   while (!in_flight_.empty())
     await_oldest(out);
+}
+
+std::optional<std::chrono::steady_clock::time_point> ExternalCall::oldest_deadline() const {
+  if (in_flight_.empty()) return std::nullopt;
+  return in_flight_.front().sent + std::chrono::milliseconds(fn_.spec.timeout_ms);
+}
+
+void ExternalCall::log_figures(uint64_t timers) const {
+  spdlog::info("function {}: {} records in {} batches, {} timers", display_, records_sent_, batches_sent_, timers);
 }
 
 void ExternalCall::check_timeout(std::deque<RecordResult>& out) {

@@ -3,18 +3,25 @@
 // subtask; a 34-digit decimal goes through Python and back exactly; a throw fails the job naming the function and
 // its stack and the record's position; with on_error = kDeadLetter, each record the function throws on is a dead
 // letter on the side output (record, position, error, stack) and the others go on; a missing module is refused
-// while the job is built.
+// while the job is built; at a trickle the operator keeps at most one timer of each kind, and the timeout timer
+// alone finds a batch that hangs when no further record arrives.
 #include "sluice/udf/external_map.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <thread>
 
 #include "sluice/api/stream_environment.h"
 #include "sluice/connectors/datagen.h"
+#include "sluice/core/logging.h"
 #include "test_util/collect_sink.h"
 
 namespace sluice::udf {
@@ -32,6 +39,22 @@ class ExternalMapTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // Adds a ring buffer to the default logger for this test (removed when the returned handle goes).
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> capture_log() {
+    init_logging();
+    auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+    spdlog::default_logger()->sinks().push_back(sink);
+    return std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>(sink.get(), [sink](auto*) {
+      auto& sinks = spdlog::default_logger()->sinks();
+      sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    });
+  }
+  static std::string logs(spdlog::sinks::ringbuffer_sink_mt& sink) {
+    std::string out;
+    for (const auto& l : sink.last_formatted())
+      out += l;
+    return out;
+  }
   std::string write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;
     return (dir_ / name).string();
@@ -214,6 +237,73 @@ TEST_F(ExternalMapTest, WithDeadLettersAThrowOnOneRecordGoesToTheSideOutputWithP
   ASSERT_TRUE(r2.error.has_value());
   EXPECT_NE(r2.error->to_string().find("on_error is dead-letter but the job reads no side output"), std::string::npos)
       << r2.error->to_string();
+}
+
+// A trickle (400 records/s): the worker is idle at nearly every record, so nearly every record is a batch of its
+// own. The operator keeps at most one timeout timer and one batch-max-delay timer; with both durations an hour
+// long none fires during the run, so at most 2 are ever registered (it was one delay timer per batch).
+TEST_F(ExternalMapTest, ATrickleOfRecordsKeepsAtMostOneTimeoutAndOneDelayTimer) {
+  auto log = capture_log();
+  ExternalFunction fn;
+  fn.module = write("id.js", "exports.f = (r) => r;\n");
+  fn.export_name = "f";
+  fn.batch_max_delay_ms = 3'600'000;
+  fn.timeout_ms = 3'600'000;
+  StreamEnvironment env;
+  env.set_parallelism(1);
+  auto out = std::make_shared<CollectedRecords<int64_t>>();
+  map_external<int64_t>(
+      env.from_source(datagen::sequence(1, 600, 400), "n"), fn,
+      [](const int64_t& n) {
+        return Value::object({{"n", Value(n)}});
+      },
+      [](const Value& r) { return r.find("n")->as_int64(); })
+      .sink_to(std::make_shared<CollectSink<int64_t>>(out));
+  JobResult r = env.execute();
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(out->all().size(), 600u);
+  const std::string l = logs(*log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(l, m, std::regex(R"(subtask 0: (\d+) records in (\d+) batches, (\d+) timers)"))) << l;
+  EXPECT_EQ(std::stoi(m[1]), 600);
+  EXPECT_GE(std::stoi(m[2]), 100) << "not a trickle: most records should go to an idle worker alone";
+  EXPECT_LE(std::stoi(m[3]), 2);
+}
+
+// The timeout timer alone finds a hung batch: no checkpoint flushes it, and the batch behind it is not sent before
+// it is full (batch_size 1000 at 50 records/s, batch_max_delay an hour, max_in_flight 2), so without the timer the
+// task would notice only ~40 s later. Earlier batches were answered, so the timer was re-armed for later ones.
+TEST_F(ExternalMapTest, ABatchThatHangsWithNoFurtherInputFailsTheTaskAtItsTimeout) {
+  ExternalFunction fn;
+  fn.module = write("hangs.js", "exports.f = (r) => { if (r.n === 40) for (;;) {} return r; };\n");
+  fn.export_name = "f";
+  fn.batch_size = 1000;
+  fn.batch_max_delay_ms = 3'600'000;
+  fn.timeout_ms = 300;
+  StreamEnvironment env;
+  env.set_parallelism(1);
+  map_external<int64_t>(
+      env.from_source(std::make_shared<DataGeneratorSource<int64_t>>([](int64_t i) { return i + 1; },
+                                                                     DataGeneratorSource<int64_t>::kUnbounded, 50),
+                      "n"),
+      fn,
+      [](const int64_t& n) {
+        return Value::object({{"n", Value(n)}});
+      },
+      [](const Value& r) { return r.find("n")->as_int64(); })
+      .sink_to(std::make_shared<CollectSink<int64_t>>(std::make_shared<CollectedRecords<int64_t>>()));
+  JobClient job = env.execute_async("hangs");
+  // A deadline for a condition, not a timing assertion: 15 s is far above the ~1.1 s the timer needs (record 40
+  // at 0.8 s, then 300 ms) and far below the ~40 s two more full batches would take.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (job.status() != JobStatus::kFailed && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const JobStatus status = job.status();
+  if (status != JobStatus::kFailed) job.cancel();
+  JobResult r = job.wait();
+  ASSERT_EQ(status, JobStatus::kFailed) << "the hung batch was not noticed within 15 s";
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_NE(r.error->to_string().find("was not answered within 300 ms"), std::string::npos) << r.error->to_string();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "sluice/core/logging.h"
 #include "sluice/pipeline/pipeline_runner.h"
@@ -396,6 +398,85 @@ exports.f = (change) => {
   EXPECT_EQ(std::stoi(m[3]), 2);
   EXPECT_LE(std::stoi(m[4]), 61);
   EXPECT_EQ(std::stoi(m[5]), 61);
+}
+
+// A trickle: the datagen source at 400 records/s, so the worker is idle at nearly every record and nearly every
+// record is a batch of its own. The operator keeps at most one timeout timer and one batch-max-delay timer per
+// function (a timer per batch kept ~60,000 pending at 2,000 records/s with the default 30 s timeout); with both
+// durations an hour long none fires during the run, so at most 2 are ever registered (it was 2 per batch).
+TEST_F(FunctionPipelineTest, ATrickleOfRecordsKeepsAtMostOneTimeoutAndOneDelayTimerPerFunction) {
+  write_module("fast.js", "exports.f = (change) => ({ n: change.after.amount_cents });\n");
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: fn
+  parallelism: 1
+  checkpoint: {{ interval: 1s, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 600, rate: 400, entities: 50 }}
+transform:
+  - match: "payments.public.charges"
+    key: key.id
+    function: {{ runtime: node, module: ./fast.js, export: f, timeout: 1h, batch-max-delay: 1h }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir_.string());
+  JobResult r = run(yaml);
+  ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+  EXPECT_EQ(events().size(), 600u);
+  const std::string l = logs();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      l, m, std::regex(R"(function f \(\./fast\.js\) subtask 0: (\d+) records in (\d+) batches, .*, (\d+) timers)")))
+      << l;
+  EXPECT_EQ(std::stoi(m[1]), 600);
+  EXPECT_GE(std::stoi(m[2]), 100) << "not a trickle: most records should go to an idle worker alone";
+  EXPECT_LE(std::stoi(m[3]), 2);
+}
+
+// The timeout timer alone finds a hung batch: no checkpoint flushes the batches, and the batch behind it grows
+// slowly and is not sent before it is full (batch-size 1000 at 50 records/s, batch-max-delay 1h, max-in-flight 2),
+// so without the timer the task would notice only ~40 s later, when two more batches were full. Earlier batches
+// were answered, so the timer was re-armed for later ones.
+TEST_F(FunctionPipelineTest, ABatchThatHangsWithNoFurtherInputFailsTheTaskAtItsTimeout) {
+  write_module("hangs.js", R"(
+exports.f = (change) => {
+  if (change.source.position === '40') for (;;) {}
+  return { n: change.after.amount_cents };
+};
+)");
+  const std::string yaml = fmt::format(R"(pipeline:
+  name: fn
+  parallelism: 1
+  restart: {{ strategy: none }}
+  checkpoint: {{ interval: 0, storage: "{0}/checkpoints" }}
+source: {{ type: datagen, count: 0, rate: 50, entities: 10 }}
+transform:
+  - match: "payments.public.charges"
+    key: key.id
+    function: {{ runtime: node, module: ./hangs.js, export: f, timeout: 300ms, batch-size: 1000,
+                batch-max-delay: 1h }}
+sink:
+  events: {{ type: files, path: "{0}/out" }}
+)",
+                                       dir_.string());
+  const fs::path file = dir_ / "pipeline.yaml";
+  std::ofstream(file) << yaml;
+  Result<PipelineSpec> spec = load_pipeline(file);
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Result<std::unique_ptr<PipelineRunner>> runner = PipelineRunner::create(*spec);
+  ASSERT_TRUE(runner.ok()) << runner.error().message();
+  ASSERT_TRUE((*runner)->start().ok());
+  // A deadline for a condition, not a timing assertion: 15 s is far above the ~1.1 s the timer needs (record 40
+  // at 0.8 s, then 300 ms) and far below the ~40 s two more full batches would take.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while ((*runner)->status() != JobStatus::kFailed && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const JobStatus status = (*runner)->status();
+  if (status != JobStatus::kFailed) (*runner)->cancel();
+  JobResult r = (*runner)->wait();
+  ASSERT_EQ(status, JobStatus::kFailed) << "the hung batch was not noticed within 15 s";
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_NE(r.error->to_string().find("was not answered within 300 ms (function.timeout"), std::string::npos)
+      << r.error->to_string();
 }
 
 TEST_F(FunctionPipelineTest, ATypeScriptModuleIsBundledWithEsbuildFromNpmAndItsStackNamesTheTsLines) {
