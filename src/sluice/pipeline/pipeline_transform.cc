@@ -592,10 +592,10 @@ class FunctionTransformOperator final : public OneInputOperator<cdc::ChangeEvent
             if (s.in_flight.empty() || s.timeout_armed) return;
             if (std::chrono::steady_clock::now() >=
                 s.in_flight.front().sent + std::chrono::milliseconds(functions_[f].spec.timeout_ms)) {
-              await_reply(f);  // past its deadline already: fails now
-            } else {
-              arm_timeout_timer(f);
+              await_reply(f);  // past its deadline: fails now, unless its reply arrived since the poll
             }
+            // Re-armed whatever happened above: a reply taken by await_reply leaves later batches in flight.
+            if (!s.in_flight.empty() && !s.timeout_armed) arm_timeout_timer(f);
           });
         });
   }
