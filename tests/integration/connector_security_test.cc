@@ -18,10 +18,11 @@
 //    handler: a plaintext client is refused, as by mongod --tlsMode requireTLS). Snapshot and change stream deliver
 //    every document; another CA fails the source naming the certificate check. The emulator has no
 //    authentication, so no MongoDB password is tested;
-//  * OpenSearch HTTPS with basic authentication is NOT tested: scripts/services/opensearch runs the integ-test
-//    distribution (org.opensearch.distribution.integ-test-zip 2.19.6), whose plugins/ is empty and whose modules/
-//    holds only transport-netty4 (`opensearch-plugin list` prints nothing): no security plugin, so no HTTPS and no
-//    users to authenticate;
+//  * an OpenSearch node with the security plugin (scripts/services/opensearch with SLUICE_OPENSEARCH_TLS_* and
+//    SLUICE_OPENSEARCH_USERS: opensearch-security 2.19.4.0 from Maven Central, HTTPS only, basic authentication, no
+//    anonymous access): a pipeline's OpenSearch sink with an https URL, `ca-file` and the password from the
+//    environment indexes every document (counted through the same HTTPS and user); a wrong password and a CA that
+//    did not sign the node's certificate each fail the job at once naming the cause, without retries or restarts;
 //  * the passwords and the private keys appear in no log line of the runs, nor on /health or /metrics.
 // Run: scripts/services/run-with kafka -- build/<dir>/tests/connector_security_test (two private brokers' JVM
 // starts, an initdb and an emulator: about 60 s).
@@ -47,6 +48,7 @@
 #include "integration/test_util/postgres.h"
 #include "integration/test_util/private_kafka.h"
 #include "integration/test_util/private_mongodb.h"
+#include "integration/test_util/private_opensearch.h"
 #include "integration/test_util/private_postgres.h"
 #include "sluice/core/logging.h"
 #include "sluice/core/value.h"
@@ -65,6 +67,7 @@ using sluice::testing::run_command;
 constexpr const char* kPgPassword = "pg-Secret-7f3a9c";
 constexpr const char* kKafkaPassword = "kafka-Secret-51be20";
 constexpr const char* kKafkaKeyPassword = "kafka-KeyPass-9c41d7";
+constexpr const char* kOpenSearchPassword = "os-Secret-4d2e8b";
 
 /// Captures the log lines of a run (the logger the job uses).
 class LogCapture {
@@ -607,6 +610,98 @@ TEST_F(ConnectorSecurityTest, MongoCdcSourceOverTls) {
     EXPECT_LE(took, 15'000);
   }
   expect_no_secret(key, log.lines(), nullptr);
+}
+
+TEST_F(ConnectorSecurityTest, OpenSearchSinkOverHttpsWithBasicAuthentication) {
+  make_ca("os", true);
+  make_ca("other", false);
+  const std::string d = dir_.string();
+  sluice::testing::PrivateOpenSearch node(
+      fmt::format("SLUICE_OPENSEARCH_TLS_CERT='{0}/os-server.crt' SLUICE_OPENSEARCH_TLS_KEY='{0}/os-server.key' "
+                  "SLUICE_OPENSEARCH_TLS_CA='{0}/os-ca.crt' SLUICE_OPENSEARCH_USERS='sluice:{1}'",
+                  d, kOpenSearchPassword));
+  const std::string url = node.url();
+  ASSERT_TRUE(url.starts_with("https://")) << "the private node did not start with TLS: " << url;
+  // What a client without the CA, without credentials, with a wrong password, or over plain HTTP gets.
+  auto status_of = [&](const std::string& args) {
+    return run_command(fmt::format("curl -s -o /dev/null -w '%{{http_code}}' {} '{}/' 2>&1; true", args, url));
+  };
+  EXPECT_EQ(status_of(fmt::format("--cacert '{}/os-ca.crt'", d)), "401") << "anonymous access";
+  EXPECT_EQ(status_of(fmt::format("--cacert '{}/os-ca.crt' -u sluice:wrong", d)), "401");
+  EXPECT_EQ(status_of(""), "000") << "a client trusting only the system's CAs";
+  EXPECT_EQ(status_of(fmt::format("--cacert '{}/os-ca.crt' -u 'sluice:{}'", d, kOpenSearchPassword)), "200");
+  auto count = [&](const std::string& index) {
+    const std::string out =
+        run_command(fmt::format("curl -s --cacert '{}/os-ca.crt' -u 'sluice:{}' '{}/{}/_count' 2>&1; true", d,
+                                kOpenSearchPassword, url, index));
+    Result<Value> v = Value::from_json(out);
+    const Value* n = v.ok() ? v->find("count") : nullptr;
+    return n != nullptr && n->is_int64() ? n->as_int64() : int64_t{-1};
+  };
+  auto yaml = [&](const std::string& name, const std::string& password_env, const std::string& ca) {
+    return fmt::format(R"(pipeline:
+  name: {1}
+  checkpoint: {{ interval: 200ms, storage: "{0}/checkpoints-{1}" }}
+  restart: {{ strategy: fixed-delay, attempts: 3, delay: 100ms }}
+source: {{ type: datagen, count: 300, entities: 300 }}
+transform:
+  - match: "payments.public.charges"
+    key: key.id
+sink:
+  events:
+    type: opensearch
+    url: "{2}"
+    index: {1}
+    username: sluice
+    password: "${{{3}}}"
+    ca-file: "{4}"
+    flush-interval: 100ms
+)",
+                       d, name, url, password_env, ca);
+  };
+  ::setenv("SLUICE_TEST_OS_PASSWORD", kOpenSearchPassword, 1);
+  ::setenv("SLUICE_TEST_OS_WRONG", "not-the-password", 1);
+  LogCapture log;
+  {
+    auto runner = runner_for(yaml("charges", "SLUICE_TEST_OS_PASSWORD", d + "/os-ca.crt"));
+    ASSERT_TRUE(runner);
+    ASSERT_TRUE(runner->start().ok());
+    JobResult r = runner->wait();
+    ASSERT_EQ(r.status, JobStatus::kFinished) << (r.error ? r.error->to_string() : "");
+    run_command(fmt::format("curl -s --cacert '{}/os-ca.crt' -u 'sluice:{}' -X POST '{}/charges/_refresh' 2>&1; true",
+                            d, kOpenSearchPassword, url));
+    const int64_t n = count("charges");
+    std::printf("opensearch over HTTPS with basic authentication: %lld of 300 documents\n", static_cast<long long>(n));
+    EXPECT_EQ(n, 300);
+    expect_no_secret(kOpenSearchPassword, log.lines(), runner.get());
+  }
+  // A wrong password: HTTP 401, the job fails at once (no restart: the same request fails the same way).
+  {
+    auto runner = runner_for(yaml("wrong-password", "SLUICE_TEST_OS_WRONG", d + "/os-ca.crt"));
+    ASSERT_TRUE(runner);
+    long long took = 0;
+    const std::string err = failure_of(runner.get(), &took);
+    std::printf("opensearch, wrong password: failed after %lld ms: %s\n", took, err.c_str());
+    EXPECT_NE(err.find("HTTP 401"), std::string::npos) << err;
+    EXPECT_NE(err.find("the cluster refused the sink's credentials"), std::string::npos) << err;
+    EXPECT_EQ(runner->client()->restarts(), 0) << err;
+    EXPECT_EQ(err.find("not-the-password"), std::string::npos) << err;
+  }
+  // A node certificate that the configured CA did not sign: no retry, no restart, the certificate check named.
+  {
+    auto runner = runner_for(yaml("wrong-ca", "SLUICE_TEST_OS_PASSWORD", d + "/other-ca.crt"));
+    ASSERT_TRUE(runner);
+    long long took = 0;
+    const std::string err = failure_of(runner.get(), &took);
+    std::printf("opensearch, wrong CA: failed after %lld ms: %s\n", took, err.c_str());
+    EXPECT_NE(err.find("certificate"), std::string::npos) << err;
+    EXPECT_NE(err.find("not recoverable by a restart"), std::string::npos) << err;
+    EXPECT_EQ(runner->client()->restarts(), 0) << err;
+    EXPECT_LE(took, 15'000);
+  }
+  expect_no_secret(kOpenSearchPassword, log.lines(), nullptr);
+  ::unsetenv("SLUICE_TEST_OS_PASSWORD");
+  ::unsetenv("SLUICE_TEST_OS_WRONG");
 }
 
 }  // namespace

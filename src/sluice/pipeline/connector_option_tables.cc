@@ -146,6 +146,12 @@ constexpr std::array kSinkOpenSearch{
               "external: the event's version orders writes; none: last write wins"},
     OptionDef{"username", K::kString, false, {}, "", "basic authentication"},
     OptionDef{"password", K::kString, false, {}, "", "basic authentication"},
+    OptionDef{"ca-file",
+              K::kString,
+              false,
+              {},
+              "",
+              "PEM file of the CA(s) that signed the cluster's HTTPS certificate; default: the system's trusted CAs"},
     OptionDef{"decimal-handling", K::kString, false, kDecimalHandling, "string",
               "string: decimals as exact JSON strings; number: JSON numbers, which dynamic mapping indexes rounded"},
 };

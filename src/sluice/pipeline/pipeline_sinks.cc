@@ -200,6 +200,11 @@ Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec
     if (!password.ok()) return password.error();
     b.basic_auth(s.options.get_string("username"), *password);
   }
+  if (s.options.find("ca-file")) {
+    Result<std::string> ca = sink_string(spec, s, "ca-file");
+    if (!ca.ok()) return ca.error();
+    b.ca_file(*ca);
+  }
   if (s.index_expression) {
     Expression e = *s.index_expression;
     b.index_selector([e](const RoutedEvent& r) { return eval_text(e, r.event, "the index expression"); });

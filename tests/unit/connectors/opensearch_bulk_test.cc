@@ -467,6 +467,21 @@ TEST(BulkSenderTest, GivesUpAfterMaxRetries) {
   EXPECT_EQ(h.transport.bodies().size(), 4u);
 }
 
+// A certificate the sink does not trust is a setting to fix, not a network blip: no retry, and the error is marked
+// so the restart strategy does not restart the job into the same failure.
+TEST(BulkSenderTest, DoesNotRetryAPermanentTransportErrorAndMarksItNonRecoverable) {
+  SenderHarness h;
+  h.transport.push(HttpResult{true, 0, "", "SSL peer certificate or SSH remote key was not OK (https://127.0.0.1:9200)",
+                              /*permanent=*/true});
+  BulkBatch b = batch_of({index_action("i", "1", "{}")});
+  BulkSender::Outcome o = h.sender.send(b);
+  ASSERT_TRUE(o.error.has_value());
+  EXPECT_THAT(o.error->message(), HasSubstr("SSL peer certificate or SSH remote key was not OK"));
+  EXPECT_THAT(o.error->message(), HasSubstr("not recoverable by a restart"));
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_EQ(h.transport.bodies().size(), 1u);
+}
+
 TEST(BulkSenderTest, DoesNotRetryOtherStatuses) {
   SenderHarness h;
   h.transport.push(http(413, "too large"));

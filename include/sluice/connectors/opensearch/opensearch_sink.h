@@ -305,6 +305,9 @@ struct HttpResult {
   int status = 0;              ///< HTTP status when there was a response
   std::string body;            ///< response body
   std::string error;           ///< transport error text (network_error) ; empty otherwise
+  /// A network_error that every retry and restart would meet again: the server's certificate is not trusted
+  /// or does not name the host, the CA file or the client certificate cannot be used, a malformed URL.
+  bool permanent = false;
 };
 
 /// Sends bulk bodies. One instance per writer, used by its I/O thread only; abort() may be called from any thread.

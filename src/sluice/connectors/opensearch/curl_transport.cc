@@ -86,6 +86,7 @@ class CurlBulkTransport final : public BulkTransport {
     const CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK) {
       r.network_error = true;
+      r.permanent = is_permanent(rc);
       r.error = redact_secrets(
           fmt::format("{} ({}){}{}", curl_easy_strerror(rc), base, errbuf_[0] != '\0' ? ": " : "", errbuf_));
       ++current_;  // the next URL of the list, if any
@@ -102,6 +103,24 @@ class CurlBulkTransport final : public BulkTransport {
   void abort() override { aborted_.store(true, std::memory_order_relaxed); }
 
  private:
+  // Failures of the configuration, not of the network: a retry or a restart meets them again. A handshake that
+  // fails otherwise (CURLE_SSL_CONNECT_ERROR: a reset mid-handshake, a server still starting) stays retryable.
+  static bool is_permanent(CURLcode rc) {
+    switch (rc) {
+      case CURLE_PEER_FAILED_VERIFICATION:  // the certificate is not signed by a trusted CA or names another host
+      case CURLE_SSL_CACERT_BADFILE:
+      case CURLE_SSL_CERTPROBLEM:  // the client certificate
+      case CURLE_SSL_ISSUER_ERROR:
+      case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+      case CURLE_SSL_CRL_BADFILE:
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+        return true;
+      default:
+        return false;
+    }
+  }
+
   static size_t on_data(char* data, size_t size, size_t n, void* self) {
     static_cast<CurlBulkTransport*>(self)->response_.append(data, size * n);
     return size * n;

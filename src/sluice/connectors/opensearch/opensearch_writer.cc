@@ -75,6 +75,13 @@ BulkSender::Outcome BulkSender::send(const BulkBatch& batch) {
     add(st ? &st->requests : nullptr, 1);
     add(st ? &st->bytes_sent : nullptr, static_cast<int64_t>(body.size()));
     HttpResult r = transport_.post_bulk(body);
+    if (r.network_error && r.permanent) {
+      // A certificate the sink does not trust, a CA file it cannot read: the same after any retry or restart.
+      out.error = mark_non_recoverable(
+          Error(ErrorCode::kConnector, fmt::format("bulk request of {} actions failed: {}", pending.size(), r.error)),
+          "the sink's TLS settings or URL do not fit the cluster (check url, ca-file and the server's certificate)");
+      return out;
+    }
     if (r.network_error) {
       last_error = "network error: " + r.error;
     } else if (is_retryable_status(r.status)) {
