@@ -24,6 +24,7 @@
 #include "sluice/api/operator.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/task_lease.h"
+#include "sluice/core/thread_checker.h"
 #include "sluice/operators/source_operator.h"
 #include "sluice/runtime/barrier_handler.h"
 #include "sluice/runtime/checkpoint_barrier.h"
@@ -245,6 +246,8 @@ class Task final : public TaskServices, public CreditWaiter {
   std::atomic<bool> cancelled_{false};
   std::atomic<TaskState> state_{TaskState::kCreated};
   std::thread thread_;
+  // Bound to thread_ when it starts: the "task thread only" members check it (debug builds).
+  ThreadChecker task_thread_;
 
   Mailbox mailbox_;
   // Processing-time timers (task thread only), earliest first; ties fire in registration order.

@@ -9,6 +9,7 @@
 
 #include "sluice/core/cancellation.h"
 #include "sluice/core/fault_points.h"
+#include "sluice/core/thread_checker.h"
 #include "sluice/state/operator_state.h"
 
 namespace sluice {
@@ -128,6 +129,8 @@ void Task::wakeup_at(TimestampMs time_ms) {
 }
 
 void Task::register_processing_timer(TimestampMs time_ms, std::function<void(TimestampMs)> callback) {
+  // From another thread it would race with fire_due_timers on the heap: the timer could be lost or the heap broken.
+  SLUICE_DCHECK_ON_THREAD(task_thread_, "Task::register_processing_timer (TaskServices, task thread only)");
   timers_.push(ProcessingTimer{time_ms, timer_seq_++, std::move(callback)});
 }
 
@@ -190,6 +193,7 @@ Error Task::describe_failure(const std::string& operator_name, const std::string
 void Task::run() {
   // Task threads are recognisable in top, gdb and the tests (the kernel keeps at most 15 characters).
   pthread_setname_np(pthread_self(), "sluice-task");
+  task_thread_.bind();
   // Blocking connector calls (a Kafka flush) check it between bounded waits (core/cancellation.h).
   set_current_task_cancel_flag(&cancelled_);
   set_current_task_lease(options_.lease);
@@ -425,6 +429,7 @@ void Task::run_input_loop() {
 }
 
 void Task::process_mails() {
+  SLUICE_DCHECK_ON_THREAD(task_thread_, "Task::process_mails");
   if (!mailbox_.has_mail()) return;
   for (auto& m : mailbox_.take_all())
     m();
@@ -447,6 +452,7 @@ StreamInputProcessor::Status Task::process_input() {
 }
 
 void Task::fire_due_timers() {
+  SLUICE_DCHECK_ON_THREAD(task_thread_, "Task::fire_due_timers");
   if (timers_.empty()) return;
   const TimestampMs now = options_.clock->now_ms();
   while (!timers_.empty() && timers_.top().time <= now) {
