@@ -249,6 +249,10 @@ std::pair<CLI::App*, CLI::App*> add_cluster_commands(CLI::App& app, ClusterFlags
   jm->add_flag("--allow-non-restored-state", f.allow_non_restored,
                "Start even if the savepoint holds state of an operator the job no longer has "
                "(execution.state-recovery.ignore-unclaimed-state)");
+  jm->add_option("--linger", f.linger,
+                 "Keep the REST API serving this long after the job ended (e.g. 10s): the job stays listed with its "
+                 "final state and counts, and /metrics and /health can be scraped")
+      ->capture_default_str();
   jm->fallthrough();
 
   auto* tm = app.add_subcommand(
@@ -286,6 +290,11 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   std::optional<std::string> address = option(p->cluster, options::kJobManagerRpcAddress);
   std::optional<int32_t> port = option(p->cluster, options::kJobManagerRpcPort);
   if (!address || !port) return 2;
+  Result<int64_t> linger_ms = parse_duration_ms(f.linger);
+  if (!linger_ms.ok() || *linger_ms < 0) {
+    fmt::print(stderr, "error: --linger '{}' is not a duration (e.g. 0, 500ms, 10s)\n", f.linger);
+    return 2;
+  }
   const std::string& name = p->spec.pipeline.name;
   const int needed = p->fingerprint.required_slots;
   std::optional<BuiltJob> built = build_job(*p);
@@ -666,6 +675,12 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   // A stop-with-savepoint ends the job: `sluice stop` (or any REST client) still has to fetch its result.
   if (rest && !rest->wait_for_fetched_operations(std::chrono::seconds(10))) {
     spdlog::warn("a savepoint's result was not fetched by a REST client within 10 s");
+  }
+  if (rest && *linger_ms > 0 && g_signal.load() == 0) {
+    spdlog::info("JobManager: the REST API serves the ended job for {} ms more (--linger)", *linger_ms);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*linger_ms);
+    while (std::chrono::steady_clock::now() < until && g_signal.load() == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (rest) rest->stop();
   master.reset();

@@ -19,6 +19,7 @@ struct ClusterFlags {
   std::string from_savepoint;       ///< the JobManager's -s: execution.state-recovery.path
   bool allow_non_restored = false;  ///< the JobManager's --allow-non-restored-state
   int http_port = -1;               ///< the TaskManager's /health and /metrics; -1 none, 0 any free port
+  std::string linger = "0";  ///< the JobManager's --linger: keep the REST API serving this long after the job ended
 };
 
 /// Adds `jobmanager` and `taskmanager` to `app`; returns them.

@@ -9,7 +9,8 @@
 //  and the
 //    surviving TaskManager's tasks are cancelled;
 //  * a SIGSTOPped TaskManager is declared lost after heartbeat.timeout, the job fails naming it, and when it wakes
-//    (SIGCONT) it cancels its stale tasks at once: no output file changes after the wake.
+//    (SIGCONT) it cancels its stale tasks at once: no output file changes after the wake;
+//  * the JobManager's REST API counts the records of the TaskManagers' tasks, while the job runs and at its end.
 // Heartbeats: interval 250 ms, timeout 3 s. About 30-60 s in all on a loaded two-core machine.
 #include <gtest/gtest.h>
 
@@ -359,6 +360,67 @@ std::map<std::string, std::string> snapshot_files(const fs::path& dir) {
     files[fs::relative(e.path(), dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
   }
   return files;
+}
+
+// The JobManager's REST API counts the records of the TaskManagers' tasks (Flink's vertex and subtask metrics):
+// while the job runs from each heartbeat's counters (a RUNNING sink subtask with records read), and once it ended
+// from each task's final counters: the source vertex wrote every record into the keyed exchange, the sink vertex
+// read every one, its subtasks' counts add up to that, and /metrics has the task series. The JobManager lingers
+// after the job (--linger) to be asked.
+TEST_F(ClusterJobTest, TheJobManagerCountsTheRecordsOfTheTaskManagersTasks) {
+  constexpr int64_t kCount = 6'000;
+  ClusterHarness& c = cluster(pipeline("out", 4, kCount, 2000));
+  ChildProcess* jm = c.start_jobmanager(0, kStart, {"--linger", "120s"});
+  ASSERT_NE(jm, nullptr);
+  c.start_taskmanager(2);
+  c.start_taskmanager(2);
+  auto sink_subtasks = [&]() -> std::vector<Value> {
+    const auto sink = c.get("/jobs/" + c.job_id() + "/vertices/1");
+    const Value* list = sink ? sink->find("subtasks") : nullptr;
+    return list != nullptr && list->is_array() ? list->as_array() : std::vector<Value>{};
+  };
+  auto records = [](const Value& v, const char* key) {
+    const Value* m = v.find("metrics");
+    const Value* n = m != nullptr ? m->find(key) : nullptr;
+    return n != nullptr && n->is_int64() ? n->as_int64() : int64_t{-1};
+  };
+  // While it runs: a sink subtask the JobManager calls RUNNING with records read (a heartbeat's counters).
+  ASSERT_TRUE(poll_until(
+      [&] {
+        for (const Value& st : sink_subtasks()) {
+          if (str(st, "status") == "RUNNING" && records(st, "read-records") > 0) return true;
+        }
+        return false;
+      },
+      kStart, 50ms))
+      << c.logs();
+  ASSERT_TRUE(jm->await_line(std::regex("job 'cluster-job-test' FINISHED"), kFinish)) << jm->output();
+  ASSERT_TRUE(jm->await_line(std::regex("serves the ended job for"), 10s)) << jm->output();
+  const auto details = c.get("/jobs/" + c.job_id());
+  ASSERT_TRUE(details.has_value());
+  EXPECT_EQ(str(*details, "state"), "FINISHED");
+  const Value* vertices = details->find("vertices");
+  ASSERT_TRUE(vertices != nullptr && vertices->as_array().size() == 2) << details->to_json();
+  const Value& source = vertices->as_array()[0];
+  const Value& sink = vertices->as_array()[1];
+  std::cout << "source vertex: " << source.find("metrics")->to_json()
+            << "\nsink vertex: " << sink.find("metrics")->to_json() << "\n";
+  EXPECT_EQ(records(source, "write-records"), kCount) << source.to_json();
+  EXPECT_EQ(records(sink, "read-records"), kCount) << sink.to_json();
+  EXPECT_GT(records(sink, "read-bytes"), 0) << "the keyed exchange's bytes: " << sink.to_json();
+  int64_t sum = 0;
+  const std::vector<Value> subtasks = sink_subtasks();
+  ASSERT_EQ(subtasks.size(), 4u);
+  for (const Value& st : subtasks) {
+    EXPECT_EQ(str(st, "status"), "FINISHED") << st.to_json();
+    EXPECT_GT(records(st, "read-records"), 0) << st.to_json();
+    sum += records(st, "read-records");
+  }
+  EXPECT_EQ(sum, kCount);
+  // /metrics: the Flink-named task series of the TaskManagers' tasks, on the JobManager.
+  const auto [status, text] = c.http_get("/metrics");
+  ASSERT_EQ(status, 200);
+  EXPECT_NE(text.find("flink_taskmanager_job_task_numRecordsIn"), std::string::npos) << text.substr(0, 2000);
 }
 
 TEST_F(ClusterJobTest, AStoppedTaskManagerIsDeclaredLostAndItsStaleTasksWriteNothingAfterItWakes) {

@@ -24,6 +24,7 @@
 #include "sluice/cluster/failover_regions.h"
 #include "sluice/cluster/restart_strategy.h"
 #include "sluice/cluster/task_deployment.h"
+#include "sluice/cluster/task_metrics.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
@@ -272,8 +273,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
     for (const auto& r : regions_) {
       if (!r.attempt) continue;
       for (const auto& t : r.attempt->tasks) {
-        SubtaskMetrics& m = subtask_entry(out, *t);
-        add_live(m, *t);
+        add_task_metrics(subtask_entry(out, *t), *t, jg_);
       }
     }
     // An attempt being torn down is neither in its region nor in the totals yet: keep what was reported, so
@@ -474,58 +474,7 @@ class LocalJob final : public JobClient::Impl, public TaskListener, public Check
   mutable std::map<std::pair<int, int>, SubtaskMetrics> reported_subtasks_;
 
   SubtaskMetrics& subtask_entry(std::map<std::pair<int, int>, SubtaskMetrics>& m, const Task& t) const {
-    const Task::Options& o = t.options();
-    SubtaskMetrics& e = m[{o.vertex_id, o.subtask_index}];
-    e.vertex_id = o.vertex_id;
-    e.task_name = o.vertex_name;
-    e.subtask_index = o.subtask_index;
-    e.parallelism = o.parallelism;
-    e.attempt = o.attempt;
-    if (e.operators.size() != t.operators().size()) {
-      e.operators.resize(t.operators().size());
-      for (size_t i = 0; i < e.operators.size(); ++i) {
-        e.operators[i].name = t.operators()[i]->name();
-        e.operators[i].uid = i < t.operator_uids().size() ? t.operator_uids()[i] : std::string();
-      }
-      // The task's operators are its vertex's chained nodes in order: mark those feeding a job edge.
-      if (o.vertex_id >= 0 && static_cast<size_t>(o.vertex_id) < jg_.vertices.size()) {
-        const JobVertex& v = jg_.vertices[static_cast<size_t>(o.vertex_id)];
-        for (int je : v.outputs) {
-          const int node = jg_.edges[static_cast<size_t>(je)].source_node;
-          for (size_t i = 0; i < v.chained_nodes.size() && i < e.operators.size(); ++i) {
-            if (v.chained_nodes[i] == node) e.operators[i].network_output = true;
-          }
-        }
-      }
-    }
-    return e;
-  }
-  // Adds a task's counters to `m` (relaxed reads of single-writer values: a scrape never stops a task).
-  static void add_live(SubtaskMetrics& m, const Task& t) {
-    const TaskIoMetrics& io = t.io_metrics();
-    const int64_t start = io.start_ns.load(std::memory_order_relaxed);
-    int64_t end = io.end_ns.load(std::memory_order_relaxed);
-    m.running = start != 0 && end == 0;
-    if (start != 0) {
-      if (end == 0) {
-        end = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-                  .count();
-      }
-      m.run_ns += end - start;
-    }
-    m.bytes_in += io.bytes_in.load(std::memory_order_relaxed);
-    m.bytes_out += io.bytes_out.load(std::memory_order_relaxed);
-    m.idle_ns += io.idle_ns.load(std::memory_order_relaxed);
-    m.backpressured_ns += io.backpressured_ns.load(std::memory_order_relaxed);
-    const auto& ops = t.operators();
-    for (size_t i = 0; i < ops.size() && i < m.operators.size(); ++i) {
-      m.operators[i].records_in += ops[i]->metrics().records_in.get();
-      m.operators[i].records_out += ops[i]->metrics().records_out.get();
-      if (i < io.input_watermarks.size()) {
-        m.operators[i].input_watermark = io.input_watermarks[i].load(std::memory_order_relaxed);
-        m.operators[i].output_watermark = io.output_watermarks[i].load(std::memory_order_relaxed);
-      }
-    }
+    return m[{t.options().vertex_id, t.options().subtask_index}];
   }
   JobResult result_;
 };
@@ -1011,7 +960,7 @@ void LocalJob::teardown_locked(Region& r, std::unique_lock<std::mutex>& lock) {
   }
   for (auto& t : a->tasks) {
     SubtaskMetrics& m = subtask_entry(subtask_totals_, *t);
-    add_live(m, *t);
+    add_task_metrics(m, *t, jg_);
     m.running = false;
     for (auto& o : m.operators) {  // watermarks are the live attempt's; a restarted one starts from none
       o.input_watermark = o.output_watermark = std::numeric_limits<int64_t>::min();

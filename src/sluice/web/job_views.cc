@@ -213,7 +213,9 @@ std::string subtask_state(const SubtaskMetrics* m, JobStatus job) {
 }
 
 std::string subtask_state(const JobSnapshot& job, int vertex, int subtask, const SubtaskMetrics* m) {
-  if (m == nullptr && job.status == JobStatus::kRunning) {
+  // A cluster's JobManager knows the execution state of what it deployed; counters that do not say "running" may be
+  // a heartbeat sent while the task's thread starts, or a failed attempt's before the new one reports.
+  if ((m == nullptr || !m->running) && job.status == JobStatus::kRunning) {
     for (const auto& l : job.locations) {
       if (l.vertex == vertex && l.subtask == subtask && !l.execution_state.empty()) return l.execution_state;
     }

@@ -27,7 +27,9 @@
 // parallelism gets its keyed state by key group and its operator state round robin (each TaskManager assigns
 // its subtasks' share from the savepoint's `_metadata`).
 //
-// Not yet (issue 21): per-operator counters from the TaskManagers.
+// Counters (subtask_metrics(), operator_stats(): the REST API's vertex and subtask metrics, /metrics): each
+// TaskManager's heartbeats carry the counters of its running tasks and each task's end its final ones
+// (SubtaskMetricsStore); a subtask's attempts add up.
 //
 // Threading: one master thread (started by start()) does every RPC; JobEvents and JobClient calls are
 // thread-safe and only queue work for it.
@@ -51,6 +53,7 @@
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/cluster/jobmanager/jobmanager_server.h"
 #include "sluice/cluster/jobmanager/slot_assignment.h"
+#include "sluice/cluster/jobmanager/subtask_metrics_store.h"
 #include "sluice/cluster/restart_strategy.h"
 #include "sluice/core/clock.h"
 #include "sluice/graph/job_graph.h"
@@ -145,11 +148,14 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   }
   int restarts() const override;
   std::vector<JobExceptionInfo> exceptions() const override;
+  std::vector<SubtaskMetrics> subtask_metrics() const override;
+  std::vector<OperatorStats> operator_stats() const override;
 
   // --- JobEvents (gRPC / monitor threads) ---
   void on_task_state(const TaskStateReport& report) override;
   void on_task_manager_closed(const ClosedRegistration& closed) override;
   void on_checkpoint_ack(CheckpointAckReport&& report) override;
+  void on_subtask_metrics(std::vector<SubtaskMetrics>&& metrics) override;
 
   // --- CheckpointJobHooks (the coordinator's thread, its lock held) ---
   bool ready_for_checkpoint() override;
@@ -205,6 +211,8 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   void stop_coordinator(std::unique_lock<std::mutex>& lock);
   void cancel_deployed(const std::string& reason, const std::string& except_registration);
   void finish_locked(JobStatus status, std::optional<Error> error);
+  /// Whether counters of deployment attempt `attempt` are this JobManager's to count (mu_ held).
+  bool counts_attempt_locked(int attempt) const;
 
   const JobMasterOptions options_;
   const JobGraph& jg_;
@@ -238,6 +246,7 @@ class JobMaster final : public JobClient::Impl, public JobEvents, public Checkpo
   std::optional<RestorePoint> initial_restore_;
   std::vector<JobExceptionInfo> exceptions_;
   JobResult result_;
+  SubtaskMetricsStore metrics_;  // thread-safe on its own
 };
 
 }  // namespace sluice

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/api/job.h"
 #include "sluice/checkpoint/checkpoint_metadata.h"
 #include "sluice/cluster/cluster_options.h"
 #include "sluice/cluster/jobmanager/task_manager_registry.h"
@@ -38,8 +39,9 @@ struct TaskStateReport {
   int subtask = 0;
   int attempt = 0;
   TaskState state = TaskState::kRunning;
-  std::optional<Error> error;  ///< for kFailed: the task's error (its code's name and text)
-  bool end_of_input = false;   ///< kRunning: the task consumed its input and waits for a final checkpoint
+  std::optional<Error> error;             ///< for kFailed: the task's error (its code's name and text)
+  bool end_of_input = false;              ///< kRunning: the task consumed its input and waits for a final checkpoint
+  std::optional<SubtaskMetrics> metrics;  ///< with a final state: the task's counters at its end
 };
 
 /// A task's acknowledgement (its state files written, with their handles) or decline of a checkpoint.
@@ -70,6 +72,8 @@ class JobEvents {
   virtual void on_task_manager_closed(const ClosedRegistration& closed) = 0;
   /// A task acknowledged or declined a checkpoint (AcknowledgeCheckpoint / DeclineCheckpoint).
   virtual void on_checkpoint_ack(CheckpointAckReport&& /*report*/) {}
+  /// An accepted heartbeat's counters of the tasks running on that TaskManager.
+  virtual void on_subtask_metrics(std::vector<SubtaskMetrics>&& /*metrics*/) {}
 };
 
 /// A source reader subtask's connection as the latest heartbeat of the TaskManager running it reported it.

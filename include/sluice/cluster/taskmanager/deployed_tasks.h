@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/api/job.h"
 #include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/cluster/task_deployment.h"
 #include "sluice/core/clock.h"
@@ -46,6 +47,7 @@ struct TaskEnd {
   int attempt = 0;
   TaskState state = TaskState::kFinished;
   std::optional<Error> error;
+  std::optional<SubtaskMetrics> metrics;  ///< on_end: the task's counters at its end
 };
 
 struct DeploymentSpec {
@@ -101,6 +103,8 @@ class DeployedTasks final : private TaskListener {
   size_t task_count() const { return tasks_.size(); }
   /// Tasks that have not terminated yet.
   size_t running() const { return tasks_.size() - terminated_.load(); }
+  /// Every task's counters as they are now (for the heartbeats). Any thread while this object lives.
+  std::vector<SubtaskMetrics> task_metrics() const;
 
   /// The data plane's counters of this attempt, logged when its last task ends (the backpressure test reads
   /// them): the buffer pool's cap and peak in flight, the remote channels' credit and buffers, and how long each
@@ -115,6 +119,7 @@ class DeployedTasks final : private TaskListener {
 
   const int attempt_;
   Listener listener_;
+  const JobGraph* jg_ = nullptr;  // deploy()'s, which outlives this
   NetworkBufferPool* pool_ = nullptr;
   std::atomic<size_t> terminated_{0};
   // Declaration order is teardown order reversed: tasks go first (their input processors recycle held

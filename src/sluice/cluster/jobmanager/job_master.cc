@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <limits>
 #include <random>
 #include <set>
 #include <thread>
@@ -478,9 +479,43 @@ std::vector<JobExceptionInfo> JobMaster::exceptions() const {
 void JobMaster::on_task_state(const TaskStateReport& report) {
   {
     std::lock_guard lock(mu_);
+    // Before the event is queued: when the master thread sees the job's last task end, its counts are in.
+    if (report.metrics && counts_attempt_locked(report.metrics->attempt)) {
+      metrics_.record(*report.metrics, report.state != TaskState::kRunning);
+    }
     events_.push_back(report);
   }
   cv_.notify_all();
+}
+
+bool JobMaster::counts_attempt_locked(int attempt) const {
+  // An attempt of this JobManager (a former leader's, or a TaskManager's stale deployment of a JobManager that ran
+  // before this one, would freeze or skew the counts).
+  return attempt >= options_.first_attempt && attempt <= attempt_;
+}
+
+void JobMaster::on_subtask_metrics(std::vector<SubtaskMetrics>&& metrics) {
+  std::lock_guard lock(mu_);
+  for (const SubtaskMetrics& m : metrics) {
+    if (counts_attempt_locked(m.attempt)) metrics_.record(m, false);
+  }
+}
+
+std::vector<OperatorStats> JobMaster::operator_stats() const {
+  {
+    std::lock_guard lock(mu_);
+    if (terminal_) return result_.operators;  // as local mode: the counts the job ended with
+  }
+  return metrics_.operators();
+}
+
+std::vector<SubtaskMetrics> JobMaster::subtask_metrics() const {
+  int live_attempt;
+  {
+    std::lock_guard lock(mu_);
+    live_attempt = terminal_ ? std::numeric_limits<int>::min() : attempt_;
+  }
+  return metrics_.subtasks(live_attempt);
 }
 
 void JobMaster::on_task_manager_closed(const ClosedRegistration& closed) {
@@ -713,6 +748,7 @@ void JobMaster::finish_locked(JobStatus status, std::optional<Error> error) {
   result_.status = status;
   result_.error = std::move(error);
   result_.duration = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+  result_.operators = metrics_.operators();
 
   if (status == JobStatus::kFailed) {
     spdlog::error("job '{}' ({}) FAILED: {}", options_.job_name, options_.job_id, result_.error->to_string());

@@ -14,6 +14,7 @@
 
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/rpc/state_handle_proto.h"
+#include "sluice/cluster/rpc/subtask_metrics_proto.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
 
 namespace sluice {
@@ -211,6 +212,14 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     switch (v) {
       case HeartbeatVerdict::kAccepted:
         log_source_changes(req->resource_id(), before, reported);
+        if (req->subtask_metrics_size() > 0) {
+          std::vector<SubtaskMetrics> metrics;
+          metrics.reserve(static_cast<size_t>(req->subtask_metrics_size()));
+          for (const v1::SubtaskMetricsStatus& m : req->subtask_metrics())
+            metrics.push_back(rpc::from_proto(m));
+          std::lock_guard lock(listener_mu_);
+          if (events_ != nullptr) events_->on_subtask_metrics(std::move(metrics));
+        }
         resp->set_jobmanager_id(id_);
         resp->set_timestamp_ms(clock_.now_ms());
         return grpc::Status::OK;
@@ -271,6 +280,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     r.attempt = req->subtask().attempt();
     r.state = *state;
     r.end_of_input = req->end_of_input();
+    if (req->has_metrics()) r.metrics = rpc::from_proto(req->metrics());
     if (*state == TaskState::kFailed) {
       r.error = Error(ErrorCode::kRuntime, req->error_message().empty() ? "the task failed" : req->error_message());
     }

@@ -6,6 +6,7 @@
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/deferred_state_assignment.h"
 #include "sluice/checkpoint/state_assignment.h"
+#include "sluice/cluster/task_metrics.h"
 #include "sluice/core/config.h"
 #include "sluice/operators/source_operator.h"
 
@@ -69,6 +70,7 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   const Configuration& config = graph.config();
   const int credits = config.get(options::kBuffersPerChannel);
   std::unique_ptr<DeployedTasks> d(new DeployedTasks(spec.attempt, std::move(listener)));
+  d->jg_ = &jg;
   d->pool_ = &pool;
   auto here = [&](int vertex, int subtask) {
     return spec.peer_of[static_cast<size_t>(vertex)][static_cast<size_t>(subtask)] == spec.self;
@@ -203,8 +205,19 @@ void DeployedTasks::on_task_terminated(Task& task, TaskState state, const std::o
   if (terminated_.fetch_add(1) + 1 == tasks_.size())
     spdlog::info("attempt {} ended: {}", attempt_, data_plane_summary());
   if (listener_.on_end) {
-    listener_.on_end(TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, state, error});
+    SubtaskMetrics m;
+    add_task_metrics(m, task, *jg_);
+    m.running = false;
+    listener_.on_end(
+        TaskEnd{task.options().vertex_id, task.options().subtask_index, attempt_, state, error, std::move(m)});
   }
+}
+
+std::vector<SubtaskMetrics> DeployedTasks::task_metrics() const {
+  std::vector<SubtaskMetrics> out(tasks_.size());
+  for (size_t i = 0; i < tasks_.size(); ++i)
+    add_task_metrics(out[i], *tasks_[i], *jg_);
+  return out;
 }
 
 void DeployedTasks::on_checkpoint_snapshot(Task& task, TaskStateSnapshot&& snapshot) {

@@ -25,6 +25,7 @@
 #include "sluice/checkpoint/task_local_state_store.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/rpc/state_handle_proto.h"
+#include "sluice/cluster/rpc/subtask_metrics_proto.h"
 #include "sluice/cluster/taskmanager/deployed_tasks.h"
 #include "sluice/cluster/taskmanager/jobmanager_connection.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
@@ -846,6 +847,14 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
         l->set_lag_ms(r.lag_ms);
       }
     }
+    {
+      // The published deployment lives while slot_mu_ is held (it is cleared before it is destroyed).
+      std::lock_guard lock(slot_mu_);
+      if (published_tasks_ != nullptr) {
+        for (const SubtaskMetrics& m : published_tasks_->task_metrics())
+          rpc::to_proto(m, req.add_subtask_metrics());
+      }
+    }
     const TimestampMs sent = clock_.now_ms();
     grpc::ClientContext ctx;
     ctx.set_deadline(rpc::deadline_in(deadline_ms));
@@ -1022,6 +1031,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
                     options_.job_graph->vertices[static_cast<size_t>(e.vertex)].chained_nodes[0])]
               : "");
       req.set_state(to_proto(e.state));
+      if (e.metrics && !report.end_of_input) rpc::to_proto(*e.metrics, req.mutable_metrics());
       if (e.error) {
         req.set_error_code(std::string(error_code_name(e.error->code())));
         req.set_error_message(e.error->to_string());
