@@ -16,10 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "sluice/core/logging.h"
 #include "sluice/pipeline/pipeline_runner.h"
@@ -468,9 +468,10 @@ sink:
   ASSERT_TRUE((*runner)->start().ok());
   // A deadline for a condition, not a timing assertion: 15 s is far above the ~1.1 s the timer needs (record 40
   // at 0.8 s, then 300 ms) and far below the ~40 s two more full batches would take.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while ((*runner)->status() != JobStatus::kFailed && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The job has no restart strategy: its failure ends it, which wait_for returns on.
+  std::optional<JobClient> client = (*runner)->client();
+  ASSERT_TRUE(client.has_value());
+  client->wait_for(std::chrono::seconds(15));
   const JobStatus status = (*runner)->status();
   if (status != JobStatus::kFailed) (*runner)->cancel();
   JobResult r = (*runner)->wait();
