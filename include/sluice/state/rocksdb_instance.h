@@ -1,7 +1,12 @@
 // RocksDBInstance: one RocksDB database on local disk, the storage of one operator subtask's keyed state in
-// the rocksdb state backend (Flink's RocksDBKeyedStateBackend keeps one instance per subtask, too). This is
-// the only place that includes RocksDB's headers; the typed states (rocksdb_keyed_state_backend.h) see
-// column families as opaque handles and keys and values as bytes.
+// the rocksdb state backend (Flink's RocksDBKeyedStateBackend keeps one instance per subtask, too). The typed
+// states (rocksdb_keyed_state_backend.h) see column families as opaque handles and keys and values as bytes.
+//
+// The implementation, the only code that includes RocksDB's headers, is the loadable module
+// libsluice_rocksdb.so (state/rocksdb/rocksdb_database.cc), loaded by the first open() or open_existing() of the
+// process: a job that keeps its state on the heap never maps librocksdb (6 MiB of its pages were resident in every
+// idle `sluice run` while it was linked in; docs/benchmarks.md). Where the module is looked for:
+// state/rocksdb/rocksdb_module.h.
 //
 // Layout: one column family per state, and one per timer queue when timers live in RocksDB
 // (state.backend.rocksdb.timer-service.factory: rocksdb; rocksdb_timer_queue.h); keys are compared bytewise,
@@ -24,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -49,9 +55,10 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// A consistent point-in-time view for reads (RocksDB's snapshot); keeps the instance alive.
   class Snapshot;
 
-  /// Opens a new, empty database in `dir`: anything already at `dir` (a leftover of a crashed process) is
-  /// removed first, and `dir` is removed again when the instance is destroyed. Throws SluiceException
-  /// (kState) when the directory cannot be created or RocksDB cannot open it.
+  /// Opens a new, empty database in `dir` (loading the module on first use; throws SluiceException
+  /// kConfiguration naming each place tried when it cannot be loaded): anything already at `dir` (a leftover of a
+  /// crashed process) is removed first, and `dir` is removed again when the instance is destroyed. Throws
+  /// SluiceException (kState) when the directory cannot be created or RocksDB cannot open it.
   ///
   /// Memory: with a budget, as Flink's RocksDBMemoryControllerUtils, the block cache gets
   /// (3 - write_buffer_ratio) / 3 of it and a write buffer manager, charging memtables to that same cache,
@@ -66,7 +73,7 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// destroyed. Memory as open(). Throws SluiceException (kState) naming `dir` when RocksDB cannot open it.
   static std::shared_ptr<RocksDBInstance> open_existing(const std::filesystem::path& dir,
                                                         const RocksDBMemoryOptions& memory = {});
-  ~RocksDBInstance();
+  virtual ~RocksDBInstance() = default;
   RocksDBInstance(const RocksDBInstance&) = delete;
   RocksDBInstance& operator=(const RocksDBInstance&) = delete;
 
@@ -82,31 +89,31 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// The column family `name`, created on first use with `filter` as its compaction filter (an existing one
   /// gets `filter` when it is not null: a restored database learns its states' TTL on registration). Every column
   /// family has a merge operator that concatenates values (list states append with merge()). Task thread only.
-  ColumnFamily* column_family(std::string_view name, ValueFilter filter = nullptr);
+  virtual ColumnFamily* column_family(std::string_view name, ValueFilter filter = nullptr) = 0;
 
   /// Installs `filter` as the compaction filter of state `name`'s column family (one opened by
   /// open_existing() has none until its state is registered). Task thread.
-  void set_filter(std::string_view name, ValueFilter filter);
+  virtual void set_filter(std::string_view name, ValueFilter filter) = 0;
 
   /// The column family of timer queue `name` (rocksdb_timer_queue.h), created on first use; kept apart from
   /// the states' (state_names() does not list it), checkpointed, copied and clipped with them. Task thread.
-  ColumnFamily* timer_column_family(std::string_view name);
+  virtual ColumnFamily* timer_column_family(std::string_view name) = 0;
   /// The column family of timer queue `name`, or nullptr when the database has none (a restored database
   /// holds the timer queues of the job that wrote it).
-  ColumnFamily* find_timer_column_family(std::string_view name) const;
+  virtual ColumnFamily* find_timer_column_family(std::string_view name) const = 0;
   /// Drops timer queue `name` and its entries (no-op when absent): its timers moved to the heap. Only while no
   /// capture refers to the family (a restore, before the first checkpoint). Task thread.
-  void drop_timer_column_family(std::string_view name);
+  virtual void drop_timer_column_family(std::string_view name) = 0;
   /// Names of the timer queues' column families (without the internal "timer/" prefix), sorted.
-  std::vector<std::string> timer_names() const;
+  virtual std::vector<std::string> timer_names() const = 0;
 
   /// Names of the states' column families (without the internal "state/" prefix), sorted.
-  std::vector<std::string> state_names() const;
+  virtual std::vector<std::string> state_names() const = 0;
 
   /// The per-state metadata kept in the database itself (the state's kind and format flags, so a database
   /// restored from its files can check a registration); empty when `name` has none.
-  std::string state_meta(std::string_view name) const;
-  void set_state_meta(std::string_view name, std::string_view bytes);
+  virtual std::string state_meta(std::string_view name) const = 0;
+  virtual void set_state_meta(std::string_view name, std::string_view bytes) = 0;
 
   /// An incremental checkpoint between its synchronous part (begin_checkpoint()) and its asynchronous part
   /// (finish_checkpoint()): a snapshot pinning the sequence number of the barrier and the column families whose
@@ -120,81 +127,77 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// links the checkpoint (SST files as hard links, MANIFEST, CURRENT and OPTIONS copied) before it flushes
   /// anything later. Returns nullptr when RocksDB has stopped writes (it then refuses a flush it would not wait
   /// for): use create_checkpoint(). Task thread. Throws kState.
-  std::shared_ptr<const CheckpointStart> begin_checkpoint(const std::filesystem::path& target);
+  virtual std::shared_ptr<const CheckpointStart> begin_checkpoint(const std::filesystem::path& target) = 0;
 
   /// The asynchronous part: waits until the checkpoint of `start` is linked (linking it on this thread when no
   /// flush was needed) and returns the file names in its target, or nullopt (and the target removed) when the
   /// database's files held writes after the barrier by then (a later memtable was flushed first), so no
   /// checkpoint of them is the state as of `start`. Any thread, while the task writes. Throws kState, also when a
   /// background error of RocksDB stops the flush or it has not finished after `timeout`.
-  std::optional<std::vector<std::string>> finish_checkpoint(const CheckpointStart& start,
-                                                            std::chrono::milliseconds timeout);
+  virtual std::optional<std::vector<std::string>> finish_checkpoint(const CheckpointStart& start,
+                                                                    std::chrono::milliseconds timeout) = 0;
 
   /// Tests only: while `hold`, RocksDB's flush thread links no checkpoint, so finish_checkpoint() links late (once
   /// no immutable memtable is left) and its check decides.
-  void hold_checkpoint_links_for_testing(bool hold);
+  virtual void hold_checkpoint_links_for_testing(bool hold) = 0;
 
   /// Both parts of an incremental checkpoint on the calling thread: flushes every memtable and waits for it, then
   /// creates the checkpoint in `target` as finish_checkpoint() does. Returns the file names in `target`. Used after
   /// a finish_checkpoint() returned nullopt, so one checkpoint of a busy database surely completes natively. Task
   /// thread. Throws kState.
-  std::vector<std::string> create_checkpoint(const std::filesystem::path& target);
+  virtual std::vector<std::string> create_checkpoint(const std::filesystem::path& target) = 0;
 
   /// Copies every entry of every state and timer column family of `other` whose key lies in [begin, end) (bytewise)
   /// into the column family of the same name here (created when missing), with its state metadata; the
   /// restore of a rescaled incremental checkpoint. The entries are written into SST files of about 64 MiB under
   /// `<dir>/restore-ingest` and ingested (moved into the database), not written through the memtables. Task
   /// thread. Throws kState.
-  void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end);
+  virtual void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) = 0;
 
   /// Deletes every key outside [begin, end) in every state and timer column family (RocksDB range deletions;
   /// compactions reclaim the space later): clips a restored database to the subtask's key groups. Task thread.
-  void clip_to_range(std::string_view begin, std::string_view end);
+  virtual void clip_to_range(std::string_view begin, std::string_view end) = 0;
 
   /// Reads `key`; returns false when it is absent. `value` is overwritten when found.
-  bool get(ColumnFamily* cf, std::string_view key, std::string& value) const;
-  void put(ColumnFamily* cf, std::string_view key, std::string_view value);
+  virtual bool get(ColumnFamily* cf, std::string_view key, std::string& value) const = 0;
+  virtual void put(ColumnFamily* cf, std::string_view key, std::string_view value) = 0;
   /// Appends `bytes` to the value of `key` (creating it): the list states' add without a read.
-  void merge(ColumnFamily* cf, std::string_view key, std::string_view bytes);
-  void remove(ColumnFamily* cf, std::string_view key);
+  virtual void merge(ColumnFamily* cf, std::string_view key, std::string_view bytes) = 0;
+  virtual void remove(ColumnFamily* cf, std::string_view key) = 0;
 
   /// From begin_batch() to commit_batch(), put/merge/remove go into write batches (a restore writes its
   /// entries this way): each batch is written when it holds 4 MiB, so memory stays bounded and a batch is
   /// not atomic. get() does not see writes of the open batch. Task thread only.
-  void begin_batch();
-  void commit_batch();
+  virtual void begin_batch() = 0;
+  virtual void commit_batch() = 0;
 
   /// A consistent view of the database as of now; reads through it see no later write.
-  std::shared_ptr<const Snapshot> snapshot();
+  virtual std::shared_ptr<const Snapshot> snapshot() = 0;
 
   /// Calls fn(key, value) for every key of `cf` starting with `prefix`, in bytewise key order, until fn
   /// returns false. Reads `snapshot` when given, else the live database. Any thread with a snapshot; the
   /// task thread without one. fn must not write to the instance.
-  void scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
-            const std::function<bool(std::string_view key, std::string_view value)>& fn) const;
+  virtual void scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
+                    const std::function<bool(std::string_view key, std::string_view value)>& fn) const = 0;
 
   /// Removes every key of `cf` starting with `prefix` (task thread).
-  void remove_prefix(ColumnFamily* cf, std::string_view prefix);
+  virtual void remove_prefix(ColumnFamily* cf, std::string_view prefix) = 0;
 
   /// Bytes RocksDB estimates the live data of all column families takes (for tests and metrics).
-  uint64_t estimated_live_bytes() const;
+  virtual uint64_t estimated_live_bytes() const = 0;
 
   /// Memory RocksDB accounts for now: memtables, block cache usage (index and filter blocks included when
   /// a budget is set) and table readers; for tests and metrics.
-  uint64_t memory_usage() const;
+  virtual uint64_t memory_usage() const = 0;
 
   /// Flushes the memtables and compacts every column family completely (for tests and tools).
-  void compact();
+  virtual void compact() = 0;
+
+ protected:
+  explicit RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)) {}
 
  private:
-  struct Impl;
-  explicit RocksDBInstance(std::filesystem::path dir);
-  void copy_family_range(const RocksDBInstance& other, ColumnFamily* from, ColumnFamily* to, std::string_view begin,
-                         std::string_view end);
-  static std::shared_ptr<RocksDBInstance> open_impl(const std::filesystem::path& dir,
-                                                    const RocksDBMemoryOptions& memory, bool existing);
   std::filesystem::path dir_;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace sluice

@@ -1,5 +1,5 @@
-#include "sluice/state/rocksdb_instance.h"
-
+// libsluice_rocksdb.so: the RocksDBInstance of the rocksdb state backend, one database per operator subtask, through
+// RocksDB's C++ API. Loaded by the process on its first RocksDBInstance::open() (rocksdb_module_loader.cc).
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
@@ -25,7 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "rocksdb_module.h"
 #include "sluice/core/error.h"
+#include "sluice/state/rocksdb_instance.h"
 
 namespace sluice {
 
@@ -317,6 +319,52 @@ class CheckpointListener final : public rocksdb::EventListener {
 
 }  // namespace
 
+// The RocksDBInstance of the module: a database opened by RocksDB's C++ API.
+class RocksDBDatabase final : public RocksDBInstance {
+ public:
+  // RocksDBInstance::open() and open_existing() through the module's entry (rocksdb_module.h).
+  static std::shared_ptr<RocksDBInstance> open(const std::filesystem::path& dir, const RocksDBMemoryOptions& memory,
+                                               bool existing);
+  ~RocksDBDatabase() override;
+
+  ColumnFamily* column_family(std::string_view name, ValueFilter filter) override;
+  void set_filter(std::string_view name, ValueFilter filter) override;
+  ColumnFamily* timer_column_family(std::string_view name) override;
+  ColumnFamily* find_timer_column_family(std::string_view name) const override;
+  void drop_timer_column_family(std::string_view name) override;
+  std::vector<std::string> timer_names() const override;
+  std::vector<std::string> state_names() const override;
+  std::string state_meta(std::string_view name) const override;
+  void set_state_meta(std::string_view name, std::string_view bytes) override;
+  std::shared_ptr<const CheckpointStart> begin_checkpoint(const std::filesystem::path& target) override;
+  std::optional<std::vector<std::string>> finish_checkpoint(const CheckpointStart& start,
+                                                            std::chrono::milliseconds timeout) override;
+  void hold_checkpoint_links_for_testing(bool hold) override;
+  std::vector<std::string> create_checkpoint(const std::filesystem::path& target) override;
+  void copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) override;
+  void clip_to_range(std::string_view begin, std::string_view end) override;
+  bool get(ColumnFamily* cf, std::string_view key, std::string& value) const override;
+  void put(ColumnFamily* cf, std::string_view key, std::string_view value) override;
+  void merge(ColumnFamily* cf, std::string_view key, std::string_view bytes) override;
+  void remove(ColumnFamily* cf, std::string_view key) override;
+  void begin_batch() override;
+  void commit_batch() override;
+  std::shared_ptr<const Snapshot> snapshot() override;
+  void scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
+            const std::function<bool(std::string_view key, std::string_view value)>& fn) const override;
+  void remove_prefix(ColumnFamily* cf, std::string_view prefix) override;
+  uint64_t estimated_live_bytes() const override;
+  uint64_t memory_usage() const override;
+  void compact() override;
+
+ private:
+  struct Impl;
+  explicit RocksDBDatabase(std::filesystem::path dir);
+  void copy_family_range(const RocksDBDatabase& other_db, ColumnFamily* from, ColumnFamily* to, std::string_view begin,
+                         std::string_view end);
+  std::unique_ptr<Impl> impl_;
+};
+
 struct RocksDBInstance::ColumnFamily {
   rocksdb::ColumnFamilyHandle* handle = nullptr;
   std::unique_ptr<ValueCompactionFilter> filter;  // outlives the handle (destroyed after it)
@@ -337,7 +385,7 @@ class RocksDBInstance::Snapshot {
   const rocksdb::Snapshot* snapshot_;
 };
 
-struct RocksDBInstance::Impl {
+struct RocksDBDatabase::Impl {
   rocksdb::DB* db = nullptr;
   rocksdb::ColumnFamilyOptions cf_options;
   rocksdb::WriteOptions write_options;
@@ -349,7 +397,7 @@ struct RocksDBInstance::Impl {
   std::unique_ptr<rocksdb::WriteBatch> batch;
   std::shared_ptr<rocksdb::Cache> cache;            // with a memory budget: blocks, indexes, filters and memtables
   std::unique_ptr<ColumnFamily> meta;               // kMetaFamily: per-state kind and flags
-  std::shared_ptr<CheckpointListener> checkpoints;  // set by open_impl()
+  std::shared_ptr<CheckpointListener> checkpoints;  // set by open()
 
   // Writes the open batch once it holds kMaxBatchBytes and starts the next. A batch goes into the memtable
   // whole, past its write-buffer budget, and is held twice meanwhile (batch and memtable): a restore of a key
@@ -373,20 +421,11 @@ struct RocksDBInstance::Impl {
   }
 };
 
-RocksDBInstance::RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)), impl_(std::make_unique<Impl>()) {}
+RocksDBDatabase::RocksDBDatabase(std::filesystem::path dir)
+    : RocksDBInstance(std::move(dir)), impl_(std::make_unique<Impl>()) {}
 
-std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::path& dir,
-                                                       const RocksDBMemoryOptions& memory) {
-  return open_impl(dir, memory, /*existing=*/false);
-}
-
-std::shared_ptr<RocksDBInstance> RocksDBInstance::open_existing(const std::filesystem::path& dir,
-                                                                const RocksDBMemoryOptions& memory) {
-  return open_impl(dir, memory, /*existing=*/true);
-}
-
-std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesystem::path& dir,
-                                                            const RocksDBMemoryOptions& memory, bool existing) {
+std::shared_ptr<RocksDBInstance> RocksDBDatabase::open(const std::filesystem::path& dir,
+                                                       const RocksDBMemoryOptions& memory, bool existing) {
   if (!(memory.write_buffer_ratio > 0 && memory.write_buffer_ratio < 1)) {
     throw SluiceException(
         Error(ErrorCode::kConfiguration, "state.backend.rocksdb.memory.write-buffer-ratio must be in (0, 1), got " +
@@ -409,7 +448,7 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesyste
     throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend: cannot create the working directory " +
                                                        dir.string() + ": " + ec.message()));
   }
-  std::shared_ptr<RocksDBInstance> instance(new RocksDBInstance(dir));
+  std::shared_ptr<RocksDBDatabase> instance(new RocksDBDatabase(dir));
   Impl& impl = *instance->impl_;
   rocksdb::Options options;
   options.create_if_missing = !existing;
@@ -484,7 +523,7 @@ std::shared_ptr<RocksDBInstance> RocksDBInstance::open_impl(const std::filesyste
   return instance;
 }
 
-RocksDBInstance::~RocksDBInstance() {
+RocksDBDatabase::~RocksDBDatabase() {
   if (impl_->db != nullptr) {
     for (auto& [name, cf] : impl_->families)
       impl_->db->DestroyColumnFamilyHandle(cf->handle);
@@ -495,10 +534,10 @@ RocksDBInstance::~RocksDBInstance() {
     delete impl_->db;
   }
   std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);  // best effort: a leftover is removed by the next open()
+  std::filesystem::remove_all(directory(), ec);  // best effort: a leftover is removed by the next open()
 }
 
-RocksDBInstance::ColumnFamily* RocksDBInstance::column_family(std::string_view name, ValueFilter filter) {
+RocksDBInstance::ColumnFamily* RocksDBDatabase::column_family(std::string_view name, ValueFilter filter) {
   std::lock_guard lock(impl_->mutex);
   if (auto it = impl_->families.find(name); it != impl_->families.end()) {
     // A column family of a restored database gets its state's filter when the state is registered.
@@ -512,47 +551,47 @@ RocksDBInstance::ColumnFamily* RocksDBInstance::column_family(std::string_view n
   cf_options.compaction_filter = cf->filter.get();
   rocksdb::Status s =
       impl_->db->CreateColumnFamily(cf_options, std::string(kStatePrefix) + std::string(name), &cf->handle);
-  if (!s.ok()) throw_rocksdb(dir_, "creating the column family of state '" + std::string(name) + "'", s);
+  if (!s.ok()) throw_rocksdb(directory(), "creating the column family of state '" + std::string(name) + "'", s);
   ColumnFamily* raw = cf.get();
   impl_->families.emplace(std::string(name), std::move(cf));
   return raw;
 }
 
-void RocksDBInstance::set_filter(std::string_view name, ValueFilter filter) {
+void RocksDBDatabase::set_filter(std::string_view name, ValueFilter filter) {
   std::lock_guard lock(impl_->mutex);
   auto it = impl_->families.find(name);
   if (it != impl_->families.end() && it->second->filter) it->second->filter->set(std::move(filter));
 }
 
-RocksDBInstance::ColumnFamily* RocksDBInstance::timer_column_family(std::string_view name) {
+RocksDBInstance::ColumnFamily* RocksDBDatabase::timer_column_family(std::string_view name) {
   std::lock_guard lock(impl_->mutex);
   if (auto it = impl_->timers.find(name); it != impl_->timers.end()) return it->second.get();
   auto cf = std::make_unique<ColumnFamily>();
   rocksdb::Status s =
       impl_->db->CreateColumnFamily(impl_->cf_options, std::string(kTimerPrefix) + std::string(name), &cf->handle);
-  if (!s.ok()) throw_rocksdb(dir_, "creating the column family of timers '" + std::string(name) + "'", s);
+  if (!s.ok()) throw_rocksdb(directory(), "creating the column family of timers '" + std::string(name) + "'", s);
   ColumnFamily* raw = cf.get();
   impl_->timers.emplace(std::string(name), std::move(cf));
   return raw;
 }
 
-RocksDBInstance::ColumnFamily* RocksDBInstance::find_timer_column_family(std::string_view name) const {
+RocksDBInstance::ColumnFamily* RocksDBDatabase::find_timer_column_family(std::string_view name) const {
   std::lock_guard lock(impl_->mutex);
   auto it = impl_->timers.find(name);
   return it == impl_->timers.end() ? nullptr : it->second.get();
 }
 
-void RocksDBInstance::drop_timer_column_family(std::string_view name) {
+void RocksDBDatabase::drop_timer_column_family(std::string_view name) {
   std::lock_guard lock(impl_->mutex);
   auto it = impl_->timers.find(name);
   if (it == impl_->timers.end()) return;
   rocksdb::Status s = impl_->db->DropColumnFamily(it->second->handle);
-  if (!s.ok()) throw_rocksdb(dir_, "dropping the column family of timers '" + std::string(name) + "'", s);
+  if (!s.ok()) throw_rocksdb(directory(), "dropping the column family of timers '" + std::string(name) + "'", s);
   impl_->db->DestroyColumnFamilyHandle(it->second->handle);
   impl_->timers.erase(it);
 }
 
-std::vector<std::string> RocksDBInstance::timer_names() const {
+std::vector<std::string> RocksDBDatabase::timer_names() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<std::string> names;
   for (const auto& [name, cf] : impl_->timers)
@@ -560,7 +599,7 @@ std::vector<std::string> RocksDBInstance::timer_names() const {
   return names;
 }
 
-std::vector<std::string> RocksDBInstance::state_names() const {
+std::vector<std::string> RocksDBDatabase::state_names() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<std::string> names;
   for (const auto& [name, cf] : impl_->families)
@@ -568,24 +607,24 @@ std::vector<std::string> RocksDBInstance::state_names() const {
   return names;
 }
 
-std::string RocksDBInstance::state_meta(std::string_view name) const {
+std::string RocksDBDatabase::state_meta(std::string_view name) const {
   std::string value;
   if (!impl_->meta) return value;
   rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), impl_->meta->handle, slice(name), &value);
   if (s.IsNotFound()) return {};
-  if (!s.ok()) throw_rocksdb(dir_, "reading the metadata of state '" + std::string(name) + "'", s);
+  if (!s.ok()) throw_rocksdb(directory(), "reading the metadata of state '" + std::string(name) + "'", s);
   return value;
 }
 
-void RocksDBInstance::set_state_meta(std::string_view name, std::string_view bytes) {
+void RocksDBDatabase::set_state_meta(std::string_view name, std::string_view bytes) {
   if (!impl_->meta) {
     auto cf = std::make_unique<ColumnFamily>();
     rocksdb::Status s = impl_->db->CreateColumnFamily(impl_->cf_options, std::string(kMetaFamily), &cf->handle);
-    if (!s.ok()) throw_rocksdb(dir_, "creating the state metadata column family", s);
+    if (!s.ok()) throw_rocksdb(directory(), "creating the state metadata column family", s);
     impl_->meta = std::move(cf);
   }
   rocksdb::Status s = impl_->db->Put(impl_->write_options, impl_->meta->handle, slice(name), slice(bytes));
-  if (!s.ok()) throw_rocksdb(dir_, "writing the metadata of state '" + std::string(name) + "'", s);
+  if (!s.ok()) throw_rocksdb(directory(), "writing the metadata of state '" + std::string(name) + "'", s);
 }
 
 struct RocksDBInstance::CheckpointStart {
@@ -620,7 +659,7 @@ std::vector<rocksdb::ColumnFamilyHandle*> checkpoint_handles(rocksdb::DB* db, co
 
 }  // namespace
 
-std::shared_ptr<const RocksDBInstance::CheckpointStart> RocksDBInstance::begin_checkpoint(
+std::shared_ptr<const RocksDBInstance::CheckpointStart> RocksDBDatabase::begin_checkpoint(
     const std::filesystem::path& target) {
   auto start = std::make_shared<CheckpointStart>();
   start->snapshot = snapshot();
@@ -651,31 +690,32 @@ std::shared_ptr<const RocksDBInstance::CheckpointStart> RocksDBInstance::begin_c
   std::error_code ec;
   std::filesystem::remove_all(target, ec);
   if (s.IsTryAgain()) return nullptr;  // writes are stopped: RocksDB refuses a flush it would not wait for
-  throw_rocksdb(dir_, "switching the memtables of a checkpoint", s);
+  throw_rocksdb(directory(), "switching the memtables of a checkpoint", s);
 }
 
-std::optional<std::vector<std::string>> RocksDBInstance::finish_checkpoint(const CheckpointStart& start,
+std::optional<std::vector<std::string>> RocksDBDatabase::finish_checkpoint(const CheckpointStart& start,
                                                                            std::chrono::milliseconds timeout) {
   const PendingCheckpoint& p = *start.pending;
   if (!start.listener->wait_linked(impl_->db, start.pending, start.background_errors,
                                    std::chrono::steady_clock::now() + timeout)) {
     throw SluiceException(
-        Error(ErrorCode::kState, "RocksDB state backend in " + dir_.string() + ": the flush of a checkpoint " +
+        Error(ErrorCode::kState, "RocksDB state backend in " + directory().string() + ": the flush of a checkpoint " +
                                      (start.listener->background_errors() > start.background_errors
                                           ? std::string("was stopped by a background error of RocksDB")
                                           : "has not finished after " + std::to_string(timeout.count()) + " ms")));
   }
   if (!p.error.empty()) {
-    throw SluiceException(Error(ErrorCode::kState, "RocksDB state backend in " + dir_.string() + ": " + p.error));
+    throw SluiceException(
+        Error(ErrorCode::kState, "RocksDB state backend in " + directory().string() + ": " + p.error));
   }
   return p.files;
 }
 
-void RocksDBInstance::hold_checkpoint_links_for_testing(bool hold) {
+void RocksDBDatabase::hold_checkpoint_links_for_testing(bool hold) {
   impl_->checkpoints->hold_links(hold);
 }
 
-std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesystem::path& target) {
+std::vector<std::string> RocksDBDatabase::create_checkpoint(const std::filesystem::path& target) {
   const std::vector<rocksdb::ColumnFamilyHandle*> handles =
       checkpoint_handles(impl_->db, impl_->families, impl_->timers, impl_->meta);
   rocksdb::FlushOptions flush;
@@ -685,21 +725,23 @@ std::vector<std::string> RocksDBInstance::create_checkpoint(const std::filesyste
   // for compaction: the flush goes ahead, and writes after it stall as they would have anyway.
   flush.allow_write_stall = true;
   rocksdb::Status s = impl_->db->Flush(flush, handles);
-  if (!s.ok()) throw_rocksdb(dir_, "the flush of a checkpoint", s);
-  return link_files(impl_->db, dir_, target);
+  if (!s.ok()) throw_rocksdb(directory(), "the flush of a checkpoint", s);
+  return link_files(impl_->db, directory(), target);
 }
 
-void RocksDBInstance::copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) {
+void RocksDBDatabase::copy_range_from(const RocksDBInstance& other, std::string_view begin, std::string_view end) {
+  // Every instance of the process comes from this module (RocksDBInstance::open).
+  const auto& other_db = static_cast<const RocksDBDatabase&>(other);
   for (const std::string& name : other.state_names()) {
     const std::string meta = other.state_meta(name);
     if (!meta.empty() && state_meta(name).empty()) set_state_meta(name, meta);
-    copy_family_range(other, other.impl_->families.at(name).get(), column_family(name), begin, end);
+    copy_family_range(other_db, other_db.impl_->families.at(name).get(), column_family(name, nullptr), begin, end);
   }
   for (const std::string& name : other.timer_names())
-    copy_family_range(other, other.impl_->timers.at(name).get(), timer_column_family(name), begin, end);
+    copy_family_range(other_db, other_db.impl_->timers.at(name).get(), timer_column_family(name), begin, end);
 }
 
-void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFamily* from, ColumnFamily* to,
+void RocksDBDatabase::copy_family_range(const RocksDBDatabase& other_db, ColumnFamily* from, ColumnFamily* to,
                                         std::string_view begin, std::string_view end) {
   // The entries go into SST files (SstFileWriter, in key order as the scan yields them) that the database ingests:
   // writes through the memtables flushed and compacted every byte again and stalled behind level 0 (copying half
@@ -713,8 +755,8 @@ void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFami
   ro.iterate_lower_bound = &lower;
   ro.iterate_upper_bound = &upper;
   ro.fill_cache = false;  // read once
-  std::unique_ptr<rocksdb::Iterator> it(other.impl_->db->NewIterator(ro, from->handle));
-  const std::filesystem::path staging = dir_ / "restore-ingest";
+  std::unique_ptr<rocksdb::Iterator> it(other_db.impl_->db->NewIterator(ro, from->handle));
+  const std::filesystem::path staging = directory() / "restore-ingest";
   std::error_code ec;
   std::filesystem::create_directories(staging, ec);
   if (ec) {
@@ -726,7 +768,7 @@ void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFami
   std::unique_ptr<rocksdb::SstFileWriter> writer;
   auto finish = [&] {
     rocksdb::Status s = writer->Finish();
-    if (!s.ok()) throw_rocksdb(dir_, "writing a restore file", s);
+    if (!s.ok()) throw_rocksdb(directory(), "writing a restore file", s);
     writer.reset();
   };
   for (it->Seek(lower); it->Valid(); it->Next()) {
@@ -734,36 +776,37 @@ void RocksDBInstance::copy_family_range(const RocksDBInstance& other, ColumnFami
       writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options, to->handle);
       files.push_back((staging / (std::to_string(files.size()) + ".sst")).string());
       rocksdb::Status s = writer->Open(files.back());
-      if (!s.ok()) throw_rocksdb(dir_, "creating a restore file", s);
+      if (!s.ok()) throw_rocksdb(directory(), "creating a restore file", s);
     }
     rocksdb::Status s = writer->Put(it->key(), it->value());
-    if (!s.ok()) throw_rocksdb(dir_, "writing a restore file", s);
+    if (!s.ok()) throw_rocksdb(directory(), "writing a restore file", s);
     if (writer->FileSize() >= kMaxIngestFileBytes) finish();
   }
-  if (!it->status().ok()) throw_rocksdb(other.dir_, "a restore scan", it->status());
+  if (!it->status().ok()) throw_rocksdb(other_db.directory(), "a restore scan", it->status());
   if (writer != nullptr) finish();
   if (!files.empty()) {
     rocksdb::IngestExternalFileOptions ingest;
     ingest.move_files = true;
     rocksdb::Status s = impl_->db->IngestExternalFile(to->handle, files, ingest);
-    if (!s.ok()) throw_rocksdb(dir_, "ingesting restored entries", s);
+    if (!s.ok()) throw_rocksdb(directory(), "ingesting restored entries", s);
   }
-  // Ingestion moved the files; the directory stays empty. After a failure ~RocksDBInstance removes dir_ with it.
+  // Ingestion moved the files; the directory stays empty. After a failure ~RocksDBDatabase removes the directory with
+  // it.
   std::filesystem::remove_all(staging, ec);
 }
 
-void RocksDBInstance::clip_to_range(std::string_view begin, std::string_view end) {
+void RocksDBDatabase::clip_to_range(std::string_view begin, std::string_view end) {
   const std::string lowest(1, '\0');
   const std::string highest(8, '\xff');
   auto clip = [&](ColumnFamily* cf) {
     rocksdb::Status s;
     if (std::string_view(lowest) < begin) {
       s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(""), slice(begin));
-      if (!s.ok()) throw_rocksdb(dir_, "clipping a restored database", s);
+      if (!s.ok()) throw_rocksdb(directory(), "clipping a restored database", s);
     }
     if (!end.empty()) {
       s = impl_->db->DeleteRange(impl_->write_options, cf->handle, slice(end), slice(highest));
-      if (!s.ok()) throw_rocksdb(dir_, "clipping a restored database", s);
+      if (!s.ok()) throw_rocksdb(directory(), "clipping a restored database", s);
     }
   };
   for (const auto& [name, cf] : impl_->families)
@@ -772,50 +815,50 @@ void RocksDBInstance::clip_to_range(std::string_view begin, std::string_view end
     clip(cf.get());
 }
 
-bool RocksDBInstance::get(ColumnFamily* cf, std::string_view key, std::string& value) const {
+bool RocksDBDatabase::get(ColumnFamily* cf, std::string_view key, std::string& value) const {
   rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), cf->handle, slice(key), &value);
   if (s.IsNotFound()) return false;
-  if (!s.ok()) throw_rocksdb(dir_, "a read", s);
+  if (!s.ok()) throw_rocksdb(directory(), "a read", s);
   return true;
 }
 
-void RocksDBInstance::put(ColumnFamily* cf, std::string_view key, std::string_view value) {
+void RocksDBDatabase::put(ColumnFamily* cf, std::string_view key, std::string_view value) {
   rocksdb::Status s = impl_->batch ? impl_->batch->Put(cf->handle, slice(key), slice(value))
                                    : impl_->db->Put(impl_->write_options, cf->handle, slice(key), slice(value));
-  if (!s.ok()) throw_rocksdb(dir_, "a write", s);
-  if (impl_->batch) impl_->write_full_batch(dir_);
+  if (!s.ok()) throw_rocksdb(directory(), "a write", s);
+  if (impl_->batch) impl_->write_full_batch(directory());
 }
 
-void RocksDBInstance::merge(ColumnFamily* cf, std::string_view key, std::string_view bytes) {
+void RocksDBDatabase::merge(ColumnFamily* cf, std::string_view key, std::string_view bytes) {
   rocksdb::Status s = impl_->batch ? impl_->batch->Merge(cf->handle, slice(key), slice(bytes))
                                    : impl_->db->Merge(impl_->write_options, cf->handle, slice(key), slice(bytes));
-  if (!s.ok()) throw_rocksdb(dir_, "a merge", s);
-  if (impl_->batch) impl_->write_full_batch(dir_);
+  if (!s.ok()) throw_rocksdb(directory(), "a merge", s);
+  if (impl_->batch) impl_->write_full_batch(directory());
 }
 
-void RocksDBInstance::remove(ColumnFamily* cf, std::string_view key) {
+void RocksDBDatabase::remove(ColumnFamily* cf, std::string_view key) {
   rocksdb::Status s = impl_->batch ? impl_->batch->Delete(cf->handle, slice(key))
                                    : impl_->db->Delete(impl_->write_options, cf->handle, slice(key));
-  if (!s.ok()) throw_rocksdb(dir_, "a delete", s);
-  if (impl_->batch) impl_->write_full_batch(dir_);
+  if (!s.ok()) throw_rocksdb(directory(), "a delete", s);
+  if (impl_->batch) impl_->write_full_batch(directory());
 }
 
-void RocksDBInstance::begin_batch() {
+void RocksDBDatabase::begin_batch() {
   if (!impl_->batch) impl_->batch = std::make_unique<rocksdb::WriteBatch>();
 }
 
-void RocksDBInstance::commit_batch() {
+void RocksDBDatabase::commit_batch() {
   if (!impl_->batch) return;
   std::unique_ptr<rocksdb::WriteBatch> batch = std::move(impl_->batch);
   rocksdb::Status s = impl_->db->Write(impl_->write_options, batch.get());
-  if (!s.ok()) throw_rocksdb(dir_, "a batched write", s);
+  if (!s.ok()) throw_rocksdb(directory(), "a batched write", s);
 }
 
-std::shared_ptr<const RocksDBInstance::Snapshot> RocksDBInstance::snapshot() {
+std::shared_ptr<const RocksDBInstance::Snapshot> RocksDBDatabase::snapshot() {
   return std::make_shared<const Snapshot>(shared_from_this(), impl_->db);
 }
 
-void RocksDBInstance::scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
+void RocksDBDatabase::scan(ColumnFamily* cf, std::string_view prefix, const Snapshot* snapshot,
                            const std::function<bool(std::string_view, std::string_view)>& fn) const {
   rocksdb::ReadOptions ro;
   if (snapshot != nullptr) ro.snapshot = snapshot->get();
@@ -829,10 +872,10 @@ void RocksDBInstance::scan(ColumnFamily* cf, std::string_view prefix, const Snap
     rocksdb::Slice v = it->value();
     if (!fn(std::string_view(k.data(), k.size()), std::string_view(v.data(), v.size()))) break;
   }
-  if (!it->status().ok()) throw_rocksdb(dir_, "a scan", it->status());
+  if (!it->status().ok()) throw_rocksdb(directory(), "a scan", it->status());
 }
 
-void RocksDBInstance::remove_prefix(ColumnFamily* cf, std::string_view prefix) {
+void RocksDBDatabase::remove_prefix(ColumnFamily* cf, std::string_view prefix) {
   std::vector<std::string> keys;
   scan(cf, prefix, nullptr, [&keys](std::string_view k, std::string_view) {
     keys.emplace_back(k);
@@ -851,7 +894,7 @@ void RocksDBInstance::remove_prefix(ColumnFamily* cf, std::string_view prefix) {
   if (own_batch) commit_batch();
 }
 
-uint64_t RocksDBInstance::estimated_live_bytes() const {
+uint64_t RocksDBDatabase::estimated_live_bytes() const {
   uint64_t total = 0;
   for (ColumnFamily* cf : impl_->data_families()) {
     uint64_t v = 0;
@@ -861,7 +904,7 @@ uint64_t RocksDBInstance::estimated_live_bytes() const {
   return total;
 }
 
-uint64_t RocksDBInstance::memory_usage() const {
+uint64_t RocksDBDatabase::memory_usage() const {
   uint64_t total = 0;
   for (ColumnFamily* cf : impl_->data_families()) {
     uint64_t v = 0;
@@ -874,15 +917,25 @@ uint64_t RocksDBInstance::memory_usage() const {
   return total;
 }
 
-void RocksDBInstance::compact() {
+void RocksDBDatabase::compact() {
   rocksdb::FlushOptions flush;
   flush.wait = true;
   for (ColumnFamily* cf : impl_->data_families()) {
     rocksdb::Status s = impl_->db->Flush(flush, cf->handle);
-    if (!s.ok()) throw_rocksdb(dir_, "a flush", s);
+    if (!s.ok()) throw_rocksdb(directory(), "a flush", s);
     s = impl_->db->CompactRange(rocksdb::CompactRangeOptions(), cf->handle, nullptr, nullptr);
-    if (!s.ok()) throw_rocksdb(dir_, "a compaction", s);
+    if (!s.ok()) throw_rocksdb(directory(), "a compaction", s);
   }
 }
 
+namespace {
+const RocksDBModule kModule{kRocksDBModuleAbiVersion, &RocksDBDatabase::open};
+}  // namespace
+
 }  // namespace sluice
+
+// The module's one exported symbol (the others are hidden: the module is linked with -fvisibility=hidden and
+// --exclude-libs,ALL so that its copies of sluice_core and RocksDB's callers never interpose on the process's).
+extern "C" __attribute__((visibility("default"))) const sluice::RocksDBModule* sluice_rocksdb_module() {
+  return &sluice::kModule;
+}
