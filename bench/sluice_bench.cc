@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"hashmap", "rocksdb"}));
   checkpoint->add_option("--rocksdb-memory", ck.rocksdb_memory,
-                         "Memory budget of each RocksDB database (state.backend.rocksdb.memory.fixed-per-slot)");
+                         "Memory budget of the RocksDB databases of each slot (state.backend.rocksdb.memory.fixed-per-slot)");
   checkpoint->add_flag("--incremental", ck.incremental, "Incremental checkpoints (state.backend.incremental: true)");
   checkpoint->add_option("--churn-percent", ck.churn_percent, "Keys changed per checkpoint interval, in % (churn)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -308,6 +309,52 @@ TEST(CliPipelineOpsTest, ABoundedRunWhoseFilterDroppedEverythingSaysSo) {
   EXPECT_LE(std::stoll(m[1]), 150);
   EXPECT_NE(ran.err.find("after: id amount_cents"), std::string::npos) << ran.err;
   EXPECT_NE(ran.err.find("dropped all 150 records of the run"), std::string::npos) << ran.err;
+}
+
+// state.backend.type: rocksdb from `sluice run`: the RocksDB module is loaded when the first keyed operator opens
+// (the binary does not link RocksDB), and without it the job fails at once naming what it tried, instead of
+// restarting for ever.
+TEST(CliPipelineOpsTest, APipelineOnRocksDBLoadsItsModuleAndFailsAtOnceWithoutIt) {
+  const TempDir tmp("rocksdb");
+  const fs::path file = tmp.path / "rocks.yaml";
+  {
+    std::ofstream out(file);
+    out << "pipeline:\n"
+        << "  name: rocks\n"
+        << "  parallelism: 2\n"
+        << "  entity-version: true\n"  // keyed state: the per-entity counts, in RocksDB
+        << "  checkpoint: { interval: 200ms, storage: \"" << (tmp.path / "checkpoints").string() << "\" }\n"
+        << "  config:\n"
+        << "    state.backend.type: rocksdb\n"
+        << "source: { type: datagen, count: 2000, rate: 2000, entities: 10, seed: 1 }\n"
+        << "transform:\n"
+        << "  - match: \"*.*.*\"\n"
+        << "    key: after.id\n"
+        << "    event:\n"
+        << "      payload: \"after.id AS id\"\n"
+        << "sink:\n"
+        << "  out:\n"
+        << "    type: print\n";
+  }
+  Ran ran = sluice({"run", file.string()});
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  size_t versions = 0;
+  for (size_t at = ran.out.find("\"entity_version\""); at != std::string::npos;
+       at = ran.out.find("\"entity_version\"", at + 1))
+    ++versions;
+  EXPECT_EQ(versions, 2000u);
+
+  const std::string missing = (tmp.path / "nowhere" / "libsluice_rocksdb.so").string();
+  ::setenv("SLUICE_ROCKSDB_MODULE", missing.c_str(), 1);
+  Ran failed = sluice({"run", file.string()});
+  ::unsetenv("SLUICE_ROCKSDB_MODULE");
+  EXPECT_EQ(failed.code, 1) << failed.err;
+  EXPECT_NE(failed.err.find("state.backend.type 'rocksdb' needs Sluice's RocksDB module libsluice_rocksdb.so, which "
+                            "could not be loaded; tried: " +
+                            missing + " (no such file)"),
+            std::string::npos)
+      << failed.err;
+  EXPECT_NE(failed.err.find("restart suppressed"), std::string::npos) << failed.err;
 }
 
 TEST(CliPipelineOpsTest, ValidateSampleRunsTheTransformOverTheFirstRecordsOfAFilesSource) {

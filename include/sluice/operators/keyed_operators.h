@@ -33,8 +33,9 @@ template <class K>
 std::unique_ptr<KeyedStateStore<K>> make_keyed_store(const RuntimeContext& ctx) {
   return std::make_unique<KeyedStateStore<K>>(
       KeyGroupRange::for_operator_index(ctx.max_parallelism(), ctx.parallelism(), ctx.subtask_index()),
-      ctx.max_parallelism(), ctx.clock(), StateBackendOptions::from_config(ctx.job_configuration()),
-      ctx.operator_name(), ctx.subtask_index(), ctx.attempt_number());
+      ctx.max_parallelism(), ctx.clock(),
+      StateBackendOptions::for_subtask(ctx.job_configuration(), ctx.subtask_index()), ctx.operator_name(),
+      ctx.subtask_index(), ctx.attempt_number());
 }
 
 /// Throws the error of a failed keyed-state restore as a SluiceException naming the operator and subtask

@@ -41,7 +41,7 @@ struct StateBackendOptions {
   Type type = Type::kHashMap;
   /// state.backend.rocksdb.localdir; empty: std::filesystem::temp_directory_path().
   std::filesystem::path local_dir;
-  /// The budget of each RocksDB instance (state.backend.rocksdb.memory.*).
+  /// The RocksDB memory budget (state.backend.rocksdb.memory.*): per slot with for_subtask(), else per database.
   RocksDBMemoryOptions memory;
   /// state.backend.incremental: rocksdb checkpoints upload only new SST files (rocksdb_incremental.h).
   bool incremental = false;
@@ -51,6 +51,14 @@ struct StateBackendOptions {
   /// Reads the options from `config` (nullptr: the defaults, hashmap). Throws SluiceException
   /// (kConfiguration) for values validate_engine_options() refuses, with the same reasons.
   static StateBackendOptions from_config(const Configuration* config);
+
+  /// from_config(), with the RocksDB memory budget shared per slot as Flink's fixed-per-slot: the databases of
+  /// subtask `subtask_index` of every keyed operator of the job whose configuration is `config` share one budget
+  /// in this process (`memory.shared_scope`), since slot sharing puts subtask i of each operator into shared slot
+  /// i (cluster/jobmanager/slot_assignment.h). A job with several slot-sharing groups shares one budget between
+  /// its groups' slots i that run in one process: less memory than Flink would give them, never more. `config`
+  /// null: the defaults, a budget per database. Throws as from_config().
+  static StateBackendOptions for_subtask(const Configuration* config, int subtask_index);
 };
 
 /// A fresh, unique working directory for one RocksDB instance:

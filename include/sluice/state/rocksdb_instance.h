@@ -34,9 +34,9 @@
 
 namespace sluice {
 
-/// How much memory one RocksDB instance may use (Flink's state.backend.rocksdb.memory.managed: the block
-/// cache and the memtables share one budget). With `managed_bytes` = 0 RocksDB's own defaults apply, which
-/// do not bound memory as the state grows.
+/// How much memory RocksDB may use (Flink's state.backend.rocksdb.memory.managed: the block cache and the
+/// memtables share one budget), for one database or, with `shared_scope`, for all the databases of a slot. With
+/// `managed_bytes` = 0 RocksDB's own defaults apply, which do not bound memory as the state grows.
 struct RocksDBMemoryOptions {
   /// The budget in bytes for block cache plus memtables (write buffers); 0: unbounded (RocksDB defaults).
   uint64_t managed_bytes = 0;
@@ -45,6 +45,10 @@ struct RocksDBMemoryOptions {
   /// Share of the block cache reserved for index and filter blocks (Flink's
   /// state.backend.rocksdb.memory.high-prio-pool-ratio), in [0, 1).
   double high_priority_pool_ratio = 0.1;
+  /// Databases of one process opened with the same non-empty scope and the same budget share that budget: one
+  /// block cache and one write buffer manager for all of them, as Flink shares a slot's managed memory among the
+  /// RocksDB backends in the slot. Empty: a budget of the database's own.
+  std::string shared_scope;
 };
 
 /// One RocksDB database in a private working directory.
@@ -61,7 +65,8 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
   /// SluiceException (kState) when the directory cannot be created or RocksDB cannot open it.
   ///
   /// Memory: with a budget, as Flink's RocksDBMemoryControllerUtils, the block cache gets
-  /// (3 - write_buffer_ratio) / 3 of it and a write buffer manager, charging memtables to that same cache,
+  /// (3 - write_buffer_ratio) / 3 of it and a write buffer manager, charging memtables to that same cache (both
+  /// shared by the databases of one `memory.shared_scope`),
   /// flushes them when they exceed 2 * write_buffer_ratio / 3 of it; index and filter blocks live in the
   /// cache too. So blocks, indexes, filters and memtables together stay near the budget whatever the state
   /// size (iterators pinning blocks and RocksDB's own structures come on top). Throws kConfiguration for
@@ -192,6 +197,10 @@ class RocksDBInstance : public std::enable_shared_from_this<RocksDBInstance> {
 
   /// Flushes the memtables and compacts every column family completely (for tests and tools).
   virtual void compact() = 0;
+
+  /// How many open databases draw on this one's memory budget, itself included (1 without a shared scope or
+  /// budget); for tests and logs.
+  virtual size_t databases_sharing_budget() const = 0;
 
  protected:
   explicit RocksDBInstance(std::filesystem::path dir) : dir_(std::move(dir)) {}

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -763,6 +764,73 @@ TEST(RocksDBBackendTest, ManagedMemoryBoundsMemtablesAndCache) {
   EXPECT_GT(without, kBudget * 2);
 }
 
+// A slot's budget (state.backend.rocksdb.memory.fixed-per-slot, as Flink): the databases of one shared scope draw on
+// one block cache and write buffer manager, so together they stay near one budget; another slot has its own.
+TEST(RocksDBBackendTest, TheDatabasesOfOneSlotShareOneBudget) {
+  constexpr uint64_t kBudget = 4ULL << 20;
+  constexpr uint64_t kStatePerDatabase = 8ULL << 20;
+  ManualClock clock;
+  RocksDBMemoryOptions slot0;
+  slot0.managed_bytes = kBudget;
+  slot0.shared_scope = "job j, slot 0";
+  RocksDBMemoryOptions slot1 = slot0;
+  slot1.shared_scope = "job j, slot 1";
+  std::vector<std::unique_ptr<RocksDB::Backend<int64_t>>> shared;
+  for (int i = 0; i < 3; ++i) {
+    shared.push_back(
+        std::make_unique<RocksDB::Backend<int64_t>>(full_range(), kDefaultMaxParallelism, clock, fresh_dir(), slot0));
+  }
+  RocksDB::Backend<int64_t> other(full_range(), kDefaultMaxParallelism, clock, fresh_dir(), slot1);
+  EXPECT_EQ(shared[0]->instance().databases_sharing_budget(), 3u);
+  EXPECT_EQ(other.instance().databases_sharing_budget(), 1u);
+
+  const std::string payload(1024, 'p');
+  // Half a memtable into the first database: the idle second one sees its reservation in their common cache,
+  // the other slot's database does not.
+  auto& first = shared[0]->get_state(ValueStateDescriptor<std::string>{"payload"});
+  const uint64_t idle_before = shared[1]->instance().memory_usage();
+  const uint64_t other_before = other.instance().memory_usage();
+  for (int64_t k = 0; k < 600; ++k) {
+    shared[0]->set_current_key(k);
+    first.update(payload);
+  }
+  std::printf("an idle database's accounted memory after 600 KiB into another: %llu -> %llu KiB in its slot, "
+              "%llu -> %llu KiB in another slot\n",
+              static_cast<unsigned long long>(idle_before >> 10),
+              static_cast<unsigned long long>(shared[1]->instance().memory_usage() >> 10),
+              static_cast<unsigned long long>(other_before >> 10),
+              static_cast<unsigned long long>(other.instance().memory_usage() >> 10));
+  EXPECT_GE(shared[1]->instance().memory_usage(), idle_before + (256u << 10))
+      << "the memtable of a database of the same slot is charged to their common budget";
+  EXPECT_EQ(other.instance().memory_usage(), other_before) << "a database of another slot";
+
+  // All three written past the budget, in turns: the slot's memory (the common cache, charged with every
+  // memtable) stays near one budget, not three.
+  using State = std::remove_reference_t<decltype(first)>;
+  std::vector<State*> values;
+  for (auto& b : shared)
+    values.push_back(&b->get_state(ValueStateDescriptor<std::string>{"payload"}));
+  const int64_t keys = static_cast<int64_t>(kStatePerDatabase / payload.size());
+  uint64_t peak = 0;
+  for (int64_t k = 0; k < keys; ++k) {
+    for (size_t i = 0; i < shared.size(); ++i) {
+      shared[i]->set_current_key(k);
+      values[i]->update(payload);
+    }
+    if (k % 256 == 0) peak = std::max(peak, shared[2]->instance().memory_usage());
+  }
+  std::printf("peak memory of a slot of 3 RocksDB databases writing %llu MiB each: %llu KiB, budget %llu KiB\n",
+              static_cast<unsigned long long>(kStatePerDatabase >> 20), static_cast<unsigned long long>(peak >> 10),
+              static_cast<unsigned long long>(kBudget >> 10));
+  EXPECT_LE(peak, kBudget + kBudget / 4);
+  for (size_t i = 0; i < shared.size(); ++i) {
+    shared[i]->set_current_key(keys - 1);
+    EXPECT_EQ(values[i]->value(), payload) << "database " << i;
+  }
+  shared.resize(1);
+  EXPECT_EQ(shared[0]->instance().databases_sharing_budget(), 1u);
+}
+
 TEST(RocksDBBackendTest, BadMemoryRatiosAreConfigurationErrors) {
   RocksDBMemoryOptions bad;
   bad.managed_bytes = 1 << 20;
@@ -808,6 +876,17 @@ TEST(StateBackendConfigTest, RocksDBIsAcceptedAndUnbuiltOptionsAreRefused) {
   EXPECT_THAT(validate_engine_options(config).error().message(), HasSubstr("expected a ratio in (0, 1)"));
   config.set_string("state.backend.rocksdb.memory.write-buffer-ratio", "0.25");
   EXPECT_TRUE(validate_engine_options(config).ok());
+  // One budget per slot: subtask i of every keyed operator of one job (one configuration object) in this process.
+  Configuration another_job = config;
+  EXPECT_EQ(StateBackendOptions::for_subtask(&config, 0).memory.shared_scope,
+            StateBackendOptions::for_subtask(&config, 0).memory.shared_scope);
+  EXPECT_FALSE(StateBackendOptions::for_subtask(&config, 0).memory.shared_scope.empty());
+  EXPECT_NE(StateBackendOptions::for_subtask(&config, 0).memory.shared_scope,
+            StateBackendOptions::for_subtask(&config, 1).memory.shared_scope);
+  EXPECT_NE(StateBackendOptions::for_subtask(&config, 0).memory.shared_scope,
+            StateBackendOptions::for_subtask(&another_job, 0).memory.shared_scope);
+  EXPECT_EQ(StateBackendOptions::for_subtask(&config, 1).memory.managed_bytes, 16u << 20);
+  EXPECT_TRUE(StateBackendOptions::for_subtask(nullptr, 0).memory.shared_scope.empty());
 }
 
 }  // namespace

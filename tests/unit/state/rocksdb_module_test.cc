@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -53,6 +54,7 @@ TEST_F(RocksDBModuleTest, ProcessMapsRocksDBOnlyOnceItOpensADatabase) {
         const std::string maps = maps_of_self();
         require(maps.find("libsluice_rocksdb.so") != std::string::npos, "the module is not mapped after open()");
         require(maps.find("librocksdb") != std::string::npos, "librocksdb is not mapped after open()");
+        db.reset();  // removes its directory (_Exit runs no destructor)
         std::fprintf(stderr, "loaded\n");
         std::_Exit(0);
       },
@@ -97,14 +99,25 @@ TEST_F(RocksDBModuleTest, AMissingModuleFailsNamingWhereItWasLookedFor) {
 }
 
 TEST_F(RocksDBModuleTest, AFileThatIsNotTheModuleIsRefusedWithTheLoadersReason) {
-  // The same path in the re-executed child (which runs this body again) as here: no pid in it.
-  const std::filesystem::path file = std::filesystem::path(::testing::TempDir()) / "sluice-not-a-rocksdb-module.so";
+  // The same path in the re-executed child (which runs this body again) as here, so no pid in it; one per build
+  // tree, so that two presets' runs do not share it.
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::filesystem::path file =
+      std::filesystem::path(::testing::TempDir()) /
+      ("sluice-not-a-rocksdb-module-" + std::to_string(std::hash<std::string>{}(exe)) + ".so");
   {
     std::ofstream out(file);
     out << "not a shared object\n";
   }
   expect_load_failure(file.string(), "could not be loaded; tried: " + file.string() + " \\(.*(ELF|too short).*\\)");
   std::filesystem::remove(file);
+}
+
+TEST_F(RocksDBModuleTest, AModuleOfAnotherBuildIsRefusedBeforeAnythingInItIsCalled) {
+  expect_load_failure(FAKE_ROCKSDB_MODULE,
+                      "could not be loaded; tried: .*fake_rocksdb_module.so \\(built from another "
+                      "RocksDBInstance interface or compiler \\(0123456789abcdef against .*a "
+                      "module of another build\\)");
 }
 
 }  // namespace

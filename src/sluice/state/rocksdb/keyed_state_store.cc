@@ -90,6 +90,16 @@ StateBackendOptions StateBackendOptions::from_config(const Configuration* config
   return o;
 }
 
+StateBackendOptions StateBackendOptions::for_subtask(const Configuration* config, int subtask_index) {
+  StateBackendOptions o = from_config(config);
+  // The configuration object identifies the job within the process for as long as its tasks run (every task of a
+  // job gets the same one); a job without one (a bare test context) keeps a budget per database.
+  if (config != nullptr) {
+    o.memory.shared_scope = fmt::format("job {}, slot {}", static_cast<const void*>(config), subtask_index);
+  }
+  return o;
+}
+
 fs::path make_rocksdb_working_dir(const StateBackendOptions& options, std::string_view operator_name, int subtask_index,
                                   int attempt) {
   static std::atomic<uint64_t> counter{0};

@@ -317,6 +317,54 @@ class CheckpointListener final : public rocksdb::EventListener {
   bool hold_ = false;
 };
 
+// One memory budget (Flink's RocksDBMemoryControllerUtils): a block cache of (3 - r) / 3 of it holding blocks,
+// index and filter blocks, and a write buffer manager of 2r / 3 charging memtables to that cache. Held by every
+// database that draws on it; the databases of one shared scope hold the same one.
+struct MemoryBudget {
+  std::shared_ptr<rocksdb::Cache> cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
+  size_t write_buffer_bytes = 0;
+};
+
+std::shared_ptr<MemoryBudget> make_budget(const RocksDBMemoryOptions& memory) {
+  const double total = static_cast<double>(memory.managed_bytes);
+  auto budget = std::make_shared<MemoryBudget>();
+  budget->write_buffer_bytes = static_cast<size_t>(2.0 * total * memory.write_buffer_ratio / 3.0);
+  budget->cache = rocksdb::NewLRUCache(static_cast<size_t>((3.0 - memory.write_buffer_ratio) * total / 3.0), -1, false,
+                                       memory.high_priority_pool_ratio);
+  budget->write_buffers = std::make_shared<rocksdb::WriteBufferManager>(budget->write_buffer_bytes, budget->cache);
+  return budget;
+}
+
+// The budgets of the shared scopes (RocksDBMemoryOptions::shared_scope) of this process, by scope and budget
+// figures: a budget lives while a database holds it, and the next database of its scope after the last one closed
+// gets a new one.
+class SharedBudgets {
+ public:
+  std::shared_ptr<MemoryBudget> acquire(const RocksDBMemoryOptions& memory) {
+    const std::string key = memory.shared_scope + '\0' + std::to_string(memory.managed_bytes) + '/' +
+                            std::to_string(memory.write_buffer_ratio) + '/' +
+                            std::to_string(memory.high_priority_pool_ratio);
+    std::lock_guard lock(mu_);
+    for (auto it = budgets_.begin(); it != budgets_.end();) {  // drop the scopes whose databases all closed
+      it = it->second.expired() ? budgets_.erase(it) : std::next(it);
+    }
+    if (auto existing = budgets_[key].lock()) return existing;
+    auto budget = make_budget(memory);
+    budgets_[key] = budget;
+    return budget;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<MemoryBudget>> budgets_;
+};
+
+SharedBudgets& shared_budgets() {
+  static SharedBudgets* budgets = new SharedBudgets();  // never destroyed: databases may close after exit starts
+  return *budgets;
+}
+
 }  // namespace
 
 // The RocksDBInstance of the module: a database opened by RocksDB's C++ API.
@@ -356,6 +404,7 @@ class RocksDBDatabase final : public RocksDBInstance {
   uint64_t estimated_live_bytes() const override;
   uint64_t memory_usage() const override;
   void compact() override;
+  size_t databases_sharing_budget() const override;
 
  private:
   struct Impl;
@@ -395,7 +444,8 @@ struct RocksDBDatabase::Impl {
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> families;
   std::map<std::string, std::unique_ptr<ColumnFamily>, std::less<>> timers;  // kTimerPrefix families
   std::unique_ptr<rocksdb::WriteBatch> batch;
-  std::shared_ptr<rocksdb::Cache> cache;            // with a memory budget: blocks, indexes, filters and memtables
+  std::shared_ptr<MemoryBudget> budget;             // with a memory budget: its cache and write buffer manager
+  std::shared_ptr<rocksdb::Cache> cache;            // budget->cache: blocks, indexes, filters and memtables
   std::unique_ptr<ColumnFamily> meta;               // kMetaFamily: per-state kind and flags
   std::shared_ptr<CheckpointListener> checkpoints;  // set by open()
 
@@ -465,14 +515,14 @@ std::shared_ptr<RocksDBInstance> RocksDBDatabase::open(const std::filesystem::pa
   options.atomic_flush = true;
   if (memory.managed_bytes > 0) {
     // Flink's split (RocksDBMemoryControllerUtils): memtables are charged to the block cache, so one
-    // cache bounds both; index and filter blocks are cached (high priority) instead of held per file.
-    const double total = static_cast<double>(memory.managed_bytes);
-    const auto cache_bytes = static_cast<size_t>((3.0 - memory.write_buffer_ratio) * total / 3.0);
-    const auto write_buffer_bytes = static_cast<size_t>(2.0 * total * memory.write_buffer_ratio / 3.0);
-    impl.cache = rocksdb::NewLRUCache(cache_bytes, -1, false, memory.high_priority_pool_ratio);
-    options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(write_buffer_bytes, impl.cache);
+    // cache bounds both; index and filter blocks are cached (high priority) instead of held per file. The
+    // databases of one shared scope (a slot) share the cache and the write buffer manager, so the budget bounds
+    // them together.
+    impl.budget = memory.shared_scope.empty() ? make_budget(memory) : shared_budgets().acquire(memory);
+    impl.cache = impl.budget->cache;
+    options.write_buffer_manager = impl.budget->write_buffers;
     // A memtable is at most half the write buffer budget, so a flush is due before the budget is reached.
-    options.write_buffer_size = std::max<size_t>(write_buffer_bytes / 2, 64 * 1024);
+    options.write_buffer_size = std::max<size_t>(impl.budget->write_buffer_bytes / 2, 64 * 1024);
     rocksdb::BlockBasedTableOptions table;
     table.block_cache = impl.cache;
     table.cache_index_and_filter_blocks = true;
@@ -904,6 +954,11 @@ uint64_t RocksDBDatabase::estimated_live_bytes() const {
   return total;
 }
 
+size_t RocksDBDatabase::databases_sharing_budget() const {
+  // Each database holds its budget once (Impl::budget); nothing else keeps a reference.
+  return impl_->budget ? static_cast<size_t>(impl_->budget.use_count()) : 1;
+}
+
 uint64_t RocksDBDatabase::memory_usage() const {
   uint64_t total = 0;
   for (ColumnFamily* cf : impl_->data_families()) {
@@ -929,7 +984,7 @@ void RocksDBDatabase::compact() {
 }
 
 namespace {
-const RocksDBModule kModule{kRocksDBModuleAbiVersion, &RocksDBDatabase::open};
+const RocksDBModule kModule{kRocksDBModuleAbiVersion, kRocksDBModuleInterfaceToken, &RocksDBDatabase::open};
 }  // namespace
 
 }  // namespace sluice

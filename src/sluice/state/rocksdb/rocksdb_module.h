@@ -22,15 +22,22 @@ namespace sluice {
 
 /// Bumped whenever RocksDBInstance's interface or this table changes, so a module of another build is refused
 /// instead of called through a different vtable layout.
-inline constexpr uint32_t kRocksDBModuleAbiVersion = 1;
+inline constexpr uint32_t kRocksDBModuleAbiVersion = 2;
 
 /// The file name of the module, and the name of its entry function.
 inline constexpr const char* kRocksDBModuleFileName = "libsluice_rocksdb.so";
 inline constexpr const char* kRocksDBModuleEntry = "sluice_rocksdb_module";
 
-/// What the module's entry returns.
+/// A digest of the interface's headers (rocksdb_instance.h, this file) and the compiler and flags, computed by CMake
+/// for the module and its loader alike: a module built from another interface is refused even when
+/// kRocksDBModuleAbiVersion was not bumped (a binary copied from an older build, a module replaced under a running
+/// process).
+inline constexpr const char* kRocksDBModuleInterfaceToken = SLUICE_ROCKSDB_INTERFACE_TOKEN;
+
+/// What the module's entry returns. `abi_version` stays the first member, so any module's can be read.
 struct RocksDBModule {
   uint32_t abi_version = 0;
+  const char* interface_token = nullptr;  ///< the module's kRocksDBModuleInterfaceToken
   /// RocksDBInstance::open (existing = false) and open_existing (true); throws as they do.
   std::shared_ptr<RocksDBInstance> (*open)(const std::filesystem::path& dir, const RocksDBMemoryOptions& memory,
                                            bool existing) = nullptr;
