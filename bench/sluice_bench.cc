@@ -137,6 +137,8 @@ struct NexmarkOptions {
   std::string state_backend = "hashmap";
   /// state.backend.rocksdb.timer-service.factory with rocksdb: heap or rocksdb (Flink's default).
   std::string timer_service = "heap";
+  /// state.backend.rocksdb.memory.fixed-per-slot with rocksdb; empty: the default (64mb).
+  std::string rocksdb_memory;
 };
 
 int run_nexmark(const NexmarkOptions& opt) {
@@ -164,6 +166,9 @@ int run_nexmark(const NexmarkOptions& opt) {
   sluice::Configuration conf;
   conf.set(sluice::options::kStateBackendType, opt.state_backend);
   conf.set_string(std::string(sluice::options::kRocksDBTimerServiceFactory.key), opt.timer_service);
+  if (!opt.rocksdb_memory.empty()) {
+    conf.set_string(std::string(sluice::options::kRocksDBMemoryFixedPerSlot.key), opt.rocksdb_memory);
+  }
   std::filesystem::path checkpoint_dir;
   if (opt.checkpoint_interval_ms > 0) {
     // Checkpoints go to a fresh directory under the temp dir, removed at the end.
@@ -329,7 +334,7 @@ int main(int argc, char** argv) {
   nexmark
       ->add_option("--state-backend", opt.state_backend,
                    "Keyed state backend (state.backend.type; rocksdb: one database per keyed subtask under the temp "
-                   "dir, 64 MiB each)")
+                   "dir, 64 MiB per slot)")
       ->capture_default_str()
       ->check(CLI::IsMember({"hashmap", "rocksdb"}));
   nexmark
@@ -338,6 +343,10 @@ int main(int argc, char** argv) {
                    "Flink's default is rocksdb)")
       ->capture_default_str()
       ->check(CLI::IsMember({"heap", "rocksdb"}));
+  nexmark->add_option(
+      "--rocksdb-memory", opt.rocksdb_memory,
+      "Memory budget of the RocksDB databases of each slot (state.backend.rocksdb.memory.fixed-per-slot, "
+      "e.g. 128mb; default 64mb)");
   nexmark
       ->add_option("--metrics-scrape-ms", opt.metrics_scrape_ms,
                    "Register the job's metrics and scrape them every N ms while it runs (0: no registry)")
@@ -383,8 +392,9 @@ int main(int argc, char** argv) {
   checkpoint->add_option("--backend", ck.backend, "State backend (state.backend.type)")
       ->capture_default_str()
       ->check(CLI::IsMember({"hashmap", "rocksdb"}));
-  checkpoint->add_option("--rocksdb-memory", ck.rocksdb_memory,
-                         "Memory budget of the RocksDB databases of each slot (state.backend.rocksdb.memory.fixed-per-slot)");
+  checkpoint->add_option(
+      "--rocksdb-memory", ck.rocksdb_memory,
+      "Memory budget of the RocksDB databases of each slot (state.backend.rocksdb.memory.fixed-per-slot)");
   checkpoint->add_flag("--incremental", ck.incremental, "Incremental checkpoints (state.backend.incremental: true)");
   checkpoint->add_option("--churn-percent", ck.churn_percent, "Keys changed per checkpoint interval, in % (churn)")
       ->capture_default_str();
