@@ -33,6 +33,7 @@
 #include "sluice/cluster/source_connection_report.h"
 #include "sluice/cluster/source_lag_report.h"
 #include "sluice/cluster/taskmanager/task_executor.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
@@ -782,10 +783,9 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
     etcd = etcd_client(p->ha);
     if (!etcd) return 2;
     o.find_leader = [etcd, key = ha::HaKeys(p->ha.cluster_id).leader()]() -> Result<std::optional<JobManagerLeader>> {
-      auto l = ha::read_leader(*etcd, key);
-      if (!l.ok()) return l.error();
-      if (!l->has_value()) return std::optional<JobManagerLeader>();
-      return std::optional<JobManagerLeader>(JobManagerLeader{(*l)->address, (*l)->epoch.create_revision});
+      SLUICE_ASSIGN_OR_RETURN(auto l, ha::read_leader(*etcd, key));
+      if (!l.has_value()) return std::optional<JobManagerLeader>();
+      return std::optional<JobManagerLeader>(JobManagerLeader{l->address, l->epoch.create_revision});
     };
     o.leader_poll_ms = std::min<int64_t>(250, hb->interval_ms);
   }

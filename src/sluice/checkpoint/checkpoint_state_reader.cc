@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "checkpoint_storage_internals.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/s3_client.h"
 
 namespace sluice {
@@ -113,9 +114,8 @@ Result<std::shared_ptr<const StateFileBytes>> map_state_file(const fs::path& pat
 Status check_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& handle) {
   const fs::path path = dir / handle.file;
   uint64_t actual_size = 0;
-  auto opened = open_state_file(path, handle, actual_size);
-  if (!opened.ok()) return opened.error();
-  int fd = *opened;
+  SLUICE_ASSIGN_OR_RETURN(auto opened, open_state_file(path, handle, actual_size));
+  int fd = opened;
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
   if (hash == nullptr) throw std::bad_alloc();
@@ -147,8 +147,7 @@ Status check_state_file(const fs::path& dir, const OperatorSubtaskStateHandle& h
 Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path& dir,
                                                                  const OperatorSubtaskStateHandle& handle) {
   const fs::path path = fs::path(dir.native() + "/" + handle.file);
-  auto t = s3_target(dir);
-  if (!t.ok()) return t.error();
+  SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(dir));
   bool found = true;
   if (handle.file_size > kPopulateLimit) {
     // Too large to hold in memory (a savepoint of state larger than memory): downloaded into an unlinked file
@@ -169,7 +168,7 @@ Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path&
           path.string(), handle.file_size, temp_dir.string());
     }
     std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
-    auto written = t->client->get_object_to_file(t->uri.bucket, t->child(handle.file), fd, &found);
+    auto written = t.client->get_object_to_file(t.uri.bucket, t.child(handle.file), fd, &found);
     if (!written.ok()) return state_file_error(path, fmt::format("cannot be read: {}", written.error().message()));
     if (!found) return state_file_error(path, "is missing (the checkpoint is incomplete)");
     if (*written != handle.file_size) {
@@ -179,7 +178,7 @@ Result<std::shared_ptr<const StateFileBytes>> s3_read_state_file(const fs::path&
     }
     return map_state_file(path, fd, *written, handle);
   }
-  auto bytes = t->client->get_object(t->uri.bucket, t->child(handle.file), &found);
+  auto bytes = t.client->get_object(t.uri.bucket, t.child(handle.file), &found);
   if (!bytes.ok()) return state_file_error(path, fmt::format("cannot be read: {}", bytes.error().message()));
   if (!found) return state_file_error(path, "is missing (the checkpoint is incomplete)");
   if (bytes->size() != handle.file_size) {
@@ -206,12 +205,10 @@ Error shared_file_error(const fs::path& path, const std::string& what) {
 // The size of a file or object without reading it: a stat, or one HEAD request. nullopt when it does not exist.
 Result<std::optional<uint64_t>> stored_size(const fs::path& path) {
   if (is_s3(path)) {
-    auto t = s3_target(path);
-    if (!t.ok()) return t.error();
-    auto head = t->client->head_object(t->uri.bucket, t->uri.key);
-    if (!head.ok()) return head.error();
-    if (!*head) return std::optional<uint64_t>();
-    return std::optional<uint64_t>(static_cast<uint64_t>((*head)->size));
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(path));
+    SLUICE_ASSIGN_OR_RETURN(auto head, t.client->head_object(t.uri.bucket, t.uri.key));
+    if (!head) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(static_cast<uint64_t>(head->size));
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -231,9 +228,8 @@ std::string size_mismatch(uint64_t expected, uint64_t actual) {
 Status FileCheckpointStorage::verify_shared_file(const fs::path& checkpoint_dir, const NativeFileHandle& file) {
   const fs::path path = shared_path(checkpoint_dir, file.shared_name);
   if (is_s3(path)) {
-    auto t = s3_target(path);
-    if (!t.ok()) return t.error();
-    auto there = t->client->exists(t->uri.bucket, t->uri.key);
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(path));
+    auto there = t.client->exists(t.uri.bucket, t.uri.key);
     if (!there.ok()) return shared_file_error(path, "cannot be checked: " + there.error().message());
     if (!*there) return shared_file_error(path, "is missing (deleted while a checkpoint still references it?)");
     return ok_status();
@@ -278,10 +274,9 @@ Status FileCheckpointStorage::materialize_native(const fs::path& checkpoint_dir,
     }
     const fs::path from = shared_path(checkpoint_dir, f.shared_name);
     if (is_s3(from)) {
-      auto t = s3_target(from);
-      if (!t.ok()) return t.error();
+      SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(from));
       bool found = true;
-      auto got = t->client->get_object(t->uri.bucket, t->uri.key, &found);
+      auto got = t.client->get_object(t.uri.bucket, t.uri.key, &found);
       if (!got.ok()) return shared_file_error(from, "cannot be read: " + got.error().message());
       if (!found) return shared_file_error(from, "is missing");
       if (got->size() != f.size)
@@ -321,9 +316,8 @@ Result<std::shared_ptr<const StateFileBytes>> FileCheckpointStorage::read_state_
   if (is_s3(dir)) return s3_read_state_file(dir, handle);
   const fs::path path = dir / handle.file;
   uint64_t size = 0;
-  auto opened = open_state_file(path, handle, size);
-  if (!opened.ok()) return opened.error();
-  int fd = *opened;
+  SLUICE_ASSIGN_OR_RETURN(auto opened, open_state_file(path, handle, size));
+  int fd = opened;
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   if (size == 0) {
     return check_state_file_contents(path, handle, XXH3_64bits(nullptr, 0), {}).error();

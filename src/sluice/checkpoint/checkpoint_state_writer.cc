@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "checkpoint_storage_internals.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/s3_client.h"
 
@@ -226,9 +227,8 @@ Result<SharedStateFile> upload_shared_file(const fs::path& shared_dir, const std
   shared.name = name;
   uint64_t size = 0;
   if (is_s3(shared_dir)) {
-    auto t = s3_target(shared_dir);
-    if (!t.ok()) return t.error();
-    HashingS3Writer writer(t->client, t->uri.bucket, t->child(name));
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(shared_dir));
+    HashingS3Writer writer(t.client, t.uri.bucket, t.child(name));
     Status st = stream_local_file(path, size, [&](const char* data, size_t n) { return writer.append(data, n); });
     if (st.ok()) st = writer.finish();
     if (!st.ok()) {
@@ -270,11 +270,11 @@ Status write_native_files(Writer& writer, OperatorSubtaskStateHandle& handle, co
     if (NativeKeyedStateSnapshot::is_shared_file(file)) {
       std::optional<SharedStateFile> shared = native.uploaded_before(file);
       if (!shared) {
-        auto up = upload_shared_file(shared_dir, fmt::format("{}-{}-{}", name_prefix, random_hex(16), file), path);
-        if (!up.ok()) return up.error();
-        native.record_upload(file, *up);
-        uploaded += up->size;
-        shared = std::move(*up);
+        SLUICE_ASSIGN_OR_RETURN(
+            auto up, upload_shared_file(shared_dir, fmt::format("{}-{}-{}", name_prefix, random_hex(16), file), path));
+        native.record_upload(file, up);
+        uploaded += up.size;
+        shared = std::move(up);
       }
       f.shared_name = shared->name;
       f.size = shared->size;

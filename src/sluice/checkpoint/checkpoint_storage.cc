@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "checkpoint_storage_internals.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/s3_client.h"
 
@@ -101,11 +102,9 @@ bool is_s3(const fs::path& p) {
 }
 
 Result<S3Target> s3_target(const fs::path& p) {
-  auto client = S3Client::shared();
-  if (!client.ok()) return client.error();
-  auto uri = S3Uri::parse(p.native());
-  if (!uri.ok()) return uri.error();
-  return S3Target{std::move(*client), std::move(*uri)};
+  SLUICE_ASSIGN_OR_RETURN(auto client, S3Client::shared());
+  SLUICE_ASSIGN_OR_RETURN(auto uri, S3Uri::parse(p.native()));
+  return S3Target{std::move(client), std::move(uri)};
 }
 
 }  // namespace checkpoint_storage_internal
@@ -153,13 +152,11 @@ struct S3Checkpoint {
 };
 
 Result<std::vector<S3Checkpoint>> s3_list_checkpoints(const fs::path& dir) {
-  auto t = s3_target(dir);
-  if (!t.ok()) return t.error();
-  auto listing = t->client->list(t->uri.bucket, t->prefix());
-  if (!listing.ok()) return listing.error();
+  SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(dir));
+  SLUICE_ASSIGN_OR_RETURN(auto listing, t.client->list(t.uri.bucket, t.prefix()));
   std::map<int64_t, bool> found;
-  const std::string prefix = t->prefix();
-  for (const S3Object& o : listing->objects) {
+  const std::string prefix = t.prefix();
+  for (const S3Object& o : listing.objects) {
     std::string_view rest = std::string_view(o.key).substr(prefix.size());
     const size_t slash = rest.find('/');
     if (slash == std::string_view::npos) continue;
@@ -187,9 +184,8 @@ Result<fs::path> FileCheckpointStorage::parse_location(std::string_view location
   }
   std::string_view path = location;
   if (is_s3_uri(location)) {
-    auto uri = S3Uri::parse(location);
-    if (!uri.ok()) return uri.error();
-    return fs::path(uri->to_string());
+    SLUICE_ASSIGN_OR_RETURN(auto uri, S3Uri::parse(location));
+    return fs::path(uri.to_string());
   }
   if (size_t sep = location.find("://"); sep != std::string_view::npos) {
     std::string scheme(location.substr(0, sep));
@@ -224,15 +220,14 @@ Result<FileCheckpointStorage> FileCheckpointStorage::create(std::string_view bas
     return Error(ErrorCode::kConfiguration,
                  fmt::format("job id '{}' cannot name a checkpoint directory (empty, '.', '..' or with '/')", job_id));
   }
-  auto base = parse_location(base_location);
-  if (!base.ok()) return base.error();
-  if (is_s3(*base)) {
+  SLUICE_ASSIGN_OR_RETURN(auto base, parse_location(base_location));
+  if (is_s3(base)) {
     auto client = S3Client::shared();  // a bad s3.* option fails here, at the job's start
     if (!client.ok()) return client.error();
-    fs::path job_dir(base->native() + "/" + job_id);
+    fs::path job_dir(base.native() + "/" + job_id);
     return FileCheckpointStorage(std::move(job_dir), std::move(job_id), std::make_shared<ObjectDeleter>());
   }
-  fs::path job_dir = *base / job_id;
+  fs::path job_dir = base / job_id;
   std::error_code ec;
   fs::create_directories(job_dir / "shared", ec);
   if (ec) return io_error("creating the checkpoint directory", job_dir / "shared", ec);
@@ -284,16 +279,14 @@ Result<fs::path> FileCheckpointStorage::init_checkpoint(int64_t id) const {
 
 Status FileCheckpointStorage::finalize_checkpoint(const fs::path& dir, const CheckpointMetadata& metadata) const {
   if (is_s3(dir)) {
-    auto t = s3_target(dir);
-    if (!t.ok()) return t.error();
-    auto there = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
-    if (!there.ok()) return there.error();
-    if (*there) {
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(dir));
+    SLUICE_ASSIGN_OR_RETURN(auto there, t.client->exists(t.uri.bucket, t.child(kMetadataFileName)));
+    if (there) {
       return Error(ErrorCode::kCheckpoint, fmt::format("{}/{} already exists: checkpoint {} was finalized before",
                                                        dir.string(), kMetadataFileName, metadata.checkpoint_id));
     }
     // One PUT: S3 makes an object visible whole or not at all, the rename of the file system case.
-    return t->client->put_object(t->uri.bucket, t->child(kMetadataFileName), serialize_checkpoint_metadata(metadata));
+    return t.client->put_object(t.uri.bucket, t.child(kMetadataFileName), serialize_checkpoint_metadata(metadata));
   }
   const fs::path target = dir / kMetadataFileName;
   std::error_code ec;
@@ -366,9 +359,8 @@ Result<fs::path> FileCheckpointStorage::resolve_restore_path(std::string_view ur
       "directory with chk-<n> subdirectories";
   if (is_s3(p)) {
     if (p.filename() == kMetadataFileName) return p.parent_path();
-    auto t = s3_target(p);
-    if (!t.ok()) return t.error();
-    auto there = t->client->exists(t->uri.bucket, t->child(kMetadataFileName));
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(p));
+    auto there = t.client->exists(t.uri.bucket, t.child(kMetadataFileName));
     if (!there.ok()) return there.error().with_context("execution.state-recovery.path");
     if (*there) return p;
     auto all = s3_list_checkpoints(p);
@@ -399,24 +391,22 @@ Result<fs::path> FileCheckpointStorage::resolve_restore_path(std::string_view ur
                  fmt::format("restore path {} is neither a file nor a directory ({})", p.string(), kExpected));
   }
   if (has_metadata(p)) return p;
-  auto all = list_checkpoint_dirs(p, /*complete=*/false);
-  if (!all.ok()) return all.error();
-  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+  SLUICE_ASSIGN_OR_RETURN(auto all, list_checkpoint_dirs(p, /*complete=*/false));
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (has_metadata(it->path)) return it->path;
   }
   return Error(ErrorCode::kCheckpoint,
                fmt::format("restore path {} has no {} file and no chk-<n> subdirectory with a {} file ({} "
                            "chk-<n> directories without one: incomplete checkpoints); {}",
-                           p.string(), kMetadataFileName, kMetadataFileName, all->size(), kExpected));
+                           p.string(), kMetadataFileName, kMetadataFileName, all.size(), kExpected));
 }
 
 Result<CheckpointMetadata> FileCheckpointStorage::load_metadata(const fs::path& dir) {
   if (is_s3(dir)) {
     const std::string path = dir.native() + "/" + std::string(kMetadataFileName);
-    auto t = s3_target(dir);
-    if (!t.ok()) return t.error();
+    SLUICE_ASSIGN_OR_RETURN(auto t, s3_target(dir));
     bool found = true;
-    auto bytes = t->client->get_object(t->uri.bucket, t->child(kMetadataFileName), &found);
+    auto bytes = t.client->get_object(t.uri.bucket, t.child(kMetadataFileName), &found);
     if (!bytes.ok()) {
       return Error(ErrorCode::kState,
                    fmt::format("checkpoint metadata {}: cannot be read: {}", path, bytes.error().message()));
@@ -456,18 +446,16 @@ Result<CheckpointMetadata> FileCheckpointStorage::load_metadata(const fs::path& 
 
 Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() const {
   if (is_s3(job_dir_)) {
-    auto all = s3_list_checkpoints(job_dir_);
-    if (!all.ok()) return all.error();
+    SLUICE_ASSIGN_OR_RETURN(auto all, s3_list_checkpoints(job_dir_));
     std::vector<fs::path> paths;
-    for (S3Checkpoint& c : *all)
+    for (S3Checkpoint& c : all)
       if (c.complete) paths.push_back(std::move(c.path));
     return paths;
   }
-  auto found = list_checkpoint_dirs(job_dir_, /*complete=*/true);
-  if (!found.ok()) return found.error();
+  SLUICE_ASSIGN_OR_RETURN(auto found, list_checkpoint_dirs(job_dir_, /*complete=*/true));
   std::vector<fs::path> paths;
-  paths.reserve(found->size());
-  for (NumberedDir& d : *found)
+  paths.reserve(found.size());
+  for (NumberedDir& d : found)
     paths.push_back(std::move(d.path));
   return paths;
 }
@@ -475,17 +463,15 @@ Result<std::vector<fs::path>> FileCheckpointStorage::completed_checkpoints() con
 Result<std::vector<FileCheckpointStorage::CheckpointDir>> FileCheckpointStorage::checkpoint_dirs() const {
   std::vector<CheckpointDir> out;
   if (is_s3(job_dir_)) {
-    auto all = s3_list_checkpoints(job_dir_);
-    if (!all.ok()) return all.error();
-    for (S3Checkpoint& c : *all)
+    SLUICE_ASSIGN_OR_RETURN(auto all, s3_list_checkpoints(job_dir_));
+    for (S3Checkpoint& c : all)
       out.push_back({c.id, std::move(c.path), c.complete});
     return out;
   }
   std::error_code ec;
   if (!fs::exists(job_dir_, ec)) return out;
-  auto found = list_checkpoint_dirs(job_dir_, /*complete=*/false);
-  if (!found.ok()) return found.error();
-  for (NumberedDir& d : *found) {
+  SLUICE_ASSIGN_OR_RETURN(auto found, list_checkpoint_dirs(job_dir_, /*complete=*/false));
+  for (NumberedDir& d : found) {
     const bool complete = has_metadata(d.path);
     out.push_back({d.id, std::move(d.path), complete});
   }

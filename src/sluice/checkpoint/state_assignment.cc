@@ -10,6 +10,7 @@
 
 #include "sluice/checkpoint/checkpoint_storage.h"
 #include "sluice/checkpoint/task_local_state_store.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/config.h"
 #include "sluice/core/data_io.h"
 #include "sluice/core/key_group.h"
@@ -150,10 +151,9 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
     for (size_t i = 0; i < old.size(); ++i) {
       const auto* h = old[i];
       if (h == nullptr || h->operator_state_length == 0) continue;
-      auto bytes = files.get(op.uid, *h);
-      if (!bytes.ok()) return bytes.error();
-      old_operator_state[i] = (*bytes)->view().substr(h->operator_state_offset, h->operator_state_length);
-      operator_state_owners.push_back(*bytes);
+      SLUICE_ASSIGN_OR_RETURN(auto bytes, files.get(op.uid, *h));
+      old_operator_state[i] = bytes->view().substr(h->operator_state_offset, h->operator_state_length);
+      operator_state_owners.push_back(bytes);
     }
   }
 
@@ -176,20 +176,18 @@ Status assign_operator(const CheckpointMetadata& m, const OperatorStateEntry& op
       for (int32_t kg = range.start(); kg <= range.end(); ++kg) {
         const Located& at = where[static_cast<size_t>(kg)];
         if (at.handle == nullptr) continue;
-        auto bytes = files.get(op.uid, *at.handle);
-        if (!bytes.ok()) return bytes.error();
-        state->key_groups.emplace(kg, (*bytes)->view().substr(at.key_group->offset, at.key_group->length));
-        if (state->owners.empty() || state->owners.back() != *bytes) state->owners.push_back(*bytes);
+        SLUICE_ASSIGN_OR_RETURN(auto bytes, files.get(op.uid, *at.handle));
+        state->key_groups.emplace(kg, bytes->view().substr(at.key_group->offset, at.key_group->length));
+        if (state->owners.empty() || state->owners.back() != bytes) state->owners.push_back(bytes);
       }
       // Incremental rocksdb checkpoints: the old databases holding key groups of the new range.
       for (const auto* h : old) {
         if (h == nullptr || !h->native) continue;
         if (h->native->key_group_end < range.start() || h->native->key_group_start > range.end()) continue;
-        auto bytes = files.get(op.uid, *h);
-        if (!bytes.ok()) return bytes.error();
+        SLUICE_ASSIGN_OR_RETURN(auto bytes, files.get(op.uid, *h));
         NativeKeyedStateRestore native;
         native.key_groups = KeyGroupRange(h->native->key_group_start, h->native->key_group_end);
-        native.materialize = [dir = files.dir(), handle = *h->native, file = *bytes](const fs::path& target) {
+        native.materialize = [dir = files.dir(), handle = *h->native, file = bytes](const fs::path& target) {
           return FileCheckpointStorage::materialize_native(dir, handle, *file, target);
         };
         state->native.push_back(std::move(native));

@@ -25,6 +25,7 @@
 #include "sluice/cluster/restart_strategy.h"
 #include "sluice/cluster/task_deployment.h"
 #include "sluice/cluster/task_metrics.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/redact.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/graph/job_graph.h"
@@ -529,16 +530,14 @@ Status LocalJob::prepare(JobGraph jg) {
 
   // Restart strategy (seeded for jitter; the seed only spreads restarts of different jobs, and is logged).
   const uint64_t seed = std::random_device{}();
-  auto strategy = make_restart_strategy(config, seed);
-  if (!strategy.ok()) return strategy.error();
-  restart_strategy_ = std::move(*strategy);
+  SLUICE_ASSIGN_OR_RETURN(auto strategy, make_restart_strategy(config, seed));
+  restart_strategy_ = std::move(strategy);
   spdlog::debug("job '{}': restart strategy {} (jitter seed {})", name_, restart_strategy_->describe(), seed);
   restore_fallback_ = config.get(options::kRestoreFallback);
 
   // Checkpointing: a coordinator when checkpoints, savepoints or a restore are configured.
-  auto ck = CheckpointCoordinatorOptions::from_config(config);
-  if (!ck.ok()) return ck.error();
-  checkpointing_ = ck->interval_ms > 0;
+  SLUICE_ASSIGN_OR_RETURN(auto ck, CheckpointCoordinatorOptions::from_config(config));
+  checkpointing_ = ck.interval_ms > 0;
   std::string dir = config.get(options::kCheckpointDir);
   const std::string recovery = config.get(options::kStateRecoveryPath);
   if (checkpointing_ && dir.empty()) {
@@ -546,15 +545,14 @@ Status LocalJob::prepare(JobGraph jg) {
                  fmt::format("{} is set but {} is not: checkpoints need a directory (file:///path)",
                              options::kCheckpointInterval.key, options::kCheckpointDir.key));
   }
-  if (dir.empty() && (!ck->savepoint_dir.empty() || !recovery.empty())) {
+  if (dir.empty() && (!ck.savepoint_dir.empty() || !recovery.empty())) {
     dir = (std::filesystem::temp_directory_path() / "sluice-checkpoints").string();
   }
   if (!dir.empty()) {
     // The process's S3 client (s3.* options, AWS environment), for s3:// checkpoint, savepoint and restore paths.
     SLUICE_RETURN_IF_ERROR(S3Client::configure(config));
-    auto storage = FileCheckpointStorage::create(dir, id_);
-    if (!storage.ok()) return storage.error();
-    storage_ = std::make_unique<FileCheckpointStorage>(std::move(*storage));
+    SLUICE_ASSIGN_OR_RETURN(auto storage, FileCheckpointStorage::create(dir, id_));
+    storage_ = std::make_unique<FileCheckpointStorage>(std::move(storage));
     std::vector<CheckpointVertexInfo> vertices;
     for (const auto& v : jg_.vertices) {
       CheckpointVertexInfo info;
@@ -570,15 +568,14 @@ Status LocalJob::prepare(JobGraph jg) {
     int64_t first_id = 1;
     std::optional<RestorePoint> initial;
     if (!recovery.empty()) {
-      auto path = FileCheckpointStorage::resolve_restore_path(recovery);
-      if (!path.ok()) return path.error();
+      SLUICE_ASSIGN_OR_RETURN(auto path, FileCheckpointStorage::resolve_restore_path(recovery));
       // With restore-fallback, older checkpoints of the same job directory are the next candidates.
-      std::vector<std::filesystem::path> candidates{*path};
-      const int64_t wanted = FileCheckpointStorage::checkpoint_id_of(*path);
+      std::vector<std::filesystem::path> candidates{path};
+      const int64_t wanted = FileCheckpointStorage::checkpoint_id_of(path);
       if (restore_fallback_ && wanted >= 0) {
         std::vector<std::pair<int64_t, std::filesystem::path>> older;
         std::error_code ec;
-        for (const auto& e : std::filesystem::directory_iterator(path->parent_path(), ec)) {
+        for (const auto& e : std::filesystem::directory_iterator(path.parent_path(), ec)) {
           int64_t id = FileCheckpointStorage::checkpoint_id_of(e.path());
           if (id >= 0 && id < wanted && std::filesystem::exists(e.path() / kMetadataFileName)) {
             older.emplace_back(id, e.path());
@@ -588,18 +585,16 @@ Status LocalJob::prepare(JobGraph jg) {
         for (auto& [id, p] : older)
           candidates.push_back(p);
       }
-      auto loaded = load_for_restore(candidates, restore_fallback_);
-      if (!loaded.ok()) return loaded.error();
+      SLUICE_ASSIGN_OR_RETURN(auto loaded, load_for_restore(candidates, restore_fallback_));
       std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
-      Status unclaimed = check_unclaimed_state(loaded->metadata, uids, config.get(options::kIgnoreUnclaimedState));
+      Status unclaimed = check_unclaimed_state(loaded.metadata, uids, config.get(options::kIgnoreUnclaimedState));
       if (!unclaimed.ok()) return unclaimed.error();
-      first_id = loaded->metadata.checkpoint_id + 1;
-      initial = RestorePoint{loaded->dir, loaded->metadata};
-      spdlog::info("job '{}' starts from {} {} ({})", name_, snapshot_type_name(loaded->metadata.type),
-                   loaded->metadata.checkpoint_id, loaded->dir.string());
+      first_id = loaded.metadata.checkpoint_id + 1;
+      initial = RestorePoint{loaded.dir, loaded.metadata};
+      spdlog::info("job '{}' starts from {} {} ({})", name_, snapshot_type_name(loaded.metadata.type),
+                   loaded.metadata.checkpoint_id, loaded.dir.string());
     }
-    coordinator_ =
-        std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
+    coordinator_ = std::make_unique<CheckpointCoordinator>(ck, *storage_, std::move(vertices), *this, clock_, first_id);
     if (initial) coordinator_->set_initial_restore_point(std::move(*initial));
   }
   stats_.resize(graph_->nodes().size());
@@ -640,9 +635,8 @@ Result<std::vector<std::vector<std::shared_ptr<const TaskRestore>>>> LocalJob::a
       vr.operator_uids.push_back(jg_.node_uid[static_cast<size_t>(nid)]);
       vr.max_parallelism.push_back(jg_.node_max_parallelism[static_cast<size_t>(nid)]);
     }
-    auto assigned = assign_subtask_states(point.metadata, point.dir, vr);
-    if (!assigned.ok()) return assigned.error();
-    out[static_cast<size_t>(vid)] = std::move(*assigned);
+    SLUICE_ASSIGN_OR_RETURN(auto assigned, assign_subtask_states(point.metadata, point.dir, vr));
+    out[static_cast<size_t>(vid)] = std::move(assigned);
   }
   return out;
 }
@@ -652,9 +646,8 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
   const Configuration& config = graph_->config();
   std::vector<std::vector<std::shared_ptr<const TaskRestore>>> restores;
   if (restore != nullptr) {
-    auto assigned = assign_state(region, *restore);
-    if (!assigned.ok()) return assigned.error();
-    restores = std::move(*assigned);
+    SLUICE_ASSIGN_OR_RETURN(auto assigned, assign_state(region, *restore));
+    restores = std::move(assigned);
   }
   auto attempt = std::make_unique<RegionAttempt>();
   attempt->number = region.attempts++;
@@ -686,9 +679,8 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
   d.vertices = region.vertices;
   RegionAttempt* a = attempt.get();
   d.make_channel = [this, a](const JobEdge&, int, int) -> Result<ChannelEnds> {
-    auto buffers = pool_->allocate(static_cast<size_t>(credits_));
-    if (!buffers.ok()) return buffers.error();
-    a->channels.push_back(std::make_unique<LocalChannel>(*pool_, std::move(*buffers)));
+    SLUICE_ASSIGN_OR_RETURN(auto buffers, pool_->allocate(static_cast<size_t>(credits_)));
+    a->channels.push_back(std::make_unique<LocalChannel>(*pool_, std::move(buffers)));
     return ChannelEnds{a->channels.back().get(), a->channels.back().get()};
   };
   d.coordinators = &attempt->coordinators;
@@ -698,10 +690,9 @@ Status LocalJob::deploy_region(size_t region_index, const RestorePoint* restore)
   d.buffer_timeout_ms = config.get(options::kBufferTimeout);
   d.checkpointing = checkpointing_;
   d.listener = this;
-  Result<DeployedSubtasks> built = build_subtasks(d);
-  if (!built.ok()) return built.error();
-  attempt->tasks = std::move(built->tasks);
-  attempt->operators = std::move(built->operators);
+  SLUICE_ASSIGN_OR_RETURN(DeployedSubtasks built, build_subtasks(d));
+  attempt->tasks = std::move(built.tasks);
+  attempt->operators = std::move(built.operators);
   region.attempt = std::move(attempt);
   region.state = RegionState::kRunning;
   for (auto& t : region.attempt->tasks)

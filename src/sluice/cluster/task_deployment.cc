@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/operators/source_operator.h"
 
 namespace sluice {
@@ -83,12 +84,11 @@ Result<DeployedSubtasks> build_subtasks(const SubtaskDeployment& d) {
       for (int j : plan.targets[i]) {
         const bool consumer_here = here(e.target_vertex, j);
         if (!producer_here && !consumer_here) continue;
-        Result<ChannelEnds> ends = d.make_channel(e, static_cast<int>(i), j);
-        if (!ends.ok()) return ends.error();
-        if (producer_here) senders.push_back(ends->sender);
+        SLUICE_ASSIGN_OR_RETURN(ChannelEnds ends, d.make_channel(e, static_cast<int>(i), j));
+        if (producer_here) senders.push_back(ends.sender);
         if (consumer_here) {
           receivers[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(j)][static_cast<size_t>(input_index)]
-              .push_back(ends->receiver);
+              .push_back(ends.receiver);
         }
       }
       if (producer_here) {

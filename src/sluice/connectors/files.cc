@@ -18,6 +18,7 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/cancellation.h"
 #include "sluice/core/fault_points.h"
 #include "sluice/core/non_recoverable.h"
@@ -112,9 +113,8 @@ Result<std::vector<std::string>> expand_file_paths(const std::vector<std::string
     const bool is_glob = has_glob_magic(pattern);
     std::vector<std::string> candidates;
     if (is_glob) {
-      Result<std::vector<std::string>> matches = glob_pattern(pattern);
-      if (!matches.ok()) return matches.error();
-      candidates = std::move(matches).value();
+      SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> matches, glob_pattern(pattern));
+      candidates = std::move(matches);
     } else {
       candidates.push_back(pattern);
     }

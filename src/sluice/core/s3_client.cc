@@ -21,6 +21,8 @@
 #include <thread>
 #include <utility>
 
+#include "sluice/core/assign_or_return.h"
+
 namespace sluice {
 namespace {
 
@@ -360,9 +362,8 @@ S3Client::S3Client(S3Options options) : options_(std::move(options)) {
 S3Client::~S3Client() = default;
 
 Status S3Client::configure(const Configuration& config) {
-  auto o = S3Options::from_config(config);
-  if (!o.ok()) return o.error();
-  auto client = std::make_shared<const S3Client>(std::move(*o));
+  SLUICE_ASSIGN_OR_RETURN(auto o, S3Options::from_config(config));
+  auto client = std::make_shared<const S3Client>(std::move(o));
   std::lock_guard lock(shared_mu());
   shared_client() = std::move(client);
   return ok_status();
@@ -371,9 +372,8 @@ Status S3Client::configure(const Configuration& config) {
 Result<std::shared_ptr<const S3Client>> S3Client::shared() {
   std::lock_guard lock(shared_mu());
   if (shared_client() == nullptr) {
-    auto o = S3Options::from_config(Configuration());
-    if (!o.ok()) return o.error();
-    shared_client() = std::make_shared<const S3Client>(std::move(*o));
+    SLUICE_ASSIGN_OR_RETURN(auto o, S3Options::from_config(Configuration()));
+    shared_client() = std::make_shared<const S3Client>(std::move(o));
   }
   return shared_client();
 }
@@ -516,28 +516,25 @@ Error S3Client::http_error(std::string_view what, const std::string& bucket, con
 }
 
 Status S3Client::put_object(const std::string& bucket, const std::string& key, std::string_view bytes) const {
-  auto r = request("PUT", bucket, key, "", bytes);
-  if (!r.ok()) return r.error();
-  if (r->status / 100 != 2) return http_error("PUT", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("PUT", bucket, key, "", bytes));
+  if (r.status / 100 != 2) return http_error("PUT", bucket, key, r.status, r.body);
   return ok_status();
 }
 
 Result<std::string> S3Client::get_object(const std::string& bucket, const std::string& key, bool* found) const {
-  auto r = request("GET", bucket, key, "", {});
-  if (!r.ok()) return r.error();
-  if (found != nullptr) *found = r->status != 404;
-  if (r->status == 404 && found != nullptr) return std::string();
-  if (r->status / 100 != 2) return http_error("GET", bucket, key, r->status, r->body);
-  return std::move(r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("GET", bucket, key, "", {}));
+  if (found != nullptr) *found = r.status != 404;
+  if (r.status == 404 && found != nullptr) return std::string();
+  if (r.status / 100 != 2) return http_error("GET", bucket, key, r.status, r.body);
+  return std::move(r.body);
 }
 
 Result<uint64_t> S3Client::get_object_to_file(const std::string& bucket, const std::string& key, int fd,
                                               bool* found) const {
-  auto r = request("GET", bucket, key, "", {}, fd);
-  if (!r.ok()) return r.error();
-  if (found != nullptr) *found = r->status != 404;
-  if (r->status == 404 && found != nullptr) return uint64_t{0};
-  if (r->status / 100 != 2) return http_error("GET", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("GET", bucket, key, "", {}, fd));
+  if (found != nullptr) *found = r.status != 404;
+  if (r.status == 404 && found != nullptr) return uint64_t{0};
+  if (r.status / 100 != 2) return http_error("GET", bucket, key, r.status, r.body);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     return Error(ErrorCode::kCheckpoint, fmt::format("S3 GET s3://{}/{}: the download file cannot be read: {}", bucket,
@@ -547,22 +544,20 @@ Result<uint64_t> S3Client::get_object_to_file(const std::string& bucket, const s
 }
 
 Result<bool> S3Client::exists(const std::string& bucket, const std::string& key) const {
-  auto r = request("HEAD", bucket, key, "", {});
-  if (!r.ok()) return r.error();
-  if (r->status == 404) return false;
-  if (r->status / 100 != 2) return http_error("HEAD", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("HEAD", bucket, key, "", {}));
+  if (r.status == 404) return false;
+  if (r.status / 100 != 2) return http_error("HEAD", bucket, key, r.status, r.body);
   return true;
 }
 
 Result<std::optional<S3Object>> S3Client::head_object(const std::string& bucket, const std::string& key) const {
-  auto r = request("HEAD", bucket, key, "", {});
-  if (!r.ok()) return r.error();
-  if (r->status == 404) return std::optional<S3Object>();
-  if (r->status / 100 != 2) return http_error("HEAD", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("HEAD", bucket, key, "", {}));
+  if (r.status == 404) return std::optional<S3Object>();
+  if (r.status / 100 != 2) return http_error("HEAD", bucket, key, r.status, r.body);
   S3Object o;
   o.key = key;
-  o.size = r->content_length;
-  o.etag = std::move(r->etag);
+  o.size = r.content_length;
+  o.etag = std::move(r.etag);
   return std::optional<S3Object>(std::move(o));
 }
 
@@ -574,14 +569,13 @@ Result<S3Listing> S3Client::list(const std::string& bucket, const std::string& p
     std::vector<std::pair<std::string, std::string>> params{{"list-type", "2"}, {"prefix", prefix}};
     if (!delimiter.empty()) params.emplace_back("delimiter", std::string(delimiter));
     if (!token.empty()) params.emplace_back("continuation-token", token);
-    auto r = request("GET", bucket, "", canonical_query(std::move(params)), {});
-    if (!r.ok()) return r.error();
-    if (r->status / 100 != 2) return http_error("LIST", bucket, prefix, r->status, r->body);
-    XmlDoc doc(r->body);
+    SLUICE_ASSIGN_OR_RETURN(auto r, request("GET", bucket, "", canonical_query(std::move(params)), {}));
+    if (r.status / 100 != 2) return http_error("LIST", bucket, prefix, r.status, r.body);
+    XmlDoc doc(r.body);
     xmlNode* root = doc.root();
     if (root == nullptr) {
-      return Error(ErrorCode::kCheckpoint, fmt::format("S3 LIST s3://{}/{}: the answer is not XML: {}", bucket, prefix,
-                                                       r->body.substr(0, 200)));
+      return Error(ErrorCode::kCheckpoint,
+                   fmt::format("S3 LIST s3://{}/{}: the answer is not XML: {}", bucket, prefix, r.body.substr(0, 200)));
     }
     bool truncated = false;
     token.clear();
@@ -609,33 +603,29 @@ Result<S3Listing> S3Client::list(const std::string& bucket, const std::string& p
 }
 
 Status S3Client::delete_object(const std::string& bucket, const std::string& key) const {
-  auto r = request("DELETE", bucket, key, "", {});
-  if (!r.ok()) return r.error();
-  if (r->status / 100 != 2 && r->status != 404) return http_error("DELETE", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("DELETE", bucket, key, "", {}));
+  if (r.status / 100 != 2 && r.status != 404) return http_error("DELETE", bucket, key, r.status, r.body);
   return ok_status();
 }
 
 Result<int64_t> S3Client::delete_prefix(const std::string& bucket, const std::string& prefix) const {
-  auto listing = list(bucket, prefix);
-  if (!listing.ok()) return listing.error();
-  for (const S3Object& o : listing->objects)
+  SLUICE_ASSIGN_OR_RETURN(auto listing, list(bucket, prefix));
+  for (const S3Object& o : listing.objects)
     SLUICE_RETURN_IF_ERROR(delete_object(bucket, o.key));
-  return static_cast<int64_t>(listing->objects.size());
+  return static_cast<int64_t>(listing.objects.size());
 }
 
 Status S3Client::create_bucket(const std::string& bucket) const {
-  auto r = request("PUT", bucket, "", "", {});
-  if (!r.ok()) return r.error();
-  if (r->status / 100 == 2) return ok_status();
-  if (r->status == 409 && s3_error_text(r->body).starts_with("BucketAlreadyOwnedByYou")) return ok_status();
-  return http_error("CreateBucket", bucket, "", r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("PUT", bucket, "", "", {}));
+  if (r.status / 100 == 2) return ok_status();
+  if (r.status == 409 && s3_error_text(r.body).starts_with("BucketAlreadyOwnedByYou")) return ok_status();
+  return http_error("CreateBucket", bucket, "", r.status, r.body);
 }
 
 Result<std::string> S3Client::create_multipart_upload(const std::string& bucket, const std::string& key) const {
-  auto r = request("POST", bucket, key, "uploads=", {});
-  if (!r.ok()) return r.error();
-  if (r->status / 100 != 2) return http_error("CreateMultipartUpload", bucket, key, r->status, r->body);
-  XmlDoc doc(r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("POST", bucket, key, "uploads=", {}));
+  if (r.status / 100 != 2) return http_error("CreateMultipartUpload", bucket, key, r.status, r.body);
+  XmlDoc doc(r.body);
   std::string id = element_text(find_element(doc.root(), "UploadId"));
   if (id.empty()) {
     return Error(ErrorCode::kCheckpoint,
@@ -646,16 +636,15 @@ Result<std::string> S3Client::create_multipart_upload(const std::string& bucket,
 
 Result<std::string> S3Client::upload_part(const std::string& bucket, const std::string& key,
                                           const std::string& upload_id, int part_number, std::string_view bytes) const {
-  auto r = request("PUT", bucket, key,
-                   canonical_query({{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}}), bytes);
-  if (!r.ok()) return r.error();
-  if (r->status / 100 != 2)
-    return http_error(fmt::format("UploadPart {}", part_number), bucket, key, r->status, r->body);
-  if (r->etag.empty()) {
+  SLUICE_ASSIGN_OR_RETURN(
+      auto r, request("PUT", bucket, key,
+                      canonical_query({{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}}), bytes));
+  if (r.status / 100 != 2) return http_error(fmt::format("UploadPart {}", part_number), bucket, key, r.status, r.body);
+  if (r.etag.empty()) {
     return Error(ErrorCode::kCheckpoint,
                  fmt::format("S3 UploadPart {} s3://{}/{}: no ETag in the answer", part_number, bucket, key));
   }
-  return std::move(r->etag);
+  return std::move(r.etag);
 }
 
 Status S3Client::complete_multipart_upload(const std::string& bucket, const std::string& key,
@@ -666,21 +655,18 @@ Status S3Client::complete_multipart_upload(const std::string& bucket, const std:
   for (size_t i = 0; i < etags.size(); ++i)
     xml += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", i + 1, etags[i]);
   xml += "</CompleteMultipartUpload>";
-  auto r = request("POST", bucket, key, canonical_query({{"uploadId", upload_id}}), xml);
-  if (!r.ok()) return r.error();
-  if (r->status == 404 && no_such_upload != nullptr) *no_such_upload = true;
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("POST", bucket, key, canonical_query({{"uploadId", upload_id}}), xml));
+  if (r.status == 404 && no_such_upload != nullptr) *no_such_upload = true;
   // S3 may answer 200 with an <Error> body when the completion failed after the headers were sent.
-  if (r->status / 100 != 2 || r->body.find("<Error>") != std::string::npos)
-    return http_error("CompleteMultipartUpload", bucket, key, r->status, r->body);
+  if (r.status / 100 != 2 || r.body.find("<Error>") != std::string::npos)
+    return http_error("CompleteMultipartUpload", bucket, key, r.status, r.body);
   return ok_status();
 }
 
 Status S3Client::abort_multipart_upload(const std::string& bucket, const std::string& key,
                                         const std::string& upload_id) const {
-  auto r = request("DELETE", bucket, key, canonical_query({{"uploadId", upload_id}}), {});
-  if (!r.ok()) return r.error();
-  if (r->status / 100 != 2 && r->status != 404)
-    return http_error("AbortMultipartUpload", bucket, key, r->status, r->body);
+  SLUICE_ASSIGN_OR_RETURN(auto r, request("DELETE", bucket, key, canonical_query({{"uploadId", upload_id}}), {}));
+  if (r.status / 100 != 2 && r.status != 404) return http_error("AbortMultipartUpload", bucket, key, r.status, r.body);
   return ok_status();
 }
 
@@ -692,14 +678,13 @@ Result<std::vector<S3MultipartUpload>> S3Client::list_multipart_uploads(const st
     std::vector<std::pair<std::string, std::string>> params{{"uploads", ""}, {"prefix", prefix}};
     if (!key_marker.empty()) params.emplace_back("key-marker", key_marker);
     if (!upload_id_marker.empty()) params.emplace_back("upload-id-marker", upload_id_marker);
-    auto r = request("GET", bucket, "", canonical_query(std::move(params)), {});
-    if (!r.ok()) return r.error();
-    if (r->status / 100 != 2) return http_error("ListMultipartUploads", bucket, prefix, r->status, r->body);
-    XmlDoc doc(r->body);
+    SLUICE_ASSIGN_OR_RETURN(auto r, request("GET", bucket, "", canonical_query(std::move(params)), {}));
+    if (r.status / 100 != 2) return http_error("ListMultipartUploads", bucket, prefix, r.status, r.body);
+    XmlDoc doc(r.body);
     xmlNode* root = doc.root();
     if (root == nullptr) {
       return Error(ErrorCode::kCheckpoint, fmt::format("S3 ListMultipartUploads s3://{}/{}: the answer is not XML: {}",
-                                                       bucket, prefix, r->body.substr(0, 200)));
+                                                       bucket, prefix, r.body.substr(0, 200)));
     }
     bool truncated = false;
     key_marker.clear();
@@ -758,9 +743,8 @@ Status S3ObjectWriter::append(const void* data, size_t n) {
       return ok_status();
     }
     if (upload_id_.empty()) {
-      auto id = client_->create_multipart_upload(bucket_, key_);
-      if (!id.ok()) return id.error();
-      upload_id_ = std::move(*id);
+      SLUICE_ASSIGN_OR_RETURN(auto id, client_->create_multipart_upload(bucket_, key_));
+      upload_id_ = std::move(id);
     }
     const size_t room = static_cast<size_t>(o.part_size) - std::min(buffer_.size(), static_cast<size_t>(o.part_size));
     const size_t take = std::min(room, n);
@@ -775,10 +759,10 @@ Status S3ObjectWriter::append(const void* data, size_t n) {
 
 Status S3ObjectWriter::flush_part() {
   const size_t len = std::min(buffer_.size(), static_cast<size_t>(client_->options().part_size));
-  auto etag = client_->upload_part(bucket_, key_, upload_id_, static_cast<int>(etags_.size()) + 1,
-                                   std::string_view(buffer_).substr(0, len));
-  if (!etag.ok()) return etag.error();
-  etags_.push_back(std::move(*etag));
+  SLUICE_ASSIGN_OR_RETURN(auto etag,
+                          client_->upload_part(bucket_, key_, upload_id_, static_cast<int>(etags_.size()) + 1,
+                                               std::string_view(buffer_).substr(0, len)));
+  etags_.push_back(std::move(etag));
   buffer_.erase(0, len);
   return ok_status();
 }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/net/channel_state.h"
 #include "sluice/net/connection.h"
 
@@ -396,12 +397,10 @@ const std::string& ConnectionManager::id() const {
 Result<std::unique_ptr<RemoteChannelSender>> ConnectionManager::create_output_channel(
     const TaskManagerLocation& consumer, const ChannelId& id, NetworkBufferPool& pool, size_t buffers) {
   if (buffers == 0) return Error(ErrorCode::kConfiguration, "an output channel needs at least one buffer");
-  auto conn = impl_->connection_to(consumer);
-  if (!conn.ok()) return conn.error();
-  auto bufs = pool.allocate(buffers);
-  if (!bufs.ok()) return bufs.error();
-  auto state = std::make_shared<detail::OutputChannelState>(id, pool, std::move(*bufs), *conn);
-  Status s = (*conn)->add_output(state);
+  SLUICE_ASSIGN_OR_RETURN(auto conn, impl_->connection_to(consumer));
+  SLUICE_ASSIGN_OR_RETURN(auto bufs, pool.allocate(buffers));
+  auto state = std::make_shared<detail::OutputChannelState>(id, pool, std::move(bufs), conn);
+  Status s = conn->add_output(state);
   if (!s.ok()) return s.error();
   return std::make_unique<RemoteChannelSender>(std::move(state));
 }
@@ -412,12 +411,10 @@ Result<std::unique_ptr<RemoteInputChannel>> ConnectionManager::create_input_chan
   if (exclusive == 0 && floating == nullptr) {
     return Error(ErrorCode::kConfiguration, "an input channel needs exclusive or floating buffers");
   }
-  auto conn = impl_->connection_to(producer);
-  if (!conn.ok()) return conn.error();
-  auto bufs = pool.allocate(exclusive);
-  if (!bufs.ok()) return bufs.error();
-  auto state = std::make_shared<detail::InputChannelState>(id, pool, std::move(*bufs), std::move(floating), *conn);
-  Status s = (*conn)->add_input(state);
+  SLUICE_ASSIGN_OR_RETURN(auto conn, impl_->connection_to(producer));
+  SLUICE_ASSIGN_OR_RETURN(auto bufs, pool.allocate(exclusive));
+  auto state = std::make_shared<detail::InputChannelState>(id, pool, std::move(bufs), std::move(floating), conn);
+  Status s = conn->add_input(state);
   if (!s.ok()) return s.error();
   return std::make_unique<RemoteInputChannel>(std::move(state));
 }

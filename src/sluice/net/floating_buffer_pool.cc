@@ -1,11 +1,12 @@
 #include "sluice/net/floating_buffer_pool.h"
 
+#include "sluice/core/assign_or_return.h"
+
 namespace sluice::net {
 
 Result<std::shared_ptr<FloatingBufferPool>> FloatingBufferPool::create(NetworkBufferPool& pool, size_t count) {
-  auto buffers = pool.allocate(count);
-  if (!buffers.ok()) return buffers.error();
-  return std::shared_ptr<FloatingBufferPool>(new FloatingBufferPool(pool, std::move(*buffers)));
+  SLUICE_ASSIGN_OR_RETURN(auto buffers, pool.allocate(count));
+  return std::shared_ptr<FloatingBufferPool>(new FloatingBufferPool(pool, std::move(buffers)));
 }
 
 FloatingBufferPool::FloatingBufferPool(NetworkBufferPool& pool, std::vector<NetworkBuffer*> buffers)

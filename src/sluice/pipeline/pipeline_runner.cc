@@ -29,6 +29,7 @@
 #include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/dead_letter_counts.h"
 #include "sluice/connectors/files.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/s3_client.h"
 #include "sluice/metrics/job_metrics.h"
 #include "sluice/metrics/metric_registry.h"
@@ -291,8 +292,8 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   }
   s->dead_letter_dir = dead_letter_dir;
 
-  Result<DataStream<cdc::ChangeEvent>> changes = detail::add_source(*s->env, spec, dead_letter_dir, s->probe);
-  if (!changes.ok()) return changes.error();
+  SLUICE_ASSIGN_OR_RETURN(DataStream<cdc::ChangeEvent> changes,
+                          detail::add_source(*s->env, spec, dead_letter_dir, s->probe));
   if (!s->probe.lag_ms) {
     // Sources without their own lag: now minus the source time of the latest change the transform saw.
     s->probe.lag_ms = [counters = s->counters](int64_t now_ms) -> int64_t {
@@ -302,9 +303,9 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(const PipelineSpe
   }
   std::optional<DataStream<Value>> dead_letters;
   s->counters->init_filters(spec);
-  Result<DataStream<RoutedEvent>> transformed = detail::add_transform(*changes, spec, s->counters, &dead_letters);
-  if (!transformed.ok()) return transformed.error();
-  DataStream<RoutedEvent> events = std::move(*transformed);
+  SLUICE_ASSIGN_OR_RETURN(DataStream<RoutedEvent> transformed,
+                          detail::add_transform(changes, spec, s->counters, &dead_letters));
+  DataStream<RoutedEvent> events = std::move(transformed);
   events.name("Transform").uid("transform");
   // The events are keyed by entity so that each entity's events reach one sink subtask in order. Where one
   // transform subtask feeds one subtask of each sink, every event already goes there in order: the sinks are
@@ -510,12 +511,10 @@ Result<std::string> sample_transforms(const PipelineSpec& spec, int64_t records)
                     "at a few change events saved as JSON lines)",
                     spec.source.type));
   }
-  Result<std::string> path = detail::expand_env(spec.source.get_string("path"));
-  if (!path.ok()) return path.error();
-  Result<std::vector<std::string>> files = sluice::detail::expand_file_paths({*path});
-  if (!files.ok()) return files.error();
+  SLUICE_ASSIGN_OR_RETURN(std::string path, detail::expand_env(spec.source.get_string("path")));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> files, sluice::detail::expand_file_paths({path}));
   std::vector<cdc::ChangeEvent> changes;
-  for (const std::string& file : *files) {
+  for (const std::string& file : files) {
     std::ifstream in(file);
     if (!in) return Error(ErrorCode::kRuntime, fmt::format("cannot read '{}': {}", file, std::strerror(errno)));
     std::string line;

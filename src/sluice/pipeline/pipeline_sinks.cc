@@ -12,6 +12,7 @@
 #include "sluice/connectors/opensearch/opensearch_sink.h"
 #include "sluice/connectors/postgres/postgres_upsert_sink.h"
 #include "sluice/connectors/print.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/config.h"
 #include "sluice/state/keyed_state_store.h"
 
@@ -119,10 +120,9 @@ bool is_delete_event(const Value& event) {
 
 Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
                       const std::string& dead_letter_dir, std::shared_ptr<PipelineCounters> counters) {
-  Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
-  if (!servers.ok()) return servers.error();
+  SLUICE_ASSIGN_OR_RETURN(std::string servers, sink_string(spec, s, "bootstrap-servers"));
   auto b = KafkaSink<RoutedEvent>::builder();
-  b.bootstrap_servers(*servers);
+  b.bootstrap_servers(servers);
   auto topic = route_override(spec, s, true, s.options.get_string("topic"));
   b.topic_selector([topic](const RoutedEvent& r) { return topic(r.collection); });
   // The sink's own topic (routes may choose others per record): the writer checks at open that it exists, and
@@ -191,19 +191,16 @@ Status add_kafka_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, con
 
 Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
                            const std::string& dead_letter_dir, PipelineCounters& counters) {
-  Result<std::string> url = sink_string(spec, s, "url");
-  if (!url.ok()) return url.error();
+  SLUICE_ASSIGN_OR_RETURN(std::string url, sink_string(spec, s, "url"));
   auto b = OpenSearchSink<RoutedEvent>::builder();
-  b.url(*url);
+  b.url(url);
   if (s.options.find("username")) {
-    Result<std::string> password = sink_string(spec, s, "password");
-    if (!password.ok()) return password.error();
-    b.basic_auth(s.options.get_string("username"), *password);
+    SLUICE_ASSIGN_OR_RETURN(std::string password, sink_string(spec, s, "password"));
+    b.basic_auth(s.options.get_string("username"), password);
   }
   if (s.options.find("ca-file")) {
-    Result<std::string> ca = sink_string(spec, s, "ca-file");
-    if (!ca.ok()) return ca.error();
-    b.ca_file(*ca);
+    SLUICE_ASSIGN_OR_RETURN(std::string ca, sink_string(spec, s, "ca-file"));
+    b.ca_file(ca);
   }
   if (s.index_expression) {
     Expression e = *s.index_expression;
@@ -270,10 +267,9 @@ Status add_opensearch_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec
 
 Status add_postgres_sink(DataStream<RoutedEvent>& in, const PipelineSpec& spec, const SinkSpec& s,
                          const std::string& dead_letter_dir) {
-  Result<std::string> conninfo = sink_string(spec, s, "conninfo");
-  if (!conninfo.ok()) return conninfo.error();
+  SLUICE_ASSIGN_OR_RETURN(std::string conninfo, sink_string(spec, s, "conninfo"));
   auto b = PostgresUpsertSink::builder();
-  b.conninfo(*conninfo).table(s.options.get_string("table")).key_columns(s.options.get_list("key-columns"));
+  b.conninfo(conninfo).table(s.options.get_string("table")).key_columns(s.options.get_list("key-columns"));
   if (s.options.find("batch-size")) b.batch_size(static_cast<size_t>(s.options.get_int("batch-size", 1000)));
   if (s.options.find("flush-interval")) {
     b.flush_interval(std::chrono::milliseconds(s.options.get_int("flush-interval", 1000)));
@@ -331,14 +327,12 @@ Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const
     return sink_error(spec, s, "throttle", "throttle applies to the pipeline's sinks, not to the dead-letter sink");
   }
   if (s.options.type == "files") {
-    Result<std::string> path = sink_string(spec, s, "path");
-    if (!path.ok()) return path.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string path, sink_string(spec, s, "path"));
     // Dead letters are rare and wanted soon: that file is finished at the first checkpoint without a new one.
     const RollingPolicy defaults = uid == "dead-letter" ? RollingPolicy{.inactivity_interval_ms = 1} : RollingPolicy{};
-    Result<RollingPolicy> policy = rolling_policy(spec, s, defaults);
-    if (!policy.ok()) return policy.error();
-    auto sink = FileSink<Value>::json_lines(*path);
-    sink->rolling_policy(*policy);
+    SLUICE_ASSIGN_OR_RETURN(RollingPolicy policy, rolling_policy(spec, s, defaults));
+    auto sink = FileSink<Value>::json_lines(path);
+    sink->rolling_policy(policy);
     events.sink_to(sink, "Sink: " + s.name).uid(uid);
     return ok_status();
   }
@@ -353,10 +347,9 @@ Status add_value_sink(DataStream<Value>& events, const PipelineSpec& spec, const
                         "tombstones-on-delete applies to the pipeline's sinks; the dead-letter sink writes no "
                         "deletes (remove the key)");
     }
-    Result<std::string> servers = sink_string(spec, s, "bootstrap-servers");
-    if (!servers.ok()) return servers.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string servers, sink_string(spec, s, "bootstrap-servers"));
     auto b = KafkaSink<Value>::builder();
-    b.bootstrap_servers(*servers).topic(s.options.get_string("topic"));
+    b.bootstrap_servers(servers).topic(s.options.get_string("topic"));
     b.value_serializer([](const Value& v) { return v.to_json(); });
     b.delivery_guarantee(DeliveryGuarantee::kAtLeastOnce);
     kafka_common_options<Value>(b, s);

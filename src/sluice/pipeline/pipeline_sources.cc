@@ -11,6 +11,7 @@
 #include "sluice/connectors/kafka/kafka_source.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
 #include "sluice/connectors/postgres/postgres_cdc_source.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice::pipeline::detail {
 
@@ -58,11 +59,9 @@ Result<std::string> string_option(const PipelineSpec& spec, const ConnectorOptio
 LineFormat<cdc::ChangeEvent> change_event_lines() {
   return LineFormat<cdc::ChangeEvent>{"change-event JSON lines", true,
                                       [](std::string_view line, cdc::ChangeEvent& out) -> Status {
-                                        Result<Value> v = Value::from_json(line);
-                                        if (!v.ok()) return v.error();
-                                        Result<cdc::ChangeEvent> e = cdc::ChangeEvent::from_value(*v);
-                                        if (!e.ok()) return e.error();
-                                        out = std::move(*e);
+                                        SLUICE_ASSIGN_OR_RETURN(Value v, Value::from_json(line));
+                                        SLUICE_ASSIGN_OR_RETURN(cdc::ChangeEvent e, cdc::ChangeEvent::from_value(v));
+                                        out = std::move(e);
                                         return ok_status();
                                       }};
 }
@@ -108,13 +107,12 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
   const std::string dl_file = dead_letter_dir + "/source-" + o.type + ".jsonl";
   if (dead_letter) probe.dead_letter_path = dl_file;
   if (o.type == "files") {
-    Result<std::string> path = string_option(spec, o, "path");
-    if (!path.ok()) return path.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string path, string_option(spec, o, "path"));
     // Checked here too (the source checks again when the job starts), so `sluice validate` reports it.
-    if (Result<std::vector<std::string>> files = sluice::detail::expand_file_paths({*path}); !files.ok()) {
+    if (Result<std::vector<std::string>> files = sluice::detail::expand_file_paths({path}); !files.ok()) {
       return option_error(spec, o, "path", files.error().message());
     }
-    auto src = std::make_shared<FileSource<cdc::ChangeEvent>>(std::vector<std::string>{*path}, change_event_lines());
+    auto src = std::make_shared<FileSource<cdc::ChangeEvent>>(std::vector<std::string>{path}, change_event_lines());
     if (dead_letter) src->on_bad_record(BadRecordPolicy::kDeadLetter, dl_file);
     auto stats = src->stats();
     probe.bad_records = [stats] { return stats->bad_records.load(); };
@@ -140,10 +138,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     return env.from_source(src, "datagen").uid("source").set_parallelism(1);
   }
   if (o.type == "postgres") {
-    Result<std::string> conninfo = string_option(spec, o, "conninfo");
-    if (!conninfo.ok()) return conninfo.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string conninfo, string_option(spec, o, "conninfo"));
     auto b = PostgresCdcSource::builder();
-    b.conninfo(*conninfo).tables(o.get_list("tables"));
+    b.conninfo(conninfo).tables(o.get_list("tables"));
     if (o.find("slot")) b.slot_name(o.get_string("slot"));
     if (o.find("publication")) b.publication_name(o.get_string("publication"));
     b.create_slot(o.get_bool("create-slot", true)).create_publication(o.get_bool("create-publication", true));
@@ -204,10 +201,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     return env.from_source(s, "postgres").uid("source").set_parallelism(1);
   }
   if (o.type == "mongodb") {
-    Result<std::string> uri = string_option(spec, o, "uri");
-    if (!uri.ok()) return uri.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string uri, string_option(spec, o, "uri"));
     auto b = MongoCdcSource::builder();
-    b.uri(*uri).database(o.get_string("database"));
+    b.uri(uri).database(o.get_string("database"));
     if (o.find("collections")) b.collections(o.get_list("collections"));
     if (o.find("collection-regex")) b.collection_pattern(o.get_string("collection-regex"));
     const std::string start = o.get_string("start", "initial");
@@ -252,10 +248,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     return env.from_source(s, "mongodb").uid("source");
   }
   if (o.type == "kafka") {
-    Result<std::string> servers = string_option(spec, o, "bootstrap-servers");
-    if (!servers.ok()) return servers.error();
+    SLUICE_ASSIGN_OR_RETURN(std::string servers, string_option(spec, o, "bootstrap-servers"));
     auto b = KafkaSource<cdc::ChangeEvent>::builder();
-    b.bootstrap_servers(*servers);
+    b.bootstrap_servers(servers);
     if (o.find("topics")) b.topics(o.get_list("topics"));
     if (o.find("topic-pattern")) b.topic_pattern(o.get_string("topic-pattern"));
     b.group_id(o.get_string("group-id", "sluice-" + spec.pipeline.name));
@@ -270,11 +265,9 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     }
     b.deserializer([](const KafkaMessageView& m, cdc::ChangeEvent& out) -> Status {
       if (!m.value) return Error(ErrorCode::kSerialization, "the value is null, expected a change event");
-      Result<Value> v = Value::from_json(*m.value);
-      if (!v.ok()) return v.error();
-      Result<cdc::ChangeEvent> e = cdc::ChangeEvent::from_value(*v);
-      if (!e.ok()) return e.error();
-      out = std::move(*e);
+      SLUICE_ASSIGN_OR_RETURN(Value v, Value::from_json(*m.value));
+      SLUICE_ASSIGN_OR_RETURN(cdc::ChangeEvent e, cdc::ChangeEvent::from_value(v));
+      out = std::move(e);
       return ok_status();
     });
     if (dead_letter) b.on_bad_record(BadRecordPolicy::kDeadLetter, dl_file);

@@ -17,6 +17,7 @@
 #include "pipeline_internal.h"
 #include "sluice/connectors/bad_record.h"
 #include "sluice/connectors/opensearch/opensearch_sink.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/pipeline/domain_event.h"
 #include "sluice/udf/function_module.h"
 #include "sluice/udf/function_protocol.h"
@@ -147,8 +148,7 @@ class TransformLogic {
     }
     Value input = change.to_value();
     if (t->filter) {
-      Result<Value> keep = eval(*t->filter, input, "filter");
-      if (!keep.ok()) return keep.error();
+      SLUICE_ASSIGN_OR_RETURN(Value keep, eval(*t->filter, input, "filter"));
       if (FilterStats* fs = counters_->filter(plan.index)) {
         if (fs->seen.fetch_add(1, std::memory_order_relaxed) == 0) fs->sample_once(input);
         // Each field is looked for only until one record has it: the cost ends with the first sighting.
@@ -157,12 +157,12 @@ class TransformLogic {
             fs->present[i].fetch_add(1, std::memory_order_relaxed);
           }
         }
-        if (keep->is_bool() && keep->as_bool()) fs->kept.fetch_add(1, std::memory_order_relaxed);
+        if (keep.is_bool() && keep.as_bool()) fs->kept.fetch_add(1, std::memory_order_relaxed);
       }
-      if (!keep->is_bool() || !keep->as_bool()) {
-        if (!keep->is_bool() && !keep->is_null()) {
+      if (!keep.is_bool() || !keep.as_bool()) {
+        if (!keep.is_bool() && !keep.is_null()) {
           return Error(ErrorCode::kRuntime,
-                       fmt::format("filter '{}' gave {}, not a boolean", t->filter->text(), keep->to_json()));
+                       fmt::format("filter '{}' gave {}, not a boolean", t->filter->text(), keep.to_json()));
         }
         counters_->filtered.fetch_add(1, std::memory_order_relaxed);
         return std::optional<Value>();
@@ -196,17 +196,15 @@ class TransformLogic {
     if (result != nullptr) input.set("result", *result);
     Value key;
     if (t != nullptr && t->key) {
-      Result<Value> k = eval(*t->key, input, "key");
-      if (!k.ok()) return k.error();
-      key = std::move(*k);
+      SLUICE_ASSIGN_OR_RETURN(Value k, eval(*t->key, input, "key"));
+      key = std::move(k);
     } else {
       key = change.entity_id();
     }
     Value entity = key;
     if (t != nullptr && t->event.entity) {
-      Result<Value> e = eval(*t->event.entity, input, "event.entity");
-      if (!e.ok()) return e.error();
-      entity = std::move(*e);
+      SLUICE_ASSIGN_OR_RETURN(Value e, eval(*t->event.entity, input, "event.entity"));
+      entity = std::move(e);
     }
     if (entity.is_null()) {
       return Error(ErrorCode::kRuntime,
@@ -215,13 +213,12 @@ class TransformLogic {
     }
     std::string type;
     if (t != nullptr && t->event.type) {
-      Result<Value> ty = eval(*t->event.type, input, "event.type");
-      if (!ty.ok()) return ty.error();
-      if (!ty->is_string() || ty->as_string().empty()) {
+      SLUICE_ASSIGN_OR_RETURN(Value ty, eval(*t->event.type, input, "event.type"));
+      if (!ty.is_string() || ty.as_string().empty()) {
         return Error(ErrorCode::kRuntime, fmt::format("event.type '{}' gave {}, not a non-empty string",
-                                                      t->event.type->text(), ty->to_json()));
+                                                      t->event.type->text(), ty.to_json()));
       }
-      type = std::string(ty->as_string());
+      type = std::string(ty.as_string());
     } else {
       type = default_event_type(change);
     }
@@ -237,15 +234,14 @@ class TransformLogic {
     const bool payload_is_row = (t == nullptr || !t->event.payload) && result == nullptr;
     int64_t occurred_us = change.source.ts_ms * 1000;
     if (t != nullptr && t->event.occurred_at) {
-      Result<Value> o = eval(*t->event.occurred_at, input, "event.occurred-at");
-      if (!o.ok()) return o.error();
-      if (o->is_timestamp()) {
-        occurred_us = o->as_timestamp_micros();
-      } else if (o->is_int64()) {
-        occurred_us = o->as_int64() * 1000;  // ms since epoch
+      SLUICE_ASSIGN_OR_RETURN(Value o, eval(*t->event.occurred_at, input, "event.occurred-at"));
+      if (o.is_timestamp()) {
+        occurred_us = o.as_timestamp_micros();
+      } else if (o.is_int64()) {
+        occurred_us = o.as_int64() * 1000;  // ms since epoch
       } else {
         return Error(ErrorCode::kRuntime, fmt::format("event.occurred-at '{}' gave {}, not a timestamp or ms",
-                                                      t->event.occurred_at->text(), o->to_json()));
+                                                      t->event.occurred_at->text(), o.to_json()));
       }
     }
     if (payload_is_row) {

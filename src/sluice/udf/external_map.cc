@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/udf/function_module.h"
 
 namespace sluice::udf {
@@ -55,9 +56,8 @@ Status ExternalCall::start(std::function<void()> on_reply) {
   o.export_name = fn_.spec.export_name;
   o.display_name = display_;
   o.memory_mb = fn_.spec.memory_mb;
-  Result<std::unique_ptr<FunctionWorker>> w = FunctionWorker::start(std::move(o), std::move(on_reply));
-  if (!w.ok()) return w.error();
-  worker_ = std::move(*w);
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<FunctionWorker> w, FunctionWorker::start(std::move(o), std::move(on_reply)));
+  worker_ = std::move(w);
   return ok_status();
 }
 

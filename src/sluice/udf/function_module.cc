@@ -11,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "sluice/core/assign_or_return.h"
+
 extern char** environ;
 
 namespace sluice::udf {
@@ -134,9 +136,9 @@ Result<PreparedModule> prepare_node_module(const fs::path& module, const fs::pat
   const fs::path installed = project_dir / "node_modules" / ".package-lock.json";
   if (!fs::exists(installed, ec) || newer(lock, installed)) {
     spdlog::info("functions: npm ci in {}", project_dir.string());
-    Result<CommandResult> ran = run_command({"npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"}, project_dir);
-    if (!ran.ok()) return ran.error();
-    const CommandResult& npm = *ran;
+    SLUICE_ASSIGN_OR_RETURN(CommandResult ran,
+                            run_command({"npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"}, project_dir));
+    const CommandResult& npm = ran;
     if (npm.status != 0) {
       return Error(ErrorCode::kConfiguration, fmt::format("`npm ci` in {} failed (status {}): {}", project_dir.string(),
                                                           npm.status, tail(npm.output)));

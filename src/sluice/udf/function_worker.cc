@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/value.h"
 
 namespace sluice::udf {
@@ -310,13 +311,12 @@ Result<std::unique_ptr<FunctionWorker>> FunctionWorker::start(FunctionWorkerOpti
                                            {"export", Value(raw->options.export_name)}})
                                 .to_json();
   SLUICE_RETURN_IF_ERROR(worker->send(hello, deadline));
-  Result<std::optional<std::string>> reply = worker->wait_reply(deadline);
-  if (!reply.ok()) return reply.error();
-  if (!reply->has_value()) {
+  SLUICE_ASSIGN_OR_RETURN(std::optional<std::string> reply, worker->wait_reply(deadline));
+  if (!reply.has_value()) {
     return raw->failure(
         fmt::format("the worker did not answer the handshake within {} ms", raw->options.start_timeout.count()));
   }
-  Result<Value> ready = Value::from_json(**reply);
+  Result<Value> ready = Value::from_json(*reply);
   if (!ready.ok()) return raw->failure("the worker's handshake is not JSON");
   const Value* type = ready->find("type");
   if (type != nullptr && type->is_string() && type->as_string() == "fatal") {

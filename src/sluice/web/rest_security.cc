@@ -14,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "sluice/core/assign_or_return.h"
+
 namespace sluice {
 namespace {
 
@@ -87,12 +89,12 @@ Result<std::string> load_token(const Configuration& config, const ConfigOption<s
 
 Result<RestAuthOptions> load_rest_auth(const Configuration& config) {
   RestAuthOptions out;
-  Result<std::string> admin = load_token(config, options::kRestAuthAdminTokenFile, options::kRestAuthAdminTokenEnv);
-  if (!admin.ok()) return admin.error();
-  Result<std::string> read = load_token(config, options::kRestAuthReadTokenFile, options::kRestAuthReadTokenEnv);
-  if (!read.ok()) return read.error();
-  out.admin_token = std::move(*admin);
-  out.read_token = std::move(*read);
+  SLUICE_ASSIGN_OR_RETURN(std::string admin,
+                          load_token(config, options::kRestAuthAdminTokenFile, options::kRestAuthAdminTokenEnv));
+  SLUICE_ASSIGN_OR_RETURN(std::string read,
+                          load_token(config, options::kRestAuthReadTokenFile, options::kRestAuthReadTokenEnv));
+  out.admin_token = std::move(admin);
+  out.read_token = std::move(read);
   if (!out.admin_token.empty() && tokens_equal(out.admin_token, out.read_token)) {
     return config_error(
         "the admin token and the read token are the same: the read token would allow every action; use two tokens");

@@ -14,6 +14,7 @@
 
 #include "rest_server_internals.h"
 #include "sluice/api/stream_environment.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/redact.h"
 
 namespace sluice {
@@ -344,12 +345,10 @@ Result<std::unique_ptr<RestServer>> RestServer::start(const Configuration& confi
 }
 
 Status apply_rest_security(const Configuration& config, RestServerOptions& options) {
-  Result<RestAuthOptions> auth = load_rest_auth(config);
-  if (!auth.ok()) return auth.error();
-  Result<RestTlsOptions> tls = load_rest_tls(config);
-  if (!tls.ok()) return tls.error();
-  options.auth = std::move(*auth);
-  options.tls = std::move(*tls);
+  SLUICE_ASSIGN_OR_RETURN(RestAuthOptions auth, load_rest_auth(config));
+  SLUICE_ASSIGN_OR_RETURN(RestTlsOptions tls, load_rest_tls(config));
+  options.auth = std::move(auth);
+  options.tls = std::move(tls);
   return ok_status();
 }
 

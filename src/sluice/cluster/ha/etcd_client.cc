@@ -10,6 +10,7 @@
 #include <charconv>
 #include <mutex>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/value.h"
 
 namespace sluice::ha {
@@ -75,19 +76,16 @@ Result<std::string> bytes_field(const Value& obj, std::string_view name) {
 
 Result<EtcdKeyValue> parse_kv(const Value& kv) {
   EtcdKeyValue out;
-  auto key = bytes_field(kv, "key");
-  if (!key.ok()) return key.error();
-  out.key = std::move(*key);
-  auto value = bytes_field(kv, "value");
-  if (!value.ok()) return value.error();
-  out.value = std::move(*value);
+  SLUICE_ASSIGN_OR_RETURN(auto key, bytes_field(kv, "key"));
+  out.key = std::move(key);
+  SLUICE_ASSIGN_OR_RETURN(auto value, bytes_field(kv, "value"));
+  out.value = std::move(value);
   for (auto [name, field] : {std::pair<std::string_view, int64_t*>{"create_revision", &out.create_revision},
                              {"mod_revision", &out.mod_revision},
                              {"version", &out.version},
                              {"lease", &out.lease}}) {
-    auto n = int_field(kv, name);
-    if (!n.ok()) return n.error();
-    *field = *n;
+    SLUICE_ASSIGN_OR_RETURN(auto n, int_field(kv, name));
+    *field = n;
   }
   return out;
 }
@@ -98,9 +96,8 @@ Result<std::vector<EtcdKeyValue>> parse_kvs(const Value& range_response) {
   if (kvs == nullptr || kvs->is_null()) return out;
   if (!kvs->is_array()) return Error(ErrorCode::kConnector, "etcd's range answer has a non-array 'kvs'");
   for (const Value& kv : kvs->as_array()) {
-    auto parsed = parse_kv(kv);
-    if (!parsed.ok()) return parsed.error();
-    out.push_back(std::move(*parsed));
+    SLUICE_ASSIGN_OR_RETURN(auto parsed, parse_kv(kv));
+    out.push_back(std::move(parsed));
   }
   return out;
 }
@@ -339,34 +336,30 @@ const std::vector<std::string>& EtcdClient::endpoints() const {
 }
 
 Result<std::optional<EtcdKeyValue>> EtcdClient::get(std::string_view key) {
-  auto r = impl_->call("/v3/kv/range", fmt::format(R"({{"key":{}}})", b64_json(key)));
-  if (!r.ok()) return r.error();
-  auto kvs = parse_kvs(*r);
-  if (!kvs.ok()) return kvs.error();
-  if (kvs->empty()) return std::optional<EtcdKeyValue>();
-  return std::optional<EtcdKeyValue>(std::move(kvs->front()));
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/kv/range", fmt::format(R"({{"key":{}}})", b64_json(key))));
+  SLUICE_ASSIGN_OR_RETURN(auto kvs, parse_kvs(r));
+  if (kvs.empty()) return std::optional<EtcdKeyValue>();
+  return std::optional<EtcdKeyValue>(std::move(kvs.front()));
 }
 
 Result<std::vector<EtcdKeyValue>> EtcdClient::get_prefix(std::string_view prefix) {
-  auto r = impl_->call("/v3/kv/range",
-                       fmt::format(R"({{"key":{},"range_end":{}}})", b64_json(prefix), b64_json(prefix_end(prefix))));
-  if (!r.ok()) return r.error();
-  return parse_kvs(*r);
+  SLUICE_ASSIGN_OR_RETURN(auto r,
+                          impl_->call("/v3/kv/range", fmt::format(R"({{"key":{},"range_end":{}}})", b64_json(prefix),
+                                                                  b64_json(prefix_end(prefix)))));
+  return parse_kvs(r);
 }
 
 Result<int64_t> EtcdClient::put(std::string_view key, std::string_view value, int64_t lease) {
-  auto r = impl_->call("/v3/kv/put",
-                       fmt::format(R"({{"key":{},"value":{},"lease":"{}"}})", b64_json(key), b64_json(value), lease));
-  if (!r.ok()) return r.error();
-  const Value* header = r->find("header");
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/kv/put", fmt::format(R"({{"key":{},"value":{},"lease":"{}"}})",
+                                                                        b64_json(key), b64_json(value), lease)));
+  const Value* header = r.find("header");
   if (header == nullptr) return Error(ErrorCode::kConnector, "etcd's put answer has no header");
   return int_field(*header, "revision");
 }
 
 Result<int64_t> EtcdClient::remove(std::string_view key) {
-  auto r = impl_->call("/v3/kv/deleterange", fmt::format(R"({{"key":{}}})", b64_json(key)));
-  if (!r.ok()) return r.error();
-  return int_field(*r, "deleted");
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/kv/deleterange", fmt::format(R"({{"key":{}}})", b64_json(key))));
+  return int_field(r, "deleted");
 }
 
 Result<EtcdTxnResult> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
@@ -386,23 +379,20 @@ Result<EtcdTxnResult> EtcdClient::txn(const std::vector<EtcdCompare>& compares, 
   for (size_t i = 0; i < failure.size(); ++i)
     body += (i == 0 ? "" : ",") + op_json(failure[i]);
   body += "]}";
-  auto r = impl_->call("/v3/kv/txn", body);
-  if (!r.ok()) return r.error();
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/kv/txn", body));
   EtcdTxnResult out;
-  out.succeeded = bool_field(*r, "succeeded");
-  if (const Value* header = r->find("header"); header != nullptr) {
-    auto rev = int_field(*header, "revision");
-    if (!rev.ok()) return rev.error();
-    out.revision = *rev;
+  out.succeeded = bool_field(r, "succeeded");
+  if (const Value* header = r.find("header"); header != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(auto rev, int_field(*header, "revision"));
+    out.revision = rev;
   }
-  const Value* responses = r->find("responses");
+  const Value* responses = r.find("responses");
   if (responses != nullptr && responses->is_array()) {
     for (const Value& resp : responses->as_array()) {
       std::vector<EtcdKeyValue> kvs;
       if (const Value* range = resp.find("response_range"); range != nullptr) {
-        auto parsed = parse_kvs(*range);
-        if (!parsed.ok()) return parsed.error();
-        kvs = std::move(*parsed);
+        SLUICE_ASSIGN_OR_RETURN(auto parsed, parse_kvs(*range));
+        kvs = std::move(parsed);
       }
       out.ranges.push_back(std::move(kvs));
     }
@@ -412,26 +402,22 @@ Result<EtcdTxnResult> EtcdClient::txn(const std::vector<EtcdCompare>& compares, 
 
 Result<EtcdLease> EtcdClient::grant_lease(std::chrono::seconds ttl) {
   if (ttl.count() < 1) return Error(ErrorCode::kConfiguration, "etcd lease TTL must be at least 1 s");
-  auto r = impl_->call("/v3/lease/grant", fmt::format(R"({{"TTL":"{}"}})", ttl.count()));
-  if (!r.ok()) return r.error();
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/lease/grant", fmt::format(R"({{"TTL":"{}"}})", ttl.count())));
   EtcdLease lease;
-  auto id = int_field(*r, "ID");
-  if (!id.ok()) return id.error();
-  auto granted = int_field(*r, "TTL");
-  if (!granted.ok()) return granted.error();
-  if (*id == 0) return Error(ErrorCode::kConnector, "etcd granted no lease (ID 0)");
-  lease.id = *id;
-  lease.ttl_s = *granted;
+  SLUICE_ASSIGN_OR_RETURN(auto id, int_field(r, "ID"));
+  SLUICE_ASSIGN_OR_RETURN(auto granted, int_field(r, "TTL"));
+  if (id == 0) return Error(ErrorCode::kConnector, "etcd granted no lease (ID 0)");
+  lease.id = id;
+  lease.ttl_s = granted;
   return lease;
 }
 
 Result<int64_t> EtcdClient::keep_alive_once(int64_t lease_id) {
-  auto r = impl_->call("/v3/lease/keepalive", fmt::format(R"({{"ID":"{}"}})", lease_id));
-  if (!r.ok()) return r.error();
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/lease/keepalive", fmt::format(R"({{"ID":"{}"}})", lease_id)));
   // The gateway wraps each message of the stream in {"result": ...} (or {"error": ...}).
-  const Value* result = r->find("result");
+  const Value* result = r.find("result");
   if (result == nullptr) {
-    const Value* err = r->find("error");
+    const Value* err = r.find("error");
     std::string text;
     if (err != nullptr) err->write_json(text);
     return Error(ErrorCode::kConnector, fmt::format("etcd lease keep-alive of {} failed: {}", lease_id, text));
@@ -449,9 +435,8 @@ Status EtcdClient::revoke_lease(int64_t lease_id) {
 }
 
 Result<int64_t> EtcdClient::lease_time_to_live(int64_t lease_id) {
-  auto r = impl_->call("/v3/lease/timetolive", fmt::format(R"({{"ID":"{}"}})", lease_id));
-  if (!r.ok()) return r.error();
-  return int_field(*r, "TTL");
+  SLUICE_ASSIGN_OR_RETURN(auto r, impl_->call("/v3/lease/timetolive", fmt::format(R"({{"ID":"{}"}})", lease_id)));
+  return int_field(r, "TTL");
 }
 
 }  // namespace sluice::ha

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "sluice/cluster/ha/etcd_client.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice::ha {
 
@@ -30,9 +31,8 @@ Result<HaOptions> HaOptions::from_configuration(const Configuration& config) {
                              options::kHaType.key, type));
   }
   out.enabled = true;
-  auto endpoints = parse_etcd_endpoints(config.get(options::kEtcdEndpoints));
-  if (!endpoints.ok()) return endpoints.error();
-  out.endpoints = std::move(*endpoints);
+  SLUICE_ASSIGN_OR_RETURN(auto endpoints, parse_etcd_endpoints(config.get(options::kEtcdEndpoints)));
+  out.endpoints = std::move(endpoints);
   if (cluster_id.empty() || cluster_id.find('/') != std::string::npos) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("{}: '{}' must be a non-empty name without '/'", options::kClusterId.key, cluster_id));

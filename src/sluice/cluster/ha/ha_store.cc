@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/value.h"
 
 namespace sluice::ha {
@@ -38,13 +39,12 @@ int64_t int_field(const Value& obj, std::string_view name) {
 
 Result<std::optional<CheckpointPointer>> parse_pointer(const std::optional<EtcdKeyValue>& kv) {
   if (!kv) return std::optional<CheckpointPointer>();
-  auto obj = parse_object(*kv);
-  if (!obj.ok()) return obj.error();
+  SLUICE_ASSIGN_OR_RETURN(auto obj, parse_object(*kv));
   CheckpointPointer p;
-  p.checkpoint_id = int_field(*obj, "checkpoint_id");
-  p.external_path = string_field(*obj, "external_path");
-  p.completed_at_ms = int_field(*obj, "completed_at_ms");
-  p.leader_epoch = int_field(*obj, "leader_epoch");
+  p.checkpoint_id = int_field(obj, "checkpoint_id");
+  p.external_path = string_field(obj, "external_path");
+  p.completed_at_ms = int_field(obj, "completed_at_ms");
+  p.leader_epoch = int_field(obj, "leader_epoch");
   return std::optional<CheckpointPointer>(std::move(p));
 }
 
@@ -70,10 +70,9 @@ Result<FencedWrite> EtcdHaStore::fenced(const LeaderEpoch& epoch, std::vector<Et
       EtcdCompare{leader, EtcdCompare::Target::kLease, EtcdCompare::Op::kEqual, epoch.lease_id, {}}};
   for (auto& c : extra)
     compares.push_back(std::move(c));
-  auto r = client_.txn(compares, ops, {EtcdOp::range(leader)});
-  if (!r.ok()) return r.error();
-  if (r->succeeded) return FencedWrite::kApplied;
-  const auto& found = r->ranges.at(0);
+  SLUICE_ASSIGN_OR_RETURN(auto r, client_.txn(compares, ops, {EtcdOp::range(leader)}));
+  if (r.succeeded) return FencedWrite::kApplied;
+  const auto& found = r.ranges.at(0);
   if (found.empty() || found.front().create_revision != epoch.create_revision ||
       found.front().lease != epoch.lease_id) {
     return FencedWrite::kFenced;
@@ -106,29 +105,25 @@ Result<FencedWrite> EtcdHaStore::set_latest_checkpoint(const LeaderEpoch& epoch,
                                      {"leader_epoch", Value(epoch.create_revision)}});
   // Optimistic: read the stored pointer, then write only if it is unchanged since (mod revision) and older.
   for (int attempt = 0; attempt < 5; ++attempt) {
-    auto current = client_.get(key);
-    if (!current.ok()) return current.error();
-    auto stored = parse_pointer(*current);
-    if (!stored.ok()) return stored.error();
+    SLUICE_ASSIGN_OR_RETURN(auto current, client_.get(key));
+    SLUICE_ASSIGN_OR_RETURN(auto stored, parse_pointer(current));
     // This very write, applied by an earlier attempt whose answer was lost (an etcd member restarting under the
     // transaction: the client retried on the next endpoint, where the mod-revision compare then failed).
-    if (stored->has_value() && (*stored)->checkpoint_id == pointer.checkpoint_id &&
-        (*stored)->external_path == pointer.external_path && (*stored)->leader_epoch == epoch.create_revision) {
-      auto leader = read_leader(client_, keys_.leader());
-      if (!leader.ok()) return leader.error();
-      if (!leader->has_value() || (*leader)->epoch != epoch) return FencedWrite::kFenced;
+    if (stored.has_value() && stored->checkpoint_id == pointer.checkpoint_id &&
+        stored->external_path == pointer.external_path && stored->leader_epoch == epoch.create_revision) {
+      SLUICE_ASSIGN_OR_RETURN(auto leader, read_leader(client_, keys_.leader()));
+      if (!leader.has_value() || leader->epoch != epoch) return FencedWrite::kFenced;
       return FencedWrite::kApplied;
     }
-    if (stored->has_value() && (*stored)->checkpoint_id >= pointer.checkpoint_id) {
+    if (stored.has_value() && stored->checkpoint_id >= pointer.checkpoint_id) {
       // A former leader's pointer is usually behind the new leader's: say "fenced", which is what it needs to know.
-      auto leader = read_leader(client_, keys_.leader());
-      if (!leader.ok()) return leader.error();
-      if (!leader->has_value() || (*leader)->epoch != epoch) return FencedWrite::kFenced;
+      SLUICE_ASSIGN_OR_RETURN(auto leader, read_leader(client_, keys_.leader()));
+      if (!leader.has_value() || leader->epoch != epoch) return FencedWrite::kFenced;
       return Error(ErrorCode::kCheckpoint,
                    fmt::format("job {}: the latest-checkpoint pointer is at checkpoint {}; {} would move it back",
-                               job_id, (*stored)->checkpoint_id, pointer.checkpoint_id));
+                               job_id, stored->checkpoint_id, pointer.checkpoint_id));
     }
-    const int64_t mod = current->has_value() ? (*current)->mod_revision : 0;
+    const int64_t mod = current.has_value() ? current->mod_revision : 0;
     auto r = fenced(epoch, {EtcdCompare{key, EtcdCompare::Target::kModRevision, EtcdCompare::Op::kEqual, mod, {}}},
                     {EtcdOp::put(key, to_json(value))});
     if (r.ok()) return r;
@@ -142,19 +137,16 @@ Result<FencedWrite> EtcdHaStore::set_attempt(const LeaderEpoch& epoch, std::stri
   const std::string key = keys_.job_attempt(job_id);
   // Optimistic as the pointer: read, then write only if the key is unchanged since (mod revision) and not above.
   for (int round = 0; round < 5; ++round) {
-    auto current = client_.get(key);
-    if (!current.ok()) return current.error();
-    auto stored = parse_attempt(*current);
-    if (!stored.ok()) return stored.error();
-    if (stored->has_value() && **stored > attempt) {
-      auto leader = read_leader(client_, keys_.leader());
-      if (!leader.ok()) return leader.error();
-      if (!leader->has_value() || (*leader)->epoch != epoch) return FencedWrite::kFenced;
+    SLUICE_ASSIGN_OR_RETURN(auto current, client_.get(key));
+    SLUICE_ASSIGN_OR_RETURN(auto stored, parse_attempt(current));
+    if (stored.has_value() && *stored > attempt) {
+      SLUICE_ASSIGN_OR_RETURN(auto leader, read_leader(client_, keys_.leader()));
+      if (!leader.has_value() || leader->epoch != epoch) return FencedWrite::kFenced;
       return Error(
           ErrorCode::kCheckpoint,
-          fmt::format("job {}: attempt {} is recorded in etcd; attempt {} would go back", job_id, **stored, attempt));
+          fmt::format("job {}: attempt {} is recorded in etcd; attempt {} would go back", job_id, *stored, attempt));
     }
-    const int64_t mod = current->has_value() ? (*current)->mod_revision : 0;
+    const int64_t mod = current.has_value() ? current->mod_revision : 0;
     auto r = fenced(epoch, {EtcdCompare{key, EtcdCompare::Target::kModRevision, EtcdCompare::Op::kEqual, mod, {}}},
                     {EtcdOp::put(key, std::to_string(attempt))});
     if (r.ok()) return r;
@@ -171,11 +163,10 @@ Result<FencedWrite> EtcdHaStore::remove_job(const LeaderEpoch& epoch, std::strin
 }
 
 Result<std::vector<std::string>> EtcdHaStore::job_ids() {
-  auto kvs = client_.get_prefix(keys_.jobs_prefix());
-  if (!kvs.ok()) return kvs.error();
+  SLUICE_ASSIGN_OR_RETURN(auto kvs, client_.get_prefix(keys_.jobs_prefix()));
   std::vector<std::string> out;
   const size_t skip = keys_.jobs_prefix().size();
-  for (const auto& kv : *kvs) {
+  for (const auto& kv : kvs) {
     if (!kv.key.ends_with("/graph")) continue;
     out.push_back(kv.key.substr(skip, kv.key.size() - skip - std::string_view("/graph").size()));
   }
@@ -183,36 +174,31 @@ Result<std::vector<std::string>> EtcdHaStore::job_ids() {
 }
 
 Result<std::optional<HaJobRecord>> EtcdHaStore::job(std::string_view job_id) {
-  auto kv = client_.get(keys_.job_graph(job_id));
-  if (!kv.ok()) return kv.error();
-  if (!kv->has_value()) return std::optional<HaJobRecord>();
-  auto obj = parse_object(**kv);
-  if (!obj.ok()) return obj.error();
+  SLUICE_ASSIGN_OR_RETURN(auto kv, client_.get(keys_.job_graph(job_id)));
+  if (!kv.has_value()) return std::optional<HaJobRecord>();
+  SLUICE_ASSIGN_OR_RETURN(auto obj, parse_object(*kv));
   HaJobRecord job;
-  job.job_id = string_field(*obj, "job_id");
-  job.name = string_field(*obj, "name");
-  job.graph_kind = string_field(*obj, "graph_kind");
-  job.graph = string_field(*obj, "graph");
+  job.job_id = string_field(obj, "job_id");
+  job.name = string_field(obj, "name");
+  job.graph_kind = string_field(obj, "graph_kind");
+  job.graph = string_field(obj, "graph");
   return std::optional<HaJobRecord>(std::move(job));
 }
 
 Result<std::optional<std::string>> EtcdHaStore::job_status(std::string_view job_id) {
-  auto kv = client_.get(keys_.job_status(job_id));
-  if (!kv.ok()) return kv.error();
-  if (!kv->has_value()) return std::optional<std::string>();
-  return std::optional<std::string>((*kv)->value);
+  SLUICE_ASSIGN_OR_RETURN(auto kv, client_.get(keys_.job_status(job_id)));
+  if (!kv.has_value()) return std::optional<std::string>();
+  return std::optional<std::string>(kv->value);
 }
 
 Result<std::optional<CheckpointPointer>> EtcdHaStore::latest_checkpoint(std::string_view job_id) {
-  auto kv = client_.get(keys_.job_checkpoint(job_id));
-  if (!kv.ok()) return kv.error();
-  return parse_pointer(*kv);
+  SLUICE_ASSIGN_OR_RETURN(auto kv, client_.get(keys_.job_checkpoint(job_id)));
+  return parse_pointer(kv);
 }
 
 Result<std::optional<int>> EtcdHaStore::attempt(std::string_view job_id) {
-  auto kv = client_.get(keys_.job_attempt(job_id));
-  if (!kv.ok()) return kv.error();
-  return parse_attempt(*kv);
+  SLUICE_ASSIGN_OR_RETURN(auto kv, client_.get(keys_.job_attempt(job_id)));
+  return parse_attempt(kv);
 }
 
 }  // namespace sluice::ha

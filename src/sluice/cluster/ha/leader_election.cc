@@ -5,17 +5,18 @@
 
 #include <algorithm>
 
+#include "sluice/core/assign_or_return.h"
+
 namespace sluice::ha {
 
 using Clock = std::chrono::steady_clock;
 
 Result<std::optional<LeaderInfo>> read_leader(EtcdClient& client, std::string_view leader_key) {
-  auto kv = client.get(leader_key);
-  if (!kv.ok()) return kv.error();
-  if (!kv->has_value()) return std::optional<LeaderInfo>();
+  SLUICE_ASSIGN_OR_RETURN(auto kv, client.get(leader_key));
+  if (!kv.has_value()) return std::optional<LeaderInfo>();
   LeaderInfo info;
-  info.address = (*kv)->value;
-  info.epoch = LeaderEpoch{(*kv)->create_revision, (*kv)->lease};
+  info.address = kv->value;
+  info.epoch = LeaderEpoch{kv->create_revision, kv->lease};
   return std::optional<LeaderInfo>(std::move(info));
 }
 
@@ -53,15 +54,14 @@ Status EtcdLeaderElection::ensure_lease() {
   }
   stop_keep_alive();
   const auto sent = Clock::now();
-  auto lease = client_.grant_lease(options_.lease_ttl);
-  if (!lease.ok()) return lease.error();
+  SLUICE_ASSIGN_OR_RETURN(auto lease, client_.grant_lease(options_.lease_ttl));
   {
     std::lock_guard lock(mu_);
-    lease_id_ = lease->id;
+    lease_id_ = lease.id;
     lease_lost_ = false;
     renewed_sent_ = sent;
   }
-  keep_alive_ = std::thread([this, id = lease->id, sent] { keep_alive_loop(id, sent); });
+  keep_alive_ = std::thread([this, id = lease.id, sent] { keep_alive_loop(id, sent); });
   return ok_status();
 }
 

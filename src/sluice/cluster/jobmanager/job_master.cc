@@ -16,6 +16,7 @@
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/rpc/rpc_status.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/config.h"
 #include "sluice/core/s3_client.h"
 
@@ -48,8 +49,7 @@ JobMaster::~JobMaster() {
 }
 
 Status JobMaster::init_checkpoints(const Configuration& config) {
-  auto ck = CheckpointCoordinatorOptions::from_config(config);
-  if (!ck.ok()) return ck.error();
+  SLUICE_ASSIGN_OR_RETURN(auto ck, CheckpointCoordinatorOptions::from_config(config));
   std::string dir;
   std::string recovery;
   bool ignore_unclaimed = false;
@@ -60,20 +60,19 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
   } catch (const SluiceException& e) {
     return e.error();
   }
-  checkpointing_ = ck->interval_ms > 0;
+  checkpointing_ = ck.interval_ms > 0;
   if (checkpointing_ && dir.empty()) {
     return Error(ErrorCode::kConfiguration,
                  fmt::format("{} is set but {} is not: checkpoints need a directory that every process of the cluster "
                              "reaches (file:///path on a shared filesystem)",
                              options::kCheckpointInterval.key, options::kCheckpointDir.key));
   }
-  if (dir.empty() && (!ck->savepoint_dir.empty() || !recovery.empty())) {
+  if (dir.empty() && (!ck.savepoint_dir.empty() || !recovery.empty())) {
     dir = (std::filesystem::temp_directory_path() / "sluice-checkpoints").string();
   }
   if (dir.empty()) return ok_status();
-  auto storage = FileCheckpointStorage::create(dir, options_.job_id);
-  if (!storage.ok()) return storage.error();
-  storage_ = std::make_unique<FileCheckpointStorage>(std::move(*storage));
+  SLUICE_ASSIGN_OR_RETURN(auto storage, FileCheckpointStorage::create(dir, options_.job_id));
+  storage_ = std::make_unique<FileCheckpointStorage>(std::move(storage));
   std::vector<CheckpointVertexInfo> vertices;
   for (const auto& v : jg_.vertices) {
     CheckpointVertexInfo info;
@@ -114,34 +113,31 @@ Status JobMaster::init_checkpoints(const Configuration& config) {
     }
   }
   if (!recovery.empty()) {
-    auto path = FileCheckpointStorage::resolve_restore_path(recovery);
-    if (!path.ok()) return path.error();
-    std::vector<std::filesystem::path> candidates{*path};
+    SLUICE_ASSIGN_OR_RETURN(auto path, FileCheckpointStorage::resolve_restore_path(recovery));
+    std::vector<std::filesystem::path> candidates{path};
     // Existence and size only (a HEAD per file on S3): reading and hashing every file here would move the whole
     // state through the JobManager before any TaskManager starts reading it; each TaskManager checks the
     // checksums of the files it reads, and a corrupted file fails its tasks naming the file.
-    auto loaded = load_for_restore(candidates, false, CheckpointFileCheck::kSize);
-    if (!loaded.ok()) return loaded.error();
+    SLUICE_ASSIGN_OR_RETURN(auto loaded, load_for_restore(candidates, false, CheckpointFileCheck::kSize));
     std::set<std::string> uids(jg_.node_uid.begin(), jg_.node_uid.end());
-    SLUICE_RETURN_IF_ERROR(check_unclaimed_state(loaded->metadata, uids, ignore_unclaimed));
-    first_id = std::max(first_id, loaded->metadata.checkpoint_id + 1);
-    initial_restore_ = RestorePoint{loaded->dir, loaded->metadata};
-    spdlog::info("job '{}' starts from {} {} ({})", options_.job_name, snapshot_type_name(loaded->metadata.type),
-                 loaded->metadata.checkpoint_id, loaded->dir.string());
+    SLUICE_RETURN_IF_ERROR(check_unclaimed_state(loaded.metadata, uids, ignore_unclaimed));
+    first_id = std::max(first_id, loaded.metadata.checkpoint_id + 1);
+    initial_restore_ = RestorePoint{loaded.dir, loaded.metadata};
+    spdlog::info("job '{}' starts from {} {} ({})", options_.job_name, snapshot_type_name(loaded.metadata.type),
+                 loaded.metadata.checkpoint_id, loaded.dir.string());
   }
-  coordinator_ = std::make_unique<CheckpointCoordinator>(*ck, *storage_, std::move(vertices), *this, clock_, first_id);
+  coordinator_ = std::make_unique<CheckpointCoordinator>(ck, *storage_, std::move(vertices), *this, clock_, first_id);
   if (initial_restore_) coordinator_->set_initial_restore_point(*initial_restore_);
   spdlog::info("job '{}': checkpoints {} in {}", options_.job_name,
-               checkpointing_ ? fmt::format("every {} ms", ck->interval_ms) : std::string("off (savepoints only)"),
+               checkpointing_ ? fmt::format("every {} ms", ck.interval_ms) : std::string("off (savepoints only)"),
                storage_->job_dir().string());
   return ok_status();
 }
 
 Status JobMaster::init_restart_strategy(const Configuration& config) {
   const uint64_t seed = std::random_device{}();  // spreads the jitter of different jobs' restarts only
-  auto strategy = make_restart_strategy(config, seed);
-  if (!strategy.ok()) return strategy.error();
-  restart_strategy_ = std::move(*strategy);
+  SLUICE_ASSIGN_OR_RETURN(auto strategy, make_restart_strategy(config, seed));
+  restart_strategy_ = std::move(strategy);
   spdlog::info("job '{}': restart strategy {}", options_.job_name, restart_strategy_->describe());
   return ok_status();
 }

@@ -7,6 +7,7 @@
 #include "sluice/checkpoint/deferred_state_assignment.h"
 #include "sluice/checkpoint/state_assignment.h"
 #include "sluice/cluster/task_metrics.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/config.h"
 #include "sluice/operators/source_operator.h"
 
@@ -154,23 +155,20 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
     const int pp = spec.peer_of[static_cast<size_t>(e.source_vertex)][static_cast<size_t>(producer)];
     const int cp = spec.peer_of[static_cast<size_t>(e.target_vertex)][static_cast<size_t>(consumer)];
     if (pp == spec.self && cp == spec.self) {
-      auto buffers = pool.allocate(static_cast<size_t>(credits));
-      if (!buffers.ok()) return buffers.error();
-      self->local_channels_.push_back(std::make_unique<LocalChannel>(pool, std::move(*buffers)));
+      SLUICE_ASSIGN_OR_RETURN(auto buffers, pool.allocate(static_cast<size_t>(credits)));
+      self->local_channels_.push_back(std::make_unique<LocalChannel>(pool, std::move(buffers)));
       return ChannelEnds{self->local_channels_.back().get(), self->local_channels_.back().get()};
     }
     const net::ChannelId id{e.id, producer, consumer, spec.attempt};
     if (pp == spec.self) {
-      auto s = connections.create_output_channel(spec.peers[static_cast<size_t>(cp)], id, pool,
-                                                 static_cast<size_t>(credits));
-      if (!s.ok()) return s.error();
-      self->remote_senders_.push_back(std::move(*s));
+      SLUICE_ASSIGN_OR_RETURN(auto s, connections.create_output_channel(spec.peers[static_cast<size_t>(cp)], id, pool,
+                                                                        static_cast<size_t>(credits)));
+      self->remote_senders_.push_back(std::move(s));
       return ChannelEnds{self->remote_senders_.back().get(), nullptr};
     }
-    auto r = connections.create_input_channel(spec.peers[static_cast<size_t>(pp)], id, pool,
-                                              static_cast<size_t>(credits), nullptr);
-    if (!r.ok()) return r.error();
-    self->remote_inputs_.push_back(std::move(*r));
+    SLUICE_ASSIGN_OR_RETURN(auto r, connections.create_input_channel(spec.peers[static_cast<size_t>(pp)], id, pool,
+                                                                     static_cast<size_t>(credits), nullptr));
+    self->remote_inputs_.push_back(std::move(r));
     return ChannelEnds{nullptr, self->remote_inputs_.back().get()};
   };
   sd.coordinators = &d->coordinators_;
@@ -184,9 +182,8 @@ Result<std::unique_ptr<DeployedTasks>> DeployedTasks::deploy(const StreamGraph& 
   }
   sd.listener = d.get();
   try {
-    Result<DeployedSubtasks> built = build_subtasks(sd);
-    if (!built.ok()) return built.error();
-    d->tasks_ = std::move(built->tasks);
+    SLUICE_ASSIGN_OR_RETURN(DeployedSubtasks built, build_subtasks(sd));
+    d->tasks_ = std::move(built.tasks);
   } catch (const SluiceException& e) {
     return e.error();
   }

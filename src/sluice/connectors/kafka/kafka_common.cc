@@ -7,6 +7,7 @@
 #include <array>
 #include <thread>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/redact.h"
 
 namespace sluice::kafka {
@@ -223,15 +224,13 @@ Result<std::unique_ptr<KafkaLivenessProbe>> KafkaLivenessProbe::start(rd_kafka_t
   }
   properties["client.id"] = "sluice-liveness-probe";
   const std::string bootstrap = properties.count("bootstrap.servers") ? properties["bootstrap.servers"] : "";
-  Result<KafkaConfPtr> conf = make_kafka_conf(properties, who);
-  if (!conf.ok()) return conf.error();
+  SLUICE_ASSIGN_OR_RETURN(KafkaConfPtr conf, make_kafka_conf(properties, who));
   std::unique_ptr<KafkaLivenessProbe> probe(
       new KafkaLivenessProbe(timeout, std::move(who), bootstrap, std::move(on_failure), std::move(watch)));
-  rd_kafka_conf_set_opaque(conf->get(), probe.get());
-  rd_kafka_conf_set_error_cb(conf->get(), &KafkaLivenessProbe::error_cb);
-  Result<KafkaClientPtr> client = make_kafka_client(type, std::move(conf).value(), probe->who_);
-  if (!client.ok()) return client.error();
-  probe->client_ = std::move(client).value();
+  rd_kafka_conf_set_opaque(conf.get(), probe.get());
+  rd_kafka_conf_set_error_cb(conf.get(), &KafkaLivenessProbe::error_cb);
+  SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr client, make_kafka_client(type, std::move(conf), probe->who_));
+  probe->client_ = std::move(client);
   probe->thread_ = std::thread([p = probe.get()] { p->run(); });
   return probe;
 }

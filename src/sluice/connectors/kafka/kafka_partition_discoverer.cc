@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kafka_source_internals.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/non_recoverable.h"
 
 namespace sluice {
@@ -254,10 +255,10 @@ Result<std::unique_ptr<KafkaPartitionDiscoverer>> make_kafka_discoverer(const Ka
   // so that the job fails at once instead of after startup.timeout.ms.
   auto errors = std::make_unique<kafka::KafkaPermanentErrorCapture>();
   errors->install(conf->get());
-  Result<KafkaClientPtr> client = kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf).value(), kRole);
-  if (!client.ok()) return client.error();
+  SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr client,
+                          kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf).value(), kRole));
   return std::unique_ptr<KafkaPartitionDiscoverer>(
-      std::make_unique<RdKafkaDiscoverer>(settings, std::move(errors), std::move(client).value()));
+      std::make_unique<RdKafkaDiscoverer>(settings, std::move(errors), std::move(client)));
 }
 
 }  // namespace detail

@@ -10,6 +10,7 @@
 
 #include "kafka_source_internals.h"
 #include "kafka_source_stats.h"
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/clock.h"
 #include "sluice/core/non_recoverable.h"
 #include "sluice/core/utf8.h"
@@ -211,15 +212,16 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
   impl.name = fmt::format("{} subtask {} ({})", kRole, impl.subtask, settings.describe_topics());
   impl.commit = settings.commit_offsets_on_checkpoint && !settings.group_id().empty();
 
-  Result<kafka::KafkaConfPtr> conf = kafka::make_kafka_conf(
-      consumer_properties(settings, fmt::format("{}-{}", settings.client_id_prefix, impl.subtask)), kRole);
-  if (!conf.ok()) return conf.error();
-  rd_kafka_conf_set_opaque(conf->get(), &impl);
-  rd_kafka_conf_set_error_cb(conf->get(), &Impl::error_cb);
-  rd_kafka_conf_set_offset_commit_cb(conf->get(), &Impl::offset_commit_cb);
-  Result<KafkaClientPtr> consumer = kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf).value(), kRole);
-  if (!consumer.ok()) return consumer.error();
-  impl.consumer = std::move(consumer).value();
+  SLUICE_ASSIGN_OR_RETURN(
+      kafka::KafkaConfPtr conf,
+      kafka::make_kafka_conf(
+          consumer_properties(settings, fmt::format("{}-{}", settings.client_id_prefix, impl.subtask)), kRole));
+  rd_kafka_conf_set_opaque(conf.get(), &impl);
+  rd_kafka_conf_set_error_cb(conf.get(), &Impl::error_cb);
+  rd_kafka_conf_set_offset_commit_cb(conf.get(), &Impl::offset_commit_cb);
+  SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr consumer,
+                          kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf), kRole));
+  impl.consumer = std::move(consumer);
   // Everything (errors, commit results) arrives on the consumer queue, which poll() serves.
   if (rd_kafka_resp_err_t err = rd_kafka_poll_set_consumer(impl.consumer.get())) {
     return kafka::kafka_error(ErrorCode::kConnector, fmt::format("{}: setting up the consumer", impl.name), err);
@@ -257,13 +259,12 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
     if (props.find("client.id") == props.end()) {
       props["client.id"] = fmt::format("{}-dead-letters-{}", settings.client_id_prefix, impl.subtask);
     }
-    Result<kafka::KafkaConfPtr> pconf = kafka::make_kafka_conf(props, kRole);
-    if (!pconf.ok()) return pconf.error();
-    rd_kafka_conf_set_opaque(pconf->get(), &impl);
-    rd_kafka_conf_set_dr_msg_cb(pconf->get(), &Impl::dead_letter_delivery_cb);
-    Result<KafkaClientPtr> producer = kafka::make_kafka_client(RD_KAFKA_PRODUCER, std::move(pconf).value(), kRole);
-    if (!producer.ok()) return producer.error();
-    impl.dead_letter_producer = std::move(producer).value();
+    SLUICE_ASSIGN_OR_RETURN(kafka::KafkaConfPtr pconf, kafka::make_kafka_conf(props, kRole));
+    rd_kafka_conf_set_opaque(pconf.get(), &impl);
+    rd_kafka_conf_set_dr_msg_cb(pconf.get(), &Impl::dead_letter_delivery_cb);
+    SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr producer,
+                            kafka::make_kafka_client(RD_KAFKA_PRODUCER, std::move(pconf), kRole));
+    impl.dead_letter_producer = std::move(producer);
   }
   return core;
 }

@@ -10,6 +10,7 @@
 #include "kafka_sink_internals.h"
 #include "sluice/api/operator.h"
 #include "sluice/connectors/kafka/kafka_sink.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice {
 namespace kafka_sink_internal {
@@ -113,8 +114,7 @@ Status validate_settings(const KafkaSinkSettings& settings) {
       return config_error("exactly-once needs enable.idempotence=true (transactions are idempotent)");
     }
   }
-  Result<kafka::KafkaConfPtr> conf = kafka::make_kafka_conf(settings.properties, "KafkaSink");
-  if (!conf.ok()) return conf.error();
+  SLUICE_ASSIGN_OR_RETURN(kafka::KafkaConfPtr conf, kafka::make_kafka_conf(settings.properties, "KafkaSink"));
   return ok_status();
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "kafka_source_internals.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice {
 
@@ -66,9 +67,8 @@ void KafkaSourceEnumerator::start() {
 
 Status KafkaSourceEnumerator::discover_and_assign(bool initial, std::chrono::milliseconds timeout) {
   if (!discoverer_) return ok_status();
-  Result<std::vector<KafkaTopicPartition>> found = discoverer_->discover(timeout);
-  if (!found.ok()) return found.error();
-  return assign_discovered(*found, initial, timeout);
+  SLUICE_ASSIGN_OR_RETURN(std::vector<KafkaTopicPartition> found, discoverer_->discover(timeout));
+  return assign_discovered(found, initial, timeout);
 }
 
 Status KafkaSourceEnumerator::assign_discovered(const std::vector<KafkaTopicPartition>& found, bool initial,

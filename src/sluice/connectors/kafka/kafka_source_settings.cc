@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kafka_source_internals.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice {
 
@@ -83,9 +84,8 @@ std::string KafkaSourceSettings::describe_topics() const {
 Status normalize_and_validate(KafkaSourceSettings& s) {
   KafkaProperties& p = s.properties;
   if (auto v = take_property(p, "partition.discovery.interval.ms")) {
-    Result<int64_t> ms = parse_int("partition.discovery.interval.ms", *v);
-    if (!ms.ok()) return ms.error();
-    s.discovery_interval_ms = *ms;
+    SLUICE_ASSIGN_OR_RETURN(int64_t ms, parse_int("partition.discovery.interval.ms", *v));
+    s.discovery_interval_ms = ms;
   }
   if (auto v = take_property(p, "commit.offsets.on.checkpoint")) {
     if (*v != "true" && *v != "false") {
@@ -96,14 +96,12 @@ Status normalize_and_validate(KafkaSourceSettings& s) {
   }
   if (auto v = take_property(p, "client.id.prefix")) s.client_id_prefix = *v;
   if (auto v = take_property(p, "startup.timeout.ms")) {
-    Result<int64_t> ms = parse_int("startup.timeout.ms", *v);
-    if (!ms.ok()) return ms.error();
-    s.startup_timeout_ms = *ms;
+    SLUICE_ASSIGN_OR_RETURN(int64_t ms, parse_int("startup.timeout.ms", *v));
+    s.startup_timeout_ms = ms;
   }
   if (auto v = take_property(p, "liveness.timeout.ms")) {
-    Result<int64_t> ms = parse_int("liveness.timeout.ms", *v);
-    if (!ms.ok()) return ms.error();
-    s.liveness_timeout_ms = *ms;
+    SLUICE_ASSIGN_OR_RETURN(int64_t ms, parse_int("liveness.timeout.ms", *v));
+    s.liveness_timeout_ms = ms;
   }
   if (s.liveness_timeout_ms < 0) {
     return Error(ErrorCode::kConfiguration,
@@ -158,8 +156,8 @@ Status normalize_and_validate(KafkaSourceSettings& s) {
   // queued.max.messages.kbytes still bounds the prefetched bytes.
   if (p.find("queued.min.messages") == p.end()) p["queued.min.messages"] = std::to_string(kQueuedMinMessages);
   // librdkafka must accept every property (unknown keys, bad values).
-  Result<kafka::KafkaConfPtr> conf = kafka::make_kafka_conf(consumer_properties(s, s.client_id_prefix), kRole);
-  if (!conf.ok()) return conf.error();
+  SLUICE_ASSIGN_OR_RETURN(kafka::KafkaConfPtr conf,
+                          kafka::make_kafka_conf(consumer_properties(s, s.client_id_prefix), kRole));
   return ok_status();
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 
+#include "sluice/core/assign_or_return.h"
 #include "sluice/core/value_json.h"
 
 namespace sluice::mongodb {
@@ -150,12 +151,12 @@ class Reader {
       const char* key = bson_iter_key(&it);
       const size_t key_len = bson_iter_key_len(&it);
       if (!bson_utf8_validate(key, key_len, false)) return serialization_error(path, "a field name that is not UTF-8");
-      Result<Value> v = value(it, array ? std::string(path) : child_path(path, std::string_view(key, key_len)), depth);
-      if (!v.ok()) return v.error();
+      SLUICE_ASSIGN_OR_RETURN(
+          Value v, value(it, array ? std::string(path) : child_path(path, std::string_view(key, key_len)), depth));
       if (array) {
-        out.push_back(std::move(v).value());
+        out.push_back(std::move(v));
       } else {
-        out.set(std::string_view(key, key_len), std::move(v).value());
+        out.set(std::string_view(key, key_len), std::move(v));
       }
     }
     if (it.err_off != 0) {
@@ -263,9 +264,8 @@ class Reader {
         if (!bson_init_static(&scope_doc, scope, scope_len) || !bson_iter_init(&scope_it, &scope_doc)) {
           return serialization_error(path, "a corrupt code-with-scope scope");
         }
-        Result<Value> s = document(scope_it, path, depth + 1, false);
-        if (!s.ok()) return s.error();
-        return Value::object({{"$code", Value(std::string_view(code, len))}, {"$scope", std::move(s).value()}});
+        SLUICE_ASSIGN_OR_RETURN(Value s, document(scope_it, path, depth + 1, false));
+        return Value::object({{"$code", Value(std::string_view(code, len))}, {"$scope", std::move(s)}});
       }
       case BSON_TYPE_INT32:
         if (options_.int32 == Int32Mapping::kTagged) {
@@ -434,9 +434,8 @@ class Writer {
         break;
       }
       case Value::Kind::kObject: {
-        Result<bool> special = wrapper(out, key, v);
-        if (!special.ok()) return special.error();
-        if (*special) break;
+        SLUICE_ASSIGN_OR_RETURN(bool special, wrapper(out, key, v));
+        if (special) break;
         bson_t child;
         if (!bson_append_document_begin(&out, k, kl, &child))
           return serialization_error(key, "the document is too large");
@@ -459,9 +458,8 @@ class Writer {
                                              d.to_string()));
     }
     // "<coefficient>E<exponent>": libbson keeps the coefficient and the exponent as given (no rounding).
-    Result<Decimal> coefficient = Decimal::of(d.unscaled(), 0);
-    if (!coefficient.ok()) return coefficient.error();
-    const std::string text = fmt::format("{}E{}{}", coefficient->to_string(), exponent >= 0 ? "+" : "", exponent);
+    SLUICE_ASSIGN_OR_RETURN(Decimal coefficient, Decimal::of(d.unscaled(), 0));
+    const std::string text = fmt::format("{}E{}{}", coefficient.to_string(), exponent >= 0 ? "+" : "", exponent);
     if (!bson_decimal128_from_string(text.c_str(), &out)) {
       return serialization_error(key, fmt::format("decimal {} was refused by Decimal128", text));
     }

@@ -8,6 +8,7 @@
 
 #include "mongodb_cdc_internals.h"
 #include "sluice/connectors/mongodb/mongodb_cdc_source.h"
+#include "sluice/core/assign_or_return.h"
 
 namespace sluice {
 
@@ -169,9 +170,8 @@ Result<MappedChange> map_change_document(const bson_t& change, const MongoCollec
     if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
       return Error(ErrorCode::kSerialization, fmt::format("change document field '{}' is not a document", name));
     }
-    Result<Value> v = bson_iter_to_value(f, options);
-    if (!v.ok()) return v.error();
-    target = std::move(v).value();
+    SLUICE_ASSIGN_OR_RETURN(Value v, bson_iter_to_value(f, options));
+    target = std::move(v);
     return ok_status();
   };
   Value document_key;
