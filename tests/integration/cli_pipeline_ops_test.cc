@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <string>
 
@@ -345,9 +346,15 @@ TEST(CliPipelineOpsTest, APipelineOnRocksDBLoadsItsModuleAndFailsAtOnceWithoutIt
   EXPECT_EQ(versions, 2000u);
 
   const std::string missing = (tmp.path / "nowhere" / "libsluice_rocksdb.so").string();
+  const char* before = std::getenv("SLUICE_ROCKSDB_MODULE");
+  const std::optional<std::string> saved = before != nullptr ? std::optional<std::string>(before) : std::nullopt;
   ::setenv("SLUICE_ROCKSDB_MODULE", missing.c_str(), 1);
   Ran failed = sluice({"run", file.string()});
-  ::unsetenv("SLUICE_ROCKSDB_MODULE");
+  if (saved) {
+    ::setenv("SLUICE_ROCKSDB_MODULE", saved->c_str(), 1);
+  } else {
+    ::unsetenv("SLUICE_ROCKSDB_MODULE");
+  }
   EXPECT_EQ(failed.code, 1) << failed.err;
   EXPECT_NE(failed.err.find("state.backend.type 'rocksdb' needs Sluice's RocksDB module libsluice_rocksdb.so, which "
                             "could not be loaded; tried: " +

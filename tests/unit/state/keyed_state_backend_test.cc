@@ -794,18 +794,20 @@ TEST(RocksDBBackendTest, TheDatabasesOfOneSlotShareOneBudget) {
     shared[0]->set_current_key(k);
     first.update(payload);
   }
-  std::printf("an idle database's accounted memory after 600 KiB into another: %llu -> %llu KiB in its slot, "
-              "%llu -> %llu KiB in another slot\n",
-              static_cast<unsigned long long>(idle_before >> 10),
-              static_cast<unsigned long long>(shared[1]->instance().memory_usage() >> 10),
-              static_cast<unsigned long long>(other_before >> 10),
-              static_cast<unsigned long long>(other.instance().memory_usage() >> 10));
+  std::printf(
+      "an idle database's accounted memory after 600 KiB into another: %llu -> %llu KiB in its slot, "
+      "%llu -> %llu KiB in another slot\n",
+      static_cast<unsigned long long>(idle_before >> 10),
+      static_cast<unsigned long long>(shared[1]->instance().memory_usage() >> 10),
+      static_cast<unsigned long long>(other_before >> 10),
+      static_cast<unsigned long long>(other.instance().memory_usage() >> 10));
   EXPECT_GE(shared[1]->instance().memory_usage(), idle_before + (256u << 10))
       << "the memtable of a database of the same slot is charged to their common budget";
   EXPECT_EQ(other.instance().memory_usage(), other_before) << "a database of another slot";
 
-  // All three written past the budget, in turns: the slot's memory (the common cache, charged with every
-  // memtable) stays near one budget, not three.
+  // All three written past the budget, in turns: their common cache, charged with every memtable of the three,
+  // stays near one budget. (With a budget each, each cache would stay near its own budget too: the check above
+  // is the one that tells sharing apart.)
   using State = std::remove_reference_t<decltype(first)>;
   std::vector<State*> values;
   for (auto& b : shared)

@@ -113,6 +113,8 @@ TEST_F(RocksDBModuleTest, AFileThatIsNotTheModuleIsRefusedWithTheLoadersReason) 
   std::filesystem::remove(file);
 }
 
+// The fake's open() prints "FAKE MODULE CALLED" and aborts: were the token not compared, the child would die that
+// way instead of exiting 3 with the refusal.
 TEST_F(RocksDBModuleTest, AModuleOfAnotherBuildIsRefusedBeforeAnythingInItIsCalled) {
   expect_load_failure(FAKE_ROCKSDB_MODULE,
                       "could not be loaded; tried: .*fake_rocksdb_module.so \\(built from another "

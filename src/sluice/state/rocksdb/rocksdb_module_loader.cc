@@ -20,12 +20,23 @@ namespace sluice {
 
 namespace {
 
-// Loads the module at `path` (absolute); returns its table, or nullptr with the reason appended to `tried`.
-const RocksDBModule* load(const std::filesystem::path& path, std::vector<std::string>& tried) {
+// Whether a dlopen() failure may pass (memory or file descriptors short: glibc's messages carry strerror's text)
+// rather than come again on every attempt (a file that is not a shared object, a missing library).
+bool transient_load_failure(std::string_view why) {
+  return why.find("Cannot allocate memory") != std::string_view::npos ||
+         why.find("Too many open files") != std::string_view::npos ||
+         why.find("failed to map segment") != std::string_view::npos;
+}
+
+// Loads the module at `path` (absolute); returns its table, or nullptr with the reason appended to `tried` (and
+// `transient` set when a retry may succeed).
+const RocksDBModule* load(const std::filesystem::path& path, std::vector<std::string>& tried, bool& transient) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    const char* why = ::dlerror();
-    tried.push_back(fmt::format("{} ({})", path.string(), why != nullptr ? why : "dlopen failed"));
+    const char* error = ::dlerror();
+    const std::string why = error != nullptr ? error : "dlopen failed";
+    if (transient_load_failure(why)) transient = true;
+    tried.push_back(fmt::format("{} ({})", path.string(), why));
     return nullptr;
   }
   auto refuse = [&](std::string why) -> const RocksDBModule* {
@@ -42,12 +53,13 @@ const RocksDBModule* load(const std::filesystem::path& path, std::vector<std::st
                               module != nullptr ? module->abi_version : 0, kRocksDBModuleAbiVersion));
   }
   const std::string_view token = module->interface_token != nullptr ? module->interface_token : "";
-  if (token != kRocksDBModuleInterfaceToken || module->open == nullptr) {
+  if (token != kRocksDBModuleInterfaceToken) {
     return refuse(
         fmt::format("built from another RocksDBInstance interface or compiler ({} against this binary's "
                     "{}): a module of another build",
                     token, kRocksDBModuleInterfaceToken));
   }
+  if (module->open == nullptr) return refuse("its table has no open function: not a usable module");
   // Pinned once verified: instances, their snapshots and RocksDB's threads may outlive any handle.
   if (::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == nullptr) {
     const char* why = ::dlerror();
@@ -85,6 +97,7 @@ const RocksDBModule& rocksdb_module() {
   std::lock_guard lock(mu);
   if (loaded != nullptr) return *loaded;
   std::vector<std::string> tried;
+  bool transient = false;
   for (const std::filesystem::path& path : candidates()) {
     if (path.empty()) continue;
     std::error_code ec;
@@ -92,18 +105,21 @@ const RocksDBModule& rocksdb_module() {
       tried.push_back(fmt::format("{} ({})", path.string(), ec ? ec.message() : "no such file"));
       continue;
     }
-    loaded = load(path, tried);
+    loaded = load(path, tried, transient);
     if (loaded != nullptr) return *loaded;
   }
-  const bool from_env = std::getenv("SLUICE_ROCKSDB_MODULE") != nullptr;
-  // A restart finds the same files: the job fails instead of restarting for ever.
-  throw SluiceException(mark_non_recoverable(
-      Error(ErrorCode::kConfiguration,
-            fmt::format("state.backend.type 'rocksdb' needs Sluice's RocksDB module {}, which could not be loaded; "
-                        "tried: {}{}",
-                        kRocksDBModuleFileName, fmt::join(tried, "; "),
-                        from_env ? " (from SLUICE_ROCKSDB_MODULE)" : " (set SLUICE_ROCKSDB_MODULE to its path)")),
-      "the module is missing or unusable, and a restart loads the same files"));
+  const char* env = std::getenv("SLUICE_ROCKSDB_MODULE");
+  const bool from_env = env != nullptr && *env != '\0';
+  Error error(ErrorCode::kConfiguration,
+              fmt::format("state.backend.type 'rocksdb' needs Sluice's RocksDB module {}, which could not be loaded; "
+                          "tried: {}{}",
+                          kRocksDBModuleFileName, fmt::join(tried, "; "),
+                          from_env ? " (from SLUICE_ROCKSDB_MODULE)" : " (set SLUICE_ROCKSDB_MODULE to its path)"));
+  // A missing or foreign module is found again by every restart: the job fails instead of restarting for ever. A
+  // load that ran short of memory or file descriptors is left to the restart strategy.
+  if (transient) throw SluiceException(std::move(error));
+  throw SluiceException(
+      mark_non_recoverable(error, "the module is missing or unusable, and a restart loads the same files"));
 }
 
 std::shared_ptr<RocksDBInstance> RocksDBInstance::open(const std::filesystem::path& dir,
