@@ -219,8 +219,7 @@ Result<std::unique_ptr<KafkaReaderCore>> KafkaReaderCore::create(const KafkaSour
   rd_kafka_conf_set_opaque(conf.get(), &impl);
   rd_kafka_conf_set_error_cb(conf.get(), &Impl::error_cb);
   rd_kafka_conf_set_offset_commit_cb(conf.get(), &Impl::offset_commit_cb);
-  SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr consumer,
-                          kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf), kRole));
+  SLUICE_ASSIGN_OR_RETURN(KafkaClientPtr consumer, kafka::make_kafka_client(RD_KAFKA_CONSUMER, std::move(conf), kRole));
   impl.consumer = std::move(consumer);
   // Everything (errors, commit results) arrives on the consumer queue, which poll() serves.
   if (rd_kafka_resp_err_t err = rd_kafka_poll_set_consumer(impl.consumer.get())) {

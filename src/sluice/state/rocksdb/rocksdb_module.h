@@ -28,7 +28,8 @@ inline constexpr uint32_t kRocksDBModuleAbiVersion = 2;
 inline constexpr const char* kRocksDBModuleFileName = "libsluice_rocksdb.so";
 inline constexpr const char* kRocksDBModuleEntry = "sluice_rocksdb_module";
 
-/// A digest of the interface's headers (rocksdb_instance.h, this file) and the compiler and flags, computed by CMake
+/// A digest of the interface's headers (rocksdb_instance.h, this file, core/error.h), the compiler, the C++ standard
+/// and the build's flags, computed by CMake
 /// for the module and its loader alike: a module built from another interface is refused even when
 /// kRocksDBModuleAbiVersion was not bumped (a binary copied from an older build, a module replaced under a running
 /// process).
