@@ -5,6 +5,8 @@
 //    on 3, with cluster.evenly-spread-out-slots): the same lines as `sluice run` of the same pipeline, every
 //    record once, and each key's records in the order their source subtask emitted them;
 //  * too few slots: the job fails after slot.request.timeout with "needs 4 slots, 2 registered";
+//  * a failure marked non-recoverable on a TaskManager (its RocksDB module missing) fails the job on the JobManager
+//    at once, although the restart strategy allows 1,000 restarts;
 //  * a SIGKILLed TaskManager fails the job (restart strategy none; cluster_failover_test restarts) instead of hanging,
 //  and the
 //    surviving TaskManager's tasks are cancelled;
@@ -234,6 +236,50 @@ TEST_F(ClusterJobTest, TooFewSlotsFailTheJobAfterTheSlotRequestTimeoutNamingWhat
                               "2 registered (on 1 TaskManager(s))"),
             std::string::npos)
       << jm->output();
+}
+
+TEST_F(ClusterJobTest, ANonRecoverableFailureOnATaskManagerFailsTheJobAtOnceInsteadOfRestarting) {
+  // The TaskManager cannot load the RocksDB module (SLUICE_ROCKSDB_MODULE names a missing file), a failure that
+  // no restart cures: its tasks fail with the mark, and the JobManager, another process, must fail the job at
+  // once instead of restarting it into the same failure until the strategy's 1,000 attempts run out.
+  const fs::path file = dir_ / "rocks.yaml";
+  {
+    std::ofstream f(file);
+    f << "pipeline:\n  name: cluster-rocks\n  parallelism: 2\n"
+      << "  entity-version: true\n"  // keyed state, in RocksDB
+      << "  checkpoint: { interval: 200ms, storage: \"" << (dir_ / "checkpoints").string() << "\" }\n"
+      << "  restart: { strategy: fixed-delay, attempts: 1000, delay: 100ms }\n"
+      << "  config:\n    state.backend.type: rocksdb\n"
+      << "source: { type: datagen, count: 0, rate: 1000, entities: " << kEntities << ", seed: 7 }\n"
+      << "transform:\n  - match: \"*.*.*\"\n    key: after.id\n"
+      << "    event:\n      payload: \"after.id AS id\"\n"
+      << "sink:\n  out:\n    type: files\n    path: \"" << (dir_ / "out").string() << "\"\n";
+  }
+  ClusterHarness& c = cluster(file.string());
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  const std::string missing = (dir_ / "nowhere" / "libsluice_rocksdb.so").string();
+  const char* before = std::getenv("SLUICE_ROCKSDB_MODULE");
+  const std::optional<std::string> saved = before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv("SLUICE_ROCKSDB_MODULE", missing.c_str(), 1);  // the TaskManager inherits it; the JobManager did not
+  ChildProcess* tm = c.start_taskmanager(2);
+  if (saved) {
+    ::setenv("SLUICE_ROCKSDB_MODULE", saved->c_str(), 1);
+  } else {
+    ::unsetenv("SLUICE_ROCKSDB_MODULE");
+  }
+  const std::optional<int> code = jm->wait_exit(kStart);
+  ASSERT_TRUE(code.has_value()) << "the job did not fail:\n" << c.logs();
+  EXPECT_EQ(*code, 1) << jm->output();
+  const std::string out = jm->output();
+  EXPECT_NE(out.find("needs Sluice's RocksDB module libsluice_rocksdb.so, which could not be loaded; tried: " +
+                     missing + " (no such file)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("not recoverable by a restart"), std::string::npos) << out;
+  EXPECT_EQ(jm->count("RESTARTING"), 0) << out;
+  EXPECT_EQ(jm->count("(attempt 1)"), 0) << out;
+  EXPECT_FALSE(tm->exited());
 }
 
 TEST_F(ClusterJobTest, AKilledTaskManagerFailsTheJobAndTheOtherTaskManagersTasksAreCancelled) {

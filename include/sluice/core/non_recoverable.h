@@ -13,7 +13,10 @@
 // latest kRememberedMarks). A failure is non-recoverable when its message or a cause's contains a remembered
 // marked message: text alone never marks, so a record's value quoted in an error cannot suppress restarts.
 //
-// Thread-safety: both functions may be called from any thread (the table has its own lock).
+// Across processes the mark travels as a field of its own beside the message (TaskExecutionStateUpdate's
+// non_recoverable_reason), which the receiver adopts with adopt_non_recoverable().
+//
+// Thread-safety: every function may be called from any thread (the table has its own lock).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +34,11 @@ inline constexpr size_t kRememberedMarks = 256;
 /// replication slot is gone, and with it the changes since the checkpoint"): same code and cause, the message
 /// followed by " (not recoverable by a restart: <reason>)". An empty reason reads "marked non-recoverable".
 [[nodiscard]] Error mark_non_recoverable(const Error& error, std::string_view reason);
+
+/// For a marked error received from another process (a TaskManager's report of a failed task, whose message it
+/// marked in its own table): remembers `error`'s message as marked with `reason` in this process, unchanged (it
+/// already carries the suffix), and returns `error`. An empty reason returns `error` unmarked.
+[[nodiscard]] Error adopt_non_recoverable(Error error, std::string_view reason);
 
 /// The reason when `error` (its message, or one of its causes') carries a message marked by
 /// mark_non_recoverable() in this process; "" when it does not (a restart may cure it).

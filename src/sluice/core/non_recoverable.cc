@@ -24,21 +24,29 @@ Marks& marks() {
   return *m;
 }
 
+void remember(std::string message, std::string reason) {
+  Marks& m = marks();
+  std::lock_guard lock(m.mu);
+  m.latest.push_back(Mark{std::move(message), std::move(reason)});
+  while (m.latest.size() > kRememberedMarks)
+    m.latest.pop_front();
+}
+
 }  // namespace
 
 Error mark_non_recoverable(const Error& error, std::string_view reason) {
   const std::string why = reason.empty() ? std::string("marked non-recoverable") : std::string(reason);
   std::string message = error.message() + " (not recoverable by a restart: " + why + ")";
-  {
-    Marks& m = marks();
-    std::lock_guard lock(m.mu);
-    m.latest.push_back(Mark{message, why});
-    while (m.latest.size() > kRememberedMarks)
-      m.latest.pop_front();
-  }
+  remember(message, why);
   std::shared_ptr<const Error> cause;
   if (error.cause() != nullptr) cause = std::make_shared<const Error>(*error.cause());
   return Error(error.code(), std::move(message), std::move(cause));
+}
+
+Error adopt_non_recoverable(Error error, std::string_view reason) {
+  // An empty message would be found in every failure's text.
+  if (!reason.empty() && !error.message().empty()) remember(error.message(), std::string(reason));
+  return error;
 }
 
 std::string non_recoverable_reason(std::string_view message) {

@@ -445,5 +445,28 @@ TEST(RestartStrategyTest, TextThatOnlyLooksMarkedDoesNotSuppressRestarts) {
             "marked non-recoverable");
 }
 
+// A TaskManager's report carries the reason beside the message (its own process holds the mark): the JobManager
+// adopts the received message as marked, unchanged, and a failure wrapping it is then not restarted. Without a
+// reason nothing is marked, so a task's message alone never suppresses restarts.
+TEST(RestartStrategyTest, AMarkAdoptedFromAnotherProcessSuppressesRestartsOfItsMessageOnly) {
+  const std::string received =
+      "configuration error: operator 'Sink: out' failed in subtask 1/2: the module is missing (not recoverable by a "
+      "restart: a restart loads the same files)";
+  const Error unmarked = adopt_non_recoverable(Error(ErrorCode::kRuntime, received + " [no reason]"), "");
+  EXPECT_EQ(non_recoverable_reason(unmarked), "");
+  const Error adopted = adopt_non_recoverable(Error(ErrorCode::kRuntime, received), "a restart loads the same files");
+  EXPECT_EQ(adopted.message(), received) << "the message is not marked twice";
+  FixedDelayRestartBackoffTimeStrategy s(3, 0);
+  FailureHandling h = handle_failure(s, adopted.with_context("task 'Sink: out (1/2)' on TaskManager r-1"), 0);
+  EXPECT_FALSE(h.restart);
+  EXPECT_TRUE(h.unrecoverable);
+  EXPECT_EQ(h.reason, "not recoverable by a restart: a restart loads the same files");
+  EXPECT_TRUE(
+      handle_failure(s, Error(ErrorCode::kRuntime, "operator 'Sink: out' failed: connection refused"), 0).restart);
+  EXPECT_EQ(non_recoverable_reason(adopt_non_recoverable(Error(ErrorCode::kRuntime, ""), "r")), "")
+      << "an empty message, found in every text, is never adopted";
+  EXPECT_EQ(non_recoverable_reason(Error(ErrorCode::kRuntime, "anything")), "");
+}
+
 }  // namespace
 }  // namespace sluice

@@ -817,21 +817,23 @@ void JobMaster::run() {
     if (coordinator_) coordinator_->abort_pending("the job fails over: " + failure->message());
     if (st.ok()) cancel_deployed("the job fails over: " + failure->message(), lost_registration);
     lock.lock();
-    bool restart = false;
-    if (restart_strategy_ && !cancel_requested_) {
-      restart_strategy_->notify_failure(clock_.now_ms());
-      restart = restart_strategy_->can_restart();
-    }
-    if (!restart) {
+    // A failure marked non-recoverable (here, or by a TaskManager: TaskExecutionStateUpdate's
+    // non_recoverable_reason) fails the job without asking the strategy, as Flink's ExecutionFailureHandler.
+    FailureHandling handling;
+    if (restart_strategy_ && !cancel_requested_)
+      handling = handle_failure(*restart_strategy_, *failure, clock_.now_ms());
+    if (!handling.restart) {
       stop_coordinator(lock);
-      if (restart_strategy_ && !cancel_requested_) {
+      if (handling.unrecoverable) {
+        failure = failure->with_context("restart suppressed");
+      } else if (restart_strategy_ && !cancel_requested_) {
         failure = failure->with_context(
             fmt::format("the restart strategy {} allows no more restarts", restart_strategy_->describe()));
       }
       finish_locked(JobStatus::kFailed, failure);
       return;
     }
-    const int64_t backoff = restart_strategy_->backoff_time_ms();
+    const int64_t backoff = handling.backoff_ms;
     if (!exceptions_.empty()) exceptions_.back().restarted = true;  // the failure this restart follows
     if (exceptions_.size() > JobClient::kMaxExceptionHistory) {     // a crash loop keeps the newest only
       exceptions_.erase(exceptions_.begin(),

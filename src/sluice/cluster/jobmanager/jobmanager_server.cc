@@ -16,6 +16,7 @@
 #include "sluice/cluster/rpc/state_handle_proto.h"
 #include "sluice/cluster/rpc/subtask_metrics_proto.h"
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
+#include "sluice/core/non_recoverable.h"
 
 namespace sluice {
 namespace v1 = ::sluice::cluster::v1;
@@ -282,7 +283,9 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     r.end_of_input = req->end_of_input();
     if (req->has_metrics()) r.metrics = rpc::from_proto(req->metrics());
     if (*state == TaskState::kFailed) {
-      r.error = Error(ErrorCode::kRuntime, req->error_message().empty() ? "the task failed" : req->error_message());
+      r.error = adopt_non_recoverable(
+          Error(ErrorCode::kRuntime, req->error_message().empty() ? "the task failed" : req->error_message()),
+          req->non_recoverable_reason());
     }
     std::lock_guard lock(listener_mu_);
     if (events_ != nullptr) events_->on_task_state(r);

@@ -31,6 +31,7 @@
 #include "sluice/cluster/v1/jobmanager.grpc.pb.h"
 #include "sluice/cluster/v1/taskmanager.grpc.pb.h"
 #include "sluice/core/config.h"
+#include "sluice/core/non_recoverable.h"
 
 namespace sluice {
 namespace v1 = ::sluice::cluster::v1;
@@ -1035,6 +1036,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
       if (e.error) {
         req.set_error_code(std::string(error_code_name(e.error->code())));
         req.set_error_message(e.error->to_string());
+        req.set_non_recoverable_reason(non_recoverable_reason(*e.error));
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(rpc::deadline_in(std::max<int64_t>(1000, connection_.heartbeat().interval_ms)));
