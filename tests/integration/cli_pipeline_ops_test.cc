@@ -327,6 +327,7 @@ TEST(CliPipelineOpsTest, APipelineOnRocksDBLoadsItsModuleAndFailsAtOnceWithoutIt
         << "  checkpoint: { interval: 200ms, storage: \"" << (tmp.path / "checkpoints").string() << "\" }\n"
         << "  config:\n"
         << "    state.backend.type: rocksdb\n"
+        << "    state.backend.rocksdb.localdir: \"" << (tmp.path / "local").string() << "\"\n"
         << "source: { type: datagen, count: 2000, rate: 2000, entities: 10, seed: 1 }\n"
         << "transform:\n"
         << "  - match: \"*.*.*\"\n"
@@ -344,6 +345,11 @@ TEST(CliPipelineOpsTest, APipelineOnRocksDBLoadsItsModuleAndFailsAtOnceWithoutIt
        at = ran.out.find("\"entity_version\"", at + 1))
     ++versions;
   EXPECT_EQ(versions, 2000u);
+  // A clean run leaves nothing in state.backend.rocksdb.localdir: each database removes its directory when it
+  // closes, and the process its sluice-rocksdb-<pid> directory at exit.
+  ASSERT_TRUE(fs::exists(tmp.path / "local"));
+  for (const auto& e : fs::directory_iterator(tmp.path / "local"))
+    ADD_FAILURE() << "left behind: " << e.path();
 
   const std::string missing = (tmp.path / "nowhere" / "libsluice_rocksdb.so").string();
   const char* before = std::getenv("SLUICE_ROCKSDB_MODULE");

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -55,6 +57,36 @@ void remove_dead_process_dirs(const fs::path& root) {
                    pid);
     }
   }
+}
+
+// This process's directories (one per state.backend.rocksdb.localdir in use), removed at exit when their databases
+// are all gone (each removes its own directory when it closes), so that a clean run leaves nothing behind; one still
+// in use stays for the next process to remove.
+struct OwnProcessDirs {
+  std::mutex mu;
+  std::set<fs::path> dirs;
+};
+
+OwnProcessDirs& own_process_dirs() {
+  static OwnProcessDirs* d = new OwnProcessDirs();  // never destroyed: read by the exit handler
+  return *d;
+}
+
+void remove_own_process_dirs_if_empty() {
+  OwnProcessDirs& d = own_process_dirs();
+  std::lock_guard lock(d.mu);
+  for (const fs::path& dir : d.dirs) {
+    std::error_code ec;
+    fs::remove(dir, ec);  // fails, harmlessly, while a database directory is left in it
+  }
+}
+
+void remember_own_process_dir(const fs::path& dir) {
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(remove_own_process_dirs_if_empty); });
+  OwnProcessDirs& d = own_process_dirs();
+  std::lock_guard lock(d.mu);
+  d.dirs.insert(dir);
 }
 
 }  // namespace
@@ -124,6 +156,7 @@ fs::path make_rocksdb_working_dir(const StateBackendOptions& options, std::strin
         Error(ErrorCode::kState, fmt::format("rocksdb state backend: cannot create {} ({}): {}",
                                              dir.parent_path().string(), options::kRocksDBLocalDir.key, ec.message())));
   }
+  remember_own_process_dir(dir.parent_path());
   return dir;
 }
 
