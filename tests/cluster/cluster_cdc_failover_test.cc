@@ -2,27 +2,32 @@
 // `delivery: exactly-once` on `sluice jobmanager` + 3 `sluice taskmanager`s of 2 slots (tests/cluster/
 // cluster_harness.h), parallelism 4 (the source's reader, then a key_by to four Kafka sink subtasks), checkpoints
 // every 200 ms. A seeded workload (tests/chaos/postgres_workload.h: transactions of 1 to 20,000 rows, upserts and
-// deletes) runs against the table; after the commit of one of a burst of large transactions, at a seeded delay,
-// the TaskManager running the source's reader is SIGKILLed. The JobManager restarts the job from its latest
-// checkpoint on the remaining slots: the reader resumes from the checkpoint's position in the replication slot
-// (the slot's confirmed position moved only with completed checkpoints) and the sinks' transactions of the lost
-// attempt are aborted. The rest of the workload runs while the job recovers. A read_committed reader then finds, per
-// entity, every change exactly once and in order, a tombstone after each delete, and no event id twice.
-// Seed printed (SLUICE_TEST_SEED replays). Needs Postgres and Kafka. About 30-60 s on a loaded two-core machine.
+// deletes) runs against the table; while one of a burst of large transactions streams (its first events committed,
+// the rest still coming), the TaskManager running the source's reader is SIGKILLed. The JobManager restarts the job
+// from its latest checkpoint on the remaining slots: the reader resumes from the checkpoint's position in the
+// replication slot (the slot's confirmed position moved only with completed checkpoints) and the sinks' transactions of
+// the lost attempt are aborted. The rest of the workload runs while the job recovers. A read_committed reader then
+// finds, per entity, every change exactly once and in order, a tombstone after each delete, and no event id twice. The
+// same for MongoDB CDC (tests/chaos/mongodb_workload.h), checked against the collection's own change stream. Seed
+// printed (SLUICE_TEST_SEED replays). Needs Postgres, MongoDB and Kafka. About 30-90 s on a loaded two-core machine.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "chaos/harness.h"
+#include "chaos/mongodb_workload.h"
 #include "chaos/postgres_workload.h"
 #include "cluster/cluster_harness.h"
 #include "integration/test_util/failures.h"
@@ -34,6 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pg = sluice::chaos::pg;
+namespace mongo = sluice::chaos::mongo;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kStart = 60s;
@@ -42,6 +48,28 @@ constexpr int kPartitions = 4;
 const std::vector<std::string> kOptions = {"heartbeat.interval=250ms", "heartbeat.timeout=3s",
                                            "cluster.registration.initial-timeout=50ms",
                                            "cluster.registration.max-timeout=500ms"};
+
+// The TaskManager running subtask 0 of the source (its reader of the table or collection), as the JobManager's REST
+// API places it (GET /jobs/:id/vertices/:vid, each subtask's taskmanager-id). Null when none is found.
+ChildProcess* reader_taskmanager(const ClusterHarness& c, const std::vector<ChildProcess*>& tms) {
+  const auto job = c.get("/jobs/" + c.job_id());
+  const Value* vertices = job ? job->find("vertices") : nullptr;
+  if (vertices == nullptr || !vertices->is_array()) return nullptr;
+  std::string id;
+  for (const Value& v : vertices->as_array()) {
+    const Value* name = v.find("name");
+    const Value* vid = v.find("id");
+    if (name == nullptr || !name->is_string() || vid == nullptr || !vid->is_string()) continue;
+    if (!std::string(name->as_string()).starts_with("Source")) continue;
+    const auto vertex = c.get("/jobs/" + c.job_id() + "/vertices/" + std::string(vid->as_string()));
+    const Value* tm = vertex ? vertex->at_path("subtasks[0].taskmanager-id") : nullptr;
+    if (tm != nullptr && tm->is_string()) id = std::string(tm->as_string());
+  }
+  for (ChildProcess* tm : tms) {
+    if (!id.empty() && tm->count("TaskManager " + id + " with") > 0) return tm;
+  }
+  return nullptr;
+}
 
 TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourcesTaskManager) {
   const std::string bootstrap = require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
@@ -54,10 +82,11 @@ TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourc
   const pg::Workload w = pg::make_workload(seed, 16, 1, rnd);
   ASSERT_EQ(w.kill_after.size(), 1u);
   const size_t kill_txn = w.kill_after.front();
-  const int64_t kill_delay_ms = static_cast<int64_t>(rnd() % 400);
+  const int64_t kill_delay_ms = static_cast<int64_t>(rnd() % 100);
   std::cout << "seed " << seed << " (SLUICE_TEST_SEED to replay): " << w.txns.size() << " transactions, " << w.changes
             << " changes (" << w.deletes << " deletes); the source's TaskManager SIGKILLed " << kill_delay_ms
-            << " ms after the commit of transaction " << kill_txn << " (" << w.txns[kill_txn].rows << " rows)\n";
+            << " ms after the first committed events of transaction " << kill_txn << " (" << w.txns[kill_txn].rows
+            << " rows)\n";
 
   pg::Db db(url);
   ASSERT_NO_FATAL_FAILURE(db.setup());
@@ -98,23 +127,26 @@ TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourc
         reader.read_for(100ms);
       ASSERT_GE(events.size(), before) << c->logs();
     }
+    const size_t committed_before = events.size();
     ASSERT_NO_FATAL_FAILURE(db.apply(w.txns[i]));
     if (i != kill_txn) continue;
-    reader.read_for(std::chrono::milliseconds(kill_delay_ms));  // the kill moment: reading meanwhile
-    // The TaskManager holding the reader: the one given 3 tasks (the reader and two sink subtasks share slot 0's
-    // TaskManager; the other gets two sink subtasks).
-    std::string source_tm;
-    {
-      const std::regex deployed(R"re(deployed 3 task\(s\) to TaskManager (\S+) \(attempt)re");
-      const std::string out = jm->output();
-      for (auto it = std::sregex_iterator(out.begin(), out.end(), deployed); it != std::sregex_iterator(); ++it)
-        source_tm = (*it)[1];
-    }
-    ChildProcess* victim = nullptr;
-    for (ChildProcess* tm : tms) {
-      if (!source_tm.empty() && tm->count("TaskManager " + source_tm + " with") > 0) victim = tm;
-    }
-    ASSERT_NE(victim, nullptr) << source_tm << "\n" << c->logs();
+    // The next two transactions (up to 40,000 rows) are committed at once behind it, so the job streams for a while.
+    size_t events_after = 0;
+    for (size_t k = i; k < std::min(w.txns.size(), i + 3); ++k)
+      events_after += w.txns[k].rows * (w.txns[k].remove ? 2 : 1);
+    for (; i + 1 < std::min(w.txns.size(), kill_txn + 3); ++i)
+      ASSERT_NO_FATAL_FAILURE(db.apply(w.txns[i + 1]));
+    // The kill moment: once the first events of the transaction are committed (a checkpoint inside the stream
+    // completed), while the rest are still coming, some of them in Kafka transactions that never commit.
+    const auto until = Clock::now() + kStart;
+    while (events.size() == committed_before && Clock::now() < until)
+      reader.read_for(10ms);
+    ASSERT_GT(events.size(), committed_before) << c->logs();
+    reader.read_for(std::chrono::milliseconds(kill_delay_ms));
+    std::cout << events.size() - committed_before << " of the " << events_after
+              << " events of the transaction and the two after it committed at the kill\n";
+    ChildProcess* victim = reader_taskmanager(*c, tms);
+    ASSERT_NE(victim, nullptr) << c->logs();
     killed_after_checkpoints = jm->count("completed checkpoint ");
     victim->signal(SIGKILL);
     ASSERT_TRUE(victim->wait_exit(10s).has_value());
@@ -156,6 +188,135 @@ TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourc
   if (failed || std::getenv("SLUICE_TEST_LOGS") != nullptr) std::cerr << c->logs();
   c.reset();  // every child SIGKILLed and reaped before the slot is dropped
   db.teardown();
+  chaos::keep_or_remove(dir, failed);
+}
+
+// The same across processes for MongoDB at parallelism 2 (both readers, one of them idle with one collection, on one
+// TaskManager), checkpoints every second: 5,000 documents snapshotted, then 1,200 seeded inserts, replaces and
+// deletes in batches of 100, the reader's TaskManager SIGKILLed 0-300 ms after a seeded batch (once a checkpoint
+// completed after the snapshot). The check is the local chaos test's (mongodb_workload.h): against the collection's own
+// change stream from the snapshot's resume point, no stream change missing, extra or twice, per entity in order, one
+// snapshot read per document, a tombstone after each delete.
+TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSourcesTaskManager) {
+  const std::string bootstrap = require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
+  const std::string uri = require_service("mongodb").get("MONGODB_URI");
+  ASSERT_FALSE(bootstrap.empty());
+  ASSERT_FALSE(uri.empty());
+  constexpr int kDocuments = 5'000;
+  constexpr int kChanges = 1'200;
+  constexpr size_t kBatch = 100;
+  const uint64_t seed = test_seed();
+  const mongo::Workload w = mongo::make_workload(seed, kDocuments, kChanges);
+  std::mt19937_64 rnd(seed ^ 0x5deece66dULL);
+  const size_t batches = (w.changes.size() + kBatch - 1) / kBatch;
+  const size_t kill_batch = batches / 4 + rnd() % (batches / 2);
+  const int64_t kill_delay_ms = static_cast<int64_t>(rnd() % 300);
+  std::cout << "seed " << seed << " (SLUICE_TEST_SEED to replay): " << kDocuments << " documents, " << w.changes.size()
+            << " changes in " << batches << " batches; the reader's TaskManager SIGKILLed " << kill_delay_ms
+            << " ms after batch " << kill_batch << "\n";
+
+  mongo::Mongo m(uri);
+  m.insert_documents(kDocuments);
+  const fs::path dir = chaos::make_test_dir("sluice-cluster-mongo");
+  const std::string topic = kafka::unique_topic("cluster-mongo");
+  ASSERT_TRUE(kafka::create_topic(bootstrap, topic, kPartitions));
+  const fs::path file = dir / "cdc.yaml";
+  // Checkpoints every second: the changes of a batch stay in open Kafka transactions for a while before a checkpoint
+  // commits them, and the kill (0-300 ms after a batch) mostly falls there.
+  std::ofstream(file) << chaos::pipeline_section(m.db(), dir / "checkpoints", "1s", "exactly-once",
+                                                 "  restart: { strategy: fixed-delay, attempts: 5, delay: 200ms }\n", 2)
+                      << mongo::cdc_source_to_events(m, bootstrap, topic);
+
+  std::vector<mongo::Event> events;
+  chaos::CommittedReader reader(bootstrap, topic, kPartitions, [&](const chaos::KafkaRecord& r) {
+    if (std::optional<mongo::Event> e = mongo::parse_event(r, topic)) events.push_back(std::move(*e));
+  });
+  auto c = std::make_unique<ClusterHarness>(file.string(), kOptions);
+  ChildProcess* jm = c->start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  std::vector<ChildProcess*> tms;
+  for (int i = 0; i < 3; ++i)
+    tms.push_back(c->start_taskmanager(2));
+  // The source's 2 readers and the 2 sink subtasks in 2 slots of one TaskManager: a checkpointed source runs in one
+  // TaskManager in this build (its split enumerator runs there, not on the JobManager).
+  ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 4 task\\(s\\) on 1 TaskManager\\(s\\)"), kStart)) << c->logs();
+  ASSERT_TRUE(poll_until([&] { return jm->count("completed checkpoint ") > 0; }, kStart)) << c->logs();
+
+  for (size_t batch = 0; batch < batches; ++batch) {
+    const size_t begin = batch * kBatch;
+    ASSERT_NO_FATAL_FAILURE(m.apply(w.changes, begin, std::min(w.changes.size(), begin + kBatch)));
+    // The workload's pace (reading meanwhile), so that the kill falls while changes stream.
+    reader.read_for(batch == kill_batch ? std::chrono::milliseconds(kill_delay_ms) : 150ms);
+    if (batch != kill_batch) continue;
+    ChildProcess* victim = reader_taskmanager(*c, tms);
+    ASSERT_NE(victim, nullptr) << c->logs();
+    const int checkpoints = jm->count("completed checkpoint ");
+    victim->signal(SIGKILL);
+    ASSERT_TRUE(victim->wait_exit(10s).has_value());
+    std::cout << "SIGKILLed the reader's TaskManager (pid " << victim->pid() << ") after " << checkpoints
+              << " completed checkpoint(s), " << events.size() << " committed events read\n";
+  }
+  const auto applied = Clock::now();
+
+  // The snapshot's resume point from its committed reads, then the changes the stream must carry from it.
+  std::string t0;
+  ASSERT_TRUE(poll_until(
+      [&] {
+        reader.read_for(200ms);
+        for (const mongo::Event& e : events) {
+          if (e.op == "r") t0 = e.position;
+        }
+        return !t0.empty();
+      },
+      kCatchUp))
+      << "no snapshot read in the topic\n"
+      << c->logs();
+  unsigned t = 0;
+  unsigned i = 0;
+  ASSERT_EQ(std::sscanf(t0.c_str(), "Timestamp(%u, %u)", &t, &i), 2) << t0;
+  const std::vector<mongo::Mongo::StreamChange> expected = m.changes_from(t, i);
+  std::set<std::string> expected_positions;
+  for (const mongo::Mongo::StreamChange& ch : expected)
+    expected_positions.insert(ch.position);
+  auto stream_positions = [&] {
+    std::set<std::string> got;
+    for (const mongo::Event& e : events) {
+      if (e.op != "r" && e.op != "tombstone") got.insert(e.position);
+    }
+    return got;
+  };
+  const bool caught_up = poll_until(
+      [&] {
+        reader.read_for(200ms);
+        const std::set<std::string> got = stream_positions();
+        return std::includes(got.begin(), got.end(), expected_positions.begin(), expected_positions.end());
+      },
+      kCatchUp, 200ms);
+  reader.read_for(2s);  // anything committed twice after the last change
+  std::cout << "every change read_committed "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - applied).count()
+            << " ms after the last batch\n";
+  const std::set<std::string> got = stream_positions();
+  std::vector<std::string> missing;
+  std::set_difference(expected_positions.begin(), expected_positions.end(), got.begin(), got.end(),
+                      std::back_inserter(missing));
+  std::vector<std::string> extra;
+  std::set_difference(got.begin(), got.end(), expected_positions.begin(), expected_positions.end(),
+                      std::back_inserter(extra));
+  EXPECT_TRUE(caught_up) << missing.size() << " stream changes never arrived";
+  const mongo::Checked checked = mongo::expect_exactly_once(events, expected, missing, extra, kDocuments, w);
+  std::cout << "MongoDB -> Kafka exactly-once across processes: " << expected.size() << " stream changes from T0 " << t0
+            << "; topic: " << events.size() << " records, " << checked.snapshot_reads << " snapshot reads, "
+            << got.size() << " stream events, " << checked.tombstones << " tombstones; missing " << missing.size()
+            << ", extra " << extra.size() << ", duplicates " << checked.duplicates << ", out of order "
+            << checked.out_of_order << " (seed " << seed << ")\n";
+  EXPECT_GE(jm->count("RESTARTING"), 1) << jm->output();
+  EXPECT_GE(jm->count("starts from checkpoint"), 1) << jm->output();
+  EXPECT_FALSE(jm->exited()) << jm->output();
+
+  const bool failed = HasFailure();
+  if (failed || std::getenv("SLUICE_TEST_LOGS") != nullptr) std::cerr << c->logs();
+  c.reset();
   chaos::keep_or_remove(dir, failed);
 }
 
