@@ -332,5 +332,48 @@ TEST_F(PostgresExactlyOnceKillTest, AnInterruptedSnapshotFailsTheJobOnceInsteadO
       << run_->tails(20);
 }
 
+// Two pipelines given one slot (found by a fresh-user trial: the second, starting without state, waited for the slot
+// and dropped it the moment the first job's TaskManager was killed, and the first then failed for good on restore).
+// A job that starts without state must never take over a slot another job streams: it fails at once, naming the
+// holder, and the first job keeps its slot across a SIGKILL and resumes from its checkpoint.
+TEST_F(PostgresExactlyOnceKillTest, AJobStartingWithoutStateNeverTakesOverASlotAnotherJobStreams) {
+  if (db_ == nullptr) GTEST_SKIP() << "services not available";
+  const std::string topic = kafka::unique_topic("pg-slot-a");
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, topic, kPartitions));
+  std::ofstream(dir_ / "a.yaml") << pipeline_yaml(topic);
+  run_ = std::make_unique<SluiceProcess>("a", dir_ / "a.yaml", dir_);
+  ASSERT_TRUE(run_->start());
+  ASSERT_TRUE(run_->wait_running(1, kStartDeadline)) << run_->tails(15);
+  db_->exec("INSERT INTO public." + db_->table() + " SELECT g, 0 FROM generate_series(0, 99) g");
+
+  // Another pipeline (its own name and checkpoints), the same slot.
+  const std::string other_topic = kafka::unique_topic("pg-slot-b");
+  ASSERT_TRUE(kafka::create_topic(bootstrap_, other_topic, kPartitions));
+  std::ofstream(dir_ / "b.yaml") << chaos::pipeline_section("other_" + db_->table(), dir_ / "checkpoints-b", "200ms",
+                                                            "exactly-once")
+                                 << cdc_source_to_events(*db_, bootstrap_, other_topic);
+  SluiceProcess other("b", dir_ / "b.yaml", dir_);
+  ASSERT_TRUE(other.start());
+  ASSERT_TRUE(other.wait_exit(kStartDeadline)) << "the second job did not fail\n" << other.tails(20);
+  const std::string log = other.all_logs();
+  EXPECT_NE(log.find("slot " + db_->table() + " exists and is streamed by another connection"), std::string::npos)
+      << other.tails(20);
+  EXPECT_NE(log.find("application_name 'sluice-cdc-replication " + db_->table() + "'"), std::string::npos)
+      << other.tails(20);
+  EXPECT_NE(log.find("not recoverable by a restart"), std::string::npos) << other.tails(20);
+  EXPECT_EQ(log.find("dropping and re-creating it"), std::string::npos) << other.tails(20);
+  EXPECT_TRUE(run_->alive()) << run_->tails(15);
+  EXPECT_TRUE(db_->has_slot()) << "the slot of the first job is gone";
+
+  // The first job still owns its slot: killed and started again, it resumes from its checkpoint.
+  run_->kill_now();
+  db_->exec("UPDATE public." + db_->table() + " SET revision = revision + 1 WHERE id < 10");
+  ASSERT_TRUE(run_->start());
+  ASSERT_TRUE(run_->wait_running(1, kStartDeadline)) << run_->tails(15);
+  EXPECT_NE(chaos::read_file(run_->log()).find("resuming from checkpoint"), std::string::npos) << run_->tails(15);
+  EXPECT_EQ(chaos::read_file(run_->log()).find("FAILED"), std::string::npos) << run_->tails(15);
+  EXPECT_TRUE(run_->alive()) << run_->tails(15);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -142,6 +142,7 @@ Result<DataStream<cdc::ChangeEvent>> add_source(StreamEnvironment& env, const Pi
     auto b = PostgresCdcSource::builder();
     b.conninfo(conninfo).tables(o.get_list("tables"));
     if (o.find("slot")) b.slot_name(o.get_string("slot"));
+    b.owner(spec.pipeline.name);  // a slot streamed by another pipeline is never taken over (docs/cdc.md)
     if (o.find("publication")) b.publication_name(o.get_string("publication"));
     b.create_slot(o.get_bool("create-slot", true)).create_publication(o.get_bool("create-publication", true));
     b.start_mode(o.get_string("start", "initial") == "latest" ? PostgresStartMode::kLatest

@@ -202,6 +202,9 @@ struct PostgresCdcSettings {
   std::vector<std::string> tables;  ///< "schema.table" (or "table" = public.table); empty = the publication's
   std::string slot_name = "sluice";
   std::string publication_name = "sluice";
+  /// Whose slot it is (a pipeline's name; "" = unnamed): carried in the connections' application_name, so that a
+  /// fresh start tells its own earlier run's walsender on the slot from another job's (printable ASCII, as sent).
+  std::string owner;
   bool create_slot = true;
   bool create_publication = true;
   PostgresStartMode start_mode = PostgresStartMode::kInitial;
@@ -274,6 +277,12 @@ class PostgresCdcSourceBuilder {
   PostgresCdcSourceBuilder& slot_name(std::string name);
   /// The publication (default "sluice").
   PostgresCdcSourceBuilder& publication_name(std::string name);
+  /// Whose slot it is, e.g. the job's name (default "": unnamed). The source's connections carry it in their
+  /// application_name ("sluice-cdc-replication <owner>", at most 63 bytes; other than printable ASCII becomes
+  /// '?'). A job that starts without state and finds its slot streamed by a connection of another owner (another
+  /// job, a tool) fails at once naming the holder instead of dropping the slot (create_slot) and with it the
+  /// other reader's position; one of its own owner (its own earlier run) is waited for, then replaced.
+  PostgresCdcSourceBuilder& owner(std::string owner);
   /// Whether to create the slot when absent (default true); false: a missing slot fails the job.
   PostgresCdcSourceBuilder& create_slot(bool create);
   /// Whether to create the publication when absent (default true); false: a missing one fails the job.

@@ -105,6 +105,7 @@ PgConn Fetcher::connect(bool replication) {
   const char* keys[] = {"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "dbname",
                         "options",    "client_encoding", "application_name",    "connect_timeout",  "replication",
                         nullptr};
+  const std::string app = application_name(replication);
   const char* vals[] = {"1",
                         "10",
                         "5",
@@ -112,7 +113,7 @@ PgConn Fetcher::connect(bool replication) {
                         s_.conninfo.c_str(),
                         kSessionOptions,
                         "UTF8",
-                        replication ? "sluice-cdc-replication" : "sluice-cdc",
+                        app.c_str(),
                         "10",
                         replication ? "database" : nullptr,
                         nullptr};
@@ -363,6 +364,8 @@ void Fetcher::run_inner() {
     // through the slot can be committed downstream. A snapshot that the slot did not export would overlap
     // the stream from the slot's older position (its changes delivered again); a new slot exports the
     // snapshot the stream starts from exactly.
+    // Unless another job (or a tool) streams from it: dropping its slot would lose that reader's position.
+    refuse_foreign_holder(n);
     spdlog::info(
         "{}: slot {} exists but nothing has been emitted from it yet (confirmed at {}): dropping and "
         "re-creating it, so that the initial snapshot is the one the slot exports and nothing repeats",
@@ -517,6 +520,38 @@ std::string Fetcher::slot_holder() {
   } catch (const SluiceException& e) {
     return "holder unknown: " + e.error().message();
   }
+}
+
+std::string Fetcher::application_name(bool replication) const {
+  std::string name = replication ? "sluice-cdc-replication" : "sluice-cdc";
+  if (!s_.owner.empty()) name += " " + s_.owner;
+  // What the server keeps (it replaces bytes outside printable ASCII and truncates to NAMEDATALEN - 1): done here
+  // too, so that refuse_foreign_holder() compares like with like.
+  for (char& c : name) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (name.size() > 63) name.resize(63);
+  return name;
+}
+
+void Fetcher::refuse_foreign_holder(PGconn* n) {
+  PgResult r = query(n,
+                     "SELECT s.active_pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'a local "
+                     "socket') FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid "
+                     "WHERE s.slot_name = " +
+                         quote_literal(n, s_.slot_name) + " AND s.active_pid IS NOT NULL",
+                     "reading who streams from the replication slot");
+  if (PQntuples(r.get()) == 0) return;  // nobody: the slot is free (or gone meanwhile)
+  const std::string holder = PQgetvalue(r.get(), 0, 1);
+  if (holder == application_name(true)) return;  // this owner's earlier run: drop_slot() waits for it to end
+  fail_for_good(
+      fmt::format("{}: slot {} exists and is streamed by another connection (pid {}, application_name '{}', from {}), "
+                  "not by an earlier run of this job ('{}'); this job starts without state, and re-creating the slot "
+                  "would drop it and with it the other reader's position. Each job needs a replication slot of its "
+                  "own: give this one another slot name, or stop the other reader",
+                  kRole, s_.slot_name, PQgetvalue(r.get(), 0, 0), holder, PQgetvalue(r.get(), 0, 2),
+                  application_name(true)),
+      "the replication slot is streamed by another job or tool; this job must not take it over");
 }
 
 void Fetcher::drop_slot(PGconn* n) {

@@ -33,6 +33,10 @@ PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::slot_name(std::string name) 
   s_.slot_name = std::move(name);
   return *this;
 }
+PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::owner(std::string owner) {
+  s_.owner = std::move(owner);
+  return *this;
+}
 PostgresCdcSourceBuilder& PostgresCdcSourceBuilder::publication_name(std::string name) {
   s_.publication_name = std::move(name);
   return *this;
