@@ -220,7 +220,11 @@ class CheckpointCoordinator {
   std::unique_ptr<CompletedCheckpointStore> store_ SLUICE_PT_GUARDED_BY(mu_);
 
   Mutex completion_mu_ SLUICE_ACQUIRED_BEFORE(mu_);  // held while a checkpoint completes
-  mutable Mutex mu_;
+  mutable Mutex mu_ SLUICE_ACQUIRED_BEFORE(stats_mu_);
+  // The statistics' own lock: their readers (the REST API, /health, /metrics) never wait for mu_, which is held
+  // while a trigger's or an abort's RPCs to the TaskManagers run (up to their deadline, seconds when a TaskManager
+  // is paused), and a probe must answer at once.
+  mutable Mutex stats_mu_;
   std::condition_variable cv_;
   std::condition_variable writer_cv_;
   bool stopping_ SLUICE_GUARDED_BY(mu_) = false;
@@ -236,8 +240,8 @@ class CheckpointCoordinator {
   int64_t last_end_ns_ SLUICE_GUARDED_BY(mu_) = 0;
   bool urgent_ SLUICE_GUARDED_BY(mu_) = false;
   int consecutive_failures_ SLUICE_GUARDED_BY(mu_) = 0;
-  int64_t completed_ SLUICE_GUARDED_BY(mu_) = 0;
-  int64_t failed_ SLUICE_GUARDED_BY(mu_) = 0;
+  int64_t completed_ SLUICE_GUARDED_BY(stats_mu_) = 0;
+  int64_t failed_ SLUICE_GUARDED_BY(stats_mu_) = 0;
   std::optional<RestorePoint> latest_ SLUICE_GUARDED_BY(mu_);
   std::map<std::string, std::string> last_coordinator_state_ SLUICE_GUARDED_BY(mu_);
   std::map<CheckpointTaskKey, std::shared_ptr<const TaskStateSnapshot>> final_snapshots_ SLUICE_GUARDED_BY(mu_);
@@ -245,7 +249,7 @@ class CheckpointCoordinator {
       SLUICE_GUARDED_BY(mu_);  // cluster mode
   std::map<CheckpointTaskKey, std::string> finished_tasks_
       SLUICE_GUARDED_BY(mu_);  // key -> task name, final state retained
-  std::deque<CheckpointStats> stats_ SLUICE_GUARDED_BY(mu_);
+  std::deque<CheckpointStats> stats_ SLUICE_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace sluice

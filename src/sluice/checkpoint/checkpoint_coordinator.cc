@@ -489,7 +489,10 @@ void CheckpointCoordinator::complete(int64_t id) {
   pending_.erase(it);
   const int64_t duration_ms = (clock_.monotonic_ns() - p->start_ns) / 1'000'000;
   last_end_ns_ = clock_.monotonic_ns();
-  ++completed_;
+  {
+    MutexLock stats_lock(stats_mu_);
+    ++completed_;
+  }
   if (p->type == SnapshotType::kCheckpoint) consecutive_failures_ = 0;
   store_->add(CompletedCheckpoint{id, dir, meta});
   latest_ = RestorePoint{dir, meta};
@@ -732,21 +735,22 @@ void CheckpointCoordinator::set_initial_restore_point(RestorePoint point) {
 }
 
 std::vector<CheckpointStats> CheckpointCoordinator::stats() const {
-  MutexLock lock(mu_);
+  MutexLock lock(stats_mu_);
   return {stats_.begin(), stats_.end()};
 }
 
 int64_t CheckpointCoordinator::completed_count() const {
-  MutexLock lock(mu_);
+  MutexLock lock(stats_mu_);
   return completed_;
 }
 
 int64_t CheckpointCoordinator::failed_count() const {
-  MutexLock lock(mu_);
+  MutexLock lock(stats_mu_);
   return failed_;
 }
 
 void CheckpointCoordinator::record_stats_locked(CheckpointStats stats) {
+  MutexLock lock(stats_mu_);
   if (!stats.completed) ++failed_;
   stats_.push_back(std::move(stats));
   while (stats_.size() > kMaxStats)
