@@ -309,7 +309,7 @@ int run_jobmanager(const ClusterFlags& f, const std::string& version, bool log_l
   o.address = *address;
   o.port = f.rpc_port != -2 ? f.rpc_port : *port;
   o.heartbeat = *hb;
-  o.job = JobGraphIdentity{p->fingerprint.hex, name, version};
+  o.job = JobGraphIdentity{p->fingerprint.hex, name, version, digest_pipeline_text(p->text)};
   auto server = JobManagerServer::start(o, SystemClock::instance());
   if (!server.ok()) {
     fmt::print(stderr, "error: {}\n", server.error().message());
@@ -758,7 +758,7 @@ int run_taskmanager(const ClusterFlags& f, const std::string& version, bool log_
   o.address = *address;
   o.port = f.rpc_port != -2 ? f.rpc_port : *port;
   o.slots = f.slots > 0 ? f.slots : (*slots > 0 ? *slots : 1);
-  o.job = JobGraphIdentity{p->fingerprint.hex, p->spec.pipeline.name, version};
+  o.job = JobGraphIdentity{p->fingerprint.hex, p->spec.pipeline.name, version, digest_pipeline_text(p->text)};
   o.heartbeat = *hb;
   o.backoff = *backoff;
   // The readers of the job's source that run here (the tasks are built from p->runner's graph, so its source

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "cluster/cluster_harness.h"
@@ -153,6 +154,39 @@ TEST_F(ClusterProcessTest, ATaskManagerWithAnotherJobGraphIsRefusedNamingBothFin
   EXPECT_NE(out.find("sluice "), std::string::npos) << out;
   EXPECT_TRUE(c.task_managers().empty());
   // The same file registers.
+  c.start_taskmanager(2);
+  EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart));
+}
+
+// A TaskManager started from another file of the same graph (here: another sink path) is refused too (found by a
+// fresh-user trial: one with another Kafka topic registered, and the job's output was split between two topics
+// without a word).
+TEST_F(ClusterProcessTest, ATaskManagerWithAnotherPipelineFileOfTheSameGraphIsRefused) {
+  ClusterHarness& c = cluster(pipeline("p4", 4));
+  ChildProcess* jm = c.start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  std::string other_file;
+  {
+    std::ifstream in(pipeline("p4", 4));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string out = (dir_ / "out").string();
+    const size_t at = text.find(out);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, out.size(), (dir_ / "elsewhere").string());
+    other_file = (dir_ / "p4-elsewhere.yaml").string();
+    std::ofstream(other_file) << text;
+  }
+  ChildProcess* other = c.start_taskmanager(2, other_file);
+  const std::optional<int> code = other->wait_exit(kStart);
+  ASSERT_TRUE(code.has_value()) << "the refused TaskManager did not exit:\n" << other->output();
+  EXPECT_NE(*code, 0);
+  const std::string out = other->output();
+  EXPECT_NE(out.find("is refused: its pipeline file differs from the JobManager's, though the job graph is the same"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(jm->output().find("refused the registration of TaskManager"), std::string::npos) << jm->output();
+  EXPECT_TRUE(c.task_managers().empty());
+  // The JobManager's own file registers.
   c.start_taskmanager(2);
   EXPECT_TRUE(c.await_task_managers([](const std::vector<Value>& t) { return t.size() == 1; }, kStart));
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "sluice/core/error.h"
 #include "sluice/graph/stream_graph.h"
@@ -28,7 +29,13 @@ struct JobGraphIdentity {
   std::string fingerprint;    ///< JobGraphFingerprint::hex
   std::string job_name;       ///< for messages only
   std::string build_version;  ///< the Sluice build, e.g. "0.1.0"
+  /// digest_pipeline_text() of the pipeline file the process started from; "" (a job built by code): not compared.
+  std::string pipeline_digest;
 };
+
+/// XXH3-128 of a pipeline file's text, 32 lower-case hex digits: what the fingerprint leaves out (connector
+/// settings, expressions) differs between two processes exactly when their files do.
+[[nodiscard]] std::string digest_pipeline_text(std::string_view text);
 
 /// Builds the job graph of a copy of `graph` (the graph itself is left as it is) and fingerprints it, quietly:
 /// neither build_job_graph's warnings nor its check of the engine options, which the build that runs the job

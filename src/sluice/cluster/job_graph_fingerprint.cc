@@ -37,4 +37,9 @@ Result<JobGraphFingerprint> fingerprint_job_graph(const StreamGraph& graph) {
   return JobGraphFingerprint{fmt::format("{:016x}{:016x}", h.high64, h.low64), std::move(text), jg.required_slots};
 }
 
+std::string digest_pipeline_text(std::string_view text) {
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
 }  // namespace sluice

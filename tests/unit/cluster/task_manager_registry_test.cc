@@ -134,6 +134,27 @@ TEST(TaskManagerRegistryTest, RefusesADifferentJobGraphNamingBothFingerprintsAnd
   EXPECT_EQ(reg.slots().task_managers, 0);
 }
 
+// The same graph from another pipeline file is refused naming both digests; a side without a digest (a job built by
+// code) is not compared.
+TEST(TaskManagerRegistryTest, RefusesAnotherPipelineFileOfTheSameGraph) {
+  ManualClock clock(0);
+  JobGraphIdentity job = kJob;
+  job.pipeline_digest = digest_pipeline_text("sink: { out: { type: kafka, topic: orders } }\n");
+  TaskManagerRegistry reg(kHeartbeat, job, "jm1");
+  JobGraphIdentity other = job;
+  other.pipeline_digest = digest_pipeline_text("sink: { out: { type: kafka, topic: orders-2 } }\n");
+  ASSERT_EQ(other.pipeline_digest.size(), 32u);
+  ASSERT_NE(other.pipeline_digest, job.pipeline_digest);
+  auto r = reg.register_task_manager(request("tm-a", 2, other), clock.now_ms(), nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kGraph);
+  EXPECT_NE(r.error().message().find("pipeline digest " + job.pipeline_digest), std::string::npos);
+  EXPECT_NE(r.error().message().find("pipeline digest " + other.pipeline_digest), std::string::npos);
+  EXPECT_TRUE(reg.register_task_manager(request("tm-b", 2, job), clock.now_ms(), nullptr).ok());
+  EXPECT_TRUE(reg.register_task_manager(request("tm-c", 2, kJob), clock.now_ms(), nullptr).ok()) << "no digest";
+  EXPECT_EQ(reg.slots().task_managers, 2);
+}
+
 TEST(TaskManagerRegistryTest, DisconnectFreesSlotsAtOnce) {
   ManualClock clock(0);
   TaskManagerRegistry reg(kHeartbeat, kJob, "jm1");

@@ -144,7 +144,8 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     r.hostname = req->hostname();
     r.pid = req->pid();
     r.slots = req->slots();
-    r.job = JobGraphIdentity{req->job().fingerprint(), req->job().job_name(), req->job().build_version()};
+    r.job = JobGraphIdentity{req->job().fingerprint(), req->job().job_name(), req->job().build_version(),
+                             req->job().pipeline_digest()};
     std::optional<ClosedRegistration> replaced;
     Result<TaskManagerRegistration> reg = [&] {
       std::lock_guard lock(mu_);
@@ -170,6 +171,7 @@ class JobManagerServer::Impl final : public v1::JobManagerService::Service {
     resp->mutable_job()->set_fingerprint(options_.job.fingerprint);
     resp->mutable_job()->set_job_name(options_.job.job_name);
     resp->mutable_job()->set_build_version(options_.job.build_version);
+    resp->mutable_job()->set_pipeline_digest(options_.job.pipeline_digest);
     const SlotSummary s = slots();
     spdlog::info("registered TaskManager {} with {} slots; {} TaskManager(s), {} slots ({} free)", describe(*reg),
                  reg->slots_total, s.task_managers, s.slots_total, s.slots_free);

@@ -29,6 +29,19 @@ Result<TaskManagerRegistration> TaskManagerRegistry::register_task_manager(
                              r.resource_id, expected_.job_name, expected_.fingerprint, expected_.build_version,
                              r.job.job_name, r.job.fingerprint, r.job.build_version));
   }
+  if (!r.job.pipeline_digest.empty() && !expected_.pipeline_digest.empty() &&
+      r.job.pipeline_digest != expected_.pipeline_digest) {
+    // The same graph from another file: its tasks would read or write elsewhere (another topic, table, path or
+    // filter), splitting the job's output without a word.
+    return Error(ErrorCode::kGraph,
+                 fmt::format("TaskManager {} is refused: its pipeline file differs from the JobManager's, though the "
+                             "job graph is the same (connector settings, expressions or options in the file differ, "
+                             "which the graph fingerprint does not cover). JobManager: job '{}', pipeline digest {}; "
+                             "TaskManager: job '{}', pipeline digest {}. Start every process with the same pipeline "
+                             "file",
+                             r.resource_id, expected_.job_name, expected_.pipeline_digest, r.job.job_name,
+                             r.job.pipeline_digest));
+  }
   for (auto it = by_id_.begin(); it != by_id_.end(); ++it) {
     if (it->second.resource_id == r.resource_id) {
       ClosedRegistration c;

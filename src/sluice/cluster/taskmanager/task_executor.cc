@@ -751,6 +751,7 @@ class TaskExecutor::Impl final : public v1::TaskManagerService::Service {
     req.mutable_job()->set_fingerprint(options_.job.fingerprint);
     req.mutable_job()->set_job_name(options_.job.job_name);
     req.mutable_job()->set_build_version(options_.job.build_version);
+    req.mutable_job()->set_pipeline_digest(options_.job.pipeline_digest);
     req.set_pid(::getpid());
     req.set_hostname(hostname());
     grpc::ClientContext ctx;
