@@ -372,6 +372,10 @@ TEST_F(PostgresCdcTest, FailuresNoRestartCanCureFailTheJobOnceAndTransientOnesRe
                    source({t}).create_publication(false).slot_name(name_ + "_nopub").publication_name(name_ + "_nopub"),
                    "not recoverable by a restart: the publication does not exist"});
   cases.push_back(
+      {"a table that does not exist",
+       source({t, "public.no_such_table_" + name_}).slot_name(name_ + "_notab").publication_name(name_ + "_notab"),
+       "not recoverable by a restart: a table the source reads does not exist"});
+  cases.push_back(
       {"a refused connection (transient)", source({t}).conninfo("postgresql://sluice@127.0.0.1:1/sluice"), ""});
   for (Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -24,6 +24,9 @@ std::string non_recoverable_sqlstate(std::string_view sqlstate, std::string_view
   if (sqlstate.substr(0, 2) == "28") return "the server refused the credentials";
   if (sqlstate == "42501") return "the role lacks a privilege the source needs";
   if (sqlstate == "3D000") return "the database does not exist";
+  // undefined_table: a table of `tables` that does not exist (CREATE PUBLICATION ... FOR TABLE), which only its
+  // creation cures (found by a fresh-user trial: the job restarted for ever while a missing role failed at once).
+  if (sqlstate == "42P01") return "a table the source reads does not exist";
   // character_not_in_repertoire: stored bytes that are not valid in UTF-8 (a SQL_ASCII database); the same rows or
   // WAL records are met again after any restart.
   if (sqlstate == "22021") return "the database holds text that is not valid UTF-8";
