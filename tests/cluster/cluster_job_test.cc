@@ -229,6 +229,16 @@ TEST_F(ClusterJobTest, TooFewSlotsFailTheJobAfterTheSlotRequestTimeoutNamingWhat
   c.start_taskmanager(2);
   EXPECT_TRUE(jm->await_line(std::regex("needs 4 slots, 2 registered \\(on 1 TaskManager\\(s\\)\\)"), kStart))
       << jm->output();
+  // /health says what the job waits for, not only that it is not running.
+  std::string health;
+  EXPECT_TRUE(poll_until(
+      [&] {
+        health = c.http_get("/health").second;
+        return health.find("the job is CREATED; waiting for TaskManagers: needs 4 slots, 2 registered") !=
+               std::string::npos;
+      },
+      2s))
+      << health;
   const std::optional<int> code = jm->wait_exit(kStart);
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 1);

@@ -92,8 +92,10 @@ int failed_checkpoints_in_a_row(const std::vector<CheckpointStats>& history);
 
 /// Evaluates the health of `job` at `now_ms` (ms since the epoch). `started_ms` is when the job started (the
 /// checkpoint age before the first completed checkpoint counts from it); `sources` may be empty (a job whose
-/// sources report nothing: no source-lag check).
+/// sources report nothing: no source-lag check). `waiting_for`, when not empty, says what a job that is not RUNNING
+/// waits for (a cluster job's "waiting for TaskManagers: needs 4 slots, 2 registered"): job-not-running names it.
 HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& options, int64_t started_ms,
-                                 const std::vector<SourceHealth>& sources, int64_t now_ms);
+                                 const std::vector<SourceHealth>& sources, int64_t now_ms,
+                                 const std::string& waiting_for = "");
 
 }  // namespace sluice

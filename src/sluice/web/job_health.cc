@@ -41,7 +41,8 @@ int failed_checkpoints_in_a_row(const std::vector<CheckpointStats>& history) {
 }
 
 HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& o, int64_t started_ms,
-                                 const std::vector<SourceHealth>& sources, int64_t now) {
+                                 const std::vector<SourceHealth>& sources, int64_t now,
+                                 const std::string& waiting_for) {
   HealthReport h;
   const JobStatus st = job.status();
   h.status = job_status_name(st);
@@ -73,6 +74,7 @@ HealthReport evaluate_job_health(const JobClient& job, const JobHealthOptions& o
       m += fmt::format(" (restart {}) after a failure {} ms ago: {}", h.restarts, now - h.last_failure_ms,
                        h.last_failure);
     }
+    if (!waiting_for.empty()) m += "; " + waiting_for;
     add("job-not-running", std::move(m));
   } else if (o.restart_grace_ms > 0 && h.last_failure_ms >= 0 && now - h.last_failure_ms < o.restart_grace_ms) {
     // A job that failed recently is not healthy, even while an attempt runs: in a restart loop each attempt is

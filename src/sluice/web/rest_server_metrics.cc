@@ -141,9 +141,11 @@ std::pair<HealthReport, JobHealthOptions> RestServer::Impl::job_health(const Job
     sources = j.sources;
     bounds = j.health;
   }
-  return {
-      evaluate_job_health(j.client, bounds, j.start_time_ms, sources ? sources() : std::vector<SourceHealth>{}, now),
-      bounds};
+  // What a cluster job that is not RUNNING waits for (slots), as GET /jobs says it in status-message.
+  const std::string waiting_for = j.status_message ? j.status_message() : std::string();
+  return {evaluate_job_health(j.client, bounds, j.start_time_ms, sources ? sources() : std::vector<SourceHealth>{}, now,
+                              waiting_for),
+          bounds};
 }
 
 HealthResponse RestServer::Impl::default_health() {

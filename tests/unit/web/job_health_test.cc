@@ -105,6 +105,19 @@ TEST_F(JobHealthTest, CanceledAndCreatedAreNotRunning) {
   EXPECT_EQ(evaluate_job_health(job_, options_, kStart, {}, kStart + 10).reason, "the job is CREATED");
 }
 
+// A cluster job waiting for slots says what it waits for (it said only "the job is CREATED", found by a fresh-user
+// trial; GET /jobs had it in status-message).
+TEST_F(JobHealthTest, AJobThatIsNotRunningNamesWhatItWaitsFor) {
+  impl_->st = JobStatus::kCreated;
+  const std::string waiting = "waiting for TaskManagers: needs 4 slots, 2 registered (on 1 TaskManager(s))";
+  EXPECT_EQ(evaluate_job_health(job_, options_, kStart, {}, kStart + 10, waiting).reason,
+            "the job is CREATED; " + waiting);
+  impl_->st = JobStatus::kRestarting;
+  impl_->failures = {JobExceptionInfo{"runtime", "TaskManager tm-1 lost", "", kStart + 5, "", true}};
+  EXPECT_EQ(evaluate_job_health(job_, options_, kStart, {}, kStart + 10, waiting).reason,
+            "the job is RESTARTING (restart 0) after a failure 5 ms ago: TaskManager tm-1 lost; " + waiting);
+}
+
 TEST_F(JobHealthTest, RunningAgainWithinTheRestartGraceIsARecentFailure) {
   impl_->restart_count = 1;
   impl_->failures = {JobExceptionInfo{"runtime", "boom", "", kStart + 1000, "", true}};
