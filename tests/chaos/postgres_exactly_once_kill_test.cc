@@ -345,6 +345,8 @@ TEST_F(PostgresExactlyOnceKillTest, AJobStartingWithoutStateNeverTakesOverASlotA
   ASSERT_TRUE(run_->start());
   ASSERT_TRUE(run_->wait_running(1, kStartDeadline)) << run_->tails(15);
   db_->exec("INSERT INTO public." + db_->table() + " SELECT g, 0 FROM generate_series(0, 99) g");
+  // The first job streams from its slot (its walsender holds it) before the second looks.
+  ASSERT_TRUE(testing::poll_until([&] { return db_->has_slot(true); }, kStartDeadline)) << run_->tails(15);
 
   // Another pipeline (its own name and checkpoints), the same slot.
   const std::string other_topic = kafka::unique_topic("pg-slot-b");

@@ -226,19 +226,20 @@ TEST_F(ClusterJobTest, TooFewSlotsFailTheJobAfterTheSlotRequestTimeoutNamingWhat
   ClusterHarness& c = cluster(pipeline("out", 4, 1000), {"slot.request.timeout=3s"});
   ChildProcess* jm = c.start_jobmanager();
   ASSERT_NE(jm, nullptr);
-  c.start_taskmanager(2);
-  EXPECT_TRUE(jm->await_line(std::regex("needs 4 slots, 2 registered \\(on 1 TaskManager\\(s\\)\\)"), kStart))
-      << jm->output();
-  // /health says what the job waits for, not only that it is not running.
+  // /health says what the job waits for, not only that it is not running (before any TaskManager: the JobManager
+  // serves from its start, well within the 3 s).
   std::string health;
   EXPECT_TRUE(poll_until(
       [&] {
         health = c.http_get("/health").second;
-        return health.find("the job is CREATED; waiting for TaskManagers: needs 4 slots, 2 registered") !=
+        return health.find("the job is CREATED; waiting for TaskManagers: needs 4 slots, 0 registered") !=
                std::string::npos;
       },
       2s))
       << health;
+  c.start_taskmanager(2);
+  EXPECT_TRUE(jm->await_line(std::regex("needs 4 slots, 2 registered \\(on 1 TaskManager\\(s\\)\\)"), kStart))
+      << jm->output();
   const std::optional<int> code = jm->wait_exit(kStart);
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 1);

@@ -203,7 +203,7 @@ struct PostgresCdcSettings {
   std::string slot_name = "sluice";
   std::string publication_name = "sluice";
   /// Whose slot it is (a pipeline's name; "" = unnamed): carried in the connections' application_name, so that a
-  /// fresh start tells its own earlier run's walsender on the slot from another job's (printable ASCII, as sent).
+  /// fresh start tells its own earlier run's walsender on the slot from another job's.
   std::string owner;
   bool create_slot = true;
   bool create_publication = true;
@@ -278,10 +278,13 @@ class PostgresCdcSourceBuilder {
   /// The publication (default "sluice").
   PostgresCdcSourceBuilder& publication_name(std::string name);
   /// Whose slot it is, e.g. the job's name (default "": unnamed). The source's connections carry it in their
-  /// application_name ("sluice-cdc-replication <owner>", at most 63 bytes; other than printable ASCII becomes
-  /// '?'). A job that starts without state and finds its slot streamed by a connection of another owner (another
-  /// job, a tool) fails at once naming the holder instead of dropping the slot (create_slot) and with it the
-  /// other reader's position; one of its own owner (its own earlier run) is waited for, then replaced.
+  /// application_name ("sluice-cdc-replication <owner>": characters other than letters, digits, '-', '_' and '.'
+  /// become '_', and an owner past the server's 63 bytes is shortened with a digest of the whole). A job that starts
+  /// without state and finds its slot streamed by a connection of another owner (another job, a tool) fails at
+  /// once naming the holder instead of dropping the slot (create_slot) and with it the other reader's position;
+  /// one of its own owner (its own earlier run) or of none is waited for, then replaced. A slot nobody streams at
+  /// that moment (its job between two attempts, or in its initial snapshot) cannot be told apart: give every job
+  /// a slot of its own.
   PostgresCdcSourceBuilder& owner(std::string owner);
   /// Whether to create the slot when absent (default true); false: a missing slot fails the job.
   PostgresCdcSourceBuilder& create_slot(bool create);

@@ -35,10 +35,10 @@ Result<TaskManagerRegistration> TaskManagerRegistry::register_task_manager(
     // filter), splitting the job's output without a word.
     return Error(ErrorCode::kGraph,
                  fmt::format("TaskManager {} is refused: its pipeline file differs from the JobManager's, though the "
-                             "job graph is the same (connector settings, expressions or options in the file differ, "
-                             "which the graph fingerprint does not cover). JobManager: job '{}', pipeline digest {}; "
-                             "TaskManager: job '{}', pipeline digest {}. Start every process with the same pipeline "
-                             "file",
+                             "job graph is the same (the files' text differs: connector settings, expressions and "
+                             "options are not in the graph fingerprint, so any difference is refused). JobManager: "
+                             "job '{}', pipeline digest {}; TaskManager: job '{}', pipeline digest {}. Start every "
+                             "process with the same pipeline file",
                              r.resource_id, expected_.job_name, expected_.pipeline_digest, r.job.job_name,
                              r.job.pipeline_digest));
   }

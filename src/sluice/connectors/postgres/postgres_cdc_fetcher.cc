@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <map>
 
@@ -524,32 +526,47 @@ std::string Fetcher::slot_holder() {
 
 std::string Fetcher::application_name(bool replication) const {
   std::string name = replication ? "sluice-cdc-replication" : "sluice-cdc";
-  if (!s_.owner.empty()) name += " " + s_.owner;
-  // What the server keeps (it replaces bytes outside printable ASCII and truncates to NAMEDATALEN - 1): done here
-  // too, so that refuse_foreign_holder() compares like with like.
-  for (char& c : name) {
-    if (c < 0x20 || c > 0x7e) c = '?';
+  if (s_.owner.empty()) return name;
+  // Only characters every server version keeps as they are (15 and older replace other bytes with '?', 16 and later
+  // escape them as \xNN), so that refuse_foreign_holder() compares like with like.
+  std::string owner = s_.owner;
+  for (char& c : owner) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
-  if (name.size() > 63) name.resize(63);
-  return name;
+  // The server keeps at most 63 bytes: a longer owner keeps its start and a digest of the whole (FNV-1a, the same
+  // in every build), so that two long names sharing a prefix stay apart.
+  constexpr size_t kMax = 63;
+  if (name.size() + 1 + owner.size() > kMax) {
+    uint32_t h = 2166136261u;
+    for (unsigned char c : s_.owner)
+      h = (h ^ c) * 16777619u;
+    owner = owner.substr(0, kMax - name.size() - 1 - 9) + fmt::format("~{:08x}", h);
+  }
+  return name + " " + owner;
 }
 
 void Fetcher::refuse_foreign_holder(PGconn* n) {
+  // client_port: NULL when the holder's address is hidden from this role, -1 for a local socket.
   PgResult r = query(n,
-                     "SELECT s.active_pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'a local "
-                     "socket') FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid "
-                     "WHERE s.slot_name = " +
+                     "SELECT s.active_pid, a.pid IS NOT NULL, coalesce(a.application_name, ''), CASE WHEN "
+                     "a.client_port IS NULL THEN 'an address hidden from this role' WHEN a.client_port = -1 THEN 'a "
+                     "local socket' ELSE host(a.client_addr) END FROM pg_replication_slots s LEFT JOIN "
+                     "pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = " +
                          quote_literal(n, s_.slot_name) + " AND s.active_pid IS NOT NULL",
                      "reading who streams from the replication slot");
   if (PQntuples(r.get()) == 0) return;  // nobody: the slot is free (or gone meanwhile)
-  const std::string holder = PQgetvalue(r.get(), 0, 1);
-  if (holder == application_name(true)) return;  // this owner's earlier run: drop_slot() waits for it to end
+  // A walsender not in the activity view yet (it just started) is not judged now: drop_slot() waits while the slot
+  // is busy and asks again.
+  if (std::string_view(PQgetvalue(r.get(), 0, 1)) != "t") return;
+  const std::string holder = PQgetvalue(r.get(), 0, 2);
+  // This owner's earlier run, or a reader of a build that named no owner: drop_slot() waits for it to end.
+  if (holder == application_name(true) || holder == "sluice-cdc-replication") return;
   fail_for_good(
       fmt::format("{}: slot {} exists and is streamed by another connection (pid {}, application_name '{}', from {}), "
                   "not by an earlier run of this job ('{}'); this job starts without state, and re-creating the slot "
                   "would drop it and with it the other reader's position. Each job needs a replication slot of its "
                   "own: give this one another slot name, or stop the other reader",
-                  kRole, s_.slot_name, PQgetvalue(r.get(), 0, 0), holder, PQgetvalue(r.get(), 0, 2),
+                  kRole, s_.slot_name, PQgetvalue(r.get(), 0, 0), holder, PQgetvalue(r.get(), 0, 3),
                   application_name(true)),
       "the replication slot is streamed by another job or tool; this job must not take it over");
 }
@@ -566,6 +583,8 @@ void Fetcher::drop_slot(PGconn* n) {
     const std::string_view state = st != nullptr ? st : "";
     if (state == "42704") break;  // undefined_object: gone meanwhile
     if (state == "55006" && slot_busy("dropping it", busy_since, next_busy_log)) {
+      // Whoever holds it now: another job's reader may have taken it since the first look.
+      refuse_foreign_holder(n);
       wait_for_wake(std::chrono::milliseconds(200));
       continue;
     }
