@@ -489,10 +489,6 @@ void CheckpointCoordinator::complete(int64_t id) {
   pending_.erase(it);
   const int64_t duration_ms = (clock_.monotonic_ns() - p->start_ns) / 1'000'000;
   last_end_ns_ = clock_.monotonic_ns();
-  {
-    MutexLock stats_lock(stats_mu_);
-    ++completed_;
-  }
   if (p->type == SnapshotType::kCheckpoint) consecutive_failures_ = 0;
   store_->add(CompletedCheckpoint{id, dir, meta});
   latest_ = RestorePoint{dir, meta};
@@ -750,8 +746,13 @@ int64_t CheckpointCoordinator::failed_count() const {
 }
 
 void CheckpointCoordinator::record_stats_locked(CheckpointStats stats) {
+  // The count and the history move together: a reader that sees N completed finds the N-th in stats().
   MutexLock lock(stats_mu_);
-  if (!stats.completed) ++failed_;
+  if (stats.completed) {
+    ++completed_;
+  } else {
+    ++failed_;
+  }
   stats_.push_back(std::move(stats));
   while (stats_.size() > kMaxStats)
     stats_.pop_front();
