@@ -112,7 +112,8 @@ class Fetcher {
   /// Drops the slot (pg_drop_replication_slot), waiting while another connection still holds it.
   void drop_slot(PGconn* n);
   /// The application_name of this source's connections: "sluice-cdc" or "sluice-cdc-replication", then " <owner>"
-  /// when set, as the server keeps it (printable ASCII, other bytes '?'; at most 63 bytes).
+  /// when set, as every server version keeps it (the owner's characters other than letters, digits, '-', '_' and
+  /// '.' as '_'; at most 63 bytes, a longer owner shortened with a digest of the whole).
   std::string application_name(bool replication) const;
   /// Before a fresh start drops the slot it found: fails for good when another owner's connection streams from it
   /// (another job, a tool), naming the holder; a walsender of this owner (its own earlier run) is waited for.
