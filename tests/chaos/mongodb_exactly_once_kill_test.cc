@@ -179,9 +179,7 @@ TEST_F(MongoExactlyOnceKillTest, SigkilledRunsLoseNothingAndDuplicateNothing) {
   ASSERT_TRUE(poll_until(
       [&] {
         if (!reader.drain()) return false;
-        for (const Event& e : events) {
-          if (e.op == "r") t0 = e.position;
-        }
+        t0 = snapshot_resume_point(events);
         return !t0.empty();
       },
       kCatchUpDeadline))
@@ -191,35 +189,22 @@ TEST_F(MongoExactlyOnceKillTest, SigkilledRunsLoseNothingAndDuplicateNothing) {
   unsigned i = 0;
   ASSERT_EQ(std::sscanf(t0.c_str(), "Timestamp(%u, %u)", &t, &i), 2) << t0;
   const std::vector<Mongo::StreamChange> expected = mongo_->changes_from(t, i);
-  std::set<std::string> expected_positions;
-  for (const Mongo::StreamChange& c : expected)
-    expected_positions.insert(c.position);
+  const std::set<std::string> expected_positions = positions_of(expected);
   ASSERT_EQ(expected_positions.size(), expected.size()) << "the change stream repeated a token";
 
   // 4. Catch up: every expected stream position committed; then stop the job and read everything once more.
-  auto stream_positions = [&] {
-    std::set<std::string> got;
-    for (const Event& e : events) {
-      if (e.op != "r" && e.op != "tombstone") got.insert(e.position);
-    }
-    return got;
-  };
   const bool caught_up = poll_until(
       [&] {
         if (!reader.drain()) return false;
-        const std::set<std::string> got = stream_positions();
+        const std::set<std::string> got = stream_positions(events);
         return std::includes(got.begin(), got.end(), expected_positions.begin(), expected_positions.end());
       },
       kCatchUpDeadline, 200ms);
   job_->stop();
   ASSERT_TRUE(reader.drain());
-  const std::set<std::string> got = stream_positions();
-  std::vector<std::string> missing;
-  std::set_difference(expected_positions.begin(), expected_positions.end(), got.begin(), got.end(),
-                      std::back_inserter(missing));
-  std::vector<std::string> extra;
-  std::set_difference(got.begin(), got.end(), expected_positions.begin(), expected_positions.end(),
-                      std::back_inserter(extra));
+  const std::set<std::string> got = stream_positions(events);
+  const std::vector<std::string> missing = positions_missing(expected_positions, got);
+  const std::vector<std::string> extra = positions_missing(got, expected_positions);
   EXPECT_TRUE(caught_up) << missing.size() << " stream changes never arrived";
 
   const Checked checked = expect_exactly_once(events, expected, missing, extra, documents, w);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -249,6 +250,39 @@ inline std::string cdc_source_to_events(const Mongo& mongo, const std::string& b
   y += "sink:\n";
   y += chaos::kafka_events_sink(bootstrap, topic);
   return y;
+}
+
+/// The snapshot's resume point: the position of the committed snapshot reads ("" while none was read).
+inline std::string snapshot_resume_point(const std::vector<Event>& events) {
+  std::string t0;
+  for (const Event& e : events) {
+    if (e.op == "r") t0 = e.position;
+  }
+  return t0;
+}
+
+/// The positions of the stream events read (neither snapshot reads nor tombstones).
+inline std::set<std::string> stream_positions(const std::vector<Event>& events) {
+  std::set<std::string> got;
+  for (const Event& e : events) {
+    if (e.op != "r" && e.op != "tombstone") got.insert(e.position);
+  }
+  return got;
+}
+
+/// The positions of `changes`.
+inline std::set<std::string> positions_of(const std::vector<Mongo::StreamChange>& changes) {
+  std::set<std::string> out;
+  for (const Mongo::StreamChange& c : changes)
+    out.insert(c.position);
+  return out;
+}
+
+/// The positions in `a` that are not in `b`, in order.
+inline std::vector<std::string> positions_missing(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::vector<std::string> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
 }
 
 /// What expect_exactly_once() counted, for the tests' summary lines.

@@ -71,6 +71,28 @@ ChildProcess* reader_taskmanager(const ClusterHarness& c, const std::vector<Chil
   return nullptr;
 }
 
+// A JobManager and 3 TaskManagers of 2 slots on `file`.
+void start_cluster(const fs::path& file, std::unique_ptr<ClusterHarness>& c, ChildProcess*& jm,
+                   std::vector<ChildProcess*>& tms) {
+  c = std::make_unique<ClusterHarness>(file.string(), kOptions);
+  jm = c->start_jobmanager();
+  ASSERT_NE(jm, nullptr);
+  for (int i = 0; i < 3; ++i)
+    tms.push_back(c->start_taskmanager(2));
+}
+
+// SIGKILLs the TaskManager running the source's reader and reaps it; `committed` is what the test has read so far.
+void kill_reader_taskmanager(const ClusterHarness& c, ChildProcess& jm, const std::vector<ChildProcess*>& tms,
+                             size_t committed) {
+  ChildProcess* victim = reader_taskmanager(c, tms);
+  ASSERT_NE(victim, nullptr) << c.logs();
+  const int checkpoints = jm.count("completed checkpoint ");
+  victim->signal(SIGKILL);
+  ASSERT_TRUE(victim->wait_exit(10s).has_value());
+  std::cout << "SIGKILLed the reader's TaskManager (pid " << victim->pid() << ") after " << checkpoints
+            << " completed checkpoint(s), " << committed << " committed events read\n";
+}
+
 TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourcesTaskManager) {
   const std::string bootstrap = require_service("kafka").get("KAFKA_BOOTSTRAP_SERVERS");
   const std::string url = require_service("postgres").get("POSTGRES_URL");
@@ -102,19 +124,16 @@ TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourc
   chaos::CommittedReader reader(bootstrap, topic, kPartitions, [&](const chaos::KafkaRecord& r) {
     if (std::optional<pg::Event> e = pg::parse_event(r, topic)) events.push_back(std::move(*e));
   });
-  auto c = std::make_unique<ClusterHarness>(file.string(), kOptions);
-  ChildProcess* jm = c->start_jobmanager();
-  ASSERT_NE(jm, nullptr);
+  std::unique_ptr<ClusterHarness> c;
+  ChildProcess* jm = nullptr;
   std::vector<ChildProcess*> tms;
-  for (int i = 0; i < 3; ++i)
-    tms.push_back(c->start_taskmanager(2));
+  ASSERT_NO_FATAL_FAILURE(start_cluster(file, c, jm, tms));
   // 5 tasks (the reader with its transform, 4 sink subtasks) in 4 slots, so on 2 of the 3 TaskManagers.
   ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 5 task\\(s\\) on 2 TaskManager\\(s\\)"), kStart)) << c->logs();
 
   // The workload starts once the source made its slot (the changes before its snapshot would be snapshot reads) and
   // a checkpoint completed.
   ASSERT_TRUE(poll_until([&] { return db.has_slot() && jm->count("completed checkpoint ") > 0; }, kStart)) << c->logs();
-  int killed_after_checkpoints = -1;
   for (size_t i = 0; i < w.txns.size(); ++i) {
     if (i == kill_txn) {
       // Before the burst, the changes so far are committed in the topic (so checkpoints completed after them): the
@@ -145,13 +164,7 @@ TEST(ClusterCdcFailoverTest, PostgresToKafkaExactlyOnceSurvivesTheKillOfTheSourc
     reader.read_for(std::chrono::milliseconds(kill_delay_ms));
     std::cout << events.size() - committed_before << " of the " << events_after
               << " events of the transaction and the two after it committed at the kill\n";
-    ChildProcess* victim = reader_taskmanager(*c, tms);
-    ASSERT_NE(victim, nullptr) << c->logs();
-    killed_after_checkpoints = jm->count("completed checkpoint ");
-    victim->signal(SIGKILL);
-    ASSERT_TRUE(victim->wait_exit(10s).has_value());
-    std::cout << "SIGKILLed the reader's TaskManager (pid " << victim->pid() << ") after " << killed_after_checkpoints
-              << " completed checkpoint(s), " << events.size() << " committed events read\n";
+    ASSERT_NO_FATAL_FAILURE(kill_reader_taskmanager(*c, *jm, tms, events.size()));
   }
   const auto applied = Clock::now();
 
@@ -231,12 +244,10 @@ TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSource
   chaos::CommittedReader reader(bootstrap, topic, kPartitions, [&](const chaos::KafkaRecord& r) {
     if (std::optional<mongo::Event> e = mongo::parse_event(r, topic)) events.push_back(std::move(*e));
   });
-  auto c = std::make_unique<ClusterHarness>(file.string(), kOptions);
-  ChildProcess* jm = c->start_jobmanager();
-  ASSERT_NE(jm, nullptr);
+  std::unique_ptr<ClusterHarness> c;
+  ChildProcess* jm = nullptr;
   std::vector<ChildProcess*> tms;
-  for (int i = 0; i < 3; ++i)
-    tms.push_back(c->start_taskmanager(2));
+  ASSERT_NO_FATAL_FAILURE(start_cluster(file, c, jm, tms));
   // The source's 2 readers and the 2 sink subtasks in 2 slots of one TaskManager: a checkpointed source runs in one
   // TaskManager in this build (its split enumerator runs there, not on the JobManager).
   ASSERT_TRUE(jm->await_line(std::regex("RUNNING: 4 task\\(s\\) on 1 TaskManager\\(s\\)"), kStart)) << c->logs();
@@ -248,13 +259,7 @@ TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSource
     // The workload's pace (reading meanwhile), so that the kill falls while changes stream.
     reader.read_for(batch == kill_batch ? std::chrono::milliseconds(kill_delay_ms) : 150ms);
     if (batch != kill_batch) continue;
-    ChildProcess* victim = reader_taskmanager(*c, tms);
-    ASSERT_NE(victim, nullptr) << c->logs();
-    const int checkpoints = jm->count("completed checkpoint ");
-    victim->signal(SIGKILL);
-    ASSERT_TRUE(victim->wait_exit(10s).has_value());
-    std::cout << "SIGKILLed the reader's TaskManager (pid " << victim->pid() << ") after " << checkpoints
-              << " completed checkpoint(s), " << events.size() << " committed events read\n";
+    ASSERT_NO_FATAL_FAILURE(kill_reader_taskmanager(*c, *jm, tms, events.size()));
   }
   const auto applied = Clock::now();
 
@@ -263,9 +268,7 @@ TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSource
   ASSERT_TRUE(poll_until(
       [&] {
         reader.read_for(200ms);
-        for (const mongo::Event& e : events) {
-          if (e.op == "r") t0 = e.position;
-        }
+        t0 = mongo::snapshot_resume_point(events);
         return !t0.empty();
       },
       kCatchUp))
@@ -275,20 +278,11 @@ TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSource
   unsigned i = 0;
   ASSERT_EQ(std::sscanf(t0.c_str(), "Timestamp(%u, %u)", &t, &i), 2) << t0;
   const std::vector<mongo::Mongo::StreamChange> expected = m.changes_from(t, i);
-  std::set<std::string> expected_positions;
-  for (const mongo::Mongo::StreamChange& ch : expected)
-    expected_positions.insert(ch.position);
-  auto stream_positions = [&] {
-    std::set<std::string> got;
-    for (const mongo::Event& e : events) {
-      if (e.op != "r" && e.op != "tombstone") got.insert(e.position);
-    }
-    return got;
-  };
+  const std::set<std::string> expected_positions = mongo::positions_of(expected);
   const bool caught_up = poll_until(
       [&] {
         reader.read_for(200ms);
-        const std::set<std::string> got = stream_positions();
+        const std::set<std::string> got = mongo::stream_positions(events);
         return std::includes(got.begin(), got.end(), expected_positions.begin(), expected_positions.end());
       },
       kCatchUp, 200ms);
@@ -296,13 +290,9 @@ TEST(ClusterCdcFailoverTest, MongoDbToKafkaExactlyOnceSurvivesTheKillOfTheSource
   std::cout << "every change read_committed "
             << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - applied).count()
             << " ms after the last batch\n";
-  const std::set<std::string> got = stream_positions();
-  std::vector<std::string> missing;
-  std::set_difference(expected_positions.begin(), expected_positions.end(), got.begin(), got.end(),
-                      std::back_inserter(missing));
-  std::vector<std::string> extra;
-  std::set_difference(got.begin(), got.end(), expected_positions.begin(), expected_positions.end(),
-                      std::back_inserter(extra));
+  const std::set<std::string> got = mongo::stream_positions(events);
+  const std::vector<std::string> missing = mongo::positions_missing(expected_positions, got);
+  const std::vector<std::string> extra = mongo::positions_missing(got, expected_positions);
   EXPECT_TRUE(caught_up) << missing.size() << " stream changes never arrived";
   const mongo::Checked checked = mongo::expect_exactly_once(events, expected, missing, extra, kDocuments, w);
   std::cout << "MongoDB -> Kafka exactly-once across processes: " << expected.size() << " stream changes from T0 " << t0
